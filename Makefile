@@ -1,0 +1,47 @@
+# The two commands of the README: `make demo` and `make test`. Each sets up everything it needs
+# on a fresh Debian machine: Graphviz's `dot` (apt), a virtual environment, the package.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test setup system gallery bench fuzz lint docs clean
+
+demo: setup
+	$(VENV)/bin/lbdl-compile specs/resnet50.lbdl -o build/resnet50
+
+test: setup
+	$(PY) -m pytest
+
+setup: system $(STAMP)
+
+system:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "installing graphviz (Debian package) for diagrams"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; }
+
+$(STAMP): pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[diagram,jax,bench,dev]'
+	touch $(STAMP)
+
+gallery: setup
+	$(PY) -m lbdl_dsl.tools.gallery
+
+docs: setup
+	$(PY) -m lbdl_dsl.tools.layer_docs > docs/layers.md
+
+bench: setup
+	$(PY) bench/run.py
+
+fuzz: setup
+	$(PY) bench/fuzz.py --cases 100000
+
+lint: setup
+	$(VENV)/bin/ruff check lbdl_dsl tests bench
+	$(VENV)/bin/ruff format --check lbdl_dsl tests bench
+
+clean:
+	rm -rf build

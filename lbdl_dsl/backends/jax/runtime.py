@@ -1,0 +1,634 @@
+"""Runtime library for the JAX backend.
+
+The code generator copies the functions of this module, one by one (together with the
+functions of this module they call by name), into the standalone module it emits. Every
+function is therefore a plain top-level ``def`` that only relies on the three imports below.
+
+Layout conventions
+------------------
+The language's shapes are channels-first (as in PyTorch), but generated code keeps spatial
+tensors channels-LAST internally because XLA is faster that way:
+
+* images ``(B, H, W, C)``, 1-D signals ``(B, T, C)``, sequences ``(B, T, D)``.
+
+Parameter layouts (user visible):
+
+* dense: ``w`` (Din, Dout), ``b`` (Dout,)
+* conv N-d: ``w`` (k1[, k2], Cin // groups, Cout), ``b`` (Cout,)        (WIO / HWIO)
+* transposed conv N-d: ``w`` (k1[, k2], Cin, Cout // groups), ``b`` (Cout,)
+* batch norm: ``scale``, ``bias``, state ``mean``, ``var``, all (C,)
+* layer norm: ``scale``, ``bias`` of the normalised (trailing) shape
+* group norm: ``scale``, ``bias`` (C,); rms norm: ``scale`` (D,)
+* embed: ``table`` (N, D); learned positions: ``table`` (Tmax, D)
+* mha: ``wq`` (D, H*Dqk), ``wk`` (Dkv, H*Dqk), ``wv`` (Dkv, H*Dv), ``wo`` (H*Dv, Dout),
+  optional ``bq``, ``bk`` (H*Dqk,), ``bv`` (H*Dv,), ``bo`` (Dout,)
+* rnn / lstm / gru: ``w_ih`` (D, G*Hd), ``w_hh`` (Hd, G*Hd), ``b_ih``, ``b_hh`` (G*Hd,)
+  with G = 1, 4 (gates i, f, g, o) or 3 (gates r, z, n), in PyTorch's gate order.
+
+All hyper-parameters (ints, tuples, bools, strings, floats) are expected to be static Python
+values; no function inspects array values from Python, so everything is jittable.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------
+# Layout helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def to_channels_last(x: jax.Array) -> jax.Array:
+    """(B, C, *S) -> (B, *S, C): from the language's (PyTorch) layout to the internal one."""
+    return jnp.moveaxis(x, 1, -1)
+
+
+def to_channels_first(x: jax.Array) -> jax.Array:
+    """(B, *S, C) -> (B, C, *S): from the internal layout back to the language's layout."""
+    return jnp.moveaxis(x, -1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Initialisers
+# ---------------------------------------------------------------------------------------------
+
+
+def init_fan_in(key: jax.Array, shape: tuple, fan_in: int, dtype=jnp.float32) -> jax.Array:
+    """LeCun normal: N(0, 1 / fan_in).
+
+    Same variance as Flax's default kernel initialiser (which truncates the normal at two
+    standard deviations; we use a plain normal, which is cheaper and simpler).
+    """
+    std = np.sqrt(1.0 / max(fan_in, 1))
+    return jax.random.normal(key, shape, dtype) * jnp.asarray(std, dtype)
+
+
+def init_zeros(shape: tuple, dtype) -> jax.Array:
+    """All zeros (biases, norm shifts, running means)."""
+    return jnp.zeros(shape, dtype)
+
+
+def init_ones(shape: tuple, dtype) -> jax.Array:
+    """All ones (norm scales, running variances)."""
+    return jnp.ones(shape, dtype)
+
+
+def init_normal(key: jax.Array, shape: tuple, std: float, dtype) -> jax.Array:
+    """N(0, std**2), e.g. embedding tables and learned positional embeddings."""
+    return jax.random.normal(key, shape, dtype) * jnp.asarray(std, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dense and convolutions
+# ---------------------------------------------------------------------------------------------
+
+
+def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + b
+    return y
+
+
+def conv_dimension_numbers(n: int) -> tuple:
+    """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
+    spatial = "DHW"[3 - n :]
+    return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
+
+
+def same_padding(kernel: tuple, dilation: tuple) -> tuple:
+    """Padding giving "same" output size for stride 1.
+
+    PyTorch's convention: total = dilation * (kernel - 1) is split as
+    (total // 2, total - total // 2), i.e. the extra element (odd total) goes at the end.
+    """
+    pads = []
+    for k, d in zip(kernel, dilation, strict=True):
+        total = d * (k - 1)
+        pads.append((total // 2, total - total // 2))
+    return tuple(pads)
+
+
+def conv(
+    x: jax.Array,
+    w: jax.Array,
+    b,
+    stride: tuple,
+    padding,
+    dilation: tuple,
+    groups: int,
+) -> jax.Array:
+    """N-d channels-last convolution (cross-correlation, as in PyTorch).
+
+    ``x`` is (B, *S, Cin), ``w`` is (*k, Cin // groups, Cout), ``b`` is (Cout,) or None.
+    ``padding`` is a tuple of (low, high) pairs per spatial axis (see ``same_padding``) or a
+    string understood by ``jax.lax.conv_general_dilated`` ("SAME" / "VALID").
+    A PyTorch Conv weight (Cout, Cin // g, *k) converts with ``transpose(2, ..., 1, 0)``.
+    """
+    n = x.ndim - 2
+    if not isinstance(padding, str):
+        padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+    y = jax.lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=tuple(stride),
+        padding=padding,
+        rhs_dilation=tuple(dilation),
+        dimension_numbers=conv_dimension_numbers(n),
+        feature_group_count=groups,
+    )
+    if b is not None:
+        y = y + b
+    return y
+
+
+def conv_transpose(
+    x: jax.Array,
+    w: jax.Array,
+    b,
+    stride: tuple,
+    padding: tuple,
+    output_padding: tuple,
+    dilation: tuple,
+    groups: int,
+) -> jax.Array:
+    """N-d channels-last transposed convolution with PyTorch's ConvTranspose semantics.
+
+    Output size per spatial axis: (in - 1) * s - 2 * p + d * (k - 1) + output_padding + 1.
+
+    Weight convention: ``w`` is (*k, Cin, Cout // groups) and
+    ``out[o_g, i * s + j * d - p] += x[c, i] * w[j, c, o]`` where input channel ``c`` belongs to
+    group ``g = c // (Cin // groups)`` and writes output channel ``g * (Cout // groups) + o``.
+    A PyTorch ConvTranspose weight (Cin, Cout // g, *k) therefore converts with
+    ``transpose(2, ..., 0, 1)`` (for any ``groups``).
+
+    Implemented as the gradient of a convolution: dilate the input by ``stride``
+    (``lhs_dilation``), pad by ``d * (k - 1) - p`` (plus ``output_padding`` at the end) and
+    correlate with the spatially flipped kernel.
+    """
+    n = x.ndim - 2
+    kernel = w.shape[:n]
+    cin, cout_g = w.shape[n], w.shape[n + 1]
+    cin_g = cin // groups
+    # (*k, Cin, Cout // g) -> (*k, Cin // g, Cout) with output channels grouped like the input.
+    w = w.reshape(*kernel, groups, cin_g, cout_g)
+    w = jnp.moveaxis(w, n, n + 1)
+    w = w.reshape(*kernel, cin_g, groups * cout_g)
+    w = jnp.flip(w, axis=tuple(range(n)))
+    pads = []
+    for k, p, op, d in zip(kernel, padding, output_padding, dilation, strict=True):
+        edge = d * (k - 1) - p
+        pads.append((edge, edge + op))
+    y = jax.lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=(1,) * n,
+        padding=tuple(pads),
+        lhs_dilation=tuple(stride),
+        rhs_dilation=tuple(dilation),
+        dimension_numbers=conv_dimension_numbers(n),
+        feature_group_count=groups,
+    )
+    if b is not None:
+        y = y + b
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling
+# ---------------------------------------------------------------------------------------------
+
+
+def max_pool(
+    x: jax.Array, kernel: tuple, stride: tuple, padding: tuple, dilation: tuple
+) -> jax.Array:
+    """Channels-last N-d max pooling; PyTorch's MaxPool semantics (ceil_mode=False).
+
+    ``padding`` is one int per spatial axis, applied on both sides with -inf.
+    """
+    window = (1, *kernel, 1)
+    strides = (1, *stride, 1)
+    pads = ((0, 0), *((p, p) for p in padding), (0, 0))
+    dilations = (1, *dilation, 1)
+    return jax.lax.reduce_window(
+        x, -jnp.inf, jax.lax.max, window, strides, pads, window_dilation=dilations
+    )
+
+
+def avg_pool(x: jax.Array, kernel: tuple, stride: tuple, padding: tuple) -> jax.Array:
+    """Channels-last N-d average pooling; PyTorch's AvgPool defaults.
+
+    count_include_pad=True: zero padding counts, every window is divided by prod(kernel).
+    ``padding`` is one int per spatial axis, applied on both sides.
+    """
+    window = (1, *kernel, 1)
+    strides = (1, *stride, 1)
+    pads = ((0, 0), *((p, p) for p in padding), (0, 0))
+    summed = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, pads)
+    return summed / int(np.prod(kernel))
+
+
+def global_avg_pool(x: jax.Array) -> jax.Array:
+    """Mean over all spatial axes of a channels-last tensor, keeping them: (B, 1, 1, C)."""
+    return jnp.mean(x, axis=tuple(range(1, x.ndim - 1)), keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation
+# ---------------------------------------------------------------------------------------------
+
+
+def batch_norm(
+    x: jax.Array,
+    scale: jax.Array,
+    bias: jax.Array,
+    mean: jax.Array,
+    var: jax.Array,
+    train: bool,
+    momentum: float,
+    eps: float,
+) -> tuple:
+    """Batch norm over every axis but the last (channel) one; returns (y, new_mean, new_var).
+
+    PyTorch's convention: in training, normalise with the batch mean and BIASED batch variance,
+    and update the running statistics as ``(1 - momentum) * old + momentum * batch`` using the
+    UNBIASED batch variance (the update carries no gradient). In eval mode, normalise with the
+    running statistics and return them unchanged.
+    """
+    axes = tuple(range(x.ndim - 1))
+    if train:
+        batch_mean = jnp.mean(x, axis=axes)
+        batch_var = jnp.var(x, axis=axes)
+        n = x.size // x.shape[-1]
+        unbiased_var = batch_var * (n / max(n - 1, 1))
+        new_mean = (1.0 - momentum) * mean + momentum * batch_mean
+        new_var = (1.0 - momentum) * var + momentum * unbiased_var
+        new_mean = jax.lax.stop_gradient(new_mean)
+        new_var = jax.lax.stop_gradient(new_var)
+        use_mean, use_var = batch_mean, batch_var
+    else:
+        new_mean, new_var = mean, var
+        use_mean, use_var = mean, var
+    y = (x - use_mean) * jax.lax.rsqrt(use_var + eps)
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y, new_mean, new_var
+
+
+def layer_norm(x: jax.Array, scale, bias, eps: float, n_axes: int) -> jax.Array:
+    """Layer norm over the last ``n_axes`` axes (PyTorch's LayerNorm: biased variance).
+
+    ``scale`` and ``bias`` have the normalised shape ``x.shape[-n_axes:]``; either may be None.
+    """
+    axes = tuple(range(x.ndim - n_axes, x.ndim))
+    mu = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.var(x, axis=axes, keepdims=True)
+    y = (x - mu) * jax.lax.rsqrt(var + eps)
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def group_norm(x: jax.Array, scale, bias, groups: int, eps: float) -> jax.Array:
+    """Channels-last group norm (B, *S, C); PyTorch's GroupNorm.
+
+    Channels are split into ``groups`` contiguous groups; each (sample, group) is normalised
+    over its channels and all spatial positions (biased variance). ``scale``/``bias`` are (C,).
+    """
+    c = x.shape[-1]
+    xg = x.reshape(*x.shape[:-1], groups, c // groups)
+    axes = (*range(1, x.ndim - 1), x.ndim)
+    mu = jnp.mean(xg, axis=axes, keepdims=True)
+    var = jnp.var(xg, axis=axes, keepdims=True)
+    y = ((xg - mu) * jax.lax.rsqrt(var + eps)).reshape(x.shape)
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def rms_norm(x: jax.Array, scale, eps: float) -> jax.Array:
+    """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm)."""
+    y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)
+    if scale is not None:
+        y = y * scale
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+# ---------------------------------------------------------------------------------------------
+
+
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
+
+
+def tanh(x: jax.Array) -> jax.Array:
+    """Hyperbolic tangent."""
+    return jnp.tanh(x)
+
+
+def sigmoid(x: jax.Array) -> jax.Array:
+    """Logistic sigmoid 1 / (1 + exp(-x))."""
+    return jax.nn.sigmoid(x)
+
+
+def leaky_relu(x: jax.Array, a: float) -> jax.Array:
+    """x if x >= 0 else a * x (PyTorch's negative_slope = a)."""
+    return jnp.where(x >= 0, x, a * x)
+
+
+def gelu(x: jax.Array, approximate: bool) -> jax.Array:
+    """GELU; exact (erf) form unless ``approximate`` (PyTorch's approximate="tanh")."""
+    return jax.nn.gelu(x, approximate=approximate)
+
+
+def silu(x: jax.Array) -> jax.Array:
+    """x * sigmoid(x) (a.k.a. swish)."""
+    return jax.nn.silu(x)
+
+
+def softmax(x: jax.Array, axis: int) -> jax.Array:
+    """Numerically stable softmax along ``axis``."""
+    return jax.nn.softmax(x, axis=axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout
+# ---------------------------------------------------------------------------------------------
+
+
+def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
+    """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
+    if key is None:
+        raise ValueError("dropout in training mode needs a PRNG key, but key is None")
+    if p >= 1.0:
+        return jnp.zeros_like(x)
+    keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
+    return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
+
+
+def dropout(x: jax.Array, p: float, train: bool, key) -> jax.Array:
+    """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
+
+    Identity when not training or p == 0. The same key gives the same mask.
+    """
+    if not train or p == 0:
+        return x
+    return dropout_mask_apply(x, p, key, x.shape)
+
+
+def dropout_channels(x: jax.Array, p: float, train: bool, key) -> jax.Array:
+    """Channel dropout (PyTorch's Dropout1d/2d) on a channels-last tensor (B, *S, C).
+
+    One Bernoulli draw per (batch, channel) zeroes whole feature maps; kept ones are scaled
+    by 1/(1-p). Identity when not training or p == 0.
+    """
+    if not train or p == 0:
+        return x
+    mask_shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)
+    return dropout_mask_apply(x, p, key, mask_shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings and positions
+# ---------------------------------------------------------------------------------------------
+
+
+def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
+    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
+    return jnp.take(table, ids, axis=0)
+
+
+def sinusoidal_positions(T: int, D: int, dtype) -> jax.Array:
+    """Transformer sinusoidal encodings (T, D), computed once as a constant.
+
+    PE[t, 2i] = sin(t / 10000^(2i/D)), PE[t, 2i+1] = cos(t / 10000^(2i/D)).
+    """
+    pos = np.arange(T, dtype=np.float64)[:, None]
+    even = np.arange(0, D, 2, dtype=np.float64)
+    angle = pos / np.power(10000.0, even / D)
+    pe = np.zeros((T, D), dtype=np.float64)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle[:, : D // 2])
+    return jnp.asarray(pe, dtype=dtype)
+
+
+def add_positions(x: jax.Array) -> jax.Array:
+    """x (B, T, D) + sinusoidal encodings (T, D)."""
+    return x + sinusoidal_positions(x.shape[-2], x.shape[-1], x.dtype)
+
+
+def add_learned_positions(x: jax.Array, table: jax.Array) -> jax.Array:
+    """x (B, T, D) + table[:T], where ``table`` is (Tmax, D) with Tmax >= T."""
+    return x + table[: x.shape[-2]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------------------------
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask,
+    causal: bool,
+    dropout_p: float,
+    train: bool,
+    key,
+) -> jax.Array:
+    """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
+
+    ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
+    ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
+    (top-left aligned, as PyTorch's ``is_causal``). Scores are scaled by 1/sqrt(Dqk); masked
+    scores are replaced by the dtype's most negative finite value, and weights of masked keys
+    are zeroed after the softmax, so a fully masked row yields zeros instead of NaN.
+    Dropout is applied to the attention weights in training mode.
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / float(np.sqrt(q.shape[-1]))
+    keep = mask
+    if causal:
+        tri = jnp.tril(jnp.ones((tq, tk), dtype=bool))
+        keep = tri if keep is None else jnp.logical_and(keep, tri)
+    if keep is not None:
+        scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    if keep is not None:
+        weights = jnp.where(keep, weights, jnp.zeros_like(weights))
+    weights = dropout(weights, dropout_p, train, key)
+    return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
+
+
+def mha(
+    x: jax.Array,
+    z: jax.Array,
+    p: dict,
+    heads: int,
+    causal: bool,
+    dropout_p: float,
+    train: bool,
+    key,
+    mask=None,
+) -> jax.Array:
+    """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
+
+    ``p`` holds wq (D, H*Dqk), wk (Dkv, H*Dqk), wv (Dkv, H*Dv), wo (H*Dv, Dout) and optionally
+    bq, bk, bv, bo. Pass ``z = x`` for self-attention. Heads are contiguous slices of the
+    projected features (head h uses columns h*Dqk:(h+1)*Dqk), as in PyTorch.
+    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend.
+    """
+    b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
+    q = dense(x, p["wq"], p.get("bq"))
+    k = dense(z, p["wk"], p.get("bk"))
+    v = dense(z, p["wv"], p.get("bv"))
+    dqk = q.shape[-1] // heads
+    dv = v.shape[-1] // heads
+    q = q.reshape(b, tq, heads, dqk).transpose(0, 2, 1, 3)
+    k = k.reshape(b, tk, heads, dqk).transpose(0, 2, 1, 3)
+    v = v.reshape(b, tk, heads, dv).transpose(0, 2, 1, 3)
+    out = attention(q, k, v, mask, causal, dropout_p, train, key)
+    out = out.transpose(0, 2, 1, 3).reshape(b, tq, heads * dv)
+    return dense(out, p["wo"], p.get("bo"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Patches and upsampling
+# ---------------------------------------------------------------------------------------------
+
+
+def patches(x: jax.Array, size: int) -> jax.Array:
+    """Non-overlapping size x size patches of a channels-last image (B, H, W, C).
+
+    Returns (B, M, C*P*P) with M = (H // P) * (W // P) patches in row-major order; each patch is
+    flattened in CHANNELS-FIRST order (C, P, P), so it equals the channels-first computation.
+    Rows/columns beyond a multiple of P are dropped (as a stride-P convolution would).
+    """
+    bsz, h, w, c = x.shape
+    nh, nw = h // size, w // size
+    x = x[:, : nh * size, : nw * size, :]
+    x = x.reshape(bsz, nh, size, nw, size, c)
+    x = x.transpose(0, 1, 3, 5, 2, 4)
+    return x.reshape(bsz, nh * nw, c * size * size)
+
+
+def upsample_nearest(x: jax.Array, factor: int) -> jax.Array:
+    """Nearest-neighbour upsampling of every spatial axis of a channels-last tensor."""
+    for axis in range(1, x.ndim - 1):
+        x = jnp.repeat(x, factor, axis=axis)
+    return x
+
+
+def upsample_linear_axis(x: jax.Array, axis: int, factor: int) -> jax.Array:
+    """Linear upsampling of one axis, PyTorch's align_corners=False convention.
+
+    Output index o samples source position max((o + 0.5) / factor - 0.5, 0), interpolating
+    between floor(src) and min(floor(src) + 1, n - 1). Indices and weights are constants.
+    """
+    n = x.shape[axis]
+    src = np.maximum((np.arange(n * factor) + 0.5) / factor - 0.5, 0.0)
+    lo = np.floor(src).astype(np.int32)
+    lo = np.minimum(lo, n - 1)
+    hi = np.minimum(lo + 1, n - 1)
+    frac = src - lo
+    shape = [1] * x.ndim
+    shape[axis] = n * factor
+    frac = jnp.asarray(frac.reshape(shape), dtype=x.dtype)
+    a = jnp.take(x, lo, axis=axis)
+    b = jnp.take(x, hi, axis=axis)
+    return a * (1 - frac) + b * frac
+
+
+def upsample_bilinear(x: jax.Array, factor: int) -> jax.Array:
+    """Bilinear upsampling of a channels-last image (B, H, W, C) by an integer factor.
+
+    Matches PyTorch's ``Upsample(scale_factor=factor, mode="bilinear", align_corners=False)``.
+    """
+    x = upsample_linear_axis(x, 1, factor)
+    return upsample_linear_axis(x, 2, factor)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent layers
+# ---------------------------------------------------------------------------------------------
+
+
+def rnn_inputs(x: jax.Array, p: dict) -> jax.Array:
+    """Input projections for all time steps, time-major: (T, B, G*Hd) = x @ w_ih + b_ih."""
+    xi = dense(x, p["w_ih"], p.get("b_ih"))
+    return jnp.swapaxes(xi, 0, 1)
+
+
+def rnn(x: jax.Array, p: dict) -> jax.Array:
+    """Elman RNN (PyTorch's nn.RNN, tanh): h_t = tanh(x_t W_ih + b_ih + h_{t-1} W_hh + b_hh).
+
+    x (B, T, D) -> all hidden states (B, T, Hd); the initial state is zero.
+    """
+    w_hh, b_hh = p["w_hh"], p.get("b_hh")
+    hd = w_hh.shape[0]
+
+    def step(h, xi):
+        h = jnp.tanh(xi + dense(h, w_hh, b_hh))
+        return h, h
+
+    h0 = jnp.zeros((x.shape[0], hd), dtype=x.dtype)
+    _, hs = jax.lax.scan(step, h0, rnn_inputs(x, p))
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def lstm(x: jax.Array, p: dict) -> jax.Array:
+    """LSTM (PyTorch's nn.LSTM, gate order i, f, g, o).
+
+    i, f, o = sigmoid(...), g = tanh(...), c_t = f * c_{t-1} + i * g, h_t = o * tanh(c_t).
+    x (B, T, D) -> all hidden states (B, T, Hd); initial h and c are zero.
+    """
+    w_hh, b_hh = p["w_hh"], p.get("b_hh")
+    hd = w_hh.shape[0]
+
+    def step(carry, xi):
+        h, c = carry
+        gates = xi + dense(h, w_hh, b_hh)
+        i, f, g, o = jnp.split(gates, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+
+    zeros = jnp.zeros((x.shape[0], hd), dtype=x.dtype)
+    _, hs = jax.lax.scan(step, (zeros, zeros), rnn_inputs(x, p))
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def gru(x: jax.Array, p: dict) -> jax.Array:
+    """GRU (PyTorch's nn.GRU, gate order r, z, n).
+
+    r = sigmoid(x W_ir + b_ir + h W_hr + b_hr), z likewise,
+    n = tanh(x W_in + b_in + r * (h W_hn + b_hn)), h_t = (1 - z) * n + z * h_{t-1}.
+    x (B, T, D) -> all hidden states (B, T, Hd); the initial state is zero.
+    """
+    w_hh, b_hh = p["w_hh"], p.get("b_hh")
+    hd = w_hh.shape[0]
+
+    def step(h, xi):
+        hh = dense(h, w_hh, b_hh)
+        xr, xz, xn = jnp.split(xi, 3, axis=-1)
+        hr, hz, hn = jnp.split(hh, 3, axis=-1)
+        r = jax.nn.sigmoid(xr + hr)
+        z = jax.nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        h = (1 - z) * n + z * h
+        return h, h
+
+    h0 = jnp.zeros((x.shape[0], hd), dtype=x.dtype)
+    _, hs = jax.lax.scan(step, h0, rnn_inputs(x, p))
+    return jnp.swapaxes(hs, 0, 1)

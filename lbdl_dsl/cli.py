@@ -1,0 +1,211 @@
+"""``lbdl-compile``: the command line, on top of every other floor.
+
+Exit codes: 0 success, 1 an error in the spec (printed as ``FILE:LINE:COL: error: ...`` with the
+source line, a caret and a hint), 2 a usage error (argparse's), 3 an internal error of ours. No
+traceback is ever shown for anything the user wrote; ``LBDL_DEBUG=1`` shows ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec, parse_value, spec_name
+from lbdl_dsl.core.errors import LbdlError
+
+TEXT_FORMATS = ("ast", "graph", "shapes", "json")
+DIAGRAM_FORMATS = ("dot", "svg", "png", "pdf")
+CODE_FORMATS = ("py",)
+ALL_FORMATS = TEXT_FORMATS + DIAGRAM_FORMATS + CODE_FORMATS
+DEFAULT_FORMATS = ("svg", "png", "py", "json")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lbdl-compile",
+        description="Compile a neural architecture written as The Little Book of Deep Learning "
+        "draws it: check its shapes, count it, draw it, and lower it to JAX.",
+    )
+    p.add_argument("spec", help="the .lbdl file")
+    p.add_argument("--check", action="store_true",
+                   help="parse, build and check only; print the summary and write nothing")
+    p.add_argument("--set", nargs="+", default=[], metavar="K=V",
+                   help="override model parameters or give input symbols values (N=24 D=1024)")
+    p.add_argument("-o", "--output", metavar="OUTDIR",
+                   help="where to write artefacts (default: build/SPECNAME)")
+    p.add_argument("--emit", metavar="FORMATS",
+                   help=f"comma-separated: {','.join(ALL_FORMATS)} "
+                   f"(default without --check: {','.join(DEFAULT_FORMATS)})")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--depth", default="1",
+                   help="summary depth: a number or `all` (default 1, the figure's boxes)")
+    p.add_argument("--expand", default=None, metavar="WHAT",
+                   help="diagram: draw inside block calls: `all`, a block name, or a depth")
+    p.add_argument("--run", action="store_true",
+                   help="jit the model, run it on random inputs and time it")
+    p.add_argument("--batch", type=int, default=2, help="batch size for --run (default 2)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="compute type of the generated code (parameters stay float32)")
+    p.add_argument("--unroll", action="store_true",
+                   help="lower ×N groups as loops instead of jax.lax.scan")
+    return p
+
+
+def _overrides(items: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            parser.error(f"--set takes KEY=VALUE, got {item!r}")
+        out[key.strip()] = parse_value(value)
+    return out
+
+
+def _formats(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    if args.emit is None:
+        return () if args.check else DEFAULT_FORMATS
+    formats = tuple(f.strip() for f in args.emit.split(",") if f.strip())
+    bad = [f for f in formats if f not in ALL_FORMATS]
+    if bad:
+        parser.error(f"unknown format {bad[0]!r}; choose from {', '.join(ALL_FORMATS)}")
+    return formats
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    overrides = _overrides(args.set, parser)
+    formats = _formats(args, parser)
+    depth = None if args.depth == "all" else _int_arg(args.depth, "--depth", parser)
+    try:
+        return _run(args, overrides, formats, depth)
+    except CheckFailed as err:
+        print(err.render(err.compiled.sources), file=sys.stderr)
+        _partial_diagram(err.compiled, args, formats)
+        return 1
+    except LbdlError as err:
+        sources = getattr(err, "sources", None)
+        print(err.render(sources or _sources_for(err)), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - our bug: a short message, the traceback on demand
+        if os.environ.get("LBDL_DEBUG"):
+            raise
+        print(f"{args.spec}: internal error: {type(exc).__name__}: {exc}\n"
+              "hint: this is a bug in lbdl, not in your spec; rerun with LBDL_DEBUG=1 and "
+              "report the traceback", file=sys.stderr)
+        return 3
+
+
+def _int_arg(value: str, name: str, parser: argparse.ArgumentParser) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        parser.error(f"{name} takes a number or `all`")
+        raise
+
+
+def _sources_for(err: LbdlError) -> dict[str, str]:
+    """Read the files an error points into, so that it can show their lines."""
+    out: dict[str, str] = {}
+    for d in err.diagnostics:
+        for span in [d.span, *(n.span for n in d.notes)]:
+            if span is None or span.file in out:
+                continue
+            try:
+                path = Path(span.file)
+                if path.is_file() and path.stat().st_size < 8 * 1024 * 1024:
+                    out[span.file] = path.read_bytes().decode("utf-8", "replace")
+            except OSError:
+                pass
+    return out
+
+
+def _run(args, overrides, formats, depth) -> int:
+    compiled = compile_spec(Path(args.spec), overrides=overrides)
+    checked = compiled.checked
+    from lbdl_dsl import report
+
+    if args.json:
+        sys.stdout.write(report.dumps(checked))
+    else:
+        sys.stdout.write(report.render_table(checked, depth, terminal=sys.stdout.isatty()))
+    if formats:
+        outdir = Path(args.output) if args.output else Path("build") / spec_name(args.spec)
+        for path in write_artefacts(compiled, formats, outdir, args):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.run:
+        _run_model(compiled, args)
+    return 0
+
+
+def write_artefacts(compiled: Compiled, formats, outdir: Path, args) -> list[Path]:
+    """Write each requested format; returns the paths written."""
+    from lbdl_dsl.compiler import textform
+    from lbdl_dsl.output import write_atomic
+
+    name = spec_name(compiled.file)
+    written = []
+    for fmt in formats:
+        if fmt == "ast":
+            data: str | bytes = textform.ast_text(compiled.ast)
+            target = outdir / f"{name}.ast.txt"
+        elif fmt == "graph":
+            data, target = textform.graph_text(compiled.program), outdir / f"{name}.graph.txt"
+        elif fmt == "shapes":
+            data, target = textform.shapes_text(compiled.checked), outdir / f"{name}.shapes.txt"
+        elif fmt == "json":
+            from lbdl_dsl import report
+
+            data, target = report.dumps(compiled.checked), outdir / f"{name}.json"
+        elif fmt in DIAGRAM_FORMATS:
+            from lbdl_dsl.backends import diagram
+
+            dot = diagram.to_dot(compiled, expand=args.expand)
+            data = dot if fmt == "dot" else diagram.render(dot, fmt)
+            target = outdir / f"{name}.{fmt}"
+        else:
+            from lbdl_dsl.backends.jax import codegen
+
+            data = codegen.generate(compiled, unroll=args.unroll, dtype=args.dtype)
+            target = outdir / f"{name}.py"
+        written.append(write_atomic(target, data))
+    return written
+
+
+def _partial_diagram(compiled: Compiled, args, formats) -> None:
+    """When the checker failed, still draw what it could, with the failing box in red."""
+    wanted = [f for f in formats if f in DIAGRAM_FORMATS]
+    if not wanted or compiled.checked is None:
+        return
+    try:
+        from lbdl_dsl.backends import diagram
+        from lbdl_dsl.output import write_atomic
+
+        outdir = Path(args.output) if args.output else Path("build") / spec_name(args.spec)
+        dot = diagram.to_dot(compiled, expand=args.expand)
+        for fmt in wanted:
+            data = dot if fmt == "dot" else diagram.render(dot, fmt)
+            path = write_atomic(outdir / f"{spec_name(args.spec)}.{fmt}", data)
+            print(f"wrote {path} (up to the error)", file=sys.stderr)
+    except LbdlError as err:
+        print(err.render(), file=sys.stderr)
+
+
+def _run_model(compiled: Compiled, args) -> None:
+    from lbdl_dsl.backends.jax import runner
+
+    t0 = time.perf_counter()
+    result = runner.run(compiled, batch=args.batch, unroll=args.unroll, dtype=args.dtype)
+    for line in result.lines():
+        print(line)
+    del t0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,553 @@
+"""Stage 2, build: syntax trees → a `Program` of graphs.
+
+Reads the statements of each block and of the model top to bottom, keeping "the tensor flowing
+down" as the figures do: a box consumes it (and any tensors named in parentheses) and becomes it.
+Names given with ``->`` are skip connections at any distance; groups (``×N:``, ``residual:``) get
+their own graph and capture outer names through extra input ports. Everything that can be wrong
+without knowing shapes is reported here: unknown layers and hyper-parameters, names undefined,
+duplicated or used before their definition, unused inputs, blocks that call themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from lbdl_dsl.compiler import ast
+from lbdl_dsl.compiler.graph import (
+    Annotation,
+    Block,
+    Graph,
+    HValue,
+    Model,
+    Node,
+    ParamDecl,
+    ParamRef,
+    Program,
+    TensorSig,
+)
+from lbdl_dsl.compiler.hparams import check_symbols, default_value, normalise
+from lbdl_dsl.compiler.imports import Loaded
+from lbdl_dsl.compiler.limits import MAX_REPEAT
+from lbdl_dsl.core.errors import LbdlError, Note, Span, did_you_mean
+from lbdl_dsl.core.layers import LAYERS, lookup
+from lbdl_dsl.core.symbolic import Expr
+
+_COUNTED = ("params", "state", "macs")
+
+
+def slug(op: str) -> str:
+    """An identifier-safe form of a layer or block name, for node ids."""
+    if op == "+":
+        return "add"
+    return re.sub(r"\W+", "_", op).strip("_") or "node"
+
+
+@dataclass
+class _Scope:
+    """A graph under construction and the names visible in it."""
+
+    graph: Graph
+    known: set[str]  # symbols usable in sizes: parameters and shape symbols
+    params: set[str]  # parameter names (for `causal=causal`)
+    parent: _Scope | None = None
+    current: str | None = None
+    counters: Counter = field(default_factory=Counter)
+    name_spans: dict[str, Span] = field(default_factory=dict)
+    later: dict[str, Span] = field(default_factory=dict)  # names defined further down
+    captures: list[str] = field(default_factory=list)  # outer node ids, by port (from 1)
+    in_model: bool = False
+    top: bool = False  # the model's or block's own body, not a group inside it
+
+    def new_id(self, op: str) -> str:
+        base = slug(op)
+        n = self.counters[base]
+        self.counters[base] += 1
+        return f"{base}_{n}"
+
+
+class _Builder:
+    def __init__(self, blocks_ast: dict[str, ast.BlockDef]) -> None:
+        self.blocks_ast = blocks_ast
+
+    # -- names ----------------------------------------------------------------------------------
+    def resolve(self, scope: _Scope, ref: ast.Ref) -> str:
+        if ref.name in scope.graph.names:
+            return scope.graph.names[ref.name]
+        if scope.parent is not None:
+            try:
+                outer = self.resolve(scope.parent, ref)
+            except LbdlError:
+                outer = None
+            if outer is not None:
+                port = len(scope.graph.inputs)
+                nid = f"capture_{port}"
+                scope.graph.add(Node(nid, "input", "", ref.span, name=ref.name))
+                scope.graph.inputs.append(nid)
+                scope.graph.names[ref.name] = nid
+                scope.captures.append(outer)
+                return nid
+        if ref.name in scope.later:
+            raise LbdlError(
+                f"`{ref.name}` is used before it is defined",
+                ref.span,
+                notes=[Note("it is defined here", scope.later[ref.name])],
+                hint="a box can only read tensors made above it",
+            )
+        known = set(scope.graph.names)
+        s: _Scope | None = scope.parent
+        while s is not None:
+            known |= set(s.graph.names)
+            s = s.parent
+        raise LbdlError(
+            f"undefined name `{ref.name}`",
+            ref.span,
+            hint=did_you_mean(ref.name, known) or "name a tensor with `-> NAME` before using it",
+        )
+
+    def define(self, scope: _Scope, ref: ast.Ref, node_id: str) -> None:
+        if ref.name in scope.graph.names and not scope.graph.names[ref.name].startswith(
+            "capture_"
+        ):
+            raise LbdlError(
+                f"`{ref.name}` is defined twice",
+                ref.span,
+                notes=[Note("first defined here", scope.name_spans[ref.name])],
+                hint="give each tensor its own name",
+            )
+        scope.graph.names[ref.name] = node_id
+        scope.name_spans[ref.name] = ref.span
+        scope.later.pop(ref.name, None)
+
+    def flowing(self, scope: _Scope, span: Span) -> str:
+        if scope.current is None:
+            raise LbdlError(
+                "this box has no input",
+                span,
+                hint="declare `input X: SHAPE` above it, or start from a named tensor with "
+                "`from NAME`",
+            )
+        return scope.current
+
+    # -- statements -----------------------------------------------------------------------------
+    def body(self, scope: _Scope, stmts: tuple[ast.Stmt, ...]) -> None:
+        for name, span in _defined_names(stmts):
+            scope.later.setdefault(name, span)
+        for stmt in stmts:
+            handler = getattr(self, f"_{type(stmt).__name__}")
+            handler(scope, stmt)
+
+    def _InputDecl(self, scope: _Scope, st: ast.InputDecl) -> None:
+        if not (scope.in_model and scope.top):
+            raise LbdlError(
+                "inputs are declared in the model's own body",
+                st.span,
+                hint="a block receives its inputs through `on ...` in its header",
+            )
+        dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
+        vocab = check_symbols(st.vocab, scope.known, "range") if st.vocab else None
+        nid = f"input:{st.name.name}"
+        node = Node(nid, "input", "", st.span, annotation=_annot(st.shape, dims),
+                    name=st.name.name, dtype=st.dtype, vocab=vocab)
+        self.define(scope, st.name, nid)
+        scope.graph.add(node)
+        scope.graph.inputs.append(nid)
+        scope.current = nid
+
+    def _OutputDecl(self, scope: _Scope, st: ast.OutputDecl) -> None:
+        if not (scope.in_model and scope.top):
+            raise LbdlError("outputs are declared in the model's own body", st.span,
+                            hint="a block's output is its last tensor")
+        if st.name.name in scope.graph.names:
+            nid = scope.graph.names[st.name.name]
+        else:
+            nid = self.flowing(scope, st.span)
+            self.define(scope, st.name, nid)
+        if any(name == st.name.name for name, _ in scope.graph.outputs):
+            raise LbdlError(f"`{st.name.name}` is already an output", st.name.span)
+        scope.graph.outputs.append((st.name.name, nid))
+
+    def _FromStmt(self, scope: _Scope, st: ast.FromStmt) -> None:
+        scope.current = self.resolve(scope, st.name)
+
+    def _NameStmt(self, scope: _Scope, st: ast.NameStmt) -> None:
+        self.define(scope, st.name, self.flowing(scope, st.span))
+
+    def _AssertCount(self, scope: _Scope, st: ast.AssertCount) -> None:
+        if st.quantity.name not in _COUNTED:
+            raise LbdlError(
+                f"cannot assert on `{st.quantity.name}`",
+                st.quantity.span,
+                hint="assert on `params`, `state` or `macs`, or on a tensor's shape with "
+                "`assert NAME: SHAPE`",
+            )
+        if not (scope.in_model and scope.top):
+            raise LbdlError("count assertions belong in the model's own body", st.span)
+        if not isinstance(st.value, ast.SizeExpr):
+            raise LbdlError("compare with a whole number, e.g. `26M`", st.value.span)
+        scope.graph.asserts.append(("count", st.quantity.name, st.op, _metric(st.value), st.span))
+
+    def _AssertShape(self, scope: _Scope, st: ast.AssertShape) -> None:
+        nid = self.resolve(scope, st.name)
+        dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
+        scope.graph.asserts.append(("shape", nid, _annot(st.shape, dims), st.span))
+
+    def _RepeatGroup(self, scope: _Scope, st: ast.RepeatGroup) -> None:
+        count = self.count(scope, st.count)
+        body, sub = self.subgraph(scope, st.body)
+        node = Node(scope.new_id("repeat"), "repeat", "", st.span, body=body, count=count,
+                    count_span=st.count.span)
+        self.emit(scope, node, [self.flowing(scope, st.span), *sub.captures])
+
+    def _ResidualGroup(self, scope: _Scope, st: ast.ResidualGroup) -> None:
+        x = self.flowing(scope, st.span)
+        body, sub = self.subgraph(scope, st.body)
+        short, captures = None, list(sub.captures)
+        if st.shortcut is not None:
+            short, ssub = self.subgraph(scope, st.shortcut)
+            captures += ssub.captures  # ports: x, the body's captures, the shortcut's
+        node = Node(scope.new_id("residual"), "residual", "", st.span, body=body, shortcut=short)
+        self.emit(scope, node, [x, *captures])
+
+    def _Box(self, scope: _Scope, st: ast.Box) -> None:
+        if st.count is not None:
+            group = ast.RepeatGroup(st.count, (_replace_count(st),), st.span)
+            self._RepeatGroup(scope, group)
+            if st.name is not None:
+                self.define(scope, st.name, scope.current)
+            return
+        inputs = [self.flowing(scope, st.span)] + [self.resolve(scope, r) for r in st.args]
+        annotation = (
+            _annot(st.shape, tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims))
+            if st.shape
+            else None
+        )
+        layer = lookup(st.op)
+        if layer is not None:
+            node = self.layer_node(scope, st, layer, inputs, annotation)
+        elif st.op in self.blocks_ast:
+            node = self.call_node(scope, st, inputs, annotation)
+        else:
+            raise LbdlError(
+                f"unknown layer `{st.op}`",
+                st.op_span,
+                hint=did_you_mean(st.op, [*LAYERS, *self.blocks_ast])
+                or "see docs/layers.md for the layers, or define a block with this name",
+            )
+        self.emit(scope, node, inputs)
+        if st.name is not None:
+            self.define(scope, st.name, node.id)
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def emit(self, scope: _Scope, node: Node, inputs: list[str]) -> None:
+        scope.graph.add(node, inputs)
+        scope.current = node.id
+
+    def count(self, scope: _Scope, value: ast.SizeExpr) -> Expr:
+        expr = check_symbols(value, scope.known, "repeat count")
+        n = expr.as_int()
+        if expr.is_const and (n is None or n < 1):
+            raise LbdlError(f"×{value.text} repeats nothing", value.span,
+                            hint="a repeat count is a whole number ≥ 1")
+        if n is not None and n > MAX_REPEAT:
+            raise LbdlError(
+                f"×{n:,} is more than the {MAX_REPEAT:,} copies a spec may repeat",
+                value.span,
+                hint="is a digit too many? (docs/language.md, Limits)",
+            )
+        return expr
+
+    def subgraph(self, scope: _Scope, stmts: tuple[ast.Stmt, ...]) -> tuple[Graph, _Scope]:
+        sub = _Scope(Graph(), scope.known, scope.params, parent=scope, in_model=scope.in_model)
+        first = scope.graph.node(self.flowing(scope, stmts[0].span)) if stmts else None
+        sub.graph.add(Node("input", "input", "", first.span if first else Span.point("", 1, 1)))
+        sub.graph.inputs.append("input")
+        sub.current = "input"
+        self.body(sub, stmts)
+        sub.graph.result = sub.current
+        return sub.graph, sub
+
+    def layer_node(self, scope: _Scope, st: ast.Box, layer, inputs, annotation) -> Node:
+        lo, hi = layer.arity
+        if not lo <= len(inputs) <= hi:
+            extra = "" if hi == 1 else f" (the flowing tensor and {lo - 1} named in parentheses)"
+            raise LbdlError(
+                f"`{layer.name}` takes {lo if lo == hi else f'{lo} to {hi}'} input"
+                f"{'s' if hi > 1 else ''}{extra}, got {len(inputs)}",
+                st.span,
+                hint="name extra inputs in parentheses: `cross-att(Z)`" if hi > 1
+                else f"`{layer.name}` reads only the flowing tensor",
+            )
+        values: dict[str, HValue] = {}
+        shares = None
+        for hp in st.hparams:
+            if hp.key == "tie":
+                shares = self.tie(scope, layer, hp)
+                continue
+            decl = layer.hparam(hp.key)
+            if decl is None:
+                names = [h.name for h in layer.hparams]
+                raise LbdlError(
+                    f"`{layer.name}` has no hyper-parameter `{hp.key}`",
+                    hp.span,
+                    hint=did_you_mean(hp.key, names)
+                    or (f"its hyper-parameters are {', '.join(names)}" if names
+                        else f"`{layer.name}` takes none"),
+                )
+            values[hp.key] = normalise(layer, decl, hp.value, scope.known, scope.params)
+        explicit = frozenset(values)
+        filled = {name for name, _ in layer.from_annotation}
+        for decl in layer.hparams:
+            if decl.name in values:
+                continue
+            if decl.required and not (decl.name in filled and annotation is not None):
+                raise LbdlError(
+                    f"`{layer.name}` needs `{decl.name}` ({decl.doc})",
+                    st.op_span,
+                    hint=f"write `{decl.name}=...`"
+                    + (" or the output shape at the right of the box" if decl.name in filled
+                       else ""),
+                )
+            values[decl.name] = None if decl.required else default_value(layer, decl)
+        return Node(
+            scope.new_id(layer.name), "layer", layer.name, st.span, tuple(values.items()),
+            annotation, explicit=explicit, shares=shares,
+        )
+
+    def tie(self, scope: _Scope, layer, hp: ast.HParam) -> str:
+        name = getattr(hp.value, "bare_name", None)
+        if name is None:
+            raise LbdlError("`tie` names the tensor made by the layer to share", hp.value.span,
+                            hint="e.g. `embed D=768 -> tokens` ... `fc V tie=tokens`")
+        nid = self.resolve(scope, ast.Ref(name, hp.value.span))
+        other = scope.graph.node(nid)
+        allowed = {op for op, _ in layer.ties} | {layer.name}
+        if other.kind != "layer" or other.op not in allowed:
+            raise LbdlError(
+                f"`{layer.name}` cannot share the parameters of `{other.op or name}`",
+                hp.value.span,
+                hint=f"`{layer.name}` can share with: {', '.join(sorted(allowed))}",
+            )
+        return nid
+
+    def call_node(self, scope: _Scope, st: ast.Box, inputs, annotation) -> Node:
+        block = self.blocks_ast[st.op]
+        if len(inputs) != len(block.inputs):
+            raise LbdlError(
+                f"block `{block.name}` takes {len(block.inputs)} input(s), got {len(inputs)}",
+                st.span,
+                notes=[Note("defined here", block.name_span)],
+            )
+        declared = {p.name: p for p in block.params}
+        values: dict[str, HValue] = {}
+        for hp in st.hparams:
+            if hp.key not in declared:
+                raise LbdlError(
+                    f"block `{block.name}` has no parameter `{hp.key}`",
+                    hp.span,
+                    hint=did_you_mean(hp.key, declared) or f"its parameters are "
+                    f"{', '.join(declared) or 'none'}",
+                    notes=[Note("defined here", block.name_span)],
+                )
+            values[hp.key] = _arg_value(hp.value, scope)
+        for p in block.params:
+            if p.name not in values and p.default is None:
+                raise LbdlError(
+                    f"block `{block.name}` needs `{p.name}`",
+                    st.op_span,
+                    hint=f"write `{block.name} {p.name}=...`",
+                    notes=[Note("defined here", p.span)],
+                )
+        return Node(scope.new_id(block.name), "call", block.name, st.span, tuple(values.items()),
+                    annotation, explicit=frozenset(values))
+
+
+def _arg_value(value: ast.Value, scope: _Scope) -> HValue:
+    """A block argument: a size, a boolean, a float or a word; typed where it is used."""
+    if isinstance(value, ast.Literal):
+        return value.value
+    if isinstance(value, ast.TupleValue):
+        return tuple(check_symbols(v, scope.known, "argument") for v in value.items)
+    if value.bare_name in ("true", "True", "false", "False"):
+        return value.bare_name.lower() == "true"
+    if value.bare_name is not None and value.bare_name not in scope.known:
+        return value.bare_name  # a word: a choice such as mode=bilinear
+    if value.bare_name is not None and value.bare_name in scope.params:
+        return ParamRef(value.bare_name, value.span)
+    return check_symbols(value, scope.known, "argument")
+
+
+def _annot(shape: ast.ShapeAST, dims: tuple[Expr, ...]) -> Annotation:
+    return Annotation(dims, tuple(d.text for d in shape.dims), tuple(d.span for d in shape.dims),
+                      shape.span)
+
+
+_SUFFIX = {"K": 10**3, "k": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def _metric(value: ast.SizeExpr) -> int:
+    """``26M`` → 26,000,000: the written number, with a metric suffix if any."""
+    expr = value.expr
+    if expr.is_const and expr.const_value.denominator == 1:
+        return int(expr.const_value)
+    if len(expr.terms) == 1:
+        mono, coef = expr.terms[0]
+        if len(mono) == 1 and mono[0][1] == 1 and mono[0][0] in _SUFFIX:
+            result = coef * _SUFFIX[mono[0][0]]
+            if result.denominator == 1:
+                return int(result)
+    raise LbdlError(f"`{value.text}` is not a count", value.span,
+                    hint="write a whole number, optionally with K, M, B or G: `26M`")
+
+
+def _defined_names(stmts: tuple[ast.Stmt, ...]) -> list[tuple[str, Span]]:
+    out = []
+    for st in stmts:
+        ref = getattr(st, "name", None)
+        if isinstance(ref, ast.Ref) and not isinstance(st, (ast.FromStmt, ast.AssertShape)):
+            out.append((ref.name, ref.span))
+    return out
+
+
+def _replace_count(st: ast.Box) -> ast.Box:
+    return ast.Box(st.op, st.op_span, st.args, None, st.hparams, st.shape, None, st.span)
+
+
+def _symbols_of(shapes: list[ast.ShapeAST]) -> set[str]:
+    out: set[str] = set()
+    for shape in shapes:
+        for d in shape.dims:
+            out |= d.expr.free_symbols
+    return out
+
+
+def _param_decls(params: tuple[ast.Param, ...], known: set[str]) -> tuple[ParamDecl, ...]:
+    out = []
+    for p in params:
+        default: HValue = None
+        if p.default is not None:
+            if isinstance(p.default, ast.Literal):
+                default = p.default.value
+            elif isinstance(p.default, ast.TupleValue):
+                default = tuple(check_symbols(v, known, "default") for v in p.default.items)
+            elif p.default.bare_name in ("true", "True", "false", "False"):
+                default = p.default.bare_name.lower() == "true"
+            elif p.default.bare_name is not None and p.default.bare_name not in known:
+                default = p.default.bare_name
+            else:
+                default = check_symbols(p.default, known, "default")
+        out.append(ParamDecl(p.name, default, p.span))
+        known = known | {p.name}
+    return tuple(out)
+
+
+def build(loaded: Loaded) -> Program:
+    """The program of the main file's model, with every block it can reach."""
+    blocks_ast: dict[str, ast.BlockDef] = {}
+    for module in loaded.modules:
+        for b in module.blocks:
+            if lookup(b.name) is not None:
+                raise LbdlError(
+                    f"block `{b.name}` has the name of a built-in layer",
+                    b.name_span,
+                    hint="give the block another name, e.g. `my-" + b.name + "`",
+                )
+            if b.name in blocks_ast:
+                raise LbdlError(
+                    f"block `{b.name}` is defined twice",
+                    b.name_span,
+                    notes=[Note("first defined here", blocks_ast[b.name].name_span)],
+                )
+            blocks_ast[b.name] = b
+    builder = _Builder(blocks_ast)
+    blocks = {name: _build_block(builder, b) for name, b in blocks_ast.items()}
+    main = loaded.main
+    if not main.models:
+        raise LbdlError(
+            "this spec defines no model",
+            Span.point(main.file, 1, 1),
+            hint="a spec has one `model NAME:`; a file of blocks is imported by one",
+        )
+    if len(main.models) > 1:
+        raise LbdlError(
+            "a spec defines one model",
+            main.models[1].name_span,
+            notes=[Note("the first model is here", main.models[0].name_span)],
+            hint="put each model in its own file; share blocks through an import",
+        )
+    model = _build_model(builder, main.models[0])
+    program = Program(model, blocks, dict(loaded.sources), main.file)
+    _check_recursion(program)
+    return program
+
+
+def _build_block(builder: _Builder, b: ast.BlockDef) -> Block:
+    known = {p.name for p in b.params}
+    params = _param_decls(b.params, set())
+    known |= _symbols_of([t.shape for t in b.inputs])
+    scope = _Scope(Graph(), known, {p.name for p in b.params}, top=True)
+    sigs = []
+    for i, pat in enumerate(b.inputs):
+        dims = tuple(d.expr for d in pat.shape.dims)
+        sigs.append(TensorSig(pat.name, dims, tuple(d.text for d in pat.shape.dims), pat.span))
+        nid = "input" if i == 0 else f"input_{i}"
+        scope.graph.add(Node(nid, "input", "", pat.span, annotation=_annot(pat.shape, dims),
+                             name=pat.name))
+        scope.graph.inputs.append(nid)
+        if pat.name:
+            builder.define(scope, ast.Ref(pat.name, pat.span), nid)
+    scope.current = "input"
+    builder.body(scope, b.body)
+    scope.graph.result = scope.current
+    return Block(b.name, params, tuple(sigs), scope.graph, b.span)
+
+
+def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:
+    inputs = [s for s in m.body if isinstance(s, ast.InputDecl)]
+    if not inputs:
+        raise LbdlError(
+            f"model `{m.name}` has no input",
+            m.name_span,
+            hint="declare one as its first line, e.g. `input X: 3×224×224`",
+        )
+    params = _param_decls(m.params, set())
+    known = {p.name for p in m.params} | _symbols_of([i.shape for i in inputs])
+    known |= {s for i in inputs if i.vocab for s in i.vocab.expr.free_symbols}
+    scope = _Scope(Graph(), known, {p.name for p in m.params}, in_model=True, top=True)
+    builder.body(scope, m.body)
+    graph = scope.graph
+    graph.result = scope.current
+    if not graph.outputs:
+        graph.outputs.append(("Y", scope.current))
+    for nid in graph.inputs:
+        if graph.g.out_degree(nid) == 0 and nid not in {o for _, o in graph.outputs}:
+            node = graph.node(nid)
+            raise LbdlError(
+                f"input `{node.name}` is never used",
+                node.span,
+                hint=f"read it with `from {node.name}` or `+({node.name})`, or remove it",
+            )
+    return Model(m.name, params, graph, m.span)
+
+
+def _check_recursion(program: Program) -> None:
+    from lbdl_dsl.compiler.graph import walk
+
+    calls: dict[str, list[Node]] = {}
+    for name, block in program.blocks.items():
+        calls[name] = [n for _, n in walk(block.body) if n.kind == "call"]
+
+    def visit(name: str, path: list[str], site: Node | None) -> None:
+        if name in path:
+            cycle = " → ".join(path[path.index(name):] + [name])
+            raise LbdlError(
+                f"block `{name}` calls itself: {cycle}",
+                site.span if site else program.blocks[name].span,
+                hint="a block cannot contain itself; repeat it with ×N instead",
+            )
+        for call in calls.get(name, []):
+            visit(call.op, path + [name], call)
+
+    for name in sorted(program.blocks):
+        visit(name, [], None)

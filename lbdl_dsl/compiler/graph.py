@@ -1,0 +1,234 @@
+"""The graph: what every stage after the parser reads.
+
+A `Graph` wraps a networkx ``MultiDiGraph`` whose nodes are layer applications and whose edges are
+tensors, each edge carrying the input ``port`` it feeds (concat and cross-attention care about
+order; ``x + x`` needs two parallel edges, hence the multigraph). Composite boxes keep their
+inside as hierarchy instead of being flattened, so the diagram can frame them and the JAX backend
+can scan them:
+
+- ``call``: a use of a block definition, whose body lives once in `Program.blocks`;
+- ``repeat``: a ×N frame, whose `body` graph is one copy;
+- ``residual``: a group whose input is added to its output, with an optional `shortcut` graph.
+
+A body graph receives its inputs through ``input`` nodes (port 0 is the tensor flowing in, later
+ports the tensors it captures by name from around it) and returns the output of its `result` node.
+networkx enforces nothing, so `verify` checks the invariants; tests run it after every stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import networkx as nx
+
+from lbdl_dsl.core.errors import Span
+from lbdl_dsl.core.symbolic import Expr
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """A hyper-parameter given by the name of a block or model parameter (``causal=causal``)."""
+
+    name: str
+    span: Span
+
+    def __str__(self) -> str:
+        return self.name
+
+
+HValue = Union[Expr, tuple, float, bool, str, ParamRef, None]
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """The shape written at the right of a box: a check, and the source of a left-out size."""
+
+    dims: tuple[Expr, ...]
+    texts: tuple[str, ...]
+    spans: tuple[Span, ...]
+    span: Span
+
+    @property
+    def text(self) -> str:
+        return "×".join(self.texts)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One box. ``id`` is unique in its graph and stable: it names parameters and code."""
+
+    id: str
+    kind: str  # "input" | "layer" | "call" | "repeat" | "residual"
+    op: str  # the layer's canonical name, the block's name, or "" for inputs and groups
+    span: Span
+    hparams: tuple[tuple[str, HValue], ...] = ()
+    annotation: Annotation | None = None
+    name: str | None = None  # the tensor name given with `->` (or the input's name)
+    body: Graph | None = None
+    shortcut: Graph | None = None
+    count: Expr | None = None
+    count_span: Span | None = None
+    explicit: frozenset[str] = frozenset()  # hyper-parameters the spec wrote (drawn in blue)
+    dtype: str = "float"  # inputs: "float", "int" or "bool"
+    vocab: Expr | None = None  # int inputs: values in [0, vocab)
+    shares: str | None = None  # id of the layer whose parameters this one reuses
+
+    @property
+    def hp(self) -> dict[str, HValue]:
+        return dict(self.hparams)
+
+
+@dataclass
+class Graph:
+    """One scope: a model body, a block body, a ×N copy or a residual path."""
+
+    g: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph)
+    inputs: list[str] = field(default_factory=list)  # input node ids, by port
+    result: str | None = None  # the node whose output leaves the scope
+    outputs: list[tuple[str, str]] = field(default_factory=list)  # model outputs: (name, id)
+    names: dict[str, str] = field(default_factory=dict)  # tensor name → node id
+    asserts: list[Any] = field(default_factory=list)
+
+    def add(self, node: Node, inputs: list[str] = ()) -> str:
+        self.g.add_node(node.id, node=node)
+        for port, src in enumerate(inputs):
+            self.g.add_edge(src, node.id, port=port)
+        return node.id
+
+    def node(self, node_id: str) -> Node:
+        return self.g.nodes[node_id]["node"]
+
+    def preds(self, node_id: str) -> list[str]:
+        """The node's inputs, in port order."""
+        edges = sorted(self.g.in_edges(node_id, data="port"), key=lambda e: e[2])
+        return [u for u, _, _ in edges]
+
+    def order(self) -> list[str]:
+        """Topological order, ties broken by source position then id: the same every time."""
+
+        def key(nid: str) -> tuple:
+            n = self.node(nid)
+            return (n.span.line, n.span.column, n.id)
+
+        return list(nx.lexicographical_topological_sort(self.g, key=key))
+
+    def nodes(self) -> Iterator[Node]:
+        for nid in self.order():
+            yield self.node(nid)
+
+
+@dataclass(frozen=True)
+class ParamDecl:
+    name: str
+    default: HValue
+    span: Span
+
+
+@dataclass(frozen=True)
+class TensorSig:
+    """An input of a block: a name (or None for the flowing tensor) and its shape pattern."""
+
+    name: str | None
+    dims: tuple[Expr, ...]
+    texts: tuple[str, ...]
+    span: Span
+
+
+@dataclass
+class Block:
+    name: str
+    params: tuple[ParamDecl, ...]
+    inputs: tuple[TensorSig, ...]
+    body: Graph
+    span: Span
+
+
+@dataclass
+class Model:
+    name: str
+    params: tuple[ParamDecl, ...]
+    body: Graph
+    span: Span
+
+
+@dataclass
+class Program:
+    """Everything the compiler knows after building: the model, its blocks, the source texts."""
+
+    model: Model
+    blocks: dict[str, Block]
+    sources: dict[str, str]
+    main_file: str
+    bindings: dict[str, Any] = field(default_factory=dict)  # model parameters, after --set
+
+
+def walk(graph: Graph, blocks: dict[str, Block] | None = None) -> Iterator[tuple[Graph, Node]]:
+    """Every node of a graph and of the bodies inside it (block bodies once each, if given)."""
+    seen: set[str] = set()
+
+    def visit(gr: Graph) -> Iterator[tuple[Graph, Node]]:
+        for node in gr.nodes():
+            yield gr, node
+            for sub in (node.body, node.shortcut):
+                if sub is not None:
+                    yield from visit(sub)
+            if node.kind == "call" and blocks is not None and node.op not in seen:
+                seen.add(node.op)
+                yield from visit(blocks[node.op].body)
+
+    yield from visit(graph)
+
+
+class GraphInvariantError(AssertionError):
+    """The compiler built a graph that breaks its own rules: our bug, never the user's."""
+
+
+def verify(program: Program, known_ops: set[str] | None = None) -> None:
+    """Check the invariants every stage relies on; raises `GraphInvariantError`."""
+    graphs = [("model", program.model.body)] + [(b, blk.body) for b, blk in program.blocks.items()]
+    for where, graph in graphs:
+        _verify_graph(graph, where, program, known_ops)
+
+
+def _verify_graph(graph: Graph, where: str, program: Program, known: set[str] | None) -> None:
+    def fail(msg: str) -> None:
+        raise GraphInvariantError(f"{where}: {msg}")
+
+    if not nx.is_directed_acyclic_graph(graph.g):
+        fail("cycle")
+    for nid in graph.g.nodes:
+        data = graph.g.nodes[nid]
+        if "node" not in data:
+            fail(f"node {nid} has no payload")
+        node: Node = data["node"]
+        if node.id != nid:
+            fail(f"node {nid} carries id {node.id}")
+        if not isinstance(node.span, Span):
+            fail(f"node {nid} has no span")
+        ports = sorted(p for _, _, p in graph.g.in_edges(nid, data="port"))
+        if ports != list(range(len(ports))):
+            fail(f"node {nid} has ports {ports}")
+        if node.kind == "input" and ports:
+            fail(f"input {nid} has inputs")
+        if node.kind == "layer" and known is not None and node.op not in known:
+            fail(f"unknown op {node.op} at {nid}")
+        if node.kind == "call" and node.op not in program.blocks:
+            fail(f"call of unknown block {node.op}")
+        if node.kind in ("repeat", "residual"):
+            if node.body is None or node.body.result is None:
+                fail(f"group {nid} has no body")
+            _verify_graph(node.body, f"{where}/{nid}", program, known)
+            if node.shortcut is not None:
+                _verify_graph(node.shortcut, f"{where}/{nid}:shortcut", program, known)
+            expected = len(node.body.inputs) + (
+                len(node.shortcut.inputs) - 1 if node.shortcut is not None else 0
+            )
+            if len(ports) != expected:
+                fail(f"group {nid} has {len(ports)} inputs for {expected} ports")
+    for i in graph.inputs:
+        if i not in graph.g or graph.node(i).kind != "input":
+            fail(f"input {i} missing")
+    if graph.result is not None and graph.result not in graph.g:
+        fail(f"result {graph.result} missing")

@@ -1,0 +1,465 @@
+"""Stage 3, check: infer every tensor's shape symbolically, check it, and count.
+
+Walks the model's graph in data-flow order with an environment of known values (the model's
+parameters, then inside each block call the symbols its input pattern binds: C, H, W, S...). Each
+box asks its registry entry for the output shape; the annotation at its right is checked against
+it, or supplies a size the spec left out (the output channels of ``fc`` and ``conv-2d``). A failed
+box poisons only what depends on it, so independent failures are all reported in one run.
+Identical block calls are checked once (memoised) and a ×N group stops re-checking as soon as a
+copy sees the shapes of the copy before it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lbdl_dsl.compiler.graph import Graph, Node, ParamRef, Program
+from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, compute_totals, numel
+from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS
+from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
+from lbdl_dsl.core.layers import Ctx, ShapeFailure, lookup
+from lbdl_dsl.core.layers.base import fmt_shape
+from lbdl_dsl.core.symbolic import Expr, InexactDivision
+
+_MAX_DIAGNOSTICS = 20
+
+
+class _Poisoned(Exception):
+    """An input of this box already failed; its failure has been reported."""
+
+
+def _where(node: Node) -> str:
+    what = node.op or {"repeat": "×N group", "residual": "residual group"}.get(node.kind, "input")
+    if node.kind == "input":
+        return f"input `{node.name}`" if node.name else "the block's input"
+    return f"`{what}` at line {node.span.line}"
+
+
+def _subs(value: Any, env: dict[str, Any]) -> Any:
+    exprs = {k: v for k, v in env.items() if isinstance(v, Expr)}
+    if isinstance(value, Expr):
+        return value.subs(exprs)
+    if isinstance(value, tuple):
+        return tuple(_subs(v, env) for v in value)
+    if isinstance(value, ParamRef):
+        if value.name not in env:
+            raise LbdlError(f"no value for parameter `{value.name}`", value.span)
+        return env[value.name]
+    return value
+
+
+class Checker:
+    def __init__(self, program: Program, env: dict[str, Any]) -> None:
+        self.program = program
+        self.env = env
+        self.diagnostics: list[Diagnostic] = []
+        self.assumptions: list[str] = []
+        self.memo: dict[tuple, tuple[list[Inst], Tensor | None, dict]] = {}
+        self.stack: list[tuple[str, Span]] = []  # block calls being checked, for notes
+        self.layers_seen = 0
+
+    # -- reporting ------------------------------------------------------------------------------
+    def report(self, err: LbdlError) -> None:
+        for d in err.diagnostics:
+            notes = d.notes + tuple(
+                Note(f"in block `{name}`, used here", span) for name, span in reversed(self.stack)
+            )
+            diag = Diagnostic(d.message, d.span, d.hint, notes)
+            if diag not in self.diagnostics and len(self.diagnostics) < _MAX_DIAGNOSTICS:
+                self.diagnostics.append(diag)
+
+    # -- graphs ---------------------------------------------------------------------------------
+    def graph(self, graph: Graph, ins: list[Tensor | None], env: dict[str, Any]):
+        """Check one scope; returns its instances, its result tensor, and every node's output."""
+        outs: dict[str, Tensor | None] = {}
+        for nid, t in zip(graph.inputs, ins):
+            outs[nid] = t
+        insts: list[Inst] = []
+        for nid in graph.order():
+            node = graph.node(nid)
+            if node.kind == "input":
+                if nid not in outs:
+                    try:
+                        outs[nid] = self.model_input(node, env)
+                    except LbdlError as err:
+                        self.report(err)
+                        outs[nid] = None
+                continue
+            inputs = [outs[u] for u in graph.preds(nid)]
+            inst = Inst(node, [t for t in inputs if t is not None])
+            insts.append(inst)
+            if any(t is None for t in inputs):
+                outs[nid] = None
+                continue
+            try:
+                inst.output = self.box(inst, graph, env, outs)
+            except LbdlError as err:
+                self.report(err)
+                inst.output = None
+            outs[nid] = inst.output
+        return insts, outs.get(graph.result) if graph.result else None, outs
+
+    def model_input(self, node: Node, env: dict[str, Any]) -> Tensor:
+        ann = node.annotation
+        dims = tuple(self.size(d, env, s, "this input's size") for d, s in zip(ann.dims, ann.spans))
+        vocab = _subs(node.vocab, env) if node.vocab is not None else None
+        rf = (Expr.lift(1), Expr.lift(1)) if len(dims) >= 2 and node.dtype == "float" else None
+        return Tensor(dims, node.dtype, vocab, f"input `{node.name}`", node.span, rf)
+
+    def size(self, expr: Expr, env: dict[str, Any], span: Span, what: str) -> Expr:
+        """A size with the environment's values in; whole, positive and not absurdly large."""
+        try:
+            value = _subs(expr, env)
+        except ZeroDivisionError:
+            raise LbdlError(f"division by zero in {what}", span) from None
+        if value.is_const:
+            v = value.const_value
+            if v.denominator != 1:
+                values = {k: env[k] for k in sorted(expr.free_symbols) if k in env}
+                raise LbdlError(
+                    str(InexactDivision(expr, {k: v for k, v in values.items()
+                                               if isinstance(v, Expr)}, v)).replace(
+                        "Expr(", "("),
+                    span,
+                    hint="sizes must divide exactly; change the input size or the divisor",
+                )
+            if v <= 0:
+                raise LbdlError(f"{what} is {v}: sizes must be positive", span)
+            if v > MAX_DIM:
+                raise LbdlError(f"{what} is {v:,}, which overflows 64 bits", span)
+        return value
+
+    # -- one box --------------------------------------------------------------------------------
+    def box(self, inst: Inst, graph: Graph, env: dict[str, Any], outs) -> Tensor:
+        node = inst.node
+        self.layers_seen += 1
+        if self.layers_seen > MAX_EXPANDED_LAYERS:
+            raise LbdlError(
+                f"the model has more than {MAX_EXPANDED_LAYERS:,} boxes to check",
+                node.span,
+                hint="docs/language.md, Limits",
+            )
+        if node.kind == "layer":
+            out = self.layer(inst, graph, env)
+        elif node.kind == "call":
+            out = self.call(inst, env)
+        elif node.kind == "repeat":
+            out = self.repeat(inst, env)
+        else:
+            out = self.residual(inst, env)
+        if node.annotation is not None and node.kind != "layer":
+            self.check_annotation(inst, out.shape, env)
+        return out
+
+    def layer(self, inst: Inst, graph: Graph, env: dict[str, Any]) -> Tensor:
+        node = inst.node
+        layer = lookup(node.op)
+        hp = {k: _subs(v, env) for k, v in node.hparams}
+        ann = None
+        if node.annotation is not None:
+            ann = tuple(
+                self.size(d, env, s, f"the annotation `{t}`")
+                for d, t, s in zip(node.annotation.dims, node.annotation.texts,
+                                   node.annotation.spans)
+            )
+            for name, axis in layer.from_annotation:
+                if hp.get(name) is None:
+                    if axis is None:
+                        hp[name] = ann
+                    elif -len(ann) <= axis < len(ann):
+                        hp[name] = ann[axis]
+        for name, axis in layer.from_annotation:
+            if hp.get(name) is None and (layer.hparam(name).required):
+                raise LbdlError(
+                    f"`{node.op}` needs `{name}`",
+                    node.span,
+                    hint=f"write `{name}=...` or the output shape at the right of the box",
+                )
+        ctx = Ctx(node.op, [t.shape for t in inst.inputs], hp,
+                  [t.dtype for t in inst.inputs], [t.vocab for t in inst.inputs])
+        try:
+            out = tuple(Expr.lift(d) for d in layer.shape(ctx))
+            out = tuple(self.size(d, env, node.span, f"the output of `{node.op}`") for d in out)
+            ctx.out = out
+            if ann is not None:
+                self.compare(inst, ann, out)
+            inst.params = layer.params(ctx) if layer.params else {}
+            inst.state = layer.state(ctx)
+            inst.macs = Expr.lift(layer.macs(ctx))
+        except ShapeFailure as exc:
+            raise self.shape_error(inst, exc) from None
+        except (InexactDivision, ZeroDivisionError, ValueError, KeyError, TypeError) as exc:
+            raise self.shape_error(inst, ShapeFailure(str(exc))) from None
+        inst.hp = hp
+        if node.shares:
+            self.tie(inst, graph, layer)
+        keeps = layer.category == "Tensor" and not inst.params
+        dtype = inst.inputs[0].dtype if keeps else "float"
+        vocab = inst.inputs[0].vocab if keeps else None
+        return Tensor(out, dtype, vocab, _where(node), node.span, self.rf(inst, layer, ctx, out))
+
+    def rf(self, inst: Inst, layer, ctx: Ctx, out) -> tuple[Expr, Expr] | None:
+        rfs = [t.rf for t in inst.inputs if t.rf is not None]
+        if not rfs or len(out) < 2 or layer.layout not in ("cl", "any"):
+            return None
+        r, j = max(rfs, key=lambda t: str(t[0]))
+        window = layer.window(ctx)
+        if window is None:
+            return (r, j)
+        k, s, d = window
+        return (r + (k - 1) * d * j, j * s)
+
+    def tie(self, inst: Inst, graph: Graph, layer) -> None:
+        other_id = inst.node.shares
+        other = graph.node(other_id)
+        mapping = dict(layer.ties).get(other.op)
+        if other.op == inst.node.op:
+            mapping = {name: (name, False) for name in inst.params}
+        for mine, (theirs, transposed) in (mapping or {}).items():
+            if mine in inst.params:
+                inst.tied[mine] = (other_id, theirs, transposed)
+                del inst.params[mine]
+
+    def compare(self, inst: Inst, ann: tuple[Expr, ...], out: tuple[Expr, ...]) -> None:
+        node = inst.node
+        same = len(ann) == len(out) and all(a == o for a, o in zip(ann, out))
+        if not same and len(ann) == len(out) and all(
+            a == o or a == o.drop_floors() for a, o in zip(ann, out)
+        ):
+            for a, o in zip(ann, out):
+                if a != o:
+                    self.assumptions.append(f"{a} is whole (line {node.span.line})")
+            same = True
+        if not same:
+            raise LbdlError(
+                f"`{node.op}` gives {fmt_shape(out)}, but the annotation says {fmt_shape(ann)}",
+                node.annotation.span,
+                hint="fix the annotation, or the hyper-parameters if the annotation is right",
+                notes=[Note(f"its input is {inst.inputs[0]}, from {inst.inputs[0].made_by}",
+                            inst.inputs[0].span)] if inst.inputs else [],
+            )
+
+    def check_annotation(self, inst: Inst, out, env) -> None:
+        ann = tuple(
+            self.size(d, env, s, "the annotation")
+            for d, s in zip(inst.node.annotation.dims, inst.node.annotation.spans)
+        )
+        label = inst.node.op or "group"
+        if len(ann) != len(out) or any(a != o and a != o.drop_floors() for a, o in zip(ann, out)):
+            raise LbdlError(
+                f"`{label}` gives {fmt_shape(out)}, but the annotation says {fmt_shape(ann)}",
+                inst.node.annotation.span,
+                hint="fix the annotation, or the arguments if the annotation is right",
+            )
+
+    def shape_error(self, inst: Inst, exc: ShapeFailure) -> LbdlError:
+        node = inst.node
+        notes = [
+            Note(f"input {i + 1} is {t}, from {t.made_by}" if len(inst.inputs) > 1
+                 else f"its input is {t}, from {t.made_by}", t.span)
+            for i, t in enumerate(inst.inputs)
+        ]
+        span = node.span
+        if exc.hparam:
+            span = node.span  # the box; the message names the hyper-parameter
+        return LbdlError(f"line {node.span.line}: {exc.message}", span, exc.hint, notes)
+
+    # -- composites -----------------------------------------------------------------------------
+    def call(self, inst: Inst, env: dict[str, Any]) -> Tensor:
+        node = inst.node
+        block = self.program.blocks[node.op]
+        if len(self.stack) >= MAX_CALL_DEPTH:
+            raise LbdlError(f"block calls nested deeper than {MAX_CALL_DEPTH}", node.span)
+        benv = self.bind_block(inst, block, env)
+        key = (node.op, tuple(t.shape for t in inst.inputs),
+               tuple(sorted((k, repr(v)) for k, v in benv.items())))
+        if key in self.memo:
+            body, result, bindings = self.memo[key]
+        else:
+            self.stack.append((node.op, node.span))
+            try:
+                body, result, _ = self.graph(block.body, list(inst.inputs), benv)
+            finally:
+                self.stack.pop()
+            bindings = benv
+            self.memo[key] = (body, result, bindings)
+        inst.body, inst.bindings = body, bindings
+        if result is None:
+            raise _poison()
+        return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, result.rf)
+
+    def bind_block(self, inst: Inst, block, env: dict[str, Any]) -> dict[str, Any]:
+        node = inst.node
+        benv: dict[str, Any] = {}
+        args = dict(node.hparams)
+        for p in block.params:
+            if p.name in args:
+                benv[p.name] = _subs(args[p.name], env)
+            else:
+                benv[p.name] = _subs(p.default, benv)
+        for sig, t in zip(block.inputs, inst.inputs):
+            if len(sig.dims) != len(t.shape):
+                raise LbdlError(
+                    f"block `{block.name}` takes a {'×'.join(sig.texts)} input, got {t}",
+                    node.span,
+                    notes=[Note(f"its input is {t}, from {t.made_by}", t.span),
+                           Note("the block is defined here", block.span)],
+                )
+            for pat, text, actual in zip(sig.dims, sig.texts, t.shape):
+                self.match(pat, text, actual, benv, block, node, t)
+        return benv
+
+    def match(self, pat: Expr, text: str, actual: Expr, benv, block, node, t) -> None:
+        exprs = {k: v for k, v in benv.items() if isinstance(v, Expr)}
+        value = pat.subs(exprs)
+        unbound = sorted(value.free_symbols - set(actual.free_symbols))
+        if len(unbound) == 1 and len(value.terms) <= 2:
+            s = unbound[0]
+            coef = value.subs({s: 1}) - value.subs({s: 0})
+            rest = value.subs({s: 0})
+            if coef.is_const and coef.const_value != 0 and not rest.free_symbols & {s}:
+                solved = (actual - rest) / coef.const_value
+                benv[s] = solved
+                value = pat.subs({k: v for k, v in benv.items() if isinstance(v, Expr)})
+        if value != actual:
+            raise LbdlError(
+                f"block `{block.name}` needs `{text}` = {value} here, but the input has {actual}",
+                node.span,
+                notes=[Note(f"its input is {t}, from {t.made_by}", t.span),
+                       Note("the block is defined here", block.span)],
+            )
+
+    def repeat(self, inst: Inst, env: dict[str, Any]) -> Tensor:
+        node = inst.node
+        count = _subs(node.count, env)
+        n = count.as_int()
+        x, captures = inst.inputs[0], inst.inputs[1:]
+        if n is None and count.is_const:
+            raise LbdlError(f"×{count} is not a whole number", node.count_span)
+        if n is not None and n < 1:
+            raise LbdlError(f"×{n} repeats nothing", node.count_span)
+        copies: list[Copies] = []
+        seen_in = x
+        done = 0
+        while n is None or done < n:
+            body, result, _ = self.graph(node.body, [seen_in, *captures], env)
+            if result is None:
+                inst.copies = copies + [Copies(body, Expr.lift(1))]
+                raise _poison()
+            if result.shape == seen_in.shape:
+                remaining = (count - done) if n is None else Expr.lift(n - done)
+                copies.append(Copies(body, remaining))
+                seen_in = result
+                break
+            if n is None:
+                raise LbdlError(
+                    f"×{count} repeats a group that changes the shape ({seen_in} → {result}), "
+                    f"so {count} must have a value",
+                    node.count_span,
+                    hint=f"give it one with --set {count}=...",
+                )
+            copies.append(Copies(body, Expr.lift(1)))
+            seen_in = result
+            done += 1
+            if len(copies) > 10_000:
+                raise LbdlError("a ×N group changes its shape in more than 10,000 copies",
+                                node.count_span)
+        inst.copies = copies
+        inst.hp = {"count": count}
+        return Tensor(seen_in.shape, seen_in.dtype, seen_in.vocab, _where(node), node.span,
+                      seen_in.rf)
+
+    def residual(self, inst: Inst, env: dict[str, Any]) -> Tensor:
+        node = inst.node
+        x = inst.inputs[0]
+        nb = len(node.body.inputs) - 1
+        body, result, _ = self.graph(node.body, [x, *inst.inputs[1 : 1 + nb]], env)
+        inst.body = body
+        added = x
+        if node.shortcut is not None:
+            short, sresult, _ = self.graph(node.shortcut, [x, *inst.inputs[1 + nb :]], env)
+            inst.shortcut = short
+            if sresult is None:
+                raise _poison()
+            added = sresult
+        if result is None:
+            raise _poison()
+        if result.shape != added.shape:
+            what = "the shortcut's output" if node.shortcut is not None else "the group's input"
+            raise LbdlError(
+                f"the residual group gives {result}, which cannot be added to {what}, {added}",
+                node.span,
+                hint="add a `shortcut:` path that changes the shape (conv-2d k=1 s=S, batchnorm)"
+                if node.shortcut is None else "make both paths end with the same shape",
+                notes=[Note(f"the main path ends with {result}, from {result.made_by}",
+                            result.span)],
+            )
+        rf = result.rf
+        return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, rf)
+
+
+def _poison() -> LbdlError:
+    return LbdlError(diagnostics=[])
+
+
+def check(program: Program, env: dict[str, Any]) -> Checked:
+    """Check ``program`` with the model parameters ``env``; failures end up in `diagnostics`."""
+    checker = Checker(program, env)
+    graph = program.model.body
+    root, _, outs = checker.graph(graph, [], env)
+    inputs = {graph.node(i).name: outs[i] for i in graph.inputs if outs.get(i) is not None}
+    outputs = {name: outs.get(nid) for name, nid in graph.outputs}
+    memo: dict = {}
+    totals = {"params": Expr(), "state": Expr(), "macs": Expr(), "activations": Expr()}
+    for inst in root:
+        sub = compute_totals(inst, memo)
+        for k in totals:
+            totals[k] = totals[k] + sub[k]
+    checked = Checked(
+        program,
+        env,
+        root,
+        inputs,
+        outputs,
+        totals,
+        checker.diagnostics,
+        sorted(set(checker.assumptions)),
+        sorted({s for t in inputs.values() for d in t.shape for s in d.free_symbols}),
+    )
+    if checker.diagnostics:
+        return checked
+    _check_asserts(checked, outs, checker)
+    checked.diagnostics = checker.diagnostics
+    return checked
+
+
+_OPS = {"<": int.__lt__, "<=": int.__le__, ">": int.__gt__, ">=": int.__ge__, "==": int.__eq__}
+
+
+def _check_asserts(checked: Checked, outs, checker: Checker) -> None:
+    for item in checked.program.model.body.asserts:
+        if item[0] == "count":
+            _, quantity, op, bound, span = item
+            value = checked.totals[quantity].as_int()
+            if value is None:
+                checker.report(LbdlError(
+                    f"`{quantity}` is {checked.totals[quantity]}, which depends on "
+                    f"{', '.join(sorted(checked.totals[quantity].free_symbols))}",
+                    span, hint="give the symbols values with --set to check this assertion"))
+            elif not _OPS[op](value, bound):
+                checker.report(LbdlError(
+                    f"assertion failed: {quantity} = {value:,}, which is not {op} {bound:,}",
+                    span))
+        else:
+            _, nid, ann, span = item
+            t = outs.get(nid)
+            if t is None:
+                continue
+            want = tuple(_subs(d, checked.env) for d in ann.dims)
+            if want != t.shape:
+                checker.report(LbdlError(
+                    f"assertion failed: the tensor has shape {t}, not {fmt_shape(want)}",
+                    ann.span, notes=[Note(f"it is made by {t.made_by}", t.span)]))
+
+
+__all__ = ["Checked", "Inst", "Tensor", "check", "numel"]

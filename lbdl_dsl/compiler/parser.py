@@ -1,0 +1,611 @@
+"""Stage 1, parse: spec text → `ast.Module`.
+
+Lark does the parsing (LALR with its contextual lexer and an indenter), this module does the rest
+of what turns text into a trustworthy tree: it refuses input lark should never see (binary, huge,
+tab-indented, absurdly nested), translates lark's exceptions into `LbdlError`s that name the line,
+the column and the offending text, recognises common mistakes by example (`match_examples`, the
+table being also a test table), and transforms the tree into frozen dataclasses. No lark object
+leaves this module.
+"""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
+from lark.indenter import Indenter
+
+from lbdl_dsl.compiler import ast
+from lbdl_dsl.compiler.limits import MAX_NESTING, MAX_SOURCE_BYTES
+from lbdl_dsl.core.errors import LbdlError, Span
+from lbdl_dsl.core.symbolic import Expr, sym
+
+# -- the grammar ------------------------------------------------------------------------------
+
+
+def grammar_text() -> str:
+    """The grammar shipped in the wheel, or the repository's ``grammar/lbdl.lark``."""
+    packaged = resources.files("lbdl_dsl").joinpath("grammar/lbdl.lark")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[2] / "grammar" / "lbdl.lark").read_text("utf-8")
+
+
+class _Indenter(Indenter):
+    NL_type = "_NL"
+    OPEN_PAREN_types: list[str] = []  # a box never spans lines
+    CLOSE_PAREN_types: list[str] = []
+    INDENT_type = "_INDENT"
+    DEDENT_type = "_DEDENT"
+    tab_len = 8
+
+
+@functools.cache
+def _lark() -> Lark:
+    return Lark(
+        grammar_text(),
+        parser="lalr",
+        lexer="contextual",
+        postlex=_Indenter(),
+        propagate_positions=True,
+        maybe_placeholders=True,
+    )
+
+
+# -- pre-checks: what lark should never see ---------------------------------------------------
+
+
+def _decode(data: str | bytes, file: str) -> str:
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line = before.count(b"\n") + 1
+        col = exc.start - (before.rfind(b"\n") + 1) + 1
+        raise LbdlError(
+            f"the spec is not valid UTF-8 text (byte 0x{data[exc.start]:02x})",
+            Span.point(file, line, col),
+            hint="a spec is a text file; save it as UTF-8",
+        ) from None
+
+
+def _precheck(text: str, file: str) -> None:
+    """Reject sizes, characters and indentation that have no meaning, with a precise place."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_SOURCE_BYTES:
+        raise LbdlError(
+            f"the spec is too large ({size:,} bytes; the limit is {MAX_SOURCE_BYTES:,})",
+            Span.point(file, 1, 1),
+            hint="a spec describes an architecture in a few hundred lines; split a block "
+            "library into imported files",
+        )
+    stack = [0]
+    for lineno, line in enumerate(text.split("\n"), 1):
+        for col, ch in enumerate(line, 1):
+            if ch == "\x00" or (ord(ch) < 32 and ch not in "\t\r\f"):
+                raise LbdlError(
+                    f"control character U+{ord(ch):04X} in the spec",
+                    Span.point(file, lineno, col),
+                    hint="a spec is plain text; is this a binary file?",
+                )
+        stripped = line.lstrip(" \t")
+        if not stripped or stripped.startswith("#"):
+            continue
+        lead = line[: len(line) - len(stripped)]
+        if "\t" in lead:
+            raise LbdlError(
+                "tab in indentation",
+                Span.point(file, lineno, lead.index("\t") + 1),
+                hint="indent with spaces (tabs between columns are fine)",
+            )
+        _check_indent(stack, len(lead), file, lineno)
+        depth = 0
+        for col, ch in enumerate(line, 1):
+            if ch == "#":
+                break
+            depth += (ch == "(") - (ch == ")")
+            if depth > MAX_NESTING:
+                raise LbdlError(
+                    f"parentheses nested deeper than {MAX_NESTING}",
+                    Span.point(file, lineno, col),
+                    hint="write the expression with fewer parentheses",
+                )
+
+
+def _check_indent(stack: list[int], indent: int, file: str, lineno: int) -> None:
+    if indent > stack[-1]:
+        stack.append(indent)
+        if len(stack) > MAX_NESTING:
+            raise LbdlError(
+                f"groups nested deeper than {MAX_NESTING} levels",
+                Span.point(file, lineno, indent + 1),
+                hint="define a block and call it instead of nesting frames",
+            )
+        return
+    while indent < stack[-1]:
+        stack.pop()
+    if indent != stack[-1]:
+        raise LbdlError(
+            f"this line is indented by {indent} spaces, which matches no enclosing group "
+            f"(those are indented by {stack[-1]} or {stack[-2] if len(stack) > 1 else 0})",
+            Span.point(file, lineno, indent + 1),
+            hint="indent each line of a group by the same number of spaces",
+        )
+
+
+# -- lark's errors, in the user's words -------------------------------------------------------
+
+_TERMINAL_WORDS = {
+    "_NL": "the end of the line",
+    "$END": "the end of the file",
+    "_INDENT": "an indented line",
+    "_DEDENT": "the end of the indented group",
+    "NAME": "a name",
+    "OP": "a layer name",
+    "LEAKY": "a layer name",
+    "INT": "a number",
+    "FLOAT": "a number",
+    "SCALED": "a number",
+    "STRING": "a quoted string",
+    "TIMES": "`×`",
+    "ARROW": "`->`",
+    "CMP": "a comparison (`<`, `==`...)",
+    "COLON": "`:`",
+    "LPAR": "`(`",
+    "RPAR": "`)`",
+    "COMMA": "`,`",
+    "EQUAL": "`=`",
+    "PLUS": "`+`",
+    "MINUS": "`-`",
+    "STAR": "`*`",
+    "SLASH": "`/`",
+}
+
+# Known mistakes: (message, hint) → examples that make lark fail in the same parser state.
+# Each example is also a test case (tests/compiler/test_parser_errors.py).
+MISTAKES: dict[tuple[str, str], list[str]] = {
+    (
+        "a shape annotation must come after the hyper-parameters",
+        "write the box as `name key=value ... SHAPE`, e.g. `conv-2d k=5  32×24×24`",
+    ): [
+        "model m:\n  input X: 3\n  fc 10 bias=false\n",
+        "model m:\n  input X: 3\n  conv-2d 8×4×4 k=3\n",
+    ],
+    (
+        "a group header must end with `:`",
+        "write `residual:`, `shortcut:` or `×N:` and indent the boxes of the group below it",
+    ): [
+        "model m:\n  input X: 3\n  residual\n    relu\n",
+        "model m:\n  input X: 3\n  ×3\n    relu\n",
+    ],
+    (
+        "a block or model header must end with `:`",
+        "e.g. `block resblock on C×H×W:` or `model mlp:` followed by indented lines",
+    ): [
+        "block b on C\n  relu\n",
+        "model m\n  relu\n",
+        "model m(N=2)\n  relu\n",
+    ],
+    (
+        "a block definition needs the shape of its input",
+        "write `block NAME on C×H×W:` (or `block NAME(S) on C×H×W:` with parameters)",
+    ): [
+        "block b:\n  relu\n",
+        "block b(S):\n  relu\n",
+    ],
+    (
+        "an input needs a name and a shape",
+        "e.g. `input X: 3×224×224`, or `input X: T int<V>` for tokens",
+    ): [
+        "model m:\n  input: 3\n",
+        "model m:\n  input X 3\n",
+        "model m:\n  input X:\n",
+    ],
+    ("an output needs a name", "e.g. `output Ŷ`"): [
+        "model m:\n  input X: 3\n  output\n",
+    ],
+    (
+        "only group headers end with `:`",
+        "a box is `name key=value ... SHAPE`; remove the `:`",
+    ): [
+        "model m:\n  input X: 3\n  relu:\n",
+        "model m:\n  input X: 3\n  fc 10:\n",
+    ],
+    ("a shape cannot end with `×`", "write every dimension, e.g. `32×24×24`"): [
+        "model m:\n  input X: 3\n  fc 10×\n",
+        "model m:\n  input X: 3×\n",
+    ],
+    (
+        "an imported path is a quoted string",
+        'e.g. `import "blocks/resnet.lbdl"`',
+    ): [
+        "import blocks\n",
+        "import blocks/resnet.lbdl\n",
+    ],
+    ("parameters are separated by commas", "e.g. `model gpt(N=12, D=768):`"): [
+        "model m(N=2 D=3):\n  relu\n",
+        "block b(S=2 T=3) on C:\n  relu\n",
+    ],
+    (
+        "`->` names the tensor: it needs a name after it",
+        "e.g. `conv-2d k=3 p=1  64×H×W  -> skip1`",
+    ): [
+        "model m:\n  input X: 3\n  relu ->\n",
+        "model m:\n  input X: 3\n  ->\n",
+    ],
+    (
+        "missing `)`",
+        "close the parenthesis on the same line: a box never spans lines",
+    ): [
+        "model m:\n  input X: 3\n  cross-att(Z\n",
+        "model m:\n  input X: 3\n  fc (D\n",
+    ],
+    (
+        "the lines of a spec start at the left margin or inside a group",
+        "indent only the body of a `block`, `model`, `residual:`, `shortcut:` or `×N:`",
+    ): [
+        "  model m:\n    relu\n",
+        "model m:\n  input X: 3\n  relu\n      relu\n",
+    ],
+    (
+        "boxes belong inside a `model` or `block` definition",
+        "start the spec with `model NAME:` and indent the boxes below it",
+    ): [
+        "relu\n",
+        "conv-2d k=3\n",
+        "input X: 3\n",
+    ],
+    (
+        "a value is missing after `=`",
+        "give the hyper-parameter a value, e.g. `k=3`",
+    ): [
+        "model m:\n  input X: 3\n  conv-2d k=\n",
+        "model m:\n  input X: 3\n  conv-2d k= s=2\n",
+    ],
+}
+
+
+def _words(expected: set[str]) -> str:
+    names = sorted({_TERMINAL_WORDS.get(e, f"`{e.lower()}`") for e in expected})
+    if len(names) > 6:
+        names = names[:6] + ["..."]
+    return ", ".join(names)
+
+
+def _parse_only(text: str) -> Any:
+    return _lark().parse(text)
+
+
+def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
+    line, col = max(exc.line, 1), max(exc.column, 1)
+    width = 1
+    found = None
+    if isinstance(exc, UnexpectedToken):
+        tok = exc.token
+        if tok.type in ("_NL", "$END"):
+            found = "the end of the line" if tok.type == "_NL" else "the end of the file"
+            if tok.type == "_NL" and tok.line is not None:
+                line, col = tok.line, tok.column
+        elif tok.type in ("_INDENT", "_DEDENT"):
+            found = "an indented line" if tok.type == "_INDENT" else "the end of a group"
+            lines = text.split("\n")
+            # the indenter's tokens sit at the start of the next statement: point at its text
+            line = min(tok.end_line or line, len(lines))
+            for i in range(line - 1, len(lines)):
+                if lines[i].strip() and not lines[i].lstrip().startswith("#"):
+                    line = i + 1
+                    break
+            col = len(lines[line - 1]) - len(lines[line - 1].lstrip()) + 1
+        else:
+            found = f"`{tok.value}`"
+            width = len(str(tok.value))
+    elif isinstance(exc, UnexpectedCharacters):
+        ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        found = f"`{ch}`"
+    span = Span.point(file, line, col, width)
+    label = None
+    try:
+        label = exc.match_examples(_parse_only, MISTAKES, use_accepts=True)
+    except Exception:  # noqa: BLE001 - a failed lookup only loses a hint, never the error
+        label = None
+    if label:
+        message, hint = label
+        return LbdlError(f"{message} (found {found})" if found else message, span, hint)
+    expected = getattr(exc, "expected", None) or getattr(exc, "allowed", None) or set()
+    message = f"unexpected {found or 'text'}"
+    hint = f"expected {_words(set(expected))}" if expected else None
+    return LbdlError(message, span, hint)
+
+
+# -- the tree, as frozen dataclasses ----------------------------------------------------------
+
+
+def _span(file: str, meta: Any) -> Span:
+    return Span(file, meta.line, meta.column, meta.end_line, meta.end_column)
+
+
+def _trim(span: Span, lines: list[str]) -> Span:
+    """A statement's span without the newline (and comment) lark counts as part of it."""
+    if span.end_line == span.line:
+        return span
+    text = lines[span.line - 1].split("#", 1)[0].rstrip()
+    return Span(span.file, span.line, span.column, span.line, max(len(text) + 1, span.column + 1))
+
+
+def _tok_span(file: str, tok: Token) -> Span:
+    return Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
+
+
+def _number(text: str) -> int:
+    return int(text.replace("_", ""))
+
+
+class _Spanned:
+    """An expression in the middle of being built: its value and where it came from."""
+
+    __slots__ = ("bare", "expr", "span")
+
+    def __init__(self, expr: Expr, span: Span, bare: str | None = None) -> None:
+        self.expr, self.span, self.bare = expr, span, bare
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    def __init__(self, text: str, file: str) -> None:
+        super().__init__()
+        self.text, self.file = text, file
+        self._lines = text.split("\n")
+
+    def _stmt_span(self, meta: Any) -> Span:
+        return _trim(_span(self.file, meta), self._lines)
+
+    # expressions
+    def _slice(self, span: Span) -> str:
+        lines = self._lines
+        if span.line == span.end_line:
+            return lines[span.line - 1][span.column - 1 : span.end_column - 1]
+        return lines[span.line - 1][span.column - 1 :]
+
+    def _binary(self, meta: Any, a: _Spanned, b: _Spanned, fn: Any) -> _Spanned:
+        span = _span(self.file, meta)
+        try:
+            return _Spanned(fn(a.expr, b.expr), span)
+        except ZeroDivisionError:
+            raise LbdlError("division by zero", span, hint="a size is never divided by 0") from None
+        except ValueError as exc:
+            raise LbdlError(
+                f"cannot divide by the sum `{b.expr}`", span, hint="divide by a number or a name"
+            ) from exc
+
+    def int(self, meta: Any, c: list) -> _Spanned:
+        return _Spanned(Expr.lift(_number(c[0])), _tok_span(self.file, c[0]))
+
+    def float(self, meta: Any, c: list) -> _Spanned:
+        value = Fraction(c[0].value)
+        span = _tok_span(self.file, c[0])
+        out = _Spanned(Expr.lift(value), span)
+        out.bare = "#float:" + c[0].value
+        return out
+
+    def name(self, meta: Any, c: list) -> _Spanned:
+        return _Spanned(sym(str(c[0])), _tok_span(self.file, c[0]), bare=str(c[0]))
+
+    def scaled(self, meta: Any, c: list) -> _Spanned:
+        return _Spanned(_number(c[0]) * sym(str(c[1])), _span(self.file, meta))
+
+    def add(self, meta: Any, c: list) -> _Spanned:
+        return self._binary(meta, c[0], c[2], lambda a, b: a + b)
+
+    def sub(self, meta: Any, c: list) -> _Spanned:
+        return self._binary(meta, c[0], c[2], lambda a, b: a - b)
+
+    def mul(self, meta: Any, c: list) -> _Spanned:
+        return self._binary(meta, c[0], c[2], lambda a, b: a * b)
+
+    def div(self, meta: Any, c: list) -> _Spanned:
+        return self._binary(meta, c[0], c[2], lambda a, b: a / b)
+
+    def neg(self, meta: Any, c: list) -> _Spanned:
+        return _Spanned(-c[1].expr, _span(self.file, meta))
+
+    def pow(self, meta: Any, c: list) -> _Spanned:
+        n = _number(c[2])
+        span = _span(self.file, meta)
+        if n > 8:
+            raise LbdlError(f"exponent {n} is too large", span, hint="sizes use small powers")
+        return _Spanned(c[0].expr**n, span)
+
+    def _size(self, s: _Spanned) -> ast.SizeExpr:
+        text = self._slice(s.span)
+        bare = s.bare if s.bare and not s.bare.startswith("#float:") else None
+        return ast.SizeExpr(s.expr, text, s.span, bare)
+
+    def _value(self, v: Any) -> ast.Value:
+        if isinstance(v, _Spanned):
+            if v.bare and v.bare.startswith("#float:"):
+                return ast.Literal(float(v.bare[7:]), v.bare[7:], v.span)
+            if v.expr.is_const and v.expr.const_value.denominator != 1 and v.bare is None:
+                value = float(v.expr.const_value)
+                return ast.Literal(value, self._slice(v.span), v.span)
+            return self._size(v)
+        return v
+
+    def string(self, meta: Any, c: list) -> ast.Literal:
+        return ast.Literal(str(c[0])[1:-1], str(c[0]), _span(self.file, meta))
+
+    def tuple(self, meta: Any, c: list) -> ast.TupleValue:
+        span = _span(self.file, meta)
+        return ast.TupleValue(tuple(self._size(x) for x in c), self._slice(span), span)
+
+    def shape(self, meta: Any, c: list) -> ast.ShapeAST:
+        dims = tuple(self._size(x) for x in c if isinstance(x, _Spanned))
+        return ast.ShapeAST(dims, _span(self.file, meta))
+
+    # statements
+    def hparam(self, meta: Any, c: list) -> ast.HParam:
+        return ast.HParam(str(c[0]), self._value(c[1]), self._stmt_span(meta))
+
+    def op(self, meta: Any, c: list) -> Token:
+        return c[0]
+
+    def args(self, meta: Any, c: list) -> tuple[ast.Ref, ...]:
+        return tuple(ast.Ref(str(t), _tok_span(self.file, t)) for t in c)
+
+    def repeat(self, meta: Any, c: list) -> ast.SizeExpr:
+        return self._size(c[1])
+
+    def arrow(self, meta: Any, c: list) -> ast.Ref:
+        return ast.Ref(str(c[1]), _tok_span(self.file, c[1]))
+
+    def box(self, meta: Any, c: list) -> ast.Box:
+        op_tok, args, count, *rest = c
+        shape_ast, name = rest[-2], rest[-1]
+        hparams = tuple(rest[:-2])
+        op = " ".join(str(op_tok).split())
+        span = self._stmt_span(meta)
+        seen: dict[str, ast.HParam] = {}
+        for hp in hparams:
+            if hp.key in seen:
+                raise LbdlError(
+                    f"hyper-parameter `{hp.key}` is given twice",
+                    hp.span,
+                    hint="keep one of the two values",
+                )
+            seen[hp.key] = hp
+        return ast.Box(
+            op, _tok_span(self.file, op_tok), args or (), count, hparams, shape_ast, name, span
+        )
+
+    def body(self, meta: Any, c: list) -> tuple:
+        return tuple(c)
+
+    def repeat_group(self, meta: Any, c: list) -> ast.RepeatGroup:
+        return ast.RepeatGroup(self._size(c[1]), c[2], self._stmt_span(meta))
+
+    def shortcut(self, meta: Any, c: list) -> tuple:
+        return (c[0], self._stmt_span(meta))
+
+    def residual_group(self, meta: Any, c: list) -> ast.ResidualGroup:
+        short = c[1]
+        return ast.ResidualGroup(
+            c[0], short[0] if short else None, self._stmt_span(meta), short[1] if short else None
+        )
+
+    def _ref(self, tok: Token) -> ast.Ref:
+        return ast.Ref(str(tok), _tok_span(self.file, tok))
+
+    def dtype(self, meta: Any, c: list) -> tuple[str, ast.SizeExpr | None]:
+        return (str(c[0]), self._size(c[1]) if c[1] is not None else None)
+
+    def input_decl(self, meta: Any, c: list) -> ast.InputDecl:
+        dtype, vocab = c[2] if c[2] else ("float", None)
+        span = self._stmt_span(meta)
+        if dtype not in ("float", "int", "bool"):
+            raise LbdlError(
+                f"unknown input type `{dtype}`",
+                span,
+                hint="inputs are `float` (the default), `int<N>` (tokens in [0, N)) or `bool`",
+            )
+        if dtype == "int" and vocab is None:
+            raise LbdlError(
+                "a token input needs its range", span, hint="write `int<V>` for tokens in [0, V)"
+            )
+        return ast.InputDecl(self._ref(c[0]), c[1], dtype, vocab, span)
+
+    def output_decl(self, meta: Any, c: list) -> ast.OutputDecl:
+        return ast.OutputDecl(self._ref(c[0]), self._stmt_span(meta))
+
+    def from_stmt(self, meta: Any, c: list) -> ast.FromStmt:
+        return ast.FromStmt(self._ref(c[0]), self._stmt_span(meta))
+
+    def name_stmt(self, meta: Any, c: list) -> ast.NameStmt:
+        return ast.NameStmt(self._ref(c[1]), self._stmt_span(meta))
+
+    def assert_count(self, meta: Any, c: list) -> ast.AssertCount:
+        return ast.AssertCount(self._ref(c[0]), str(c[1]), self._value(c[2]), self._stmt_span(meta))
+
+    def assert_shape(self, meta: Any, c: list) -> ast.AssertShape:
+        return ast.AssertShape(self._ref(c[0]), c[1], self._stmt_span(meta))
+
+    # definitions
+    def param(self, meta: Any, c: list) -> ast.Param:
+        default = self._value(c[1]) if c[1] is not None else None
+        return ast.Param(str(c[0]), default, self._stmt_span(meta))
+
+    def param_list(self, meta: Any, c: list) -> tuple[ast.Param, ...]:
+        params = tuple(p for p in c if p is not None)
+        seen: set[str] = set()
+        for p in params:
+            if p.name in seen:
+                raise LbdlError(f"parameter `{p.name}` is declared twice", p.span)
+            seen.add(p.name)
+        return params
+
+    def tensor_pat(self, meta: Any, c: list) -> ast.TensorPattern:
+        return ast.TensorPattern(str(c[0]) if c[0] else None, c[1], self._stmt_span(meta))
+
+    def tensor_pats(self, meta: Any, c: list) -> tuple[ast.TensorPattern, ...]:
+        return tuple(c)
+
+    def block_def(self, meta: Any, c: list) -> ast.BlockDef:
+        return ast.BlockDef(
+            str(c[0]), c[1] or (), c[2], c[3], self._stmt_span(meta), _tok_span(self.file, c[0])
+        )
+
+    def model_def(self, meta: Any, c: list) -> ast.ModelDef:
+        return ast.ModelDef(
+            str(c[0]), c[1] or (), c[2], self._stmt_span(meta), _tok_span(self.file, c[0])
+        )
+
+    def import_stmt(self, meta: Any, c: list) -> ast.Import:
+        return ast.Import(str(c[0])[1:-1], self._stmt_span(meta))
+
+    def start(self, meta: Any, c: list) -> ast.Module:
+        items = [x for x in c if x is not None]
+        return ast.Module(
+            self.file,
+            tuple(x for x in items if isinstance(x, ast.Import)),
+            tuple(x for x in items if isinstance(x, ast.BlockDef)),
+            tuple(x for x in items if isinstance(x, ast.ModelDef)),
+        )
+
+
+def parse(data: str | bytes, file: str = "<spec>") -> ast.Module:
+    """Parse one spec file; raises `LbdlError` for anything that is not a well-formed spec."""
+    text = _decode(data, file)
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    _precheck(text, file)
+    if not text.endswith("\n"):
+        text += "\n"
+    try:
+        tree = _lark().parse(text)
+    except UnexpectedEOF as exc:
+        lines = text.rstrip("\n").split("\n")
+        raise LbdlError(
+            "the spec ends in the middle of a statement",
+            Span.point(file, len(lines), len(lines[-1]) + 1),
+            hint=f"expected {_words(set(exc.expected))}" if exc.expected else None,
+        ) from None
+    except UnexpectedInput as exc:
+        raise _syntax_error(exc, text, file) from None
+    try:
+        return _ToAst(text, file).transform(tree)
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, LbdlError):
+            raise exc.orig_exc from None
+        raise

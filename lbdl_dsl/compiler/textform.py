@@ -1,0 +1,132 @@
+"""A stable text form for each stage, so that tests can diff what a stage produced.
+
+``ast``: the statements as parsed, one per line, indented like the spec. ``graph``: each graph's
+nodes in order, with their inputs by port, canonical hyper-parameters and annotation. ``shapes``:
+every checked box by its instance path, with its output shape, parameters and MACs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lbdl_dsl.compiler import ast
+from lbdl_dsl.compiler.graph import Graph, ParamRef, Program
+from lbdl_dsl.compiler.infer import Checked
+from lbdl_dsl.core.layers.base import fmt_shape
+from lbdl_dsl.core.symbolic import Expr, fmt_count
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, ast.SizeExpr | ast.Literal | ast.TupleValue):
+        return v.text
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_value(x) for x in v) + ")"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, ParamRef):
+        return f"${v.name}"
+    return str(v)
+
+
+def ast_text(module: ast.Module) -> str:
+    lines = [f'import "{i.path}"' for i in module.imports]
+
+    def stmts(body: tuple, indent: int) -> None:
+        pad = "  " * indent
+        for st in body:
+            if isinstance(st, ast.Box):
+                parts = [st.op]
+                if st.args:
+                    parts[0] += "(" + ", ".join(a.name for a in st.args) + ")"
+                if st.count:
+                    parts.append(f"×{st.count.text}")
+                parts += [f"{h.key}={_value(h.value)}" for h in st.hparams]
+                if st.shape:
+                    parts.append(f": {st.shape.text}")
+                if st.name:
+                    parts.append(f"-> {st.name.name}")
+                lines.append(pad + "box " + " ".join(parts))
+            elif isinstance(st, ast.RepeatGroup):
+                lines.append(f"{pad}repeat ×{st.count.text}")
+                stmts(st.body, indent + 1)
+            elif isinstance(st, ast.ResidualGroup):
+                lines.append(f"{pad}residual")
+                stmts(st.body, indent + 1)
+                if st.shortcut is not None:
+                    lines.append(f"{pad}shortcut")
+                    stmts(st.shortcut, indent + 1)
+            elif isinstance(st, ast.InputDecl):
+                vocab = f"<{st.vocab.text}>" if st.vocab else ""
+                lines.append(f"{pad}input {st.name.name}: {st.shape.text} {st.dtype}{vocab}")
+            elif isinstance(st, ast.AssertCount):
+                lines.append(f"{pad}assert {st.quantity.name} {st.op} {_value(st.value)}")
+            elif isinstance(st, ast.AssertShape):
+                lines.append(f"{pad}assert {st.name.name}: {st.shape.text}")
+            else:
+                word = {"OutputDecl": "output", "FromStmt": "from", "NameStmt": "name"}
+                lines.append(f"{pad}{word[type(st).__name__]} {st.name.name}")
+
+    for b in module.blocks:
+        params = ", ".join(p.name + (f"={_value(p.default)}" if p.default else "")
+                           for p in b.params)
+        pats = ", ".join((f"{t.name}: " if t.name else "") + t.shape.text for t in b.inputs)
+        lines.append(f"block {b.name}({params}) on {pats}")
+        stmts(b.body, 1)
+    for m in module.models:
+        params = ", ".join(p.name + (f"={_value(p.default)}" if p.default else "")
+                           for p in m.params)
+        lines.append(f"model {m.name}({params})")
+        stmts(m.body, 1)
+    return "\n".join(lines) + "\n"
+
+
+def graph_text(program: Program) -> str:
+    lines: list[str] = []
+
+    def graph(g: Graph, indent: int) -> None:
+        pad = "  " * indent
+        for node in g.nodes():
+            ins = ", ".join(g.preds(node.id))
+            hp = " ".join(f"{k}={_value(v)}" for k, v in node.hparams if v is not None)
+            ann = f" : {node.annotation.text}" if node.annotation else ""
+            extra = f" ×{node.count}" if node.count is not None else ""
+            share = f" tie={node.shares}" if node.shares else ""
+            name = f" -> {node.name}" if node.name and node.kind != "input" else ""
+            head = node.op or node.kind
+            if node.kind == "input":
+                head = f"input {node.name or ''}".rstrip()
+            lines.append(f"{pad}{node.id} = {head}{extra}({ins}) {hp}{share}{ann}{name}".rstrip())
+            if node.body is not None:
+                graph(node.body, indent + 1)
+            if node.shortcut is not None:
+                lines.append(f"{pad}  shortcut:")
+                graph(node.shortcut, indent + 2)
+        if g.result:
+            lines.append(f"{pad}return {g.result}")
+
+    for name in sorted(program.blocks):
+        block = program.blocks[name]
+        lines.append(f"block {name}")
+        graph(block.body, 1)
+    lines.append(f"model {program.model.name}")
+    graph(program.model.body, 1)
+    for name, nid in program.model.body.outputs:
+        lines.append(f"  output {name} = {nid}")
+    return "\n".join(lines) + "\n"
+
+
+def shapes_text(checked: Checked) -> str:
+    lines = []
+    for path, inst, mult in checked.walk():
+        out = fmt_shape(inst.output.shape) if inst.output is not None else "?"
+        times = "" if mult == Expr.lift(1) else f" (×{mult})"
+        params = inst.totals.get("params", Expr())
+        macs = inst.totals.get("macs", Expr())
+        lines.append(
+            f"{'/'.join(path)}: {inst.node.op or inst.kind} -> {out}"
+            f"  params={fmt_count(params)} macs={fmt_count(macs)}{times}"
+        )
+    t = checked.totals
+    lines.append(f"total params={fmt_count(t['params'])} state={fmt_count(t['state'])} "
+                 f"macs={fmt_count(t['macs'])}")
+    return "\n".join(lines) + "\n"

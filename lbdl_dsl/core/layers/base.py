@@ -1,0 +1,202 @@
+"""What a layer is, for every stage: the declaration every registry entry fills in.
+
+One `Layer` holds everything the compiler and the backends need to know about a kind of box: its
+name as the book writes it, its hyper-parameters (types, defaults, docs), its shape rule, its
+trainable parameters and their initialisation, its non-trainable state, its multiply-accumulate
+count, its receptive-field contribution, how the diagram labels it, and its JAX lowering as source
+text. Passes never test ``if op == "conv-2d"``; they ask the entry.
+
+The lowering emits text through the `Emit` protocol, which the JAX backend implements: this keeps
+JAX out of the compiler's imports and makes the in-process model and the emitted module the same
+code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any, NoReturn, Protocol
+
+from lbdl_dsl.core.symbolic import Expr
+
+Shape = tuple[Expr, ...]
+REQUIRED = object()
+
+
+class ShapeFailure(Exception):
+    """Raised by a shape rule; the checker adds the layer, its span and where inputs came from."""
+
+    def __init__(self, message: str, hint: str | None = None, hparam: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.hint, self.hparam = message, hint, hparam
+
+
+@dataclass(frozen=True)
+class HP:
+    """A hyper-parameter: ``kind`` is how the value is read and normalised.
+
+    - ``size``: a whole number or a size expression (``C/4``);
+    - ``sizes``: one size or a tuple, normalised to one per spatial axis (``k=3`` → ``(3, 3)``);
+    - ``padding``: like ``sizes``, or the word ``same``;
+    - ``float``, ``bool``, ``choice`` (one of ``choices``), ``axis`` (an int, negative allowed),
+      ``axes`` (a tuple of ints), ``name`` (a tensor name: weight sharing).
+    """
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    doc: str = ""
+    choices: tuple[str, ...] = ()
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class PSpec:
+    """A trainable parameter or a state array: its shape and how it starts."""
+
+    shape: Shape
+    init: str = "fan_in"  # "fan_in" (LeCun normal), "zeros", "ones", "normal", "embed"
+    fan_in: Expr | int | None = None
+    std: float = 1.0
+
+
+@dataclass
+class Ctx:
+    """What a shape rule, a parameter rule or a cost rule sees of one box."""
+
+    op: str
+    ins: list[Shape]
+    hp: dict[str, Any]
+    dtypes: list[str] = field(default_factory=list)
+    vocab: list[Expr | None] = field(default_factory=list)
+    out: Shape | None = None
+
+    @property
+    def x(self) -> Shape:
+        return self.ins[0]
+
+    def fail(self, message: str, hint: str | None = None, hparam: str | None = None) -> NoReturn:
+        raise ShapeFailure(message, hint, hparam)
+
+    def rank(self, *ranks: int, what: str | None = None, i: int = 0) -> Shape:
+        """Input ``i`` if its rank is one of ``ranks``; else a failure saying what was needed."""
+        shape = self.ins[i]
+        if len(shape) not in ranks:
+            need = what or " or ".join(f"{r}-axis" for r in ranks)
+            self.fail(f"`{self.op}` needs a {need} input, got {fmt_shape(shape)}")
+        return shape
+
+    def const(self, name: str) -> int:
+        """A hyper-parameter that must be a known whole number here."""
+        value = self.hp[name]
+        v = value.as_int() if isinstance(value, Expr) else value
+        if not isinstance(v, int) or isinstance(v, bool):
+            self.fail(f"`{name}` must be a known whole number here, got {value}", hparam=name)
+        return v
+
+
+class Emit(Protocol):
+    """What a JAX lowering may ask of the code generator (implemented in backends/jax)."""
+
+    x: list[str]  # input expressions, in the layout the entry asked for
+    hp: dict[str, Any]  # hyper-parameters with Python values (ints, tuples, floats, ...)
+    in_shapes: list[tuple[int | str, ...]]  # spec (channels-first) shapes, per sample
+    out_shape: tuple[int | str, ...]
+
+    def param(self, name: str) -> str: ...
+    def has_param(self, name: str) -> bool: ...
+    def state(self, name: str) -> str: ...
+    def set_state(self, name: str, expr: str) -> None: ...
+    def call(self, fn: str, *args: Any, **kwargs: Any) -> str: ...
+    def bind(self, expr: str) -> str: ...
+    def key(self) -> str: ...
+    def static(self, value: Any) -> str: ...
+
+    @property
+    def train(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One registry entry; see the module docstring."""
+
+    name: str
+    doc: str
+    category: str
+    hparams: tuple[HP, ...] = ()
+    shape: Callable[[Ctx], Shape] = lambda c: c.x
+    params: Callable[[Ctx], dict[str, PSpec]] = lambda c: {}
+    state: Callable[[Ctx], dict[str, PSpec]] = lambda c: {}
+    macs: Callable[[Ctx], Expr | int] = lambda c: 0
+    lower: Callable[[Emit], str] | None = None
+    arity: tuple[int, int] = (1, 1)  # min and max number of input tensors
+    aliases: tuple[str, ...] = ()
+    from_annotation: tuple[tuple[str, int], ...] = ()  # (hyper-parameter, output axis)
+    layout: str = "cf"  # "cf": spec layout; "cl": channels-last spatial; "any": elementwise
+    out_layout: str | None = None  # the output's layout when it differs from `layout`
+    spatial: int = 0  # spatial axes, for `sizes` hyper-parameters (k=3 → (3, 3) when 2)
+    composite: bool = False  # drawn taller, as the book draws resblock, self-att and ffw
+    window: Callable[[Ctx], tuple[int, int, int] | None] = lambda c: None  # k, s, d for RF
+    ties: tuple[tuple[str, dict[str, tuple[str, bool]]], ...] = ()  # (op, {mine: (theirs, T)})
+    example: tuple[str, str] = ("", "")  # (input shape, box line) for docs and tests
+    stochastic: bool = False  # needs a key in training (dropout)
+
+    def hparam(self, name: str) -> HP | None:
+        return next((h for h in self.hparams if h.name == name), None)
+
+
+# -- helpers shared by the rules ---------------------------------------------------------------
+
+
+def fmt_shape(shape: Sequence[Expr | int]) -> str:
+    return "×".join(str(d) for d in shape) if shape else "a scalar"
+
+
+def numel(shape: Sequence[Expr | int]) -> Expr:
+    out = Expr.lift(1)
+    for d in shape:
+        out = out * d
+    return out
+
+
+def conv_out(size: Expr, k: int, s: int, p: tuple[int, int], d: int) -> Expr:
+    """Every framework's output size: floor((n + pads − d(k−1) − 1)/s) + 1."""
+    return (size + p[0] + p[1] - d * (k - 1) - 1).floordiv(s) + 1
+
+
+def tconv_out(size: Expr, k: int, s: int, p: int, op: int, d: int) -> Expr:
+    return (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+
+
+def positive(ctx: Ctx, shape: Shape) -> Shape:
+    """Refuse sizes that are known to be zero or negative."""
+    for d in shape:
+        v = d.as_int() if isinstance(d, Expr) else d
+        if v is not None and v <= 0:
+            ctx.fail(f"`{ctx.op}` would produce the shape {fmt_shape(shape)}: sizes must be positive")
+    return shape
+
+
+def total_size(specs: dict[str, PSpec]) -> Expr:
+    out = Expr.lift(0)
+    for spec in specs.values():
+        out = out + numel(spec.shape)
+    return out
+
+
+def ints(values: Sequence[Any]) -> tuple[int, ...]:
+    out = []
+    for v in values:
+        iv = v.as_int() if isinstance(v, Expr) else v
+        if not isinstance(iv, int):
+            raise ShapeFailure(f"expected a whole number, got {v}")
+        out.append(iv)
+    return tuple(out)
+
+
+def prod_int(values: Sequence[int]) -> int:
+    return prod(values)

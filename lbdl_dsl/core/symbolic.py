@@ -1,0 +1,315 @@
+"""Symbolic sizes: the algebra behind ``C/4×H×W`` and a GPT's MACs as a polynomial in T.
+
+An `Expr` is a Laurent polynomial with rational coefficients over *atoms*; an atom is a symbol
+name or a `Floor` of an expression divided by a positive integer (what a strided convolution on a
+symbolic height produces). Polynomials give a canonical form for free, so two shapes are equal
+exactly when their term dictionaries are, and costs summed over a network stay readable
+(``12·T²·D + ...``). Division by a number keeps a rational coefficient; whether ``C/4`` is a whole
+number is only decided when C gets a value, which is where the book's figures leave it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Union
+
+Number = Union[int, Fraction]
+ExprLike = Union["Expr", int, Fraction]
+
+
+@dataclass(frozen=True)
+class Floor:
+    """``floor(num / den)`` for a non-constant ``num`` and an integer ``den`` ≥ 2."""
+
+    num: Expr
+    den: int
+
+    def __str__(self) -> str:
+        num = str(self.num) if len(self.num.terms) == 1 else f"({self.num})"
+        return f"⌊{num}/{self.den}⌋"
+
+
+Atom = Union[str, Floor]
+Monomial = tuple[tuple[Atom, int], ...]
+
+
+def _atom_key(atom: Atom) -> tuple[int, str]:
+    return (0, atom) if isinstance(atom, str) else (1, str(atom))
+
+
+def _mono_key(mono: Monomial) -> tuple:
+    degree = sum(p for _, p in mono)
+    return (-degree, [(_atom_key(a), -p) for a, p in mono])
+
+
+def _mono_mul(a: Monomial, b: Monomial) -> Monomial:
+    powers: dict[Atom, int] = dict(a)
+    for atom, p in b:
+        powers[atom] = powers.get(atom, 0) + p
+    return tuple(sorted(((k, v) for k, v in powers.items() if v), key=lambda t: _atom_key(t[0])))
+
+
+class InexactDivision(ArithmeticError):
+    """A size that should be whole is not, for the values at hand (``H/2`` with H=7)."""
+
+    def __init__(self, expr: Expr, values: Mapping[str, Number], result: Fraction) -> None:
+        used = {k: values[k] for k in sorted(expr.free_symbols) if k in values}
+        shown = ", ".join(f"{k}={v}" for k, v in used.items())
+        super().__init__(f"{expr} = {_fmt_number(result)} is not a whole number for {shown}")
+        self.expr, self.values, self.result = expr, used, result
+
+
+class Expr:
+    """An immutable, hashable polynomial; build with `sym`, `const` and the operators."""
+
+    __slots__ = ("_hash", "terms")
+
+    def __init__(self, terms: Mapping[Monomial, Fraction] | None = None) -> None:
+        clean = {m: Fraction(c) for m, c in (terms or {}).items() if c != 0}
+        self.terms: tuple[tuple[Monomial, Fraction], ...] = tuple(
+            sorted(clean.items(), key=lambda t: _mono_key(t[0]))
+        )
+        self._hash = hash(self.terms)
+
+    # -- construction -------------------------------------------------------------------------
+    @staticmethod
+    def lift(value: ExprLike) -> Expr:
+        if isinstance(value, Expr):
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
+            raise TypeError(f"cannot make a size of {value!r}")
+        return Expr({(): Fraction(value)})
+
+    # -- queries ------------------------------------------------------------------------------
+    @property
+    def is_const(self) -> bool:
+        return all(not m for m, _ in self.terms)
+
+    @property
+    def const_value(self) -> Fraction:
+        """The value of a constant expression (0 for the empty polynomial)."""
+        if not self.is_const:
+            raise ValueError(f"{self} is not a constant")
+        return self.terms[0][1] if self.terms else Fraction(0)
+
+    def as_int(self) -> int | None:
+        """The value as an int when constant and whole, else None."""
+        if not self.is_const:
+            return None
+        v = self.const_value
+        return int(v) if v.denominator == 1 else None
+
+    @property
+    def free_symbols(self) -> frozenset[str]:
+        out: set[str] = set()
+        for mono, _ in self.terms:
+            for atom, _ in mono:
+                out |= {atom} if isinstance(atom, str) else atom.num.free_symbols
+        return frozenset(out)
+
+    @property
+    def has_floor(self) -> bool:
+        return any(isinstance(a, Floor) for mono, _ in self.terms for a, _ in mono)
+
+    # -- arithmetic ---------------------------------------------------------------------------
+    def __add__(self, other: ExprLike) -> Expr:
+        o = Expr.lift(other)
+        acc = dict(self.terms)
+        for m, c in o.terms:
+            acc[m] = acc.get(m, Fraction(0)) + c
+        return Expr(acc)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Expr:
+        return Expr({m: -c for m, c in self.terms})
+
+    def __sub__(self, other: ExprLike) -> Expr:
+        return self + (-Expr.lift(other))
+
+    def __rsub__(self, other: ExprLike) -> Expr:
+        return Expr.lift(other) - self
+
+    def __mul__(self, other: ExprLike) -> Expr:
+        o = Expr.lift(other)
+        acc: dict[Monomial, Fraction] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in o.terms:
+                m = _mono_mul(m1, m2)
+                acc[m] = acc.get(m, Fraction(0)) + c1 * c2
+        return Expr(acc)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: ExprLike) -> Expr:
+        """Exact division: by a number, or by a single-term expression (``4C/S``)."""
+        o = Expr.lift(other)
+        if len(o.terms) != 1:
+            if not o.terms:
+                raise ZeroDivisionError("division by zero")
+            raise ValueError(f"cannot divide by the sum {o}")
+        mono, coef = o.terms[0]
+        if coef == 0:
+            raise ZeroDivisionError("division by zero")
+        inv = tuple((a, -p) for a, p in mono)
+        return Expr({_mono_mul(m, inv): c / coef for m, c in self.terms})
+
+    def __rtruediv__(self, other: ExprLike) -> Expr:
+        return Expr.lift(other) / self
+
+    def __pow__(self, n: int) -> Expr:
+        out = Expr.lift(1)
+        for _ in range(n):
+            out = out * self
+        return out
+
+    def floordiv(self, den: int) -> Expr:
+        """``floor(self / den)``, simplified: integer parts are pulled out of the floor."""
+        if den <= 0:
+            raise ZeroDivisionError("division by a non-positive number")
+        if den == 1 and all(c.denominator == 1 for _, c in self.terms):
+            return self
+        whole: dict[Monomial, Fraction] = {}
+        rest: dict[Monomial, Fraction] = {}
+        for m, c in self.terms:
+            if c.denominator != 1:  # a rational coefficient cannot leave the floor
+                rest[m] = c
+                continue
+            q, r = divmod(c, den)
+            whole[m] = Fraction(q)
+            if r:
+                rest[m] = Fraction(r)
+        rem = Expr(rest)
+        if rem.is_const:
+            return Expr(whole) + (rem.const_value // den)
+        return Expr(whole) + Expr({((Floor(rem, den), 1),): Fraction(1)})
+
+    # -- substitution and evaluation ------------------------------------------------------------
+    def subs(self, values: Mapping[str, ExprLike]) -> Expr:
+        """Replace symbols by expressions or numbers; floors are re-simplified."""
+        if not values or not (self.free_symbols & values.keys()):
+            return self
+        out = Expr()
+        for mono, coef in self.terms:
+            term = Expr.lift(coef)
+            for atom, p in mono:
+                if isinstance(atom, str):
+                    base = Expr.lift(values[atom]) if atom in values else sym(atom)
+                else:
+                    base = atom.num.subs(values).floordiv(atom.den)
+                if p >= 0:
+                    term = term * base**p
+                else:
+                    term = term / base ** (-p)
+            out = out + term
+        return out
+
+    def evaluate(self, values: Mapping[str, Number]) -> int:
+        """The whole-number value for ``values``; raises `InexactDivision` when not whole."""
+        result = self.subs(values)
+        if not result.is_const:
+            missing = ", ".join(sorted(result.free_symbols))
+            raise KeyError(f"no value for {missing}")
+        v = result.const_value
+        if v.denominator != 1:
+            raise InexactDivision(self, values, v)
+        return int(v)
+
+    def drop_floors(self) -> Expr:
+        """The same expression with every floor taken as exact: the book's ``H/2`` reading."""
+        if not self.has_floor:
+            return self
+        out = Expr()
+        for mono, coef in self.terms:
+            term = Expr.lift(coef)
+            for atom, p in mono:
+                base = sym(atom) if isinstance(atom, str) else atom.num.drop_floors() / atom.den
+                term = term * base**p if p >= 0 else term / base ** (-p)
+            out = out + term
+        return out
+
+    def floors(self) -> list[Floor]:
+        return [a for mono, _ in self.terms for a, _ in mono if isinstance(a, Floor)]
+
+    # -- comparison and text ------------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (int, Fraction)) and not isinstance(other, bool):
+            other = Expr.lift(other)
+        return isinstance(other, Expr) and self.terms == other.terms
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Expr({self})"
+
+    def __str__(self) -> str:
+        if not self.terms:
+            return "0"
+        parts: list[str] = []
+        for i, (mono, coef) in enumerate(self.terms):
+            text = _fmt_term(mono, abs(coef))
+            if i == 0:
+                parts.append(text if coef > 0 else f"-{text}")
+            else:
+                parts.append(f" + {text}" if coef > 0 else f" - {text}")
+        return "".join(parts)
+
+
+def _fmt_number(v: Fraction) -> str:
+    return str(v.numerator) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
+
+
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def _fmt_atoms(atoms: list[tuple[Atom, int]]) -> str:
+    out = []
+    for atom, p in atoms:
+        name = atom if isinstance(atom, str) else str(atom)
+        out.append(name if p == 1 else f"{name}{str(p).translate(_SUPERSCRIPT)}")
+    return "·".join(out)
+
+
+def _fmt_term(mono: Monomial, coef: Fraction) -> str:
+    up = [(a, p) for a, p in mono if p > 0]
+    down = [(a, -p) for a, p in mono if p < 0]
+    num = _fmt_atoms(up)
+    if coef.numerator != 1 or not num:
+        num = f"{coef.numerator}{num}" if num and num[0].isalpha() else (
+            f"{coef.numerator}·{num}" if num else str(coef.numerator)
+        )
+    den_parts = ([str(coef.denominator)] if coef.denominator != 1 else []) + (
+        [_fmt_atoms(down)] if down else []
+    )
+    if not den_parts:
+        return num
+    den = "·".join(den_parts)
+    return f"{num}/{den}" if len(den_parts) == 1 and len(down) <= 1 else f"{num}/({den})"
+
+
+def sym(name: str) -> Expr:
+    return Expr({((name, 1),): Fraction(1)})
+
+
+def const(value: Number) -> Expr:
+    return Expr.lift(value)
+
+
+def total(items: Iterable[ExprLike]) -> Expr:
+    out = Expr()
+    for item in items:
+        out = out + item
+    return out
+
+
+def fmt_count(value: Expr | int) -> str:
+    """A parameter or MAC count for people: ``25,557,032`` or the polynomial when symbolic."""
+    if isinstance(value, Expr):
+        as_int = value.as_int()
+        if as_int is None:
+            return str(value)
+        value = as_int
+    return f"{value:,}"

@@ -1,0 +1,618 @@
+"""Tests of the JAX runtime library against the NumPy references in ``numpy_ref``.
+
+The runtime works channels-last; the references are channels-first, so inputs are converted
+with ``to_channels_last`` / ``to_channels_first``. Every test runs with 64-bit floats enabled
+(scoped to this module by an autouse fixture) so comparisons can be tight.
+"""
+
+import sys
+from functools import lru_cache, partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+_TESTS = Path(__file__).resolve().parent
+for _p in (_TESTS, _TESTS.parent):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import numpy_ref as ref  # noqa: E402
+
+from lbdl_dsl.backends.jax import runtime as rt  # noqa: E402
+
+TOL = {"rtol": 1e-9, "atol": 1e-10}
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def rand(rng, *shape):
+    return rng.standard_normal(shape)
+
+
+def cl(x):
+    """Channels-first array -> channels-last NumPy array."""
+    return np.moveaxis(np.asarray(x), 1, -1)
+
+
+def cf(x):
+    """Channels-last array -> channels-first NumPy array."""
+    return np.moveaxis(np.asarray(x), -1, 1)
+
+
+@lru_cache(maxsize=None)
+def _jitted(fn, static: tuple):
+    return jax.jit(fn, static_argnums=static)
+
+
+def call(fn, *args):
+    """Run ``fn(*args)`` under ``jax.jit`` with every non-array argument static.
+
+    This is how generated code calls the runtime (hyper-parameters are Python constants), and
+    one compilation per call is much cheaper than compiling each primitive eagerly.
+    """
+    dynamic = (np.ndarray, jax.Array, dict)
+    static = tuple(i for i, a in enumerate(args) if not isinstance(a, dynamic))
+    return _jitted(fn, static)(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout helpers, initialisers, dense
+# ---------------------------------------------------------------------------------------------
+
+
+def test_layout_roundtrip():
+    x = jnp.arange(2 * 3 * 4 * 5.0).reshape(2, 3, 4, 5)
+    y = rt.to_channels_last(x)
+    assert y.shape == (2, 4, 5, 3)
+    np.testing.assert_array_equal(np.asarray(y), np.transpose(np.asarray(x), (0, 2, 3, 1)))
+    np.testing.assert_array_equal(np.asarray(rt.to_channels_first(y)), np.asarray(x))
+
+
+def test_initialisers():
+    key = jax.random.PRNGKey(0)
+    w = rt.init_fan_in(key, (400, 300), 400)
+    assert w.shape == (400, 300) and w.dtype == jnp.float32
+    assert abs(float(jnp.std(w)) - np.sqrt(1 / 400)) < 0.002
+    np.testing.assert_array_equal(np.asarray(w), np.asarray(rt.init_fan_in(key, (400, 300), 400)))
+    z = rt.init_zeros((3, 2), jnp.float32)
+    o = rt.init_ones((4,), jnp.float64)
+    assert z.dtype == jnp.float32 and not np.any(np.asarray(z))
+    assert o.dtype == jnp.float64 and np.all(np.asarray(o) == 1)
+    n = rt.init_normal(key, (500, 200), 0.02, jnp.float32)
+    assert n.dtype == jnp.float32 and abs(float(jnp.std(n)) - 0.02) < 0.001
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_dense(bias):
+    rng = np.random.default_rng(0)
+    x, w, b = rand(rng, 2, 3, 5), rand(rng, 5, 4), rand(rng, 4)
+    b = b if bias else None
+    np.testing.assert_allclose(call(rt.dense, x, w, b), ref.dense_ref(x, w, b), **TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolutions
+# ---------------------------------------------------------------------------------------------
+
+# (spatial size, cin, cout, kernel, stride, padding, dilation, groups, bias)
+CONV_CASES = [
+    ((11,), 3, 4, (3,), (1,), ((1, 1),), (1,), 1, True),
+    ((12,), 4, 6, (4,), (2,), ((2, 1),), (1,), 2, False),
+    ((13,), 4, 4, (3,), (1,), "same", (2,), 4, True),  # depthwise, dilated, same
+    ((14,), 2, 3, (4,), (1,), "same", (1,), 1, False),  # even kernel: extra pad at the end
+    ((7, 8), 3, 5, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, True),
+    ((9, 10), 4, 6, (3, 2), (2, 3), ((0, 1), (2, 2)), (1, 2), 2, True),
+    ((8, 8), 6, 6, (3, 3), (1, 1), "same", (2, 1), 6, False),  # depthwise
+    ((8, 7), 6, 12, (2, 3), (2, 1), ((1, 1), (0, 0)), (1, 1), 3, True),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv(case):
+    size, cin, cout, kernel, stride, padding, dilation, groups, bias = case
+    rng = np.random.default_rng(1)
+    x = rand(rng, 2, cin, *size)
+    w = rand(rng, *kernel, cin // groups, cout)
+    b = rand(rng, cout) if bias else None
+    pads = rt.same_padding(kernel, dilation) if padding == "same" else padding
+    y = call(rt.conv, cl(x), w, b, stride, pads, dilation, groups)
+    expected = ref.conv_nd_ref(x, w, b, stride, padding, dilation, groups)
+    if padding == "same":
+        assert expected.shape[2:] == size
+    np.testing.assert_allclose(cf(y), expected, **TOL)
+
+
+def test_same_padding():
+    assert rt.same_padding((3, 4), (1, 1)) == ((1, 1), (1, 2))
+    assert rt.same_padding((3,), (2,)) == ((2, 2),)
+    assert rt.same_padding((1, 2), (1, 3)) == ((0, 0), (1, 2))
+
+
+# (spatial size, cin, cout, kernel, stride, padding, output_padding, dilation, groups, bias)
+CONV_T_CASES = [
+    ((5,), 3, 4, (3,), (1,), (0,), (0,), (1,), 1, True),
+    ((5,), 4, 6, (3,), (2,), (1,), (1,), (1,), 1, True),
+    ((6,), 4, 6, (4,), (3,), (2,), (2,), (2,), 2, False),
+    ((4, 5), 4, 6, (3, 2), (2, 3), (1, 0), (1, 2), (1, 1), 2, True),
+    ((4, 4), 3, 2, (3, 3), (2, 2), (2, 1), (1, 0), (2, 2), 1, True),
+    ((5, 4), 4, 4, (3, 3), (2, 1), (1, 1), (0, 0), (1, 1), 4, False),  # depthwise
+]
+
+
+@pytest.mark.parametrize("case", CONV_T_CASES)
+def test_conv_transpose(case):
+    size, cin, cout, kernel, stride, padding, out_pad, dilation, groups, bias = case
+    rng = np.random.default_rng(2)
+    x = rand(rng, 2, cin, *size)
+    w = rand(rng, *kernel, cin, cout // groups)
+    b = rand(rng, cout) if bias else None
+    y = call(rt.conv_transpose, cl(x), w, b, stride, padding, out_pad, dilation, groups)
+    expected = ref.conv_transpose_nd_ref(x, w, b, stride, padding, out_pad, dilation, groups)
+    out_size = tuple(
+        (n - 1) * s - 2 * p + d * (k - 1) + op + 1
+        for n, s, p, d, k, op in zip(size, stride, padding, dilation, kernel, out_pad, strict=True)
+    )
+    assert expected.shape == (2, cout, *out_size)
+    np.testing.assert_allclose(cf(y), expected, **TOL)
+
+
+def test_conv_transpose_is_gradient_of_conv():
+    """PyTorch defines ConvTranspose as the input-gradient of Conv with the same weight.
+
+    Our transposed-conv weight (k1, k2, Cin_t, Cout_t) read as HWIO with I/O swapped is the
+    forward conv (Cout_t -> Cin_t) whose input-gradient conv_transpose must reproduce.
+    """
+    rng = np.random.default_rng(3)
+    w_t = rand(rng, 3, 2, 3, 4)  # (k1, k2, Cin_t=3, Cout_t=4)
+    w_conv = np.transpose(w_t, (0, 1, 3, 2))  # (k1, k2, I=4, O=3)
+    stride, padding, dilation = (2, 3), (1, 1), (1, 2)
+    x = jnp.asarray(rand(rng, 2, 9, 10, 4))
+
+    def fwd(x):
+        return rt.conv(x, w_conv, None, stride, tuple((p, p) for p in padding), dilation, 1)
+
+    y, vjp = jax.vjp(fwd, x)
+    ct = jnp.asarray(rand(rng, *y.shape))
+    (grad,) = vjp(ct)
+    no_pad = call(rt.conv_transpose, ct, w_t, None, stride, padding, (0, 0), dilation, 1)
+    out_pad = tuple(a - b for a, b in zip(x.shape[1:3], no_pad.shape[1:3], strict=True))
+    tx = call(rt.conv_transpose, ct, w_t, None, stride, padding, out_pad, dilation, 1)
+    np.testing.assert_allclose(tx, grad, **TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pooling
+# ---------------------------------------------------------------------------------------------
+
+POOL_CASES = [
+    # (spatial size, kernel, stride, padding, dilation)
+    ((10,), (3,), (2,), (1,), (1,)),
+    ((11,), (2,), (2,), (0,), (1,)),
+    ((12,), (3,), (1,), (1,), (2,)),
+    ((7, 8), (2, 2), (2, 2), (0, 0), (1, 1)),
+    ((9, 8), (3, 2), (2, 1), (1, 1), (1, 1)),
+    ((9, 9), (3, 3), (2, 3), (1, 0), (2, 1)),
+]
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_max_pool(case):
+    size, kernel, stride, padding, dilation = case
+    x = rand(np.random.default_rng(4), 2, 3, *size)
+    y = call(rt.max_pool, cl(x), kernel, stride, padding, dilation)
+    np.testing.assert_allclose(cf(y), ref.max_pool_ref(x, kernel, stride, padding, dilation), **TOL)
+
+
+@pytest.mark.parametrize("case", [c for c in POOL_CASES if all(d == 1 for d in c[4])])
+def test_avg_pool(case):
+    size, kernel, stride, padding, _ = case
+    x = rand(np.random.default_rng(5), 2, 3, *size)
+    y = call(rt.avg_pool, cl(x), kernel, stride, padding)
+    np.testing.assert_allclose(cf(y), ref.avg_pool_ref(x, kernel, stride, padding), **TOL)
+
+
+def test_global_avg_pool():
+    x = rand(np.random.default_rng(6), 2, 3, 5, 4)
+    y = call(rt.global_avg_pool, cl(x))
+    assert y.shape == (2, 1, 1, 3)
+    np.testing.assert_allclose(cf(y), ref.global_avg_pool_ref(x), **TOL)
+    x1 = rand(np.random.default_rng(6), 2, 3, 7)
+    np.testing.assert_allclose(
+        cf(call(rt.global_avg_pool, cl(x1))), ref.global_avg_pool_ref(x1), **TOL
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (3, 5, 7), (6, 4)])
+def test_batch_norm(train, shape):
+    rng = np.random.default_rng(7)
+    c = shape[1]
+    x = rand(rng, *shape) * 2 + 1
+    scale, bias = rand(rng, c), rand(rng, c)
+    mean, var = rand(rng, c), rng.uniform(0.5, 2.0, c)
+    xl = cl(x) if x.ndim > 2 else jnp.asarray(x)
+    y, new_mean, new_var = call(rt.batch_norm, xl, scale, bias, mean, var, train, 0.1, 1e-5)
+    ey, emean, evar = ref.batch_norm_ref(x, scale, bias, mean, var, train, 0.1, 1e-5)
+    y = cf(y) if x.ndim > 2 else np.asarray(y)
+    np.testing.assert_allclose(y, ey, **TOL)
+    np.testing.assert_allclose(new_mean, emean, **TOL)
+    np.testing.assert_allclose(new_var, evar, **TOL)
+    if not train:
+        np.testing.assert_array_equal(np.asarray(new_mean), mean)
+        np.testing.assert_array_equal(np.asarray(new_var), var)
+
+
+def test_batch_norm_unbiased_running_var():
+    """Explicit PyTorch numbers: x = [0, 2] per channel, momentum 0.1, running var 1."""
+    x = jnp.asarray([[0.0], [2.0]])
+    y, m, v = call(rt.batch_norm, x, None, None, jnp.zeros(1), jnp.ones(1), True, 0.1, 0.0)
+    np.testing.assert_allclose(np.asarray(y)[:, 0], [-1.0, 1.0])  # biased var 1
+    np.testing.assert_allclose(np.asarray(m), [0.1])
+    np.testing.assert_allclose(np.asarray(v), [0.9 + 0.1 * 2.0])  # unbiased var 2
+
+
+@pytest.mark.parametrize("n_axes", [1, 2])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm(n_axes, affine):
+    rng = np.random.default_rng(8)
+    x = rand(rng, 2, 3, 4, 5)
+    shape = x.shape[-n_axes:]
+    scale, bias = (rand(rng, *shape), rand(rng, *shape)) if affine else (None, None)
+    y = call(rt.layer_norm, x, scale, bias, 1e-5, n_axes)
+    np.testing.assert_allclose(y, ref.layer_norm_ref(x, scale, bias, 1e-5, n_axes), **TOL)
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 4, 5), 3), ((2, 4, 7), 2), ((3, 6, 3, 3), 6)])
+def test_group_norm(shape, groups):
+    rng = np.random.default_rng(9)
+    x = rand(rng, *shape)
+    scale, bias = rand(rng, shape[1]), rand(rng, shape[1])
+    y = call(rt.group_norm, cl(x), scale, bias, groups, 1e-5)
+    np.testing.assert_allclose(cf(y), ref.group_norm_ref(x, scale, bias, groups, 1e-5), **TOL)
+
+
+def test_rms_norm():
+    rng = np.random.default_rng(10)
+    x, scale = rand(rng, 2, 3, 8), rand(rng, 8)
+    np.testing.assert_allclose(
+        call(rt.rms_norm, x, scale, 1e-6), ref.rms_norm_ref(x, scale, 1e-6), **TOL
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+# ---------------------------------------------------------------------------------------------
+
+ACTIVATIONS = [
+    (rt.relu, ref.relu_ref),
+    (rt.tanh, ref.tanh_ref),
+    (rt.sigmoid, ref.sigmoid_ref),
+    (partial(rt.leaky_relu, a=0.1), partial(ref.leaky_relu_ref, a=0.1)),
+    (partial(rt.gelu, approximate=False), partial(ref.gelu_ref, approximate=False)),
+    (partial(rt.gelu, approximate=True), partial(ref.gelu_ref, approximate=True)),
+    (rt.silu, ref.silu_ref),
+]
+
+
+@pytest.mark.parametrize("fn,ref_fn", ACTIVATIONS)
+def test_activations(fn, ref_fn):
+    x = rand(np.random.default_rng(11), 3, 17) * 3
+    np.testing.assert_allclose(fn(x), ref_fn(x), **TOL)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_softmax(axis):
+    x = rand(np.random.default_rng(12), 3, 4, 5) * 5
+    y = call(rt.softmax, x, axis)
+    np.testing.assert_allclose(y, ref.softmax_ref(x, axis), **TOL)
+    np.testing.assert_allclose(np.sum(np.asarray(y), axis=axis), 1.0, **TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dropout
+# ---------------------------------------------------------------------------------------------
+
+
+def test_dropout_train():
+    x = rand(np.random.default_rng(13), 8, 100) + 5.0  # nonzero everywhere
+    key = jax.random.PRNGKey(1)
+    p = 0.3
+    y = np.asarray(call(rt.dropout, jnp.asarray(x), p, True, key))
+    keep = y != 0
+    np.testing.assert_allclose(y, ref.dropout_ref(x, keep, p), **TOL)
+    assert 0.6 < keep.mean() < 0.8
+    np.testing.assert_array_equal(y, np.asarray(call(rt.dropout, jnp.asarray(x), p, True, key)))
+    other = np.asarray(call(rt.dropout, jnp.asarray(x), p, True, jax.random.PRNGKey(2)))
+    assert np.any(other != y)
+    jitted = jax.jit(rt.dropout, static_argnums=(1, 2))
+    np.testing.assert_array_equal(np.asarray(jitted(jnp.asarray(x), p, True, key)), y)
+
+
+def test_dropout_identity_and_errors():
+    x = jnp.asarray(rand(np.random.default_rng(14), 4, 5))
+    assert rt.dropout(x, 0.5, False, None) is x
+    assert rt.dropout(x, 0.0, True, None) is x
+    assert rt.dropout_channels(x[:, None], 0.5, False, None) is not None
+    with pytest.raises(ValueError, match="key"):
+        rt.dropout(x, 0.5, True, None)
+    with pytest.raises(ValueError, match="key"):
+        rt.dropout_channels(x[:, None], 0.5, True, None)
+    np.testing.assert_array_equal(np.asarray(rt.dropout(x, 1.0, True, jax.random.PRNGKey(0))), 0)
+
+
+def test_dropout_channels():
+    x = rand(np.random.default_rng(15), 6, 8, 3, 4) + 5.0  # channels-first (B, C, H, W)
+    key = jax.random.PRNGKey(3)
+    p = 0.5
+    y = cf(call(rt.dropout_channels, cl(x), p, True, key))
+    keep = np.all(y != 0, axis=(2, 3))  # (B, C)
+    dropped = np.all(y == 0, axis=(2, 3))
+    assert np.all(keep | dropped)  # whole channels are dropped
+    assert 0 < keep.sum() < keep.size
+    np.testing.assert_allclose(y, ref.dropout_ref(x, keep[:, :, None, None], p), **TOL)
+    np.testing.assert_array_equal(y, cf(call(rt.dropout_channels, cl(x), p, True, key)))
+    x1 = cl(x[:, :, 0])  # 1-D signals (B, T, C)
+    y1 = np.asarray(call(rt.dropout_channels, x1, p, True, key))
+    assert np.all(np.all(y1 != 0, axis=1) | np.all(y1 == 0, axis=1))
+    assert rt.dropout_channels(cl(x), p, False, key).shape == (6, 3, 4, 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings and positions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_embed():
+    rng = np.random.default_rng(16)
+    table = rand(rng, 10, 4)
+    ids = rng.integers(0, 10, (2, 5))
+    y = call(rt.embed, jnp.asarray(ids), table)
+    assert y.shape == (2, 5, 4)
+    np.testing.assert_allclose(y, ref.embed_ref(ids, table), **TOL)
+
+
+@pytest.mark.parametrize("T,D", [(7, 8), (5, 9), (1, 2)])
+def test_sinusoidal_positions(T, D):
+    pe = rt.sinusoidal_positions(T, D, jnp.float64)
+    assert pe.shape == (T, D) and pe.dtype == jnp.float64
+    np.testing.assert_allclose(pe, ref.sinusoidal_positions_ref(T, D), **TOL)
+    assert rt.sinusoidal_positions(T, D, jnp.float32).dtype == jnp.float32
+
+
+def test_add_positions():
+    rng = np.random.default_rng(17)
+    x = rand(rng, 2, 6, 8)
+    np.testing.assert_allclose(
+        call(rt.add_positions, jnp.asarray(x)), ref.add_positions_ref(x), **TOL
+    )
+    table = rand(rng, 10, 8)
+    np.testing.assert_allclose(
+        call(rt.add_learned_positions, jnp.asarray(x), table),
+        ref.add_learned_positions_ref(x, table),
+        **TOL,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention(use_mask, causal):
+    rng = np.random.default_rng(18)
+    q, k, v = rand(rng, 2, 3, 5, 4), rand(rng, 2, 3, 5, 4), rand(rng, 2, 3, 5, 6)
+    mask = rng.uniform(size=(2, 1, 5, 5)) < 0.7 if use_mask else None
+    y = call(rt.attention, q, k, v, mask, causal, 0.0, False, None)
+    np.testing.assert_allclose(y, ref.attention_ref(q, k, v, mask, causal), **TOL)
+
+
+def test_attention_cross_lengths_and_fully_masked_rows():
+    rng = np.random.default_rng(19)
+    q, k, v = rand(rng, 2, 2, 3, 4), rand(rng, 2, 2, 6, 4), rand(rng, 2, 2, 6, 5)
+    mask = np.ones((2, 2, 3, 6), dtype=bool)
+    mask[0, 1, 2] = False  # one query sees nothing
+    mask[1, :, :, 4:] = False  # key padding
+    y = np.asarray(call(rt.attention, q, k, v, mask, False, 0.0, False, None))
+    assert np.all(np.isfinite(y))
+    np.testing.assert_array_equal(y[0, 1, 2], 0.0)
+    np.testing.assert_allclose(y, ref.attention_ref(q, k, v, mask, False), **TOL)
+    yc = call(rt.attention, q, k, v, None, True, 0.0, False, None)
+    np.testing.assert_allclose(yc, ref.attention_ref(q, k, v, None, True), **TOL)
+
+
+def test_attention_dropout():
+    rng = np.random.default_rng(20)
+    q, k, v = (jnp.asarray(rand(rng, 1, 2, 6, 4)) for _ in range(3))
+    key = jax.random.PRNGKey(5)
+    base = call(rt.attention, q, k, v, None, False, 0.5, False, key)
+    np.testing.assert_allclose(base, ref.attention_ref(q, k, v), **TOL)
+    y1 = call(rt.attention, q, k, v, None, False, 0.5, True, key)
+    y2 = call(rt.attention, q, k, v, None, False, 0.5, True, key)
+    np.testing.assert_array_equal(np.asarray(y1), np.asarray(y2))
+    assert not np.allclose(np.asarray(y1), np.asarray(base))
+
+
+def mha_params(rng, d, dkv, heads, dqk, dv, dout, bias):
+    p = {
+        "wq": rand(rng, d, heads * dqk),
+        "wk": rand(rng, dkv, heads * dqk),
+        "wv": rand(rng, dkv, heads * dv),
+        "wo": rand(rng, heads * dv, dout),
+    }
+    if bias:
+        p.update(
+            bq=rand(rng, heads * dqk),
+            bk=rand(rng, heads * dqk),
+            bv=rand(rng, heads * dv),
+            bo=rand(rng, dout),
+        )
+    return p
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_mha_self(bias, causal):
+    rng = np.random.default_rng(21)
+    x = rand(rng, 2, 5, 8)
+    p = mha_params(rng, 8, 8, 2, 4, 3, 7, bias)
+    y = call(rt.mha, jnp.asarray(x), jnp.asarray(x), p, 2, causal, 0.0, False, None)
+    assert y.shape == (2, 5, 7)
+    np.testing.assert_allclose(y, ref.mha_ref(x, x, p, 2, causal), **TOL)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_mha_cross(bias):
+    rng = np.random.default_rng(22)
+    x, z = rand(rng, 2, 4, 6), rand(rng, 2, 7, 5)
+    p = mha_params(rng, 6, 5, 3, 2, 4, 6, bias)
+    y = call(rt.mha, jnp.asarray(x), jnp.asarray(z), p, 3, False, 0.0, False, None)
+    assert y.shape == (2, 4, 6)
+    np.testing.assert_allclose(y, ref.mha_ref(x, z, p, 3), **TOL)
+    mask = rng.uniform(size=(2, 1, 1, 7)) < 0.6
+    mask[:, :, :, 0] = True
+    ym = call(rt.mha, jnp.asarray(x), jnp.asarray(z), p, 3, False, 0.0, False, None, mask)
+    np.testing.assert_allclose(ym, ref.mha_ref(x, z, p, 3, mask=mask), **TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Patches and upsampling
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 8, 8), 4), ((1, 2, 9, 10), 3), ((2, 3, 9, 10), 4)])
+def test_patches(shape, size):
+    x = rand(np.random.default_rng(23), *shape)
+    y = call(rt.patches, cl(x), size)
+    np.testing.assert_allclose(y, ref.patches_ref(x, size), **TOL)
+
+
+@pytest.mark.parametrize("factor", [2, 3])
+def test_upsample_nearest(factor):
+    x = rand(np.random.default_rng(24), 2, 3, 4, 5)
+    y = call(rt.upsample_nearest, cl(x), factor)
+    np.testing.assert_allclose(cf(y), ref.upsample_nearest_ref(x, factor), **TOL)
+    x1 = rand(np.random.default_rng(24), 2, 3, 4)
+    y1 = call(rt.upsample_nearest, cl(x1), factor)
+    np.testing.assert_allclose(cf(y1), ref.upsample_nearest_ref(x1, factor), **TOL)
+
+
+@pytest.mark.parametrize("factor", [2, 3, 4])
+def test_upsample_bilinear(factor):
+    x = rand(np.random.default_rng(25), 2, 3, 4, 5)
+    y = call(rt.upsample_bilinear, cl(x), factor)
+    np.testing.assert_allclose(cf(y), ref.upsample_bilinear_ref(x, factor), **TOL)
+
+
+def test_upsample_bilinear_known_pytorch_values():
+    """F.interpolate(arange(4).view(1,1,2,2), scale_factor=2, mode="bilinear")."""
+    x = jnp.arange(4.0).reshape(1, 1, 2, 2)
+    expected = [
+        [0.0, 0.25, 0.75, 1.0],
+        [0.5, 0.75, 1.25, 1.5],
+        [1.5, 1.75, 2.25, 2.5],
+        [2.0, 2.25, 2.75, 3.0],
+    ]
+    np.testing.assert_allclose(cf(call(rt.upsample_bilinear, cl(x), 2))[0, 0], expected, **TOL)
+    row = cf(call(rt.upsample_bilinear, cl(jnp.asarray([[[[0.0, 1.0]]]])), 3))[0, 0, 0]
+    np.testing.assert_allclose(row, [0, 0, 1 / 3, 2 / 3, 1, 1], **TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent layers
+# ---------------------------------------------------------------------------------------------
+
+
+def rnn_params(rng, d, hd, gates, bias=True):
+    p = {"w_ih": rand(rng, d, gates * hd) * 0.5, "w_hh": rand(rng, hd, gates * hd) * 0.5}
+    if bias:
+        p["b_ih"] = rand(rng, gates * hd) * 0.5
+        p["b_hh"] = rand(rng, gates * hd) * 0.5
+    return p
+
+
+@pytest.mark.parametrize(
+    "fn,ref_fn,gates",
+    [(rt.rnn, ref.rnn_ref, 1), (rt.lstm, ref.lstm_ref, 4), (rt.gru, ref.gru_ref, 3)],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_recurrent(fn, ref_fn, gates, bias):
+    rng = np.random.default_rng(26)
+    x = rand(rng, 2, 6, 3)
+    p = rnn_params(rng, 3, 4, gates, bias)
+    y = fn(jnp.asarray(x), p)
+    assert y.shape == (2, 6, 4)
+    np.testing.assert_allclose(y, ref_fn(x, p), **TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Jit and gradients
+# ---------------------------------------------------------------------------------------------
+
+
+def test_grad_conv():
+    rng = np.random.default_rng(28)
+    x, w, b = rand(rng, 1, 5, 4), rand(rng, 3, 2, 4), rand(rng, 4)
+
+    def f(x, w, b):
+        return rt.conv(x, w, b, (2,), ((1, 1),), (1,), 2)
+
+    check_grads(jax.jit(f), (x, w, b), order=1, modes=["rev"])
+
+
+def test_grad_conv_transpose():
+    rng = np.random.default_rng(29)
+    x, w, b = rand(rng, 1, 3, 3, 2), rand(rng, 2, 2, 2, 3), rand(rng, 3)
+
+    def f(x, w, b):
+        return rt.conv_transpose(x, w, b, (2, 1), (1, 0), (1, 0), (1, 1), 1)
+
+    check_grads(jax.jit(f), (x, w, b), order=1, modes=["rev"])
+
+
+def test_grad_batch_norm():
+    rng = np.random.default_rng(30)
+    x, s, b = rand(rng, 3, 2, 2, 3), rand(rng, 3), rand(rng, 3)
+    mean, var = np.zeros(3), np.ones(3)
+
+    def f(x, s, b):
+        return rt.batch_norm(x, s, b, mean, var, True, 0.1, 1e-5)[0]
+
+    check_grads(jax.jit(f), (x, s, b), order=1, modes=["rev"])
+
+
+def test_grad_layer_norm():
+    rng = np.random.default_rng(31)
+    x, s, b = rand(rng, 2, 3, 4), rand(rng, 3, 4), rand(rng, 3, 4)
+    f = jax.jit(lambda x, s, b: rt.layer_norm(x, s, b, 1e-5, 2))
+    check_grads(f, (x, s, b), order=1, modes=["rev"])
+
+
+def test_grad_mha():
+    rng = np.random.default_rng(32)
+    x = rand(rng, 1, 3, 4)
+    p = mha_params(rng, 4, 4, 2, 2, 2, 4, True)
+    f = jax.jit(lambda x, p: rt.mha(x, x, p, 2, True, 0.0, False, None))
+    check_grads(f, (x, p), order=1, modes=["rev"])
+
+
+@pytest.mark.parametrize("fn,gates", [(rt.lstm, 4), (rt.gru, 3)])
+def test_grad_recurrent(fn, gates):
+    rng = np.random.default_rng(33)
+    x = rand(rng, 1, 3, 2)
+    p = rnn_params(rng, 2, 3, gates)
+    check_grads(jax.jit(fn), (x, p), order=1, modes=["rev"])
