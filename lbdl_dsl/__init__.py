@@ -1,0 +1,11 @@
+"""lbdl: neural architectures written the way The Little Book of Deep Learning draws them.
+
+``lbdl_dsl.compile(spec, **params)`` gives a runnable JAX model; ``lbdl_dsl.check(spec)`` gives
+the checked program (shapes, parameter and MAC counts) without importing JAX.
+"""
+
+from lbdl_dsl.api import check, compile
+from lbdl_dsl.core.errors import LbdlError
+
+__all__ = ["LbdlError", "check", "compile"]
+__version__ = "0.1.0"

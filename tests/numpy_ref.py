@@ -84,11 +84,11 @@ def conv_nd_ref(x, w, b, stride, padding, dilation, groups):
     for pos in np.ndindex(*out_size):
         for tap in np.ndindex(*kernel):
             src = tuple(pos[i] * stride[i] + tap[i] * dilation[i] for i in range(n))
-            xs = xp[(slice(None), slice(None), *src)]  # (B, Cin)
+            xs = xp[(slice(None), slice(None)) + src]  # (B, Cin)
             for g in range(groups):
                 xin = xs[:, g * cin_g : (g + 1) * cin_g]
                 wk = w[tap][:, g * cout_g : (g + 1) * cout_g]
-                out[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *pos)] += xin @ wk
+                out[(slice(None), slice(g * cout_g, (g + 1) * cout_g)) + pos] += xin @ wk
     if b is not None:
         out += np.reshape(b, (cout,) + (1,) * n)
     return out
@@ -116,12 +116,12 @@ def conv_transpose_nd_ref(x, w, b, stride, padding, output_padding, dilation, gr
     ]
     full = np.zeros((x.shape[0], cout, *full_size))
     for pos in np.ndindex(*in_size):
-        xs = x[(slice(None), slice(None), *pos)]  # (B, Cin)
+        xs = x[(slice(None), slice(None)) + pos]  # (B, Cin)
         for tap in np.ndindex(*kernel):
             dst = tuple(pos[i] * stride[i] + tap[i] * dilation[i] for i in range(n))
             for g in range(groups):
                 contrib = xs[:, g * cin_g : (g + 1) * cin_g] @ w[tap][g * cin_g : (g + 1) * cin_g]
-                full[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *dst)] += contrib
+                full[(slice(None), slice(g * cout_g, (g + 1) * cout_g)) + dst] += contrib
     out_size = [
         (in_size[i] - 1) * stride[i]
         - 2 * padding[i]
@@ -131,7 +131,7 @@ def conv_transpose_nd_ref(x, w, b, stride, padding, output_padding, dilation, gr
         for i in range(n)
     ]
     crop = tuple(slice(padding[i], padding[i] + out_size[i]) for i in range(n))
-    out = full[(slice(None), slice(None), *crop)]
+    out = full[(slice(None), slice(None)) + crop]
     if b is not None:
         out = out + np.reshape(b, (cout,) + (1,) * n)
     return out
@@ -156,7 +156,7 @@ def _pool_windows(x, kernel, stride, padding, dilation, fill):
         vals = []
         for tap in np.ndindex(*kernel):
             src = tuple(pos[i] * stride[i] + tap[i] * dilation[i] for i in range(n))
-            vals.append(xp[(slice(None), slice(None), *src)])
+            vals.append(xp[(slice(None), slice(None)) + src])
         windows.append((pos, vals))
     return out_size, windows
 
@@ -167,7 +167,7 @@ def max_pool_ref(x, kernel, stride, padding, dilation=1):
     out_size, windows = _pool_windows(x, kernel, stride, padding, dilation, -np.inf)
     out = np.zeros((*x.shape[:2], *out_size))
     for pos, vals in windows:
-        out[(slice(None), slice(None), *pos)] = np.max(np.stack(vals), axis=0)
+        out[(slice(None), slice(None)) + pos] = np.max(np.stack(vals), axis=0)
     return out
 
 
@@ -177,7 +177,7 @@ def avg_pool_ref(x, kernel, stride, padding):
     out_size, windows = _pool_windows(x, kernel, stride, padding, 1, 0.0)
     out = np.zeros((*x.shape[:2], *out_size))
     for pos, vals in windows:
-        out[(slice(None), slice(None), *pos)] = np.sum(np.stack(vals), axis=0) / len(vals)
+        out[(slice(None), slice(None)) + pos] = np.sum(np.stack(vals), axis=0) / len(vals)
     return out
 
 
@@ -412,7 +412,7 @@ def upsample_nearest_ref(x, factor):
     out = np.zeros((*x.shape[:2], *out_size))
     for pos in np.ndindex(*out_size):
         src = tuple(p // factor for p in pos)
-        out[(slice(None), slice(None), *pos)] = x[(slice(None), slice(None), *src)]
+        out[(slice(None), slice(None)) + pos] = x[(slice(None), slice(None)) + src]
     return out
 
 

@@ -103,6 +103,7 @@ class Checker:
         ann = node.annotation
         dims = tuple(self.size(d, env, s, "this input's size") for d, s in zip(ann.dims, ann.spans))
         vocab = _subs(node.vocab, env) if node.vocab is not None else None
+        self.bounded(numel(dims), f"the number of elements of input `{node.name}`", node.span)
         rf = (Expr.lift(1), Expr.lift(1)) if len(dims) >= 2 and node.dtype == "float" else None
         return Tensor(dims, node.dtype, vocab, f"input `{node.name}`", node.span, rf)
 
@@ -126,8 +127,18 @@ class Checker:
             if v <= 0:
                 raise LbdlError(f"{what} is {v}: sizes must be positive", span)
             if v > MAX_DIM:
-                raise LbdlError(f"{what} is {v:,}, which overflows 64 bits", span)
+                raise LbdlError(f"{what} is {int(v):,}, which overflows 64 bits", span)
         return value
+
+    @staticmethod
+    def bounded(count: Expr, what: str, span: Span | None) -> None:
+        """Refuse a count (elements, parameters, MACs) that 64-bit sizes cannot hold."""
+        if count.is_const and count.const_value > MAX_DIM:
+            raise LbdlError(
+                f"{what} is {int(count.const_value):,}, which overflows 64 bits",
+                span,
+                hint=f"every size and count must stay below 2^62 = {MAX_DIM:,}",
+            )
 
     # -- one box --------------------------------------------------------------------------------
     def box(self, inst: Inst, graph: Graph, env: dict[str, Any], outs) -> Tensor:
@@ -186,6 +197,11 @@ class Checker:
             inst.params = layer.params(ctx) if layer.params else {}
             inst.state = layer.state(ctx)
             inst.macs = Expr.lift(layer.macs(ctx))
+            self.bounded(numel(out), f"the number of elements of the output of `{node.op}`",
+                         node.span)
+            for name, p in inst.params.items():
+                self.bounded(numel(p.shape), f"the size of the parameter `{name}`", node.span)
+            self.bounded(inst.macs, f"the multiply-accumulate count of `{node.op}`", node.span)
         except ShapeFailure as exc:
             raise self.shape_error(inst, exc) from None
         except (InexactDivision, ZeroDivisionError, ValueError, KeyError, TypeError) as exc:

@@ -74,7 +74,7 @@ def _decode(data: str | bytes, file: str) -> str:
     except UnicodeDecodeError as exc:
         before = data[: exc.start]
         line = before.count(b"\n") + 1
-        col = exc.start - (before.rfind(b"\n") + 1) + 1
+        col = len(before[before.rfind(b"\n") + 1 :].decode("utf-8")) + 1  # characters, not bytes
         raise LbdlError(
             f"the spec is not valid UTF-8 text (byte 0x{data[exc.start]:02x})",
             Span.point(file, line, col),
@@ -93,6 +93,7 @@ def _precheck(text: str, file: str) -> None:
             "library into imported files",
         )
     stack = [0]
+    seen_code = False
     for lineno, line in enumerate(text.split("\n"), 1):
         for col, ch in enumerate(line, 1):
             if ch == "\x00" or (ord(ch) < 32 and ch not in "\t\r\f"):
@@ -111,6 +112,9 @@ def _precheck(text: str, file: str) -> None:
                 Span.point(file, lineno, lead.index("\t") + 1),
                 hint="indent with spaces (tabs between columns are fine)",
             )
+        if lead and stack == [0] and not seen_code:  # lark would silently accept it
+            raise LbdlError(_INDENTED[0], Span.point(file, lineno, len(lead) + 1), _INDENTED[1])
+        seen_code = True
         _check_indent(stack, len(lead), file, lineno)
         depth = 0
         for col, ch in enumerate(line, 1):
@@ -164,6 +168,7 @@ _TERMINAL_WORDS = {
     "ARROW": "`->`",
     "CMP": "a comparison (`<`, `==`...)",
     "COLON": "`:`",
+    "_HEAD_COLON": "`:`",
     "LPAR": "`(`",
     "RPAR": "`)`",
     "COMMA": "`,`",
@@ -175,7 +180,7 @@ _TERMINAL_WORDS = {
 }
 
 # Known mistakes: (message, hint) → examples that make lark fail in the same parser state.
-# Each example is also a test case (tests/compiler/test_parser_errors.py).
+# Each example is also a test case (tests/compiler/test_errors.py).
 MISTAKES: dict[tuple[str, str], list[str]] = {
     (
         "a shape annotation must come after the hyper-parameters",
@@ -278,6 +283,12 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
 }
 
 
+_INDENTED = (
+    "the lines of a spec start at the left margin or inside a group (found an indented line)",
+    "indent only the body of a `block`, `model`, `residual:`, `shortcut:` or `×N:`",
+)
+
+
 def _words(expected: set[str]) -> str:
     names = sorted({_TERMINAL_WORDS.get(e, f"`{e.lower()}`") for e in expected})
     if len(names) > 6:
@@ -316,18 +327,51 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
         ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
         found = f"`{ch}`"
     span = Span.point(file, line, col, width)
-    label = None
-    try:
-        label = exc.match_examples(_parse_only, MISTAKES, use_accepts=True)
-    except Exception:  # noqa: BLE001 - a failed lookup only loses a hint, never the error
-        label = None
+    label = _known_mistake(exc)
     if label:
         message, hint = label
         return LbdlError(f"{message} (found {found})" if found else message, span, hint)
+    if isinstance(exc, UnexpectedCharacters) and found == '`"`':
+        return LbdlError("this string has no closing `\"`", span,
+                         hint="a string ends with `\"` on the line where it starts")
+    if found == "an indented line":
+        return LbdlError(_INDENTED[0], span, _INDENTED[1])
     expected = getattr(exc, "expected", None) or getattr(exc, "allowed", None) or set()
-    message = f"unexpected {found or 'text'}"
+    message = f"did not expect {found or 'this'} here"
     hint = f"expected {_words(set(expected))}" if expected else None
     return LbdlError(message, span, hint)
+
+
+def _signature(exc: UnexpectedInput) -> tuple:
+    """What the parser saw when it failed: its state and the offending token or character."""
+    state = exc.state
+    if hasattr(state, "position"):  # lark's ParserState: equal when stack depth and top agree
+        state = (len(state.state_stack), state.position)
+    if isinstance(exc, UnexpectedToken):
+        return ("token", state, exc.token.type, frozenset(exc.accepts or ()))
+    return ("char", state, getattr(exc, "char", None))
+
+
+@functools.cache
+def _mistake_signatures() -> dict[tuple, tuple[str, str]]:
+    """Each known mistake as the parser sees it, computed once from the MISTAKES examples."""
+    out: dict[tuple, tuple[str, str]] = {}
+    for label, examples in MISTAKES.items():
+        for example in examples:
+            try:
+                _parse_only(example)
+            except UnexpectedInput as exc:
+                out.setdefault(_signature(exc), label)
+    return out
+
+
+def _known_mistake(exc: UnexpectedInput) -> tuple[str, str] | None:
+    """The MISTAKES label whose example failed in the same state on the same kind of input.
+
+    Stricter than lark's ``match_examples``, which compares parser states only: a stray `$`
+    after a box fails in the state where `relu:` fails, but is not a misplaced `:`.
+    """
+    return _mistake_signatures().get(_signature(exc))
 
 
 # -- the tree, as frozen dataclasses ----------------------------------------------------------

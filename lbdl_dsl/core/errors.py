@@ -67,7 +67,10 @@ def _excerpt(span: Span | None, sources: Mapping[str, str] | None) -> list[str]:
     """The source line of ``span`` and a caret line under it, or nothing if unavailable."""
     if span is None or sources is None or span.file not in sources:
         return []
-    text_lines = sources[span.file].splitlines()
+    # Lines as the parser counts them: only line feeds (after CR LF and CR became LF) end a
+    # line, not the form feeds or U+2028 that str.splitlines() also splits at.
+    text = sources[span.file].removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    text_lines = text.split("\n")
     if not 1 <= span.line <= len(text_lines):
         return []
     line = text_lines[span.line - 1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from math import gcd
 from typing import Union
 
 Number = Union[int, Fraction]
@@ -169,18 +170,22 @@ class Expr:
         """``floor(self / den)``, simplified: integer parts are pulled out of the floor."""
         if den <= 0:
             raise ZeroDivisionError("division by a non-positive number")
-        if den == 1 and all(c.denominator == 1 for _, c in self.terms):
+        whole_valued = [c.denominator == 1 and all(p > 0 for _, p in m) for m, c in self.terms]
+        if den == 1 and all(whole_valued):
             return self
         whole: dict[Monomial, Fraction] = {}
         rest: dict[Monomial, Fraction] = {}
-        for m, c in self.terms:
-            if c.denominator != 1:  # a rational coefficient cannot leave the floor
+        for (m, c), is_whole in zip(self.terms, whole_valued):
+            if not is_whole:  # a rational coefficient (C/4) or a quotient (1/C) stays inside
                 rest[m] = c
                 continue
             q, r = divmod(c, den)
             whole[m] = Fraction(q)
             if r:
                 rest[m] = Fraction(r)
+        if rest and all(c.denominator == 1 for c in rest.values()):
+            g = gcd(den, *(c.numerator for c in rest.values()))  # ⌊2H/4⌋ is ⌊H/2⌋
+            rest, den = {m: c / g for m, c in rest.items()}, den // g
         rem = Expr(rest)
         if rem.is_const:
             return Expr(whole) + (rem.const_value // den)

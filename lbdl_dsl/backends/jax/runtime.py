@@ -205,11 +205,11 @@ def max_pool(
 ) -> jax.Array:
     """Channels-last N-d max pooling; PyTorch's MaxPool semantics (ceil_mode=False).
 
-    ``padding`` is one int per spatial axis, applied on both sides with -inf.
+    ``padding`` is one int per spatial axis (both sides, with -inf) or a (low, high) pair.
     """
     window = (1, *kernel, 1)
     strides = (1, *stride, 1)
-    pads = ((0, 0), *((p, p) for p in padding), (0, 0))
+    pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding), (0, 0))
     dilations = (1, *dilation, 1)
     return jax.lax.reduce_window(
         x, -jnp.inf, jax.lax.max, window, strides, pads, window_dilation=dilations
@@ -220,11 +220,11 @@ def avg_pool(x: jax.Array, kernel: tuple, stride: tuple, padding: tuple) -> jax.
     """Channels-last N-d average pooling; PyTorch's AvgPool defaults.
 
     count_include_pad=True: zero padding counts, every window is divided by prod(kernel).
-    ``padding`` is one int per spatial axis, applied on both sides.
+    ``padding`` is one int per spatial axis (both sides) or a (low, high) pair.
     """
     window = (1, *kernel, 1)
     strides = (1, *stride, 1)
-    pads = ((0, 0), *((p, p) for p in padding), (0, 0))
+    pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding), (0, 0))
     summed = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, pads)
     return summed / int(np.prod(kernel))
 
@@ -241,8 +241,8 @@ def global_avg_pool(x: jax.Array) -> jax.Array:
 
 def batch_norm(
     x: jax.Array,
-    scale: jax.Array,
-    bias: jax.Array,
+    scale,
+    bias,
     mean: jax.Array,
     var: jax.Array,
     train: bool,
@@ -254,7 +254,7 @@ def batch_norm(
     PyTorch's convention: in training, normalise with the batch mean and BIASED batch variance,
     and update the running statistics as ``(1 - momentum) * old + momentum * batch`` using the
     UNBIASED batch variance (the update carries no gradient). In eval mode, normalise with the
-    running statistics and return them unchanged.
+    running statistics and return them unchanged. ``scale`` / ``bias`` may be None (no affine).
     """
     axes = tuple(range(x.ndim - 1))
     if train:
@@ -544,10 +544,10 @@ def upsample_linear_axis(x: jax.Array, axis: int, factor: int) -> jax.Array:
     frac = src - lo
     shape = [1] * x.ndim
     shape[axis] = n * factor
-    frac = jnp.asarray(frac.reshape(shape), dtype=x.dtype)
+    weight = jnp.asarray(frac.reshape(shape), dtype=x.dtype)
     a = jnp.take(x, lo, axis=axis)
     b = jnp.take(x, hi, axis=axis)
-    return a * (1 - frac) + b * frac
+    return a * (1 - weight) + b * weight
 
 
 def upsample_bilinear(x: jax.Array, factor: int) -> jax.Array:
@@ -582,8 +582,9 @@ def rnn(x: jax.Array, p: dict) -> jax.Array:
         h = jnp.tanh(xi + dense(h, w_hh, b_hh))
         return h, h
 
-    h0 = jnp.zeros((x.shape[0], hd), dtype=x.dtype)
-    _, hs = jax.lax.scan(step, h0, rnn_inputs(x, p))
+    xs = rnn_inputs(x, p)
+    h0 = jnp.zeros((x.shape[0], hd), dtype=jnp.result_type(xs, w_hh))
+    _, hs = jax.lax.scan(step, h0, xs)
     return jnp.swapaxes(hs, 0, 1)
 
 
@@ -604,8 +605,9 @@ def lstm(x: jax.Array, p: dict) -> jax.Array:
         h = jax.nn.sigmoid(o) * jnp.tanh(c)
         return (h, c), h
 
-    zeros = jnp.zeros((x.shape[0], hd), dtype=x.dtype)
-    _, hs = jax.lax.scan(step, (zeros, zeros), rnn_inputs(x, p))
+    xs = rnn_inputs(x, p)
+    zeros = jnp.zeros((x.shape[0], hd), dtype=jnp.result_type(xs, w_hh))
+    _, hs = jax.lax.scan(step, (zeros, zeros), xs)
     return jnp.swapaxes(hs, 0, 1)
 
 
@@ -629,6 +631,91 @@ def gru(x: jax.Array, p: dict) -> jax.Array:
         h = (1 - z) * n + z * h
         return h, h
 
-    h0 = jnp.zeros((x.shape[0], hd), dtype=x.dtype)
-    _, hs = jax.lax.scan(step, h0, rnn_inputs(x, p))
+    xs = rnn_inputs(x, p)
+    h0 = jnp.zeros((x.shape[0], hd), dtype=jnp.result_type(xs, w_hh))
+    _, hs = jax.lax.scan(step, h0, xs)
     return jnp.swapaxes(hs, 0, 1)
+
+
+# -- helpers of the generated modules themselves -------------------------------------------------
+
+
+def fold(key, i: int):
+    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
+    return None if key is None else jax.random.fold_in(key, i)
+
+
+def split_keys(key, n: int):
+    """One key per copy of a ×N group, or None for all of them when no key was given."""
+    return None if key is None else jax.random.split(key, n)
+
+
+def unrolled(step, x, xs, n: int):
+    """``jax.lax.scan``'s result, computed by a Python loop: ``--unroll``'s lowering of ×N."""
+    ys = []
+    for i in range(n):
+        x, y = step(x, jax.tree.map(lambda a, i=i: a[i], xs))
+        ys.append(y)
+    return x, jax.tree.map(lambda *a: jnp.stack(a), *ys)
+
+
+def identity(x: jax.Array) -> jax.Array:
+    """A named junction in a figure; no computation."""
+    return x
+
+
+def prepend_token(x: jax.Array, e0: jax.Array) -> jax.Array:
+    """ViT's class token: one trainable vector concatenated in front of each sequence."""
+    token = jnp.broadcast_to(e0.astype(x.dtype), (x.shape[0], 1, x.shape[-1]))
+    return jnp.concatenate([token, x], axis=1)
+
+
+def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
+    """Each vector of the last axis divided by its Euclidean norm (CLIP's embeddings)."""
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+def reparameterize(mean: jax.Array, logvar: jax.Array, train: bool, key) -> jax.Array:
+    """A VAE's sample mean + exp(logvar / 2)·ε in training; the mean in evaluation."""
+    if not train:
+        return mean
+    if key is None:
+        raise ValueError("sampling in training needs a PRNG key: apply(..., train=True, key=k)")
+    return mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
+
+
+def init_table(key, table: dict) -> dict:
+    """Arrays for a table of ``path: (shape, how, scale)``, from one random draw.
+
+    "fan_in": normal with std sqrt(1/fan_in) (LeCun, Flax's default); "normal": normal with
+    std ``scale``; "zeros" and "ones" as named. All the noise comes from a single call of
+    ``jax.random.normal`` cut into pieces on the host, so initialising compiles one small
+    computation instead of one per parameter shape.
+    """
+    sizes = {path: int(np.prod(shape)) for path, (shape, how, _) in table.items()
+             if how in ("fan_in", "normal")}
+    noise = np.asarray(jax.random.normal(key, (max(sum(sizes.values()), 1),), jnp.float32))
+    out, start = {}, 0
+    for path, (shape, how, scale) in table.items():
+        if how == "zeros":
+            out[path] = jnp.zeros(shape, jnp.float32)
+        elif how == "ones":
+            out[path] = jnp.ones(shape, jnp.float32)
+        else:
+            n = sizes[path]
+            std = np.sqrt(1.0 / scale) if how == "fan_in" else scale
+            out[path] = jnp.asarray(noise[start : start + n].reshape(shape) * np.float32(std))
+            start += n
+    return out
+
+
+def unflatten(flat: dict) -> dict:
+    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
+    out: dict = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers import activation, attention, conv, dense, norm, recurrent, tensor
+from lbdl_dsl.core.layers import activation, attention, conv, dense, extra, norm, recurrent, tensor
 from lbdl_dsl.core.layers.base import HP, REQUIRED, Ctx, Emit, Layer, PSpec, ShapeFailure
 
-_FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent)
+_FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent, extra)
 
 LAYERS: dict[str, Layer] = {}
 ALIASES: dict[str, str] = {}

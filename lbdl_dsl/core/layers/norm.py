@@ -106,7 +106,10 @@ GROUPNORM = Layer(
     category="Normalisation",
     doc="Group normalisation (Wu & He 2018): channels split into g groups, each normalised over "
     "its channels and positions; scale and shift per channel.",
-    hparams=(HP("g", "size", 32, "number of groups"), HP("eps", "float", 1e-5)),
+    hparams=(
+        HP("g", "size", 32, "number of groups"),
+        HP("eps", "float", 1e-5, "added to the variance"),
+    ),
     shape=_gn_shape,
     params=_bn_params,
     lower=lambda e: e.call(

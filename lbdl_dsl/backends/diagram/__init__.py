@@ -1,0 +1,40 @@
+"""The Graphviz backend: a checked model drawn the way The Little Book of Deep Learning does.
+
+`to_dot` gives a DOT document (deterministic: the same spec gives the same bytes), `render`
+turns it into SVG, PNG or PDF with Graphviz's ``dot``. The work is split by stage: `expand`
+reads ``--expand``, `walk` decides what to draw from the checked tree and the graphs, `failures`
+puts the checker's messages beside the boxes where it stopped, and `dot` writes the text with
+the look fixed in `style`.
+"""
+
+from __future__ import annotations
+
+from lbdl_dsl.backends.diagram import dot as _dot
+from lbdl_dsl.backends.diagram import expand as _expand
+from lbdl_dsl.backends.diagram import failures
+from lbdl_dsl.backends.diagram.render import render
+from lbdl_dsl.backends.diagram.scene import Scene
+from lbdl_dsl.backends.diagram.walk import Walker
+from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.core.errors import LbdlError
+
+
+def scene(compiled: Compiled, expand: str | None = None) -> Scene:
+    """What `to_dot` draws, before it is written: for tests and other writers."""
+    program = compiled.program
+    if program is None:
+        raise LbdlError("nothing to draw: the spec did not get past building its graph")
+    walker = Walker(program, compiled.checked, _expand.parse(expand, program.blocks))
+    out = Scene(program.model.name)
+    walker.model(out)
+    if compiled.checked is not None:
+        out.note = failures.attach(walker.sites, compiled.checked.diagnostics)
+    return out
+
+
+def to_dot(compiled: Compiled, expand: str | None = None) -> str:
+    """The DOT document of ``compiled``'s model; ``expand`` opens block calls (see `expand`)."""
+    return _dot.write(scene(compiled, expand))
+
+
+__all__ = ["render", "scene", "to_dot"]

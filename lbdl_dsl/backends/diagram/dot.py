@@ -1,0 +1,232 @@
+"""A `Scene` as a DOT document, with the book's look.
+
+Each box is one Graphviz node whose HTML-like label is a row of cells: the box itself (port
+``b``), then the blue hyper-parameters, then the output shape. Arrows attach to the box's port
+and the arrows of the data path weigh heavily, which makes Graphviz line the boxes up in a
+straight column however long the text beside them; every row uses the same column widths, so
+the shapes line up at the far right as in the book. Side arrows (skip connections, residual
+bypasses) are written before the data path's arrows from the same box, and ``ordering=out``
+then keeps them to its left, outside the boxes they go round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+
+from lbdl_dsl.backends.diagram import style as S
+from lbdl_dsl.backends.diagram.labels import wrap
+from lbdl_dsl.backends.diagram.scene import (
+    FAIL,
+    MAIN,
+    PARAM,
+    POISON,
+    Box,
+    Edge,
+    Frame,
+    Item,
+    Plus,
+    Scene,
+    Terminal,
+)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Widths, in points, shared by every row of one diagram."""
+
+    box: int
+    hparams: int
+    shape: int
+
+
+def columns(scene: Scene) -> Columns:
+    """Size the columns from the widest text in each, so that no row needs to grow."""
+    boxes = scene.boxes()
+    names = [S.text_width(b.name, S.BOX_FONT_SIZE) for b in boxes]
+    names += [S.text_width(t.text, S.BOX_FONT_SIZE) for t in scene.inputs + scene.outputs]
+    wide = [b for b in boxes if not b.narrow]
+    hps = [S.text_width(b.hparams, S.SIDE_FONT_SIZE) for b in wide]
+    shapes = [S.text_width(b.shape, S.SIDE_FONT_SIZE) for b in wide]
+    shapes += [S.text_width(t.shape, S.SIDE_FONT_SIZE) for t in scene.inputs]
+    return Columns(
+        max([S.BOX_MIN_WIDTH, *(round(w) + 2 * S.BOX_PAD for w in names)]),
+        max([0, *(round(w) + 2 for w in hps)]),
+        max([0, *(round(w) + 2 for w in shapes)]),
+    )
+
+
+def q(text: str) -> str:
+    """A quoted DOT identifier."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def h(text: str) -> str:
+    """Text inside an HTML-like label."""
+    return escape(text, quote=True)
+
+
+def _font(text: str, color: str, size: int, italic: bool = False) -> str:
+    body = f"<I>{h(text)}</I>" if italic else h(text)
+    return f'<FONT COLOR="{color}" POINT-SIZE="{size}">{body}</FONT>' if text else ""
+
+
+def _message(text: str) -> str:
+    lines = "<BR ALIGN=\"LEFT\"/>".join(h(line) for line in wrap(text, S.MESSAGE_WIDTH))
+    return f'<FONT COLOR="{S.FAIL}" POINT-SIZE="{S.SIDE_FONT_SIZE}">{lines}</FONT>'
+
+
+def _side(hparams: str, shape: str, cols: Columns, narrow: bool, message: str = "") -> str:
+    """The cells right of a box: hyper-parameters in blue, then the shape, then any error."""
+    hp_w = "" if narrow else f' WIDTH="{cols.hparams}"'
+    sh_w = "" if narrow else f' WIDTH="{cols.shape}"'
+    cells = [
+        f'<TD WIDTH="{S.GAP}"></TD>',
+        f'<TD ALIGN="LEFT"{hp_w}>{_font(hparams, S.HPARAM, S.SIDE_FONT_SIZE)}</TD>',
+        f'<TD WIDTH="{S.SHAPE_GAP if (shape or not narrow) else 0}"></TD>',
+        f'<TD ALIGN="RIGHT"{sh_w}>{_font(shape, S.SHAPE, S.SIDE_FONT_SIZE)}</TD>',
+    ]
+    if message:
+        cells += [f'<TD WIDTH="{S.GAP}"></TD>', f'<TD ALIGN="LEFT">{_message(message)}</TD>']
+    return "".join(cells)
+
+
+_ROW = '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0"><TR>{}</TR></TABLE>>'
+
+
+def box_label(box: Box, cols: Columns) -> str:
+    fill = {PARAM: S.PARAM_FILL, POISON: S.POISON_FILL}.get(box.look, S.PLAIN_FILL)
+    border = {FAIL: S.FAIL, POISON: S.POISON}.get(box.look, S.BOX_BORDER)
+    ink = S.POISON if box.look == POISON else S.INK
+    width = 2 if box.look == FAIL else 1
+    dashed = ",dashed" if box.look == POISON else ""
+    height = S.TALL_HEIGHT if box.tall else S.BOX_HEIGHT
+    inner = (
+        f'<TABLE STYLE="rounded{dashed}" BORDER="{width}" CELLBORDER="0" CELLSPACING="0" '
+        f'CELLPADDING="0" BGCOLOR="{fill}" COLOR="{border}"><TR>'
+        f'<TD WIDTH="{cols.box}" HEIGHT="{height}">{_font(box.name, ink, S.BOX_FONT_SIZE)}</TD>'
+        "</TR></TABLE>"
+    )
+    side = _side(box.hparams, box.shape, cols, box.narrow, box.message)
+    return _ROW.format(f'<TD PORT="b">{inner}</TD>{side}')
+
+
+def terminal_label(term: Terminal, cols: Columns) -> str:
+    ink = S.POISON if term.look == POISON else S.INK
+    name = _font(term.text, ink, S.BOX_FONT_SIZE + 1, italic=True)
+    cell = f'<TD PORT="b" WIDTH="{cols.box}" HEIGHT="{S.BOX_HEIGHT}">{name}</TD>'
+    return _ROW.format(cell + _side("", term.shape, cols, False))
+
+
+def _attrs(pairs: list[tuple[str, str]]) -> str:
+    return "[" + ", ".join(f"{k}={v}" for k, v in pairs) + "]"
+
+
+def node_stmt(element: Box | Plus | Terminal, cols: Columns) -> str:
+    if isinstance(element, Box):
+        pairs = [("label", box_label(element, cols))]
+        if element.tooltip:
+            pairs.append(("tooltip", q(element.tooltip)))
+    elif isinstance(element, Terminal):
+        pairs = [("label", terminal_label(element, cols))]
+    else:
+        border = {FAIL: S.FAIL, POISON: S.POISON}.get(element.look, S.BOX_BORDER)
+        pairs = [
+            ("shape", "circle"), ("label", q("+")), ("fixedsize", "true"),
+            ("width", str(S.PLUS_SIZE)), ("height", str(S.PLUS_SIZE)), ("style", "filled"),
+            ("fillcolor", q(S.PLAIN_FILL)), ("color", q(border)),
+            ("penwidth", "2" if element.look == FAIL else "1"),
+        ]
+        if element.message:
+            pairs.append(("xlabel", "<" + _message(element.message) + ">"))
+        if element.tooltip:
+            pairs.append(("tooltip", q(element.tooltip)))
+    return f"{q(element.id)} {_attrs(pairs)};"
+
+
+def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
+    color = {FAIL: S.FAIL, POISON: S.POISON}.get(frame.look, S.FRAME)
+    if frame.kind == "repeat":
+        title = _font(frame.title, S.INK, S.FRAME_FONT_SIZE)
+        pairs = [("style", q("dashed,rounded")), ("labeljust", "r")]
+    else:
+        title = f"<B>{h(frame.title)}</B>"
+        if frame.hparams:
+            title += "  " + _font(frame.hparams, S.HPARAM, S.SIDE_FONT_SIZE)
+        pairs = [("style", q("rounded,filled")), ("fillcolor", q(S.BLOCK_FRAME_FILL)),
+                 ("labeljust", "l")]
+    if frame.message:
+        title += '<BR ALIGN="LEFT"/>' + _message(frame.message)
+    return pairs + [
+        ("label", f"<{title}>"), ("labelloc", "t"), ("color", q(color)),
+        ("penwidth", "2" if frame.look == FAIL else "1"), ("margin", "8"),
+        ("fontsize", str(S.FRAME_FONT_SIZE)),
+    ]
+
+
+def items(out: list[str], elements: list[Item], cols: Columns, indent: str) -> None:
+    for item in elements:
+        if isinstance(item, Frame):
+            out.append(f"{indent}subgraph {q(item.id)} {{")
+            out.append(f"{indent}  graph {_attrs(frame_attrs(item))};")
+            items(out, item.items, cols, indent + "  ")
+            out.append(f"{indent}}}")
+        else:
+            out.append(indent + node_stmt(item, cols))
+
+
+def ordered(edges: list[Edge]) -> list[Edge]:
+    """Side arrows of a box before its data-path arrow: ``ordering=out`` puts them left."""
+    first: dict[str, int] = {}
+    for i, e in enumerate(edges):
+        first.setdefault(e.src, i)
+    keyed = sorted(enumerate(edges), key=lambda t: (first[t[1].src], t[1].kind == MAIN, t[0]))
+    return [e for _, e in keyed]
+
+
+def edge_stmt(edge: Edge, kinds: dict[str, type]) -> str:
+    def port(eid: str, side: str) -> str:
+        return f"{q(eid)}:{side}" if kinds[eid] is Plus else f"{q(eid)}:b:{side}"
+
+    head = "n" if edge.kind == MAIN else "w"
+    pairs: list[tuple[str, str]] = []
+    if edge.kind == MAIN:
+        pairs.append(("weight", str(S.MAIN_WEIGHT)))
+    if edge.label:
+        pairs += [("headlabel", "<" + _font(edge.label, S.INK, S.SIDE_FONT_SIZE, True) + ">"),
+                  ("labeldistance", "1.6"), ("labelangle", "40")]
+    if edge.look == FAIL:
+        pairs += [("color", q(S.FAIL)), ("penwidth", "1.8")]
+    elif edge.look == POISON:
+        pairs += [("color", q(S.POISON)), ("style", "dashed")]
+    attrs = f" {_attrs(pairs)}" if pairs else ""
+    return f"{port(edge.src, 's')} -> {port(edge.dst, head)}{attrs};"
+
+
+def write(scene: Scene) -> str:
+    """The DOT text; the same scene always gives the same bytes."""
+    cols = columns(scene)
+    out = [
+        f"digraph {q(scene.name)} {{",
+        f"  graph [rankdir=TB, ordering=out, newrank=true, nodesep={S.NODESEP}, "
+        f"ranksep={S.RANKSEP}, fontname={q(S.FONT)}, fontsize={S.SIDE_FONT_SIZE}, "
+        f'bgcolor="white", pad=0.2, forcelabels=true, charset="UTF-8"];',
+        f"  node [shape=plain, fontname={q(S.FONT)}, fontsize={S.BOX_FONT_SIZE}, "
+        f"fontcolor={q(S.INK)}];",
+        f"  edge [color={q(S.EDGE)}, arrowsize=0.6, penwidth=1, fontname={q(S.FONT)}];",
+    ]
+    if scene.inputs:
+        out.append("  { rank=min;")
+        out += [f"    {node_stmt(t, cols)}" for t in scene.inputs]
+        out.append("  }")
+    items(out, scene.items, cols, "  ")
+    if scene.outputs:
+        out.append("  { rank=max;")
+        out += [f"    {node_stmt(t, cols)}" for t in scene.outputs]
+        out.append("  }")
+    kinds = {eid: type(e) for eid, e in scene.elements().items()}
+    out += ["  " + edge_stmt(e, kinds) for e in ordered(scene.edges)]
+    if scene.note:
+        out.append(f"  graph [labelloc=b, labeljust=l, label=<{_message(scene.note)}>];")
+    out.append("}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,111 @@
+"""What the diagram shows, before any DOT is written: boxes, `+` nodes, labels, frames, arrows.
+
+The walk over the checked tree (`walk`) decides *what* is drawn and the writer (`dot`) decides
+*how*; this small vocabulary between them keeps each side testable and lets the writer size the
+label columns once it has seen every box. Element ids are instance paths (``dresblock_1/
+residual_0/conv_2d_0``), so they are stable from run to run and say where a box comes from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+# How an element is painted: with trainable parameters, without, the box where checking stopped,
+# or a box after it that was never checked.
+PARAM, PLAIN, FAIL, POISON = "param", "plain", "fail", "poison"
+
+
+@dataclass
+class Box:
+    """One layer or collapsed block: a box, its blue hyper-parameters, its output shape."""
+
+    id: str
+    name: str
+    hparams: str = ""
+    shape: str = ""
+    look: str = PLAIN
+    tall: bool = False  # a composite (self-att, ffw, a block call): drawn taller
+    narrow: bool = False  # on a shortcut path: side labels at their own width, not the column's
+    tooltip: str = ""
+    message: str = ""
+
+
+@dataclass
+class Plus:
+    """The `+` of a residual group or of an explicit ``+(X)``: a small circle."""
+
+    id: str
+    look: str = PLAIN
+    tooltip: str = ""
+    message: str = ""
+
+
+@dataclass
+class Terminal:
+    """A model input or output, written as plain text (``X``, ``Ŷ``) above or below the boxes."""
+
+    id: str
+    text: str
+    shape: str = ""
+    look: str = PLAIN
+
+
+@dataclass
+class Frame:
+    """A dashed ``×N`` frame around one copy, or a solid frame around an expanded block call."""
+
+    id: str
+    kind: str  # "repeat" | "block"
+    title: str  # "×2", or the block's name
+    hparams: str = ""
+    items: list[Item] = field(default_factory=list)
+    look: str = PLAIN
+    message: str = ""
+
+
+Item = Union[Box, Plus, Frame]
+
+MAIN, SIDE, BYPASS = "main", "side", "bypass"
+
+
+@dataclass
+class Edge:
+    """An arrow. ``main`` carries the flowing tensor straight down; ``side`` a tensor used again
+    further on (a skip connection, Z into cross-attention); ``bypass`` a residual's input into
+    its `+`. ``look`` is set once the failure sites are known."""
+
+    src: str
+    dst: str
+    kind: str = MAIN
+    label: str = ""
+    look: str = PLAIN
+
+
+@dataclass
+class Scene:
+    """A whole diagram: inputs at the top, items in data-flow order, outputs at the bottom."""
+
+    name: str
+    inputs: list[Terminal] = field(default_factory=list)
+    items: list[Item] = field(default_factory=list)
+    outputs: list[Terminal] = field(default_factory=list)
+    edges: list[Edge] = field(default_factory=list)
+    note: str = ""  # a diagnostic that belongs to no box (a failed count assertion)
+
+    def elements(self) -> dict[str, Box | Plus | Terminal | Frame]:
+        """Every element by id, frames included, in drawing order."""
+        out: dict[str, Box | Plus | Terminal | Frame] = {t.id: t for t in self.inputs}
+
+        def visit(items: list[Item]) -> None:
+            for item in items:
+                out[item.id] = item
+                if isinstance(item, Frame):
+                    visit(item.items)
+
+        visit(self.items)
+        out.update((t.id, t) for t in self.outputs)
+        return out
+
+    def boxes(self) -> list[Box]:
+        return [e for e in self.elements().values() if isinstance(e, Box)]

@@ -1,0 +1,238 @@
+"""From a checked program to a `Scene`: what to draw, in data-flow order.
+
+Walks the graphs (which give the arrows: `Graph.preds` by port) and the instance tree beside them
+(which gives shapes, resolved hyper-parameters and parameter counts). Each scope is drawn with a
+list saying which element produces each of its input ports, and returns the element its result
+comes from; that is how a captured outer tensor (Z in a decoder's ×N frame) becomes an arrow from
+where it was made. A ×N group draws one copy inside a dashed frame; a block call is one tall box
+unless `expand` asks for its inside; a residual group is its boxes plus a `+` node that its input
+(or its shortcut path) bypasses into. Where the checker failed, the instance tree stops early:
+boxes without an instance come from the graph alone and are painted as never checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lbdl_dsl.backends.diagram import labels
+from lbdl_dsl.backends.diagram.expand import Expansion
+from lbdl_dsl.backends.diagram.scene import (
+    BYPASS,
+    FAIL,
+    MAIN,
+    PARAM,
+    PLAIN,
+    POISON,
+    SIDE,
+    Box,
+    Edge,
+    Frame,
+    Item,
+    Plus,
+    Scene,
+    Terminal,
+)
+from lbdl_dsl.compiler.graph import Graph, Node, Program
+from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.core.errors import Span
+from lbdl_dsl.core.layers import lookup
+
+
+@dataclass
+class Site:
+    """An element where checking stopped, with the source span that put it there."""
+
+    element: Box | Plus | Frame
+    span: Span
+
+
+def look_of(inst: Inst | None, n_inputs: int) -> str:
+    """How to paint a box: a failure is an instance without output whose inputs all arrived."""
+    if inst is None:
+        return POISON
+    if inst.output is None:
+        return FAIL if len(inst.inputs) == n_inputs else POISON
+    return PARAM if labels.has_params(inst) else PLAIN
+
+
+class Walker:
+    """One walk over a program; collects the scene's edges and its failure sites."""
+
+    def __init__(self, program: Program, checked: Checked | None, expansion: Expansion) -> None:
+        self.program = program
+        self.checked = checked
+        self.expansion = expansion
+        self.edges: list[Edge] = []
+        self.sites: list[Site] = []
+        self.narrow = 0  # > 0 while drawing a shortcut path
+
+    # -- scopes ---------------------------------------------------------------------------------
+    def scope(
+        self,
+        graph: Graph,
+        insts: list[Inst],
+        ins: list[str | None],
+        prefix: str,
+        depth: int,
+        into: list[Item],
+    ) -> dict[str, str | None]:
+        """Draw one graph into ``into``; returns the element each node's tensor leaves from."""
+        by_id = {inst.id: inst for inst in insts}
+        outs: dict[str, str | None] = dict(zip(graph.inputs, ins))
+        names = _names(graph)
+        for nid in graph.order():
+            node = graph.node(nid)
+            if node.kind == "input":
+                continue
+            srcs = [(outs.get(p), names.get(p, "")) for p in graph.preds(nid)]
+            draw = getattr(self, f"draw_{node.kind}")
+            outs[nid] = draw(node, by_id.get(nid), srcs, f"{prefix}{nid}", depth, into)
+        return outs
+
+    def result(self, graph: Graph, insts: list[Inst], ins: list[str | None], prefix: str,
+               depth: int, into: list[Item]) -> str | None:
+        """Draw a body graph; returns the element its result leaves from."""
+        outs = self.scope(graph, insts, ins, prefix, depth, into)
+        return outs.get(graph.result) if graph.result else None
+
+    def connect(self, srcs: list[tuple[str | None, str]], dst: str, look: str) -> None:
+        """Arrows into a box: the flowing tensor from above, any other one from the side."""
+        for port, (src, name) in enumerate(srcs):
+            if src is None:
+                continue
+            kind = MAIN if port == 0 else SIDE
+            self.edges.append(Edge(src, dst, kind, name if kind == SIDE else "", look))
+
+    def fail_site(self, element: Box | Plus | Frame, node: Node) -> None:
+        element.look = FAIL
+        self.sites.append(Site(element, node.span))
+
+    # -- boxes ----------------------------------------------------------------------------------
+    def draw_layer(self, node, inst, srcs, path, depth, into) -> str:
+        look = look_of(inst, len(srcs))
+        layer = lookup(node.op)
+        if node.op == "+":
+            element: Box | Plus = Plus(path, PLAIN if look == PARAM else look,
+                                       labels.tooltip(path, inst))
+        else:
+            element = Box(
+                path,
+                node.op,
+                labels.hparams_text(node, inst),
+                labels.shape_text(inst),
+                look,
+                tall=layer is not None and layer.composite,
+                narrow=self.narrow > 0,
+                tooltip=labels.tooltip(path, inst),
+            )
+        into.append(element)
+        if element.look == FAIL:
+            self.sites.append(Site(element, node.span))
+        self.connect(srcs, path, element.look)
+        return path
+
+    def draw_call(self, node, inst, srcs, path, depth, into) -> str | None:
+        if not self.expansion.wants(node.op, depth):
+            box = Box(path, node.op, labels.hparams_text(node, inst), labels.shape_text(inst),
+                      look_of(inst, len(srcs)), tall=True, narrow=self.narrow > 0,
+                      tooltip=labels.tooltip(path, inst))
+            into.append(box)
+            if box.look == FAIL:
+                self.sites.append(Site(box, node.span))
+            self.connect(srcs, path, box.look)
+            return path
+        frame = Frame(f"cluster:{path}", "block", node.op, labels.hparams_text(node, inst))
+        into.append(frame)
+        before = len(self.sites)
+        body = self.program.blocks[node.op].body
+        result = self.result(body, inst.body if inst else [], [s for s, _ in srcs], f"{path}/",
+                            depth + 1, frame.items)
+        self.settle(frame, inst, len(srcs), before, node)
+        return result
+
+    def draw_repeat(self, node, inst, srcs, path, depth, into) -> str | None:
+        count = inst.hp.get("count", node.count) if inst is not None else node.count
+        frame = Frame(f"cluster:{path}", "repeat", f"×{count}")
+        into.append(frame)
+        copies = inst.copies if inst is not None else []
+        failed = inst is not None and inst.output is None
+        # One copy stands for all N; a failed group shows the copy that failed (the last).
+        body = (copies[-1] if failed else copies[0]).body if copies else []
+        before = len(self.sites)
+        result = self.result(node.body, body, [s for s, _ in srcs], f"{path}/", depth,
+                            frame.items)
+        self.settle(frame, inst, len(srcs), before, node)
+        return result
+
+    def draw_residual(self, node, inst, srcs, path, depth, into) -> str:
+        plus = Plus(f"{path}/+", tooltip=path)
+        mark = len(self.edges)  # the bypass goes before the boxes' arrows: leftmost, outermost
+        before = len(self.sites)
+        ins = [s for s, _ in srcs]
+        n_body = len(node.body.inputs) - 1
+        main = self.result(node.body, inst.body if inst else [], ins[: 1 + n_body], f"{path}/",
+                          depth, into)
+        bypass_from: str | None = ins[0] if ins else None
+        if node.shortcut is not None:
+            self.narrow += 1
+            bypass_from = self.result(node.shortcut, inst.shortcut if inst else [],
+                                     ins[:1] + ins[1 + n_body :], f"{path}/shortcut/", depth,
+                                     into)
+            self.narrow -= 1
+        into.append(plus)
+        plus.look = look_of(inst, len(srcs))
+        plus.look = PLAIN if plus.look == PARAM else plus.look
+        if plus.look == FAIL and len(self.sites) > before:
+            plus.look = POISON  # the failure is inside, on a box of the group
+        elif plus.look == FAIL:
+            self.sites.append(Site(plus, node.span))
+        if main is not None:
+            self.edges.append(Edge(main, plus.id, MAIN, look=plus.look))
+        if bypass_from is not None:
+            self.edges.insert(mark, Edge(bypass_from, plus.id, BYPASS, look=plus.look))
+        return plus.id
+
+    def settle(self, frame: Frame, inst: Inst | None, n_inputs: int, before: int,
+               node: Node) -> None:
+        """A frame whose group failed with nothing failing inside it is itself the failure
+        (a ×N count, a block's annotation); one never checked is greyed."""
+        look = look_of(inst, n_inputs)
+        if look == FAIL and len(self.sites) == before:
+            self.fail_site(frame, node)
+        elif look == POISON:
+            frame.look = POISON
+
+    # -- the model ------------------------------------------------------------------------------
+    def model(self, scene: Scene) -> None:
+        graph = self.program.model.body
+        inputs = self.checked.inputs if self.checked is not None else {}
+        ins = []
+        for nid in graph.inputs:
+            node = graph.node(nid)
+            tensor = inputs.get(node.name)
+            shape = str(tensor) if tensor is not None else (
+                node.annotation.text if node.annotation is not None else "")
+            scene.inputs.append(Terminal(nid, node.name or "", shape,
+                                         PLAIN if tensor is not None else POISON))
+            ins.append(nid)
+        insts = self.checked.root if self.checked is not None else []
+        outs = self.scope(graph, insts, ins, "", 0, scene.items)
+        outputs = self.checked.outputs if self.checked is not None else {}
+        for name, nid in graph.outputs:
+            look = PLAIN if outputs.get(name) is not None else POISON
+            scene.outputs.append(Terminal(f"output:{name}", name, look=look))
+            if outs.get(nid) is not None:
+                self.edges.append(Edge(outs[nid], f"output:{name}", MAIN, look=look))
+        scene.edges = self.edges
+
+def _names(graph: Graph) -> dict[str, str]:
+    """The name each node's tensor goes by (``-> a``, a captured ``Z``), for labelling arrows."""
+    out: dict[str, str] = {}
+    for name, nid in graph.names.items():
+        out.setdefault(nid, name)
+    for nid in graph.inputs:
+        node = graph.node(nid)
+        if node.name:
+            out.setdefault(nid, node.name)
+    return out
+

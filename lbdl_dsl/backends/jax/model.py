@@ -1,0 +1,158 @@
+"""A compiled model in Python: the generated module, executed, with conveniences around it.
+
+`Model.apply` *is* the ``apply`` of the module ``--emit py`` writes: the text is generated once
+and executed here, so the two cannot disagree. The text comes from our code generator, never
+from the spec: every spec-provided name in it went through the sanitising namespace.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbdl_dsl.backends.jax.codegen import generate
+from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.core.symbolic import Expr
+
+
+class Model:
+    """``init(key) -> (params, state)``; ``apply(params, state, *inputs, train, key)``."""
+
+    def __init__(self, compiled: Compiled, *, unroll: bool = False,
+                 dtype: str = "float32") -> None:
+        self.compiled = compiled
+        self.checked = compiled.checked
+        self.source = generate(compiled, unroll=unroll, dtype=dtype)
+        namespace: dict[str, Any] = {"__name__": f"lbdl_generated_{self.name}"}
+        exec(compile(self.source, f"<lbdl {compiled.file}>", "exec"), namespace)  # noqa: S102
+        self.module = namespace
+        self.init: Callable = namespace["init"]
+        self.apply: Callable = namespace["apply"]
+
+    @property
+    def name(self) -> str:
+        return self.compiled.program.model.name
+
+    @functools.cached_property
+    def jit_apply(self) -> Callable:
+        """``apply`` compiled with ``jax.jit`` (``train`` is static)."""
+        return jax.jit(self.apply, static_argnames=("train",))
+
+    @property
+    def param_count(self) -> int:
+        return int(self.checked.totals["params"].as_int())
+
+    @property
+    def inputs(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """Input name → (per-sample shape, dtype), in the spec's channels-first order."""
+        out = {}
+        for name, t in self.checked.inputs.items():
+            shape = tuple(_int(d) for d in t.shape)
+            out[name] = (shape, "int32" if t.dtype == "int" else t.dtype.replace("float",
+                                                                                  "float32"))
+        return out
+
+    @property
+    def outputs(self) -> dict[str, tuple[int, ...]]:
+        return {k: tuple(_int(d) for d in t.shape) for k, t in self.checked.outputs.items()}
+
+    def example_inputs(self, key: jax.Array, batch: int = 2) -> list[jax.Array]:
+        """Random inputs of the spec's shapes (tokens uniform in their range)."""
+        arrays = []
+        for i, (name, t) in enumerate(self.checked.inputs.items()):
+            shape = (batch, *self.inputs[name][0])
+            k = jax.random.fold_in(key, i)
+            if t.dtype == "int":
+                arrays.append(jax.random.randint(k, shape, 0, _int(t.vocab), jnp.int32))
+            elif t.dtype == "bool":
+                arrays.append(jax.random.bernoulli(k, 0.5, shape))
+            else:
+                arrays.append(jax.random.normal(k, shape, jnp.float32))
+        return arrays
+
+    def summary(self, depth: int | None = 1) -> str:
+        from lbdl_dsl import report
+
+        return report.render_table(self.checked, depth)
+
+    def diagram(self, fmt: str = "svg", expand: str | None = None) -> str | bytes:
+        """The diagram in the book's style: SVG text by default, or png/pdf bytes."""
+        from lbdl_dsl.backends import diagram
+
+        dot = diagram.to_dot(self.compiled, expand=expand)
+        if fmt == "dot":
+            return dot
+        data = diagram.render(dot, fmt)
+        return data.decode("utf-8") if fmt == "svg" else data
+
+    def _repr_svg_(self) -> str:
+        return self.diagram("svg")
+
+    def __repr__(self) -> str:
+        return f"<lbdl Model {self.name}: {self.param_count:,} parameters>"
+
+    # -- parameters on disk ---------------------------------------------------------------------
+    def save(self, path: str | Path, params: Any, state: Any = None) -> Path:
+        """Parameters (and state) to an ``.npz`` file whose keys are the pytree paths."""
+        flat = {f"params/{k}": v for k, v in _flatten(params).items()}
+        flat |= {f"state/{k}": v for k, v in _flatten(state or {}).items()}
+        path = Path(path)
+        from lbdl_dsl.output import write_atomic
+        import io
+
+        buffer = io.BytesIO()
+        np.savez(buffer, **{k: np.asarray(v) for k, v in flat.items()})
+        return write_atomic(path, buffer.getvalue())
+
+    def load(self, path: str | Path) -> tuple[Any, Any]:
+        """(params, state) from a file written by `save`, checked against the model's shapes."""
+        with np.load(Path(path)) as data:
+            flat = {k: jnp.asarray(data[k]) for k in data.files}
+        params = _unflatten({k[7:]: v for k, v in flat.items() if k.startswith("params/")})
+        state = _unflatten({k[6:]: v for k, v in flat.items() if k.startswith("state/")})
+        want = self.module["PARAMS"]
+        got = _flatten(params)
+        if set(got) != set(want):
+            missing = sorted(set(want) - set(got))[:3]
+            extra = sorted(set(got) - set(want))[:3]
+            raise ValueError(f"{path}: parameters do not match the model (missing {missing}, "
+                             f"unexpected {extra})")
+        for k, (shape, _, _) in want.items():
+            if tuple(got[k].shape) != tuple(shape):
+                raise ValueError(f"{path}: {k} has shape {got[k].shape}, expected {shape}")
+        return params, state
+
+
+def _int(d: Expr | None) -> int:
+    v = d.as_int() if isinstance(d, Expr) else d
+    if v is None:
+        raise ValueError(f"the size {d} is symbolic; give it a value when compiling")
+    return int(v)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in (tree or {}).items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out |= _flatten(v, f"{path}/")
+        else:
+            out[path] = v
+    return out
+
+
+def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out

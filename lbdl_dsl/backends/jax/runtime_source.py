@@ -1,0 +1,53 @@
+"""The source of the runtime functions a generated module needs, copied from `runtime.py`.
+
+The generated module must import only JAX and NumPy, so instead of importing our runtime it
+carries the functions it uses (and the ones those call), in the order they appear in
+`runtime.py`. The file is ours, parsed with `ast`: nothing from a spec is involved.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+_RUNTIME = Path(__file__).with_name("runtime.py")
+
+
+@functools.cache
+def _functions() -> dict[str, tuple[int, str, frozenset[str]]]:
+    """name → (position, source, names of runtime functions it calls)."""
+    text = _RUNTIME.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    names = {d.name for d in defs}
+    lines = text.splitlines()
+    out = {}
+    for i, d in enumerate(defs):
+        src = "\n".join(lines[d.lineno - 1 : d.end_lineno])
+        called = {
+            n.id for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in names
+        } - {d.name}
+        out[d.name] = (i, src, frozenset(called))
+    return out
+
+
+def available() -> frozenset[str]:
+    return frozenset(_functions())
+
+
+def source_for(used: set[str]) -> str:
+    """The functions in ``used`` and their dependencies, in the runtime's order."""
+    table = _functions()
+    missing = sorted(u for u in used if u not in table)
+    if missing:
+        raise KeyError(f"runtime functions missing: {', '.join(missing)}")
+    todo, seen = list(used), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(table[name][2])
+    ordered = sorted(seen, key=lambda n: table[n][0])
+    return "\n\n\n".join(table[n][1] for n in ordered)

@@ -1,0 +1,292 @@
+"""Stage 2, build: the graph each construct becomes, and `verify` on every spec of specs/.
+
+The graph is what every later stage reads, so these tests pin its structure rather than its text
+(test_stages.py holds the text): node kinds and ids, the order of input ports (concat and
+cross-attention depend on it), hyper-parameters in canonical form, and the hierarchy of block
+calls, ×N frames and residual groups kept as nested graphs with their captures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lbdl_dsl.compiler.driver import Compiled, compile_spec
+from lbdl_dsl.compiler.graph import Graph, ParamRef, Program, verify, walk
+from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.layers import LAYERS
+from lbdl_dsl.core.symbolic import Expr, sym
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = sorted((REPO / "specs").glob("*.lbdl"))
+
+
+@pytest.fixture
+def build(compile_text: Callable[..., Compiled]) -> Callable[[str], Program]:
+    def run(text: str) -> Program:
+        program = compile_text(text, stop_after="build").program
+        assert program is not None
+        verify(program, set(LAYERS))
+        return program
+
+    return run
+
+
+def ops(graph: Graph) -> list[str]:
+    return [n.op or n.kind for n in graph.nodes()]
+
+
+def edges(graph: Graph, node_id: str) -> list[str]:
+    return graph.preds(node_id)
+
+
+# -- every spec in the repository ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.name)
+def test_every_spec_builds_into_a_graph_that_verifies(spec: Path) -> None:
+    compiled = compile_spec(spec, stop_after="build")
+    assert compiled.program is not None and compiled.checked is None
+    verify(compiled.program, set(LAYERS))
+    for _, node in walk(compiled.program.model.body, compiled.program.blocks):
+        assert node.span.file  # every node points back into a file
+
+
+def test_the_specs_folder_is_not_empty() -> None:
+    assert any(p.name == "resnet50.lbdl" for p in SPECS)
+
+
+# -- boxes ---------------------------------------------------------------------------------
+
+
+def test_a_chain_of_boxes(build) -> None:
+    program = build("model m:\n  input X: 1×28×28\n  conv-2d k=5  32×24×24\n  relu\n")
+    g = program.model.body
+    assert ops(g) == ["input", "conv-2d", "relu"]
+    assert [n.id for n in g.nodes()] == ["input:X", "conv_2d_0", "relu_0"]
+    assert edges(g, "conv_2d_0") == ["input:X"] and edges(g, "relu_0") == ["conv_2d_0"]
+    assert g.inputs == ["input:X"] and g.result == "relu_0"
+    assert g.outputs == [("Y", "relu_0")]  # an unnamed model output is Y
+
+
+def test_hyper_parameters_are_canonical_and_defaults_filled(build) -> None:
+    program = build(
+        "model m:\n  input X: 3×8×8\n  conv-2d k=3 p=same bias=false  8×8×8\n"
+        "  leaky relu a=0.2\n  gelu approximate=true\n  dropout\n"
+    )
+    conv, leaky, gelu, drop = list(program.model.body.nodes())[1:]
+    hp = conv.hp
+    assert hp["k"] == (Expr.lift(3), Expr.lift(3))
+    assert hp["s"] == (Expr.lift(1), Expr.lift(1)) and hp["p"] == "same"
+    assert hp["bias"] is False and hp["c"] is None  # from the annotation, at check time
+    assert conv.explicit == frozenset({"k", "p", "bias"})
+    assert conv.annotation is not None and conv.annotation.text == "8×8×8"
+    assert leaky.op == "leaky-relu" and leaky.hp["a"] == 0.2
+    assert gelu.hp["approximate"] is True
+    assert drop.hp["p"] == 0.5 and drop.explicit == frozenset()
+
+
+def test_parameters_stay_symbolic_until_checked(build) -> None:
+    program = build(
+        "block b(S, causal=false) on T×D:\n  self-att h=S causal=causal\n"
+        "model m(N=2):\n  input X: 4×8\n  b S=2\n  fc out=N*4\n"
+    )
+    nodes = list(program.blocks["b"].body.nodes())
+    assert nodes[1].hp["h"] == sym("S")
+    assert nodes[1].hp["causal"] == ParamRef("causal", nodes[1].hp["causal"].span)
+    fc = list(program.model.body.nodes())[-1]
+    assert fc.hp["out"] == 4 * sym("N")
+
+
+def test_extra_inputs_are_ports_in_the_order_written(build) -> None:
+    program = build(
+        "model m:\n  input K: 4×8\n  input V: 4×8\n  input X: 4×8\n"
+        "  attention(K, V)\n  -> a\n  concat(X, K, a) axis=0  16×8\n  cross-att(K) h=2\n"
+        "  +(X, X)\n"
+    )
+    g = program.model.body
+    assert edges(g, "attention_0") == ["input:X", "input:K", "input:V"]
+    assert edges(g, "concat_0") == ["attention_0", "input:X", "input:K", "attention_0"]
+    assert edges(g, "cross_att_0") == ["concat_0", "input:K"]
+    assert edges(g, "add_0") == ["cross_att_0", "input:X", "input:X"]  # parallel edges kept
+
+
+def test_names_froms_and_several_outputs(build) -> None:
+    program = build(
+        "model m:\n  input X: 8\n  fc  4  -> a\n  relu\n  -> r\n  from a\n  tanh\n"
+        "  output Y\n  from r\n  output Z\n"
+    )
+    g = program.model.body
+    assert g.names["a"] == "fc_0" and g.names["r"] == "relu_0"
+    assert edges(g, "tanh_0") == ["fc_0"]
+    assert g.outputs == [("Y", "tanh_0"), ("Z", "relu_0")]
+    assert g.node("fc_0").name == "a"
+
+
+def test_several_input_streams(build) -> None:
+    program = build(
+        "model m:\n  input A: 3×8×8\n  input B: 3×8×8\n  +(A)\n  from A\n  relu\n"
+        "  output Y\n"
+    )
+    g = program.model.body
+    assert g.inputs == ["input:A", "input:B"]
+    assert edges(g, "add_0") == ["input:B", "input:A"]
+    assert edges(g, "relu_0") == ["input:A"]
+
+
+def test_tokens_keep_their_type_and_range(build) -> None:
+    program = build("model m(V=100):\n  input X: T int<V>\n  embed  T×16\n")
+    x = program.model.body.node("input:X")
+    assert x.dtype == "int" and x.vocab == sym("V")
+    assert x.annotation is not None and x.annotation.dims == (sym("T"),)
+
+
+def test_tie_points_at_the_layer_whose_parameters_are_shared(build) -> None:
+    program = build(
+        "model m:\n  input X: T int<100>\n  embed  T×16  -> tokens\n  layernorm\n"
+        "  fc bias=false tie=tokens  T×100\n"
+    )
+    fc = program.model.body.node("fc_0")
+    assert fc.shares == "embed_0" and "tie" not in fc.hp
+
+
+# -- hierarchy -----------------------------------------------------------------------------
+
+
+def test_a_block_call_keeps_the_block_body_once(build) -> None:
+    program = build(
+        "block b(S=1) on C×H×W:\n  conv-2d k=1 s=S  C×H/S×W/S\n"
+        "model m:\n  input X: 8×8×8\n  b\n  b S=2\n"
+    )
+    g = program.model.body
+    assert ops(g) == ["input", "b", "b"]
+    first, second = g.node("b_0"), g.node("b_1")
+    assert first.kind == second.kind == "call"
+    assert first.hp == {} and second.hp == {"S": Expr.lift(2)}
+    assert second.explicit == frozenset({"S"})
+    block = program.blocks["b"]
+    assert [p.name for p in block.params] == ["S"] and block.params[0].default == 1
+    assert block.inputs[0].dims == (sym("C"), sym("H"), sym("W"))
+    assert ops(block.body) == ["input", "conv-2d"]
+
+
+def test_a_block_with_two_inputs(build) -> None:
+    program = build(
+        "block merge on C×H×W, skip: D×H×W:\n  concat(skip)  (C+D)×H×W\n"
+        "model m:\n  input X: 4×8×8\n  relu  -> s\n  merge(s)  8×8×8\n"
+    )
+    block = program.blocks["merge"]
+    assert [s.name for s in block.inputs] == [None, "skip"]
+    assert block.body.inputs == ["input", "input_1"]
+    assert edges(block.body, "concat_0") == ["input", "input_1"]
+    assert edges(program.model.body, "merge_0") == ["relu_0", "relu_0"]
+
+
+def test_nested_blocks_and_blocks_from_a_library(tmp_path: Path) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "blocks.lbdl").write_text(
+        "block inner on C:\n  fc  C\nblock outer on C:\n  inner\n  relu\n", "utf-8"
+    )
+    spec = tmp_path / "m.lbdl"
+    spec.write_text('import "lib/blocks.lbdl"\nmodel m:\n  input X: 8\n  outer ×2\n', "utf-8")
+    compiled = compile_spec(spec, stop_after="build")
+    program = compiled.program
+    assert sorted(program.blocks) == ["inner", "outer"]
+    assert ops(program.blocks["outer"].body) == ["input", "inner", "relu"]
+    assert len(compiled.loaded.modules) == 2
+    assert [n.op for _, n in walk(program.model.body, program.blocks) if n.kind == "call"] == [
+        "outer",
+        "inner",
+    ]
+
+
+def test_a_repeat_on_a_box_is_a_frame_around_one_box(build) -> None:
+    program = build("model m(N=3):\n  input X: 8\n  relu ×N  -> r\n  fc x2  8\n")
+    g = program.model.body
+    rep, rep2 = g.node("repeat_0"), g.node("repeat_1")
+    assert rep.kind == "repeat" and rep.count == sym("N") and rep.body is not None
+    assert ops(rep.body) == ["input", "relu"] and rep.body.result == "relu_0"
+    assert g.names["r"] == "repeat_0"
+    assert rep2.count == 2 and ops(rep2.body) == ["input", "fc"]
+
+
+def test_a_repeat_frame_and_its_captures(build) -> None:
+    program = build(
+        "model m(N=2):\n  input X: 8\n  fc  8  -> a\n  ×N:\n    relu\n    +(a)\n    fc  8\n"
+    )
+    g = program.model.body
+    rep = g.node("repeat_0")
+    assert edges(g, "repeat_0") == ["fc_0", "fc_0"]  # port 0 flows in, port 1 captures `a`
+    body = rep.body
+    assert body.inputs == ["input", "capture_1"]
+    assert body.node("capture_1").name == "a"
+    assert ops(body) == ["input", "relu", "input", "+", "fc"]
+    assert edges(body, "add_0") == ["relu_0", "capture_1"]
+
+
+def test_residual_groups_with_and_without_a_shortcut(build) -> None:
+    program = build(
+        "model m:\n  input X: 8×4×4\n  relu  -> r\n"
+        "  residual:\n    conv-2d k=1  8×4×4\n    +(r)\n"
+        "  residual:\n    conv-2d k=1 s=2  16×2×2\n  shortcut:\n    conv-2d k=1 s=2  16×2×2\n"
+    )
+    g = program.model.body
+    plain, short = g.node("residual_0"), g.node("residual_1")
+    assert plain.shortcut is None and ops(plain.body) == ["input", "conv-2d", "input", "+"]
+    assert edges(g, "residual_0") == ["relu_0", "relu_0"]
+    assert short.shortcut is not None and ops(short.shortcut) == ["input", "conv-2d"]
+    assert edges(g, "residual_1") == ["residual_0"]
+
+
+def test_groups_nest(build) -> None:
+    program = build(
+        "model m:\n  input X: 8\n  ×2:\n    residual:\n      ×3:\n        fc  8\n      relu\n"
+    )
+    rep = program.model.body.node("repeat_0")
+    res = rep.body.node("residual_0")
+    inner = res.body.node("repeat_0")
+    assert inner.count == 3 and ops(inner.body) == ["input", "fc"]
+    assert len(list(walk(program.model.body))) == 7
+
+
+def test_assertions_are_kept_on_the_model_graph(build) -> None:
+    program = build(
+        "model m:\n  input X: 8\n  fc  4  -> h\n  assert params <= 1K\n  assert h: 4\n"
+        "  assert macs == 32\n"
+    )
+    asserts = program.model.body.asserts
+    assert [a[:4] for a in asserts if a[0] == "count"] == [
+        ("count", "params", "<=", 1000),
+        ("count", "macs", "==", 32),
+    ]
+    (shape,) = [a for a in asserts if a[0] == "shape"]
+    assert shape[1] == "fc_0" and shape[2].dims == (Expr.lift(4),)
+
+
+def test_model_parameters_are_declared_in_order(build) -> None:
+    program = build("model m(D=8, H=D*4, p=0.1):\n  input X: D\n  fc  H\n  dropout p=p\n")
+    params = program.model.params
+    assert [(p.name, p.default) for p in params] == [
+        ("D", Expr.lift(8)),
+        ("H", 4 * sym("D")),
+        ("p", 0.1),
+    ]
+    assert isinstance(list(program.model.body.nodes())[-1].hp["p"], ParamRef)
+
+
+def test_ids_are_stable_from_run_to_run(build) -> None:
+    text = "model m:\n  input X: 8\n  fc  8\n  relu\n  fc  8\n  relu\n"
+    first = [n.id for n in build(text).model.body.nodes()]
+    assert first == ["input:X", "fc_0", "relu_0", "fc_1", "relu_1"]
+    assert [n.id for n in build(text).model.body.nodes()] == first
+
+
+def test_what_build_refuses_is_a_spec_error_not_a_crash(build) -> None:
+    with pytest.raises(LbdlError, match="undefined name `nope`"):
+        build("model m:\n  input X: 8\n  +(nope)\n")
+    with pytest.raises(LbdlError, match="unknown layer `conv2`"):
+        build("model m:\n  input X: 8\n  conv2 k=3\n")
+    with pytest.raises(LbdlError, match="calls itself"):
+        build("block a on C:\n  a\nmodel m:\n  input X: 8\n  a\n")

@@ -1,0 +1,44 @@
+"""Fixtures shared by every test file: the repository root and a one-call compiler of spec text.
+
+Nothing else lives here on purpose: markers are declared in pyproject.toml, and each test file
+keeps its own helpers, so that files written by different people never fight over a name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lbdl_dsl.compiler.driver import Compiled, compile_spec
+
+REPO = Path(__file__).resolve().parents[1]
+"""The repository root: specs/, docs/, grammar/ and bench/ are found from here."""
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    """The repository root, for tests that read specs or docs."""
+    return REPO
+
+
+@pytest.fixture
+def compile_text(tmp_path: Path) -> Callable[..., Compiled]:
+    """Compile spec text as a real file in ``tmp_path`` (so imports resolve next to it).
+
+    ``compile_text(text, name="spec.lbdl", stop_after="check", **overrides)``: keyword arguments
+    other than ``name`` and ``stop_after`` are ``--set`` overrides (``T=1024``). Writing a file
+    rather than passing text keeps error spans pointing at a file name the test can assert on.
+    """
+
+    def run(
+        text: str, *, name: str = "spec.lbdl", stop_after: str = "check", **overrides: Any
+    ) -> Compiled:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return compile_spec(path, overrides=overrides, stop_after=stop_after)
+
+    return run
