@@ -218,7 +218,7 @@ class Checker:
         rfs = [t.rf for t in inst.inputs if t.rf is not None]
         if not rfs or len(out) < 2 or layer.layout not in ("cl", "any"):
             return None
-        r, j = max(rfs, key=lambda t: str(t[0]))
+        r, j = max(rfs, key=lambda t: (t[0].as_int() or 0, str(t[0])))  # the widest
         window = layer.window(ctx)
         if window is None:
             return (r, j)
@@ -328,7 +328,7 @@ class Checker:
     def match(self, pat: Expr, text: str, actual: Expr, benv, block, node, t) -> None:
         exprs = {k: v for k, v in benv.items() if isinstance(v, Expr)}
         value = pat.subs(exprs)
-        unbound = sorted(value.free_symbols - set(actual.free_symbols))
+        unbound = sorted(s for s in value.free_symbols if s not in benv)
         if len(unbound) == 1 and len(value.terms) <= 2:
             s = unbound[0]
             coef = value.subs({s: 1}) - value.subs({s: 0})

@@ -318,8 +318,10 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
             for i in range(line - 1, len(lines)):
                 if lines[i].strip() and not lines[i].lstrip().startswith("#"):
                     line = i + 1
+                    col = len(lines[i]) - len(lines[i].lstrip()) + 1
                     break
-            col = len(lines[line - 1]) - len(lines[line - 1].lstrip()) + 1
+            else:  # no statement follows: point at the end of the last one
+                found, line, col = "the end of the file", tok.line or line, tok.column or col
         else:
             found = f"`{tok.value}`"
             width = len(str(tok.value))

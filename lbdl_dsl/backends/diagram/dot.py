@@ -17,12 +17,14 @@ from html import escape
 from lbdl_dsl.backends.diagram import style as S
 from lbdl_dsl.backends.diagram.labels import wrap
 from lbdl_dsl.backends.diagram.scene import (
+    BRANCH,
     FAIL,
     MAIN,
     PARAM,
     POISON,
     Box,
     Edge,
+    Fork,
     Frame,
     Item,
     Plus,
@@ -72,20 +74,24 @@ def _font(text: str, color: str, size: int, italic: bool = False) -> str:
 
 
 def _message(text: str) -> str:
-    lines = "<BR ALIGN=\"LEFT\"/>".join(h(line) for line in wrap(text, S.MESSAGE_WIDTH))
+    lines = "".join(h(line) + '<BR ALIGN="LEFT"/>' for line in wrap(text, S.MESSAGE_WIDTH))
     return f'<FONT COLOR="{S.FAIL}" POINT-SIZE="{S.SIDE_FONT_SIZE}">{lines}</FONT>'
 
 
-def _side(hparams: str, shape: str, cols: Columns, narrow: bool, message: str = "") -> str:
-    """The cells right of a box: hyper-parameters in blue, then the shape, then any error."""
+def _side(hparams: str, shape: str, cols: Columns, narrow: bool, message: str = "",
+          tag: str = "", blue: str = S.HPARAM) -> str:
+    """The cells right of a box: hyper-parameters in blue, the shape, a frame's ×N, an error."""
     hp_w = "" if narrow else f' WIDTH="{cols.hparams}"'
     sh_w = "" if narrow else f' WIDTH="{cols.shape}"'
     cells = [
         f'<TD WIDTH="{S.GAP}"></TD>',
-        f'<TD ALIGN="LEFT"{hp_w}>{_font(hparams, S.HPARAM, S.SIDE_FONT_SIZE)}</TD>',
+        f'<TD ALIGN="LEFT"{hp_w}>{_font(hparams, blue, S.SIDE_FONT_SIZE)}</TD>',
         f'<TD WIDTH="{S.SHAPE_GAP if (shape or not narrow) else 0}"></TD>',
         f'<TD ALIGN="RIGHT"{sh_w}>{_font(shape, S.SHAPE, S.SIDE_FONT_SIZE)}</TD>',
     ]
+    if tag:
+        cells += [f'<TD WIDTH="{S.GAP}"></TD>',
+                  f'<TD ALIGN="RIGHT">{_font(tag, S.INK, S.FRAME_FONT_SIZE)}</TD>']
     if message:
         cells += [f'<TD WIDTH="{S.GAP}"></TD>', f'<TD ALIGN="LEFT">{_message(message)}</TD>']
     return "".join(cells)
@@ -94,7 +100,7 @@ def _side(hparams: str, shape: str, cols: Columns, narrow: bool, message: str = 
 _ROW = '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0"><TR>{}</TR></TABLE>>'
 
 
-def box_label(box: Box, cols: Columns) -> str:
+def box_label(box: Box, cols: Columns, tag: str = "") -> str:
     fill = {PARAM: S.PARAM_FILL, POISON: S.POISON_FILL}.get(box.look, S.PLAIN_FILL)
     border = {FAIL: S.FAIL, POISON: S.POISON}.get(box.look, S.BOX_BORDER)
     ink = S.POISON if box.look == POISON else S.INK
@@ -107,7 +113,8 @@ def box_label(box: Box, cols: Columns) -> str:
         f'<TD WIDTH="{cols.box}" HEIGHT="{height}">{_font(box.name, ink, S.BOX_FONT_SIZE)}</TD>'
         "</TR></TABLE>"
     )
-    side = _side(box.hparams, box.shape, cols, box.narrow, box.message)
+    blue = S.POISON if box.look == POISON else S.HPARAM
+    side = _side(box.hparams, box.shape, cols, box.narrow, box.message, tag, blue)
     return _ROW.format(f'<TD PORT="b">{inner}</TD>{side}')
 
 
@@ -122,13 +129,15 @@ def _attrs(pairs: list[tuple[str, str]]) -> str:
     return "[" + ", ".join(f"{k}={v}" for k, v in pairs) + "]"
 
 
-def node_stmt(element: Box | Plus | Terminal, cols: Columns) -> str:
+def node_stmt(element: Box | Plus | Fork | Terminal, cols: Columns, tag: str = "") -> str:
     if isinstance(element, Box):
-        pairs = [("label", box_label(element, cols))]
+        pairs = [("label", box_label(element, cols, tag))]
         if element.tooltip:
             pairs.append(("tooltip", q(element.tooltip)))
     elif isinstance(element, Terminal):
         pairs = [("label", terminal_label(element, cols))]
+    elif isinstance(element, Fork):
+        pairs = [("shape", "point"), ("width", "0.05"), ("color", q(S.EDGE))]
     else:
         border = {FAIL: S.FAIL, POISON: S.POISON}.get(element.look, S.BOX_BORDER)
         pairs = [
@@ -137,42 +146,67 @@ def node_stmt(element: Box | Plus | Terminal, cols: Columns) -> str:
             ("fillcolor", q(S.PLAIN_FILL)), ("color", q(border)),
             ("penwidth", "2" if element.look == FAIL else "1"),
         ]
-        if element.message:
-            pairs.append(("xlabel", "<" + _message(element.message) + ">"))
         if element.tooltip:
             pairs.append(("tooltip", q(element.tooltip)))
     return f"{q(element.id)} {_attrs(pairs)};"
 
 
+def tag_row(frame: Frame) -> Box | None:
+    """The box whose row carries a ×N frame's factor at its right, as the book writes
+    ``resblock ×2``; None when the frame ends with something else (its label then says it)."""
+    last = frame.items[-1] if frame.items else None
+    if frame.kind == "repeat" and not frame.message and isinstance(last, Box) and not last.narrow:
+        return last
+    return None
+
+
 def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
     color = {FAIL: S.FAIL, POISON: S.POISON}.get(frame.look, S.FRAME)
+    ink = S.POISON if frame.look == POISON else S.INK
+    blue = S.POISON if frame.look == POISON else S.HPARAM
     if frame.kind == "repeat":
-        title = _font(frame.title, S.INK, S.FRAME_FONT_SIZE)
+        title = "" if tag_row(frame) else _font(frame.title, ink, S.FRAME_FONT_SIZE)
         pairs = [("style", q("dashed,rounded")), ("labeljust", "r")]
     else:
-        title = f"<B>{h(frame.title)}</B>"
+        title = f'<FONT COLOR="{ink}"><B>{h(frame.title)}</B></FONT>'
         if frame.hparams:
-            title += "  " + _font(frame.hparams, S.HPARAM, S.SIDE_FONT_SIZE)
+            title += "  " + _font(frame.hparams, blue, S.SIDE_FONT_SIZE)
         pairs = [("style", q("rounded,filled")), ("fillcolor", q(S.BLOCK_FRAME_FILL)),
                  ("labeljust", "l")]
     if frame.message:
         title += '<BR ALIGN="LEFT"/>' + _message(frame.message)
     return pairs + [
-        ("label", f"<{title}>"), ("labelloc", "t"), ("color", q(color)),
+        ("label", f"<{title}>" if title else '""'), ("labelloc", "t"), ("color", q(color)),
         ("penwidth", "2" if frame.look == FAIL else "1"), ("margin", "8"),
         ("fontsize", str(S.FRAME_FONT_SIZE)),
     ]
 
 
-def items(out: list[str], elements: list[Item], cols: Columns, indent: str) -> None:
+def plus_message(plus: Plus, indent: str) -> list[str]:
+    """A failing `+` has its message in a text node on its right, on the same rank: a circle
+    has no cells to hold it, and a floating label could land on the bypass arrow."""
+    label = "<" + _message(plus.message) + ">"
+    msg = q(f"{plus.id}/message")
+    return [
+        f"{indent}{{ rank=same; {q(plus.id)}; {msg} [shape=plaintext, label={label}]; }}",
+        f"{indent}{q(plus.id)} -> {msg} [style=invis, weight=0];",
+    ]
+
+
+def items(out: list[str], elements: list[Item], cols: Columns, indent: str,
+          tag: tuple[str, str] = ("", "")) -> None:
+    """Nodes and frames, nested as the frames nest; ``tag`` is (box id, ×N) for one row."""
     for item in elements:
         if isinstance(item, Frame):
             out.append(f"{indent}subgraph {q(item.id)} {{")
             out.append(f"{indent}  graph {_attrs(frame_attrs(item))};")
-            items(out, item.items, cols, indent + "  ")
+            row = tag_row(item)
+            items(out, item.items, cols, indent + "  ", (row.id, item.title) if row else tag)
             out.append(f"{indent}}}")
         else:
-            out.append(indent + node_stmt(item, cols))
+            out.append(indent + node_stmt(item, cols, tag[1] if item.id == tag[0] else ""))
+            if isinstance(item, Plus) and item.message:
+                out += plus_message(item, indent)
 
 
 def ordered(edges: list[Edge]) -> list[Edge]:
@@ -186,9 +220,11 @@ def ordered(edges: list[Edge]) -> list[Edge]:
 
 def edge_stmt(edge: Edge, kinds: dict[str, type]) -> str:
     def port(eid: str, side: str) -> str:
+        if kinds[eid] is Fork:
+            return q(eid)
         return f"{q(eid)}:{side}" if kinds[eid] is Plus else f"{q(eid)}:b:{side}"
 
-    head = "n" if edge.kind == MAIN else "w"
+    head = "n" if edge.kind in (MAIN, BRANCH) else "w"
     pairs: list[tuple[str, str]] = []
     if edge.kind == MAIN:
         pairs.append(("weight", str(S.MAIN_WEIGHT)))

@@ -42,6 +42,14 @@ class Plus:
 
 
 @dataclass
+class Fork:
+    """A dot where a residual group's input splits into its path and the arrow that bypasses
+    it; drawn inside the group's frames so that the bypass stays inside them too."""
+
+    id: str
+
+
+@dataclass
 class Terminal:
     """A model input or output, written as plain text (``X``, ``Ŷ``) above or below the boxes."""
 
@@ -64,16 +72,17 @@ class Frame:
     message: str = ""
 
 
-Item = Union[Box, Plus, Frame]
+Item = Union[Box, Plus, Fork, Frame]
 
-MAIN, SIDE, BYPASS = "main", "side", "bypass"
+MAIN, SIDE, BYPASS, BRANCH = "main", "side", "bypass", "branch"
 
 
 @dataclass
 class Edge:
     """An arrow. ``main`` carries the flowing tensor straight down; ``side`` a tensor used again
-    further on (a skip connection, Z into cross-attention); ``bypass`` a residual's input into
-    its `+`. ``look`` is set once the failure sites are known."""
+    further on (a skip connection, Z into cross-attention); ``bypass`` a residual's input (or its
+    shortcut's output) into its `+`; ``branch`` a residual's input into its shortcut path, which
+    runs beside the main one. ``look`` says how the arrow's head is painted."""
 
     src: str
     dst: str
@@ -93,9 +102,9 @@ class Scene:
     edges: list[Edge] = field(default_factory=list)
     note: str = ""  # a diagnostic that belongs to no box (a failed count assertion)
 
-    def elements(self) -> dict[str, Box | Plus | Terminal | Frame]:
+    def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""
-        out: dict[str, Box | Plus | Terminal | Frame] = {t.id: t for t in self.inputs}
+        out: dict[str, Item | Terminal] = {t.id: t for t in self.inputs}
 
         def visit(items: list[Item]) -> None:
             for item in items:

@@ -32,7 +32,7 @@ TALL_HEIGHT = 34  # a composite box (resblock, self-att, ffw): the book draws th
 GAP = 9  # between the box and its hyper-parameters
 SHAPE_GAP = 14  # between the hyper-parameters and the shape column
 PLUS_SIZE = 0.24  # the diameter of a `+` node, in inches
-MESSAGE_WIDTH = 48  # characters per line of an error message beside its box
+MESSAGE_WIDTH = 56  # characters per line of an error message beside its box
 
 NODESEP = 0.3  # inches between side-by-side columns
 RANKSEP = 0.2  # inches between boxes in a column

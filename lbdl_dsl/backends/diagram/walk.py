@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from lbdl_dsl.backends.diagram import labels
 from lbdl_dsl.backends.diagram.expand import Expansion
 from lbdl_dsl.backends.diagram.scene import (
+    BRANCH,
     BYPASS,
     FAIL,
     MAIN,
@@ -26,6 +27,7 @@ from lbdl_dsl.backends.diagram.scene import (
     SIDE,
     Box,
     Edge,
+    Fork,
     Frame,
     Item,
     Plus,
@@ -166,19 +168,29 @@ class Walker:
 
     def draw_residual(self, node, inst, srcs, path, depth, into) -> str:
         plus = Plus(f"{path}/+", tooltip=path)
-        mark = len(self.edges)  # the bypass goes before the boxes' arrows: leftmost, outermost
         before = len(self.sites)
         ins = [s for s, _ in srcs]
+        if ins and ins[0] is not None:
+            fork = Fork(f"{path}/fork")
+            into.append(fork)
+            unchecked = look_of(inst, len(srcs)) == POISON
+            self.edges.append(Edge(ins[0], fork.id, MAIN, look=POISON if unchecked else PLAIN))
+            ins[0] = fork.id
+        mark = len(self.edges)  # the bypass goes before the boxes' arrows: leftmost, outermost
         n_body = len(node.body.inputs) - 1
         main = self.result(node.body, inst.body if inst else [], ins[: 1 + n_body], f"{path}/",
                           depth, into)
         bypass_from: str | None = ins[0] if ins else None
         if node.shortcut is not None:
             self.narrow += 1
+            first = len(self.edges)
             bypass_from = self.result(node.shortcut, inst.shortcut if inst else [],
                                      ins[:1] + ins[1 + n_body :], f"{path}/shortcut/", depth,
                                      into)
             self.narrow -= 1
+            for edge in self.edges[first:]:
+                if edge.src == ins[0] and edge.kind == MAIN:
+                    edge.kind = BRANCH  # beside the main path, not in line with it
         into.append(plus)
         plus.look = look_of(inst, len(srcs))
         plus.look = PLAIN if plus.look == PARAM else plus.look

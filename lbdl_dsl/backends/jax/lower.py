@@ -170,6 +170,7 @@ class Lowerer:
         """Like `scope`, returning every node's value; ``keep`` nodes get names of their own."""
         by_id = {inst.id: inst for inst in insts}
         order = [nid for nid in graph.order() if nid in by_id]
+        labels = {nid: name for name, nid in sorted(graph.names.items())}
         values = dict(env)
         for pos, nid in enumerate(order):
             inst = by_id[nid]
@@ -177,9 +178,10 @@ class Lowerer:
             nxt = order[pos + 1] if pos + 1 < len(order) else None
             single = len(uses) == 1 and uses[0][1] == nxt and uses[0][2] == 0
             last = nid == graph.result and not uses
-            named = inst.node.name is not None or nid in keep
+            label = labels.get(nid)
+            named = label is not None or nid in keep
             target = chain if (single or last) and not named else fn.names.fresh(
-                inst.node.name or inst.id)
+                label or inst.id)
             ins = [values[u] for u in graph.preds(nid)]
             values[nid] = self.box(fn, inst, ins, pvar, svar, nsvar, target)
         return values
@@ -309,7 +311,7 @@ class Lowerer:
              target: str) -> Var:
         bfn = self.block_function(inst, [v.layout for v in ins])
         args = ", ".join(v.name for v in ins)
-        kwargs = "".join(f", {kw}={_literal(inst.bindings[s])}" for s, kw in bfn.symbols)
+        kwargs = "".join(f", {kw}={_literal(inst.bindings[s], fn)}" for s, kw in bfn.symbols)
         ns = f'{nsvar}["{inst.id}"]' if has_state(inst) else "_"
         p, s = _sub(pvar, inst.id, has_params(inst)), _sub(svar, inst.id, has_state(inst))
         fn.line(f"{target}, {ns} = {bfn.name}({p}, {s}, {args}{kwargs}, train=train, "
@@ -336,7 +338,10 @@ class Lowerer:
         env = {nid: Var(a, lay, len(t.shape))
                for nid, a, lay, t in zip(block.body.inputs, args, layouts, inst.inputs)}
         fn.line("ns = {}")
-        result = self.scope(fn, inst.body, block.body, env, "p", "s", "ns", args[0])
+        first = block.body.inputs[0]
+        reuse = block.body.g.out_degree(first) == 1  # the input is read once: `x = f(x)`
+        chain = args[0] if reuse else local.fresh("h")
+        result = self.scope(fn, inst.body, block.body, env, "p", "s", "ns", chain)
         fn.line(f"return {result.name}, ns")
         used = [(s, symbols[s]) for s in symbols if s in fn.used]
         key = (block.name, "\n".join(fn.lines), tuple(layouts), tuple(used))
@@ -379,11 +384,13 @@ class Lowerer:
             fn.used |= sub.used
             self.runtime.add("split_keys")
             out = fn.names.fresh(f"ns_{inst.id}")
-            loop = "unrolled" if self.unroll else "jax.lax.scan"
-            if self.unroll:
+            # a copy that changes the shape (always counted once) cannot be a scan's body
+            loop = "unrolled" if self.unroll or count == 1 else "jax.lax.scan"
+            if loop == "unrolled":
                 self.runtime.add("unrolled")
+            extra = f", {count}" if loop == "unrolled" else ""
             fn.line(f"{target}, {out} = {loop}({step}, {x.name}, "
-                    f"({p_c}, {s_c}, split_keys({fn.next_key()}, {count})))")
+                    f"({p_c}, {s_c}, split_keys({fn.next_key()}, {count})){extra})")
             collected.append(out)
             x = Var(target, x.layout, x.rank)
         if has_state(inst):
@@ -402,10 +409,15 @@ def _any(insts: list[Inst], test) -> bool:
     return any(test(i) for i in insts)
 
 
-def _literal(value: Any) -> str:
+def _literal(value: Any, fn: Fn) -> str:
+    """A block argument at a call site: a number, or the caller's own expression for it."""
     if isinstance(value, Expr):
         v = value.as_int()
-        return str(v) if v is not None else repr(str(value))
+        if v is not None:
+            return str(v)
+        if value.free_symbols <= fn.symbols.keys():
+            return size_code(value, fn.symbols)
+        raise ValueError(f"the size {value} has no value in the generated code")
     return repr(value)
 
 

@@ -694,7 +694,11 @@ def init_table(key, table: dict) -> dict:
     """
     sizes = {path: int(np.prod(shape)) for path, (shape, how, _) in table.items()
              if how in ("fan_in", "normal")}
-    noise = np.asarray(jax.random.normal(key, (max(sum(sizes.values()), 1),), jnp.float32))
+    noise = jax.random.normal(key, (max(sum(sizes.values()), 1),), jnp.float32)
+    try:
+        noise = np.asarray(noise)  # cut on the host: no compilation per shape
+    except jax.errors.TracerArrayConversionError:
+        pass  # under jax.eval_shape or jit: cut with traced slices instead
     out, start = {}, 0
     for path, (shape, how, scale) in table.items():
         if how == "zeros":
@@ -705,6 +709,7 @@ def init_table(key, table: dict) -> dict:
             n = sizes[path]
             std = np.sqrt(1.0 / scale) if how == "fan_in" else scale
             out[path] = jnp.asarray(noise[start : start + n].reshape(shape) * np.float32(std))
+            out[path] = out[path].astype(jnp.float32)
             start += n
     return out
 

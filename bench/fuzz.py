@@ -1,0 +1,535 @@
+"""Fuzz the compiler: every input must compile or be refused with our error, never crash or hang.
+
+A spec is untrusted text, so the promise of ``lbdl-compile --check`` is total: exit 0, or exit 1
+with ``FILE:LINE:COL: error: ...`` pointing inside the file, in bounded time. This harness tests
+that promise on inputs nobody would write by hand, through the very code path of the CLI
+(`lbdl_dsl.cli.main` on a file in a scratch copy of ``specs/``, so that imports still resolve):
+
+- *mutate*: each spec of ``specs/`` (block libraries included) with 1-4 random edits: lines
+  deleted, duplicated, swapped, re-indented or spliced from another spec; tokens deleted,
+  duplicated, swapped or replaced; numbers turned into 0, -1 or something huge; random bytes or
+  awkward unicode inserted; the file truncated;
+- *generate*: a small random model drawn from the layer registry, with random (valid and
+  invalid) hyper-parameters, annotations, groups, named tensors and blocks, which reaches the
+  shape rules that mutations of the shipped specs rarely do;
+- *tokens*: random sequences of the grammar's terminals.
+
+Case ``i`` of seed ``S`` depends only on ``(S, i)``, so ``--start i --cases 1 --save DIR``
+reproduces any case. ``--jobs J`` runs J shards as subprocesses (a hang in C code cannot stop
+the others) and merges their counts. Run: ``python bench/fuzz.py --cases 100000 --jobs 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # bench/ is not part of the package; run from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from lbdl_dsl import cli  # noqa: E402
+from lbdl_dsl.core.layers import LAYERS, all_names  # noqa: E402
+
+KINDS = (("mutate", 0.6), ("generate", 0.28), ("tokens", 0.12))
+HEADER = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): (?P<kind>error|note): \S")
+
+
+class CaseTimeout(BaseException):
+    """Raised by the alarm; a BaseException so that no ``except Exception`` can swallow it."""
+
+
+# -- cases ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One input: the files written over the scratch copy of specs/, and the one compiled."""
+
+    index: int
+    kind: str
+    entry: str
+    files: dict[str, bytes]
+    what: str
+
+
+def load_corpus(root: Path = ROOT / "specs") -> dict[str, bytes]:
+    """Every spec and block library, by path relative to ``specs/``."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.lbdl"))}
+
+
+def make_case(seed: int, index: int, corpus: dict[str, bytes]) -> Case:
+    """Case ``index`` of ``seed``: the same pair always gives the same bytes."""
+    rng = random.Random(f"{seed}:{index}")
+    kind = rng.choices([k for k, _ in KINDS], [w for _, w in KINDS])[0]
+    if kind == "mutate":
+        return _mutate_case(rng, index, corpus)
+    if kind == "generate":
+        return Case(index, kind, "fuzz_gen.lbdl", {"fuzz_gen.lbdl": generate_spec(rng)}, "")
+    return Case(index, kind, "fuzz_tok.lbdl", {"fuzz_tok.lbdl": token_soup(rng)}, "")
+
+
+def _mutate_case(rng: random.Random, index: int, corpus: dict[str, bytes]) -> Case:
+    target = rng.choice(sorted(corpus))
+    data, edits = corpus[target], []
+    for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4))):
+        op = rng.choice(MUTATIONS)
+        data = op(rng, data, corpus)
+        edits.append(op.__name__.lstrip("_"))
+    entry = target
+    if "/" in target:  # a library: compile a spec that imports it, when one does
+        users = [p for p, d in corpus.items() if Path(target).name.encode() in d and p != target]
+        entry = rng.choice(sorted(users)) if users and rng.random() < 0.7 else target
+    return Case(index, "mutate", entry, {target: data}, f"{target}: {', '.join(edits)}")
+
+
+# -- mutations: each takes and returns the bytes of one file -----------------------------------
+
+_TOKEN = re.compile(r"\s+|[^\W\d][\w-]*|\d[\d_]*(?:\.\d+)?|->|\*\*|<=|>=|==|\S", re.UNICODE)
+NUMBERS = ("0", "-1", "1", "2", "7", "1_000_000_000", "4294967296", "9223372036854775808",
+           "340282366920938463463374607431768211456", "1e400", "0.5", "2^62", "(0)", "1/0")
+ODD_TEXT = ("×", "x", "→", "−", "÷", "·", "**", "Ŷ", "\u0301", "\u2028", "\x85", "\x0c", "\x0b",
+            "\ufeff", "\u200b", "漢", "🙂", "\U0010ffff", "\t", "\r", "\r\n", "\\", '"', "#",
+            ":", "(", ")", ",", "=", "->", "<", "  ", "\n", "\n    ", "ﬁ", "Ａ", "١")
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _lines_op(data: bytes, fn) -> bytes:
+    lines = _text(data).split("\n")
+    return _bytes("\n".join(fn(lines)))
+
+
+def _delete_line(rng, data, corpus):
+    return _lines_op(data, lambda ls: ls[:(i := rng.randrange(len(ls)))] + ls[i + 1 :])
+
+
+def _duplicate_line(rng, data, corpus):
+    return _lines_op(data, lambda ls: ls[:(i := rng.randrange(len(ls)))] + [ls[i]] + ls[i:])
+
+
+def _swap_lines(rng, data, corpus):
+    def swap(ls):
+        i, j = rng.randrange(len(ls)), rng.randrange(len(ls))
+        ls[i], ls[j] = ls[j], ls[i]
+        return ls
+
+    return _lines_op(data, swap)
+
+
+def _reindent_line(rng, data, corpus):
+    def reindent(ls):
+        i = rng.randrange(len(ls))
+        ls[i] = " " * rng.choice((0, 1, 2, 3, 4, 6, 8, 40)) + ls[i].lstrip(" ")
+        return ls
+
+    return _lines_op(data, reindent)
+
+
+def _splice_line(rng, data, corpus):
+    donor = _text(corpus[rng.choice(sorted(corpus))]).split("\n")
+    line = rng.choice(donor)
+    return _lines_op(data, lambda ls: ls[:(i := rng.randrange(len(ls) + 1))] + [line] + ls[i:])
+
+
+def _tokens_op(data: bytes, fn) -> bytes:
+    toks = _TOKEN.findall(_text(data))
+    return _bytes("".join(fn(toks) if toks else toks))
+
+
+def _delete_token(rng, data, corpus):
+    return _tokens_op(data, lambda ts: ts[:(i := rng.randrange(len(ts)))] + ts[i + 1 :])
+
+
+def _duplicate_token(rng, data, corpus):
+    return _tokens_op(data, lambda ts: ts[:(i := rng.randrange(len(ts)))] + [ts[i]] + ts[i:])
+
+
+def _swap_tokens(rng, data, corpus):
+    def swap(ts):
+        i, j = rng.randrange(len(ts)), rng.randrange(len(ts))
+        ts[i], ts[j] = ts[j], ts[i]
+        return ts
+
+    return _tokens_op(data, swap)
+
+
+def _replace_token(rng, data, corpus):
+    def replace(ts):
+        ts[rng.randrange(len(ts))] = rng.choice(TERMINALS)
+        return ts
+
+    return _tokens_op(data, replace)
+
+
+def _change_number(rng, data, corpus):
+    def change(ts):
+        spots = [i for i, t in enumerate(ts) if t[0].isdigit()]
+        if spots:
+            ts[rng.choice(spots)] = rng.choice(NUMBERS)
+        return ts
+
+    return _tokens_op(data, change)
+
+
+def _insert_text(rng, data, corpus):
+    text = _text(data)
+    i = rng.randrange(len(text) + 1)
+    return _bytes(text[:i] + rng.choice(ODD_TEXT) + text[i:])
+
+
+def _insert_bytes(rng, data, corpus):
+    i = rng.randrange(len(data) + 1)
+    return data[:i] + rng.randbytes(rng.randint(1, 6)) + data[i:]
+
+
+def _truncate(rng, data, corpus):
+    return data[: rng.randrange(len(data) + 1)]
+
+
+MUTATIONS = (
+    _delete_line, _duplicate_line, _swap_lines, _reindent_line, _splice_line,
+    _delete_token, _duplicate_token, _swap_tokens, _replace_token, _replace_token,
+    _change_number, _change_number, _change_number, _insert_text, _insert_bytes, _truncate,
+)  # fmt: skip
+
+
+# -- generated specs --------------------------------------------------------------------------
+
+TERMINALS = (
+    "model", "block", "on", "input", "output", "from", "import", "residual", "shortcut",
+    "assert", "params", "macs", "state", "int", "float", "bool", "true", "false", "same",
+    "X", "C", "H", "W", "D", "T", "S", "N", "Ŷ", "x1", "skip", "×", "x", "->", "→", ":", "(",
+    ")", ",", "=", "+", "-", "*", "/", "^", "<", "<=", "==", ">", "0", "1", "3", "64", "4C",
+    "2.5", "1e3", '"blocks/resnet.lbdl"', '"a.lbdl"', "#", "\n", "\n  ", "\n    ", " ",
+    "leaky relu", *sorted(LAYERS), *all_names()[:40],
+)  # fmt: skip
+
+
+def token_soup(rng: random.Random) -> bytes:
+    """A random sequence of terminals, usually starting like a spec so the parser goes deep."""
+    head = rng.choice(("", "model m:\n  input X: 3×8×8\n  ", "block b on C:\n  ", "model m:\n"))
+    body = " ".join(rng.choice(TERMINALS) for _ in range(rng.randint(0, 40)))
+    return _bytes(head + body + rng.choice(("", "\n")))
+
+
+def _size(rng: random.Random, symbols: list[str]) -> str:
+    options = ["1", "2", "3", "4", "8", "16", "0", "-1", "7", "1000000000000"]
+    if symbols:
+        s = rng.choice(symbols)
+        options += [s, f"{s}/2", f"2{s}", f"{s}-1", f"{s}/0"]
+    return rng.choice(options)
+
+
+def _value(rng: random.Random, hp, symbols: list[str]) -> str:
+    kind = hp.kind
+    if kind in ("size", "sizes", "padding", "axes", "shape") and rng.random() < 0.8:
+        one = _size(rng, symbols)
+        if kind in ("sizes", "padding", "axes", "shape") and rng.random() < 0.3:
+            return f"({one}, {_size(rng, symbols)})"
+        return "same" if kind == "padding" and rng.random() < 0.2 else one
+    if kind == "bool":
+        return rng.choice(("true", "false", "1", "2", "maybe"))
+    if kind == "float":
+        return rng.choice(("0.1", "0", "-1", "1e30", "2", "x", "0.5"))
+    if kind == "choice" and hp.choices and rng.random() < 0.8:
+        return rng.choice(hp.choices)
+    if kind == "axis":
+        return rng.choice(("-1", "0", "1", "2", "5", "-7"))
+    return rng.choice(("3", "x", '"s"', "(1, 2)", "1.5", "C"))
+
+
+def _box(rng: random.Random, symbols: list[str], names: list[str], blocks: list[str]) -> str:
+    op = rng.choice(sorted(LAYERS) + blocks * 3) if rng.random() < 0.95 else "nosuch"
+    layer = LAYERS.get(op)
+    parts = [op]
+    if layer is not None and layer.arity[0] > 1 and names:
+        parts[0] += "(" + ", ".join(rng.choice(names) for _ in range(layer.arity[0] - 1)) + ")"
+    for hp in layer.hparams if layer is not None else ():
+        if hp.required or rng.random() < 0.3:
+            parts.append(f"{hp.name}={_value(rng, hp, symbols)}")
+    if blocks and op in blocks and rng.random() < 0.5:
+        parts.append(f"S={_size(rng, symbols)}")
+    if rng.random() < 0.3:
+        parts.append("×".join(_size(rng, symbols) for _ in range(rng.randint(1, 3))))
+    if rng.random() < 0.2:
+        name = f"t{len(names)}"
+        names.append(name)
+        parts.append(f"-> {name}")
+    return " ".join(parts)
+
+
+def _body(rng: random.Random, depth: int, symbols, names, blocks, indent: str) -> list[str]:
+    lines = []
+    for _ in range(rng.randint(1, 5)):
+        r = rng.random()
+        if r < 0.1 and depth < 3:
+            lines.append(f"{indent}×{rng.choice(('2', '3', '1', 'N', '0'))}:")
+            lines += _body(rng, depth + 1, symbols, names, blocks, indent + "  ")
+        elif r < 0.2 and depth < 3:
+            lines.append(f"{indent}residual:")
+            lines += _body(rng, depth + 1, symbols, names, blocks, indent + "  ")
+            if rng.random() < 0.4:
+                lines.append(f"{indent}shortcut:")
+                lines += _body(rng, depth + 1, symbols, names, blocks, indent + "  ")
+        elif r < 0.25 and names:
+            lines.append(f"{indent}from {rng.choice(names)}")
+        else:
+            lines.append(indent + _box(rng, symbols, names, blocks))
+    return lines
+
+
+def generate_spec(rng: random.Random) -> bytes:
+    """A small random model drawn from the registry, with a block or two."""
+    lines, blocks = [], []
+    for b in range(rng.randint(0, 2)):
+        name = f"blk{b}"
+        pattern = rng.choice(("C×H×W", "C", "T×D", "C×H×H", "X: C×H×W"))
+        lines.append(f"block {name}(S=2) on {pattern}:")
+        symbols = [s for s in re.findall(r"[A-Z]", pattern.split(":")[-1])] + ["S"]
+        lines += _body(rng, 1, symbols, [], blocks, "  ")
+        blocks.append(name)
+    shape = "×".join(rng.choice(("3", "8", "16", "32", "1", "N", "D")) for _ in range(rng.randint(1, 4)))
+    dtype = rng.choice(("", "", "", " int<100>", " bool", " int<V>"))
+    lines += ["model fuzz(N=8, D=16, V=50):", f"  input X: {shape}{dtype}"]
+    lines += _body(rng, 1, ["N", "D"], ["X"], blocks, "  ")
+    if rng.random() < 0.3:
+        lines.append(rng.choice(("  output Ŷ", "  assert params < 1000", "  assert X: 3")))
+    return _bytes("\n".join(lines) + "\n")
+
+
+# -- running one case -------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    status: str  # "ok", "error" (our LbdlError, well formed), "crash" or "timeout"
+    seconds: float
+    detail: str = ""
+
+
+def _on_alarm(signum, frame):
+    raise CaseTimeout
+
+
+def run_case(case: Case, work: Path, timeout: float) -> Outcome:
+    """Compile the case as `lbdl-compile --check` does, in ``work``; restore the files after."""
+    saved = {rel: (work / rel).read_bytes() for rel in case.files if (work / rel).is_file()}
+    for rel, data in case.files.items():
+        (work / rel).write_bytes(data)
+    out, err = io.StringIO(), io.StringIO()
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    t0 = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = cli.main([case.entry, "--check"])
+        outcome = _classify(rc, err.getvalue(), work)
+    except CaseTimeout:
+        outcome = Outcome("timeout", 0.0, f"over {timeout} s")
+    except BaseException as exc:  # noqa: BLE001 - anything else escaping the CLI is a crash
+        detail = "".join(traceback.format_exception(exc)[-6:])
+        outcome = Outcome("crash", 0.0, f"{type(exc).__name__}: {exc}\n{detail}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        for rel in case.files:
+            (work / rel).unlink(missing_ok=True)
+        for rel, data in saved.items():
+            (work / rel).write_bytes(data)
+    outcome.seconds = time.perf_counter() - t0
+    return outcome
+
+
+def _classify(rc: int, stderr: str, work: Path) -> Outcome:
+    if rc == 0:
+        return Outcome("ok", 0.0)
+    if rc != 1:
+        return Outcome("crash", 0.0, f"exit {rc}: {stderr[-2000:]}")
+    problem = check_message(stderr, work)
+    return Outcome("crash", 0.0, f"{problem}\n{stderr[:2000]}") if problem else Outcome("error", 0)
+
+
+def check_message(stderr: str, work: Path) -> str | None:
+    """Why a rendered error is malformed, or None: a header first, every place inside its file,
+    and each quoted source line equal to the line it claims to be."""
+    lines = stderr.rstrip("\n").split("\n")
+    if "Traceback" in stderr or not HEADER.match(lines[0]):
+        return "the message does not start with FILE:LINE:COL: error:"
+    for i, line in enumerate(lines):
+        m = HEADER.match(line)
+        if not m:
+            continue
+        path = work / m["file"]
+        if not path.is_file():
+            return f"the message names {m['file']!r}, which is not a file of the case"
+        text = _text(path.read_bytes()).removeprefix("\ufeff").replace("\r\n", "\n")
+        src = text.replace("\r", "\n").split("\n")
+        row, col = int(m["line"]), int(m["col"])
+        if not (1 <= row <= len(src) and 1 <= col <= len(src[row - 1]) + 1):
+            return f"{m['file']}:{row}:{col} is outside the file"
+        shown = lines[i + 1] if i + 1 < len(lines) else ""
+        real = src[row - 1]
+        if len(real) <= 200 and shown.startswith("  ") and shown != "  " + real.replace("\t", " "):
+            if "\ufffd" not in shown:  # a line with invalid UTF-8 is shown decoded
+                return f"the quoted line is not line {row} of {m['file']}"
+    return None
+
+
+# -- many cases -------------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    cases: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)
+    crashes: list[dict] = field(default_factory=list)
+    timeouts: list[dict] = field(default_factory=list)
+    slowest: dict = field(default_factory=lambda: {"seconds": 0.0})
+    seconds: float = 0.0
+
+    def add(self, case: Case, outcome: Outcome) -> None:
+        self.cases += 1
+        self.counts[outcome.status] = self.counts.get(outcome.status, 0) + 1
+        self.kinds[case.kind] = self.kinds.get(case.kind, 0) + 1
+        record = {"index": case.index, "kind": case.kind, "entry": case.entry, "what": case.what,
+                  "seconds": round(outcome.seconds, 4), "detail": outcome.detail}
+        if outcome.status == "crash":
+            self.crashes.append(record)
+        elif outcome.status == "timeout":
+            self.timeouts.append(record)
+        if outcome.seconds > self.slowest["seconds"]:
+            self.slowest = record
+
+    def merge(self, other: Summary) -> None:
+        self.cases += other.cases
+        for mine, theirs in ((self.counts, other.counts), (self.kinds, other.kinds)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+        self.crashes += other.crashes
+        self.timeouts += other.timeouts
+        if other.slowest["seconds"] > self.slowest["seconds"]:
+            self.slowest = other.slowest
+
+
+def fuzz(cases: int, seed: int = 0, start: int = 0, timeout: float = 10.0,
+         save: Path | None = None) -> Summary:
+    """Run cases ``start .. start+cases-1`` of ``seed`` in this process."""
+    corpus = load_corpus()
+    summary = Summary()
+    os.environ["LBDL_DEBUG"] = "1"  # our bugs raise, with their traceback, instead of exit 3
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lbdl-fuzz-") as tmp:
+        work = Path(tmp)
+        shutil.copytree(ROOT / "specs", work, dirs_exist_ok=True)
+        here = os.getcwd()
+        os.chdir(work)  # messages name files as the CLI run from there would
+        try:
+            for index in range(start, start + cases):
+                case = make_case(seed, index, corpus)
+                outcome = run_case(case, work, timeout)
+                summary.add(case, outcome)
+                if save is not None and outcome.status in ("crash", "timeout"):
+                    save_case(case, save)
+        finally:
+            os.chdir(here)
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+def save_case(case: Case, where: Path) -> None:
+    """Write a case's files under ``where/case-INDEX/`` to reproduce it by hand."""
+    for rel, data in case.files.items():
+        target = where / f"case-{case.index}" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+def fuzz_parallel(cases: int, seed: int, start: int, jobs: int, timeout: float,
+                  save: Path | None) -> Summary:
+    """Split the range into ``jobs`` subprocesses and merge their summaries."""
+    per, procs, outs = -(-cases // jobs), [], []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lbdl-fuzz-out-") as tmp:
+        for j in range(jobs):
+            lo, n = start + j * per, min(per, cases - j * per)
+            if n <= 0:
+                break
+            out = Path(tmp) / f"shard{j}.json"
+            cmd = [sys.executable, __file__, "--cases", str(n), "--seed", str(seed), "--start",
+                   str(lo), "--timeout", str(timeout), "--summary-json", str(out)]
+            if save is not None:
+                cmd += ["--save", str(save)]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
+            outs.append(out)
+        total = Summary()
+        for proc, out in zip(procs, outs, strict=True):
+            proc.wait()
+            total.merge(Summary(**json.loads(out.read_text())))
+    total.seconds = time.perf_counter() - t0
+    return total
+
+
+def render(summary: Summary, seed: int, jobs: int) -> str:
+    """The summary printed at the end of a run (and quoted in docs/reliability.md)."""
+    c, rate = summary.counts, summary.cases / max(summary.seconds, 1e-9)
+    slow = summary.slowest
+    lines = [
+        f"fuzz: {summary.cases:,} cases, seed {seed}, {jobs} job(s), {summary.seconds:,.1f} s "
+        f"({rate:,.0f} cases/s)",
+        f"  compiled {c.get('ok', 0):,}   refused with an error {c.get('error', 0):,}   "
+        f"crashes {c.get('crash', 0):,}   timeouts {c.get('timeout', 0):,}",
+        "  kinds: " + ", ".join(f"{k} {v:,}" for k, v in sorted(summary.kinds.items())),
+        f"  slowest: case {slow.get('index')} ({slow.get('kind')} {slow.get('entry')}"
+        f"{': ' + slow['what'] if slow.get('what') else ''}) {slow['seconds']:.3f} s",
+    ]
+    for rec in (summary.crashes + summary.timeouts)[:20]:
+        lines.append(f"  FAILED case {rec['index']} ({rec['kind']} {rec['what'] or rec['entry']}):"
+                     f" {rec['detail'].strip().splitlines()[0] if rec['detail'] else ''}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", type=int, default=10_000, help="how many cases (default 10,000)")
+    p.add_argument("--seed", type=int, default=0, help="the run's seed (default 0)")
+    p.add_argument("--start", type=int, default=0, help="index of the first case (default 0)")
+    p.add_argument("--jobs", type=int, default=1, help="parallel shards (default 1)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per case (default 10)")
+    p.add_argument("--save", type=Path, help="write crashing and hanging cases here")
+    p.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
+    args = p.parse_args(argv)
+    if args.jobs > 1:
+        summary = fuzz_parallel(args.cases, args.seed, args.start, args.jobs, args.timeout,
+                                args.save)
+    else:
+        summary = fuzz(args.cases, args.seed, args.start, args.timeout, args.save)
+    if args.summary_json:
+        args.summary_json.write_text(json.dumps(asdict(summary)))
+    print(render(summary, args.seed, args.jobs))
+    return 1 if summary.crashes or summary.timeouts else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
