@@ -133,7 +133,7 @@ def dumps(checked: Checked) -> str:
 def _bytes(e: Expr) -> str:
     v = e.as_int()
     if v is None:
-        return f"4·({e}) B"
+        return f"{e} B"  # the caller has already counted 4 bytes a value
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if v < 1024 or unit == "TiB":
             return f"{v:,.1f} {unit}" if unit != "B" else f"{v} B"

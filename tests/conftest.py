@@ -1,4 +1,5 @@
-"""Fixtures shared by every test file: the repository root and a one-call compiler of spec text.
+"""Fixtures shared by every test file: the repository root, a one-call compiler of spec text,
+and strict JAX for the session.
 
 Nothing else lives here on purpose: markers are declared in pyproject.toml, and each test file
 keeps its own helpers, so that files written by different people never fight over a name.
@@ -42,3 +43,13 @@ def compile_text(tmp_path: Path) -> Callable[..., Compiled]:
         return compile_spec(path, overrides=overrides, stop_after=stop_after)
 
     return run
+
+
+@pytest.fixture(autouse=True, scope="session")
+def strict_jax() -> None:
+    """Strict JAX wherever JAX is used: implicit rank promotion raises (STYLE.md)."""
+    try:
+        import jax
+    except ImportError:  # the compiler itself needs no JAX
+        return
+    jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -106,8 +106,12 @@ FAMILIES: list[tuple[str, dict[str, Any], int]] = [
 ]
 
 
+def _id(name: str, overrides: dict[str, Any]) -> str:
+    return " ".join([name, *(f"{k}={v}" for k, v in overrides.items())])
+
+
 @pytest.mark.parametrize(
-    ("name", "overrides", "shapes", "count"), FIGURES, ids=lambda v: v if isinstance(v, str) else ""
+    ("name", "overrides", "shapes", "count"), FIGURES, ids=[_id(r[0], r[1]) for r in FIGURES]
 )
 def test_spec_reproduces_its_figures(name, overrides, shapes, count) -> None:
     compiled = compile_named(name, **overrides)
@@ -116,7 +120,7 @@ def test_spec_reproduces_its_figures(name, overrides, shapes, count) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "overrides", "count"), FAMILIES, ids=lambda v: v if isinstance(v, str) else ""
+    ("name", "overrides", "count"), FAMILIES, ids=[_id(r[0], r[1]) for r in FAMILIES]
 )
 def test_family_member_from_set(name, overrides, count) -> None:
     assert params(compile_named(name, **overrides)) == count
@@ -127,6 +131,16 @@ def test_gpt3_through_the_book_s_gpt() -> None:
     compiled = compile_named("gpt", N=96, D=12_288, H=96, T=2048)
     assert outputs(compiled) == {"P": (2048, 50_257)}
     assert 174.5e9 < params(compiled) < 175.5e9
+
+
+def test_vit_trunk_is_vit_b16_s() -> None:
+    """timm's ViT-B/16 (86,567,656) less its head, final layernorm and attention biases."""
+    root = compile_named("vit").checked.root
+    ops = [inst.node.op for inst in root]
+    trunk = root[: ops.index("take")]
+    assert sum(inst.totals["params"].as_int() for inst in trunk) == (
+        86_567_656 - (768 * 1000 + 1000) - 2 * 768 - 12 * 4 * 768
+    )
 
 
 def test_lenet_draws_every_shape_of_fig_5_2() -> None:

@@ -10,6 +10,7 @@ duplicated or used before their definition, unused inputs, blocks that call them
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -193,11 +194,12 @@ class _Builder:
         dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
         scope.graph.asserts.append(("shape", nid, _annot(st.shape, dims), st.span))
 
-    def _RepeatGroup(self, scope: _Scope, st: ast.RepeatGroup) -> None:
+    def _RepeatGroup(self, scope: _Scope, st: ast.RepeatGroup, annotation=None,
+                     framed: bool = False) -> None:
         count = self.count(scope, st.count)
-        body, sub = self.subgraph(scope, st.body)
+        body, sub = self.subgraph(scope, st.body, framed)
         node = Node(scope.new_id("repeat"), "repeat", "", st.span, body=body, count=count,
-                    count_span=st.count.span)
+                    count_span=st.count.span, annotation=annotation)
         self.emit(scope, node, [self.flowing(scope, st.span), *sub.captures])
 
     def _ResidualGroup(self, scope: _Scope, st: ast.ResidualGroup) -> None:
@@ -210,10 +212,10 @@ class _Builder:
         node = Node(scope.new_id("residual"), "residual", "", st.span, body=body, shortcut=short)
         self.emit(scope, node, [x, *captures])
 
-    def _Box(self, scope: _Scope, st: ast.Box) -> None:
-        if st.count is not None:
+    def _Box(self, scope: _Scope, st: ast.Box, in_frame: bool = False) -> None:
+        if st.count is not None:  # `resblock ×2`: a frame around one box
             group = ast.RepeatGroup(st.count, (_replace_count(st),), st.span)
-            self._RepeatGroup(scope, group)
+            self._RepeatGroup(scope, group, _box_annotation(st, scope), framed=True)
             if st.name is not None:
                 self.define(scope, st.name, scope.current)
             return
@@ -226,8 +228,10 @@ class _Builder:
         layer = lookup(st.op)
         if layer is not None:
             node = self.layer_node(scope, st, layer, inputs, annotation)
+            if in_frame:  # the frame checks the annotation; each copy may only read sizes in it
+                node = dataclasses.replace(node, annotation=None, fill=annotation)
         elif st.op in self.blocks_ast:
-            node = self.call_node(scope, st, inputs, annotation)
+            node = self.call_node(scope, st, inputs, None if in_frame else annotation)
         else:
             raise LbdlError(
                 f"unknown layer `{st.op}`",
@@ -247,7 +251,8 @@ class _Builder:
     def count(self, scope: _Scope, value: ast.SizeExpr) -> Expr:
         expr = check_symbols(value, scope.known, "repeat count")
         n = expr.as_int()
-        if expr.is_const and (n is None or n < 1):
+        if expr.is_const and (n is None or n < 1) and not (n == 0 and value.bare_name is None
+                                                          and not value.text.isdigit()):
             raise LbdlError(f"×{value.text} repeats nothing", value.span,
                             hint="a repeat count is a whole number ≥ 1")
         if n is not None and n > MAX_REPEAT:
@@ -258,13 +263,19 @@ class _Builder:
             )
         return expr
 
-    def subgraph(self, scope: _Scope, stmts: tuple[ast.Stmt, ...]) -> tuple[Graph, _Scope]:
+    def subgraph(self, scope: _Scope, stmts: tuple[ast.Stmt, ...], framed: bool = False
+                 ) -> tuple[Graph, _Scope]:
         sub = _Scope(Graph(), scope.known, scope.params, parent=scope, in_model=scope.in_model)
         first = scope.graph.node(self.flowing(scope, stmts[0].span)) if stmts else None
         sub.graph.add(Node("input", "input", "", first.span if first else Span.point("", 1, 1)))
         sub.graph.inputs.append("input")
         sub.current = "input"
-        self.body(sub, stmts)
+        if framed:
+            for name, span in _defined_names(stmts):
+                sub.later.setdefault(name, span)
+            self._Box(sub, stmts[0], in_frame=True)
+        else:
+            self.body(sub, stmts)
         sub.graph.result = sub.current
         return sub.graph, sub
 
@@ -335,7 +346,8 @@ class _Builder:
         block = self.blocks_ast[st.op]
         if len(inputs) != len(block.inputs):
             raise LbdlError(
-                f"block `{block.name}` takes {len(block.inputs)} input(s), got {len(inputs)}",
+                f"block `{block.name}` takes {len(block.inputs)} "
+                f"input{'s' if len(block.inputs) != 1 else ''}, got {len(inputs)}",
                 st.span,
                 notes=[Note("defined here", block.name_span)],
             )
@@ -411,7 +423,14 @@ def _defined_names(stmts: tuple[ast.Stmt, ...]) -> list[tuple[str, Span]]:
 
 
 def _replace_count(st: ast.Box) -> ast.Box:
+    """The box inside the frame of ``box ×N``: its annotation becomes the frame's (below)."""
     return ast.Box(st.op, st.op_span, st.args, None, st.hparams, st.shape, None, st.span)
+
+
+def _box_annotation(st: ast.Box, scope: _Scope) -> Annotation | None:
+    if st.shape is None:
+        return None
+    return _annot(st.shape, tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims))
 
 
 def _symbols_of(shapes: list[ast.ShapeAST]) -> set[str]:
@@ -484,8 +503,9 @@ def build(loaded: Loaded) -> Program:
 
 def _build_block(builder: _Builder, b: ast.BlockDef) -> Block:
     known = {p.name for p in b.params}
-    params = _param_decls(b.params, set())
-    known |= _symbols_of([t.shape for t in b.inputs])
+    shape_symbols = _symbols_of([t.shape for t in b.inputs])
+    params = _param_decls(b.params, shape_symbols)
+    known |= shape_symbols
     scope = _Scope(Graph(), known, {p.name for p in b.params}, top=True)
     sigs = []
     for i, pat in enumerate(b.inputs):

@@ -74,6 +74,7 @@ class Node:
     dtype: str = "float"  # inputs: "float", "int" or "bool"
     vocab: Expr | None = None  # int inputs: values in [0, vocab)
     shares: str | None = None  # id of the layer whose parameters this one reuses
+    fill: Annotation | None = None  # `conv-2d ×3  32×H×W`: a source of left-out sizes only
 
     @property
     def hp(self) -> dict[str, HValue]:

@@ -109,8 +109,8 @@ def normalise(layer: Layer, hp: HP, value: ast.Value, known: set[str], params: s
         return _as_choice(value, hp, params)
     if kind == "axis":
         return _as_axis(value, hp.name)
-    if kind == "size":
-        return _as_size(value, hp.name, known)
+    if kind in ("size", "index"):
+        return _as_size(value, hp.name, known, allow_negative=kind == "index")
     if kind == "sizes":
         return _as_sizes(value, hp.name, known, layer.spatial)
     if kind == "padding":
@@ -130,6 +130,6 @@ def default_value(layer: Layer, hp: HP) -> HValue:
         return d
     if hp.kind in ("sizes", "padding"):
         return (Expr.lift(d),) * max(layer.spatial, 1)
-    if hp.kind == "size":
+    if hp.kind in ("size", "index"):
         return Expr.lift(d)
     return d

@@ -112,7 +112,10 @@ class Checker:
         try:
             value = _subs(expr, env)
         except ZeroDivisionError:
-            raise LbdlError(f"division by zero in {what}", span) from None
+            zeros = [k for k in sorted(expr.free_symbols)
+                     if isinstance(env.get(k), Expr) and env[k] == Expr.lift(0)]
+            hint = f"here {', '.join(f'{k}=0' for k in zeros)}" if zeros else None
+            raise LbdlError(f"division by zero in {what}", span, hint=hint) from None
         if value.is_const:
             v = value.const_value
             if v.denominator != 1:
@@ -167,11 +170,11 @@ class Checker:
         layer = lookup(node.op)
         hp = {k: _subs(v, env) for k, v in node.hparams}
         ann = None
-        if node.annotation is not None:
+        source = node.annotation or node.fill
+        if source is not None:
             ann = tuple(
                 self.size(d, env, s, f"the annotation `{t}`")
-                for d, t, s in zip(node.annotation.dims, node.annotation.texts,
-                                   node.annotation.spans)
+                for d, t, s in zip(source.dims, source.texts, source.spans)
             )
             for name, axis in layer.from_annotation:
                 if hp.get(name) is None:
@@ -190,9 +193,10 @@ class Checker:
                   [t.dtype for t in inst.inputs], [t.vocab for t in inst.inputs])
         try:
             out = tuple(Expr.lift(d) for d in layer.shape(ctx))
-            out = tuple(self.size(d, env, node.span, f"the output of `{node.op}`") for d in out)
+            # the rule's output is already in the caller's symbols: check it, substitute nothing
+            out = tuple(self.size(d, {}, node.span, f"the output of `{node.op}`") for d in out)
             ctx.out = out
-            if ann is not None:
+            if ann is not None and node.annotation is not None:
                 self.compare(inst, ann, out)
             inst.params = layer.params(ctx) if layer.params else {}
             inst.state = layer.state(ctx)
@@ -278,7 +282,10 @@ class Checker:
         span = node.span
         if exc.hparam:
             span = node.span  # the box; the message names the hyper-parameter
-        return LbdlError(f"line {node.span.line}: {exc.message}", span, exc.hint, notes)
+        # the location already gives the line; the message names the layer, once
+        named = exc.message.startswith(f"`{node.op}`")
+        message = exc.message if named else f"`{node.op}`: {exc.message}"
+        return LbdlError(message, span, exc.hint, notes)
 
     # -- composites -----------------------------------------------------------------------------
     def call(self, inst: Inst, env: dict[str, Any]) -> Tensor:
@@ -305,14 +312,16 @@ class Checker:
         return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, result.rf)
 
     def bind_block(self, inst: Inst, block, env: dict[str, Any]) -> dict[str, Any]:
+        """The block's symbols at this use: arguments, then the input patterns, then defaults.
+
+        Defaults come last so that they may use the input's sizes (``F=4D`` on ``T×D``).
+        """
         node = inst.node
         benv: dict[str, Any] = {}
         args = dict(node.hparams)
         for p in block.params:
             if p.name in args:
                 benv[p.name] = _subs(args[p.name], env)
-            else:
-                benv[p.name] = _subs(p.default, benv)
         for sig, t in zip(block.inputs, inst.inputs):
             if len(sig.dims) != len(t.shape):
                 raise LbdlError(
@@ -323,6 +332,9 @@ class Checker:
                 )
             for pat, text, actual in zip(sig.dims, sig.texts, t.shape):
                 self.match(pat, text, actual, benv, block, node, t)
+        for p in block.params:
+            if p.name not in benv:
+                benv[p.name] = _subs(p.default, benv)
         return benv
 
     def match(self, pat: Expr, text: str, actual: Expr, benv, block, node, t) -> None:
@@ -352,9 +364,12 @@ class Checker:
         x, captures = inst.inputs[0], inst.inputs[1:]
         if n is None and count.is_const:
             raise LbdlError(f"×{count} is not a whole number", node.count_span)
-        if n is not None and n < 1:
-            raise LbdlError(f"×{n} repeats nothing", node.count_span)
+        if n is not None and n < 0:
+            raise LbdlError(f"×{n} is a negative number of copies", node.count_span)
         copies: list[Copies] = []
+        if n == 0:  # ×(L-1) with L=1: the group is not there
+            inst.copies, inst.hp = [], {"count": count}
+            return x
         seen_in = x
         done = 0
         while n is None or done < n:

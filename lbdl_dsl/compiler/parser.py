@@ -72,7 +72,9 @@ def _decode(data: str | bytes, file: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        before = data[: exc.start]
+        # count lines and columns as in the decoded text: no BOM, CR LF and CR are line ends
+        before = data[: exc.start].removeprefix(b"\xef\xbb\xbf")
+        before = before.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         line = before.count(b"\n") + 1
         col = len(before[before.rfind(b"\n") + 1 :].decode("utf-8")) + 1  # characters, not bytes
         raise LbdlError(
@@ -308,8 +310,9 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
         tok = exc.token
         if tok.type in ("_NL", "$END"):
             found = "the end of the line" if tok.type == "_NL" else "the end of the file"
-            if tok.type == "_NL" and tok.line is not None:
-                line, col = tok.line, tok.column
+            if tok.type == "_NL" and tok.line is not None:  # just after the code, not a comment
+                code = text.split("\n")[tok.line - 1].split("#", 1)[0].rstrip()
+                line, col = tok.line, len(code) + 1
         elif tok.type in ("_INDENT", "_DEDENT"):
             found = "an indented line" if tok.type == "_INDENT" else "the end of a group"
             lines = text.split("\n")
@@ -330,6 +333,8 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
         found = f"`{ch}`"
     span = Span.point(file, line, col, width)
     label = _known_mistake(exc)
+    if label is None and found == "the end of the line":
+        label = _dangling(text.split("\n")[line - 1][: col - 1])
     if label:
         message, hint = label
         return LbdlError(f"{message} (found {found})" if found else message, span, hint)
@@ -342,6 +347,25 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
     message = f"did not expect {found or 'this'} here"
     hint = f"expected {_words(set(expected))}" if expected else None
     return LbdlError(message, span, hint)
+
+
+def _dangling(before: str) -> tuple[str, str] | None:
+    """The MISTAKES label for a line that stops right after an operator, in any parser state.
+
+    The examples cannot list every state a trailing `×` or `=` can leave the parser in (after a
+    box's hyper-parameters, after its inputs...), but the mistake is the same in all of them.
+    """
+    code = before.split("#", 1)[0].rstrip()
+    unclosed = code.count("(") > code.count(")")
+    if code.endswith(("×", "->", "→")):
+        message = "a shape cannot end with `×`" if code.endswith("×") else "`->` names the"
+    elif code.endswith("=") and not code.endswith(("<=", ">=", "==")):
+        message = "a value is missing after `=`"
+    elif unclosed:
+        message = "missing `)`"
+    else:
+        return None
+    return next(label for label in MISTAKES if label[0].startswith(message))
 
 
 def _signature(exc: UnexpectedInput) -> tuple:
@@ -517,11 +541,16 @@ class _ToAst(Transformer):
         return ast.Ref(str(c[1]), _tok_span(self.file, c[1]))
 
     def box(self, meta: Any, c: list) -> ast.Box:
-        op_tok, args, count, *rest = c
+        op_tok, args, *rest = c
         shape_ast, name = rest[-2], rest[-1]
-        hparams = tuple(rest[:-2])
+        counts = [x for x in rest[:-2] if isinstance(x, ast.SizeExpr)]
+        hparams = tuple(x for x in rest[:-2] if isinstance(x, ast.HParam))
         op = " ".join(str(op_tok).split())
         span = self._stmt_span(meta)
+        if len(counts) > 1:
+            raise LbdlError("a box is repeated once: `×N` appears twice", counts[1].span,
+                            hint="write the product, e.g. `×6` rather than `×2 ×3`")
+        count = counts[0] if counts else None
         seen: dict[str, ast.HParam] = {}
         for hp in hparams:
             if hp.key in seen:

@@ -82,8 +82,16 @@ def _excerpt(span: Span | None, sources: Mapping[str, str] | None) -> list[str]:
         col = span.column
     end = span.end_column if span.end_line == span.line else len(line) + 1
     width = max(1, min(end, len(line) + 1) - col)
-    shown = line.replace("\t", " ")
+    shown = _printable(line.replace("\t", " "))
     return [f"  {shown}", "  " + " " * (col - 1) + "^" * width]
+
+
+def _printable(line: str) -> str:
+    """Control characters as their visible pictures (U+2400...), one column each: the user
+    must see the character the caret points at, and a quoted BEL must not ring the terminal."""
+    return "".join(
+        chr(0x2400 + ord(c)) if ord(c) < 32 else "\u2421" if c == "\x7f" else c for c in line
+    )
 
 
 @dataclass

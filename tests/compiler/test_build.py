@@ -126,8 +126,7 @@ def test_names_froms_and_several_outputs(build) -> None:
 
 def test_several_input_streams(build) -> None:
     program = build(
-        "model m:\n  input A: 3×8×8\n  input B: 3×8×8\n  +(A)\n  from A\n  relu\n"
-        "  output Y\n"
+        "model m:\n  input A: 3×8×8\n  input B: 3×8×8\n  +(A)\n  from A\n  relu\n  output Y\n"
     )
     g = program.model.body
     assert g.inputs == ["input:A", "input:B"]

@@ -73,8 +73,13 @@ model lenet:
 def test_fig_5_1_the_multi_layer_perceptron(compile_text: Compile) -> None:
     checked = compile_text(MLP).checked
     assert checked.params == 1_557
-    assert shapes(checked) == [("fc", "25"), ("relu", "25"), ("fc", "10"), ("relu", "10"),
-                               ("fc", "2")]
+    assert shapes(checked) == [
+        ("fc", "25"),
+        ("relu", "25"),
+        ("fc", "10"),
+        ("relu", "10"),
+        ("fc", "2"),
+    ]
     assert checked.totals["macs"] == 50 * 25 + 25 * 10 + 10 * 2
 
 
@@ -237,8 +242,7 @@ def test_a_symbolic_image_size_with_a_pool(compile_text: Compile) -> None:
     checked = compile_text(
         "model m:\n  input X: 3×H×W\n  conv-2d k=3 p=1  8×H×W\n  maxpool k=2  8×H/2×W/2\n"
     ).checked
-    assert checked.outputs["Y"].shape == (Expr.lift(8), sym("H").floordiv(2),
-                                          sym("W").floordiv(2))
+    assert checked.outputs["Y"].shape == (Expr.lift(8), sym("H").floordiv(2), sym("W").floordiv(2))
     assert any("H/2 is whole" in a for a in checked.assumptions)
     assert checked.totals["macs"] == 8 * 27 * sym("H") * sym("W")
 
@@ -248,8 +252,7 @@ def test_a_symbolic_image_size_with_a_pool(compile_text: Compile) -> None:
 
 def test_the_annotation_supplies_a_left_out_size(compile_text: Compile) -> None:
     checked = compile_text(
-        "model m:\n  input X: 1×28×28\n  conv-2d k=5  32×24×24\n  reshape  18432\n"
-        "  fc  10\n"
+        "model m:\n  input X: 1×28×28\n  conv-2d k=5  32×24×24\n  reshape  18432\n  fc  10\n"
     ).checked
     conv, reshape, fc = checked.root
     assert conv.hp["c"] == 32 and fc.hp["out"] == 10

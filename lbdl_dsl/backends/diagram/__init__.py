@@ -1,9 +1,11 @@
 """The Graphviz backend: a checked model drawn the way The Little Book of Deep Learning does.
 
 `to_dot` gives a DOT document (deterministic: the same spec gives the same bytes), `render`
-turns it into SVG, PNG or PDF with Graphviz's ``dot``. The work is split by stage: `expand`
-reads ``--expand``, `walk` decides what to draw from the checked tree and the graphs, `failures`
-puts the checker's messages beside the boxes where it stopped, and `dot` writes the text with
+turns it into SVG, PNG or PDF with Graphviz's ``dot`` (`run_dot`). The work is split by stage:
+`expand` reads ``--expand``; `walk` decides what to draw from the checked tree and the graphs,
+in the vocabulary of `scene`, with the words of `labels`; `wires` names tensors read in many
+places instead of drawing their arrows; `failures` puts the checker's messages beside the boxes
+where it stopped; `columns` sizes the text beside the boxes and `dot` writes the document, with
 the look fixed in `style`.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 from lbdl_dsl.backends.diagram import dot as _dot
 from lbdl_dsl.backends.diagram import expand as _expand
 from lbdl_dsl.backends.diagram import failures
-from lbdl_dsl.backends.diagram.render import render
+from lbdl_dsl.backends.diagram.run_dot import render
 from lbdl_dsl.backends.diagram.scene import Scene
 from lbdl_dsl.backends.diagram.walk import Walker
 from lbdl_dsl.compiler.driver import Compiled

@@ -1,12 +1,14 @@
 """A `Scene` as a DOT document, with the book's look.
 
 Each box is one Graphviz node whose HTML-like label is a row of cells: the box itself (port
-``b``), then the blue hyper-parameters, then the output shape. Arrows attach to the box's port
-and the arrows of the data path weigh heavily, which makes Graphviz line the boxes up in a
-straight column however long the text beside them; every row uses the same column widths, so
-the shapes line up at the far right as in the book. Side arrows (skip connections, residual
-bypasses) are written before the data path's arrows from the same box, and ``ordering=out``
-then keeps them to its left, outside the boxes they go round.
+``b``), then the blue hyper-parameters, then the output shape (widths from `columns`). Arrows
+attach to the box's port and the data path's arrows weigh heavily, which makes Graphviz line
+the boxes up in a straight column however long the text beside them. A box's side arrows (skip
+connections, residual bypasses, shortcut paths) are written before its data-path arrow and its
+fan-out arrows after it, and such a box gets ``ordering=out``, which keeps those arrows to the
+left of the column, outside the boxes they go round. A box's other arrows are placed by
+Graphviz, which crosses fewest lines that way. Side arrows into a box arrive at inlets spread
+along its top, apart from the data path's in the middle.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from dataclasses import dataclass
 from html import escape
 
 from lbdl_dsl.backends.diagram import style as S
+from lbdl_dsl.backends.diagram.columns import Columns, columns
 from lbdl_dsl.backends.diagram.labels import wrap
 from lbdl_dsl.backends.diagram.scene import (
     BRANCH,
     FAIL,
+    FAN,
     MAIN,
     PARAM,
     POISON,
@@ -29,33 +33,11 @@ from lbdl_dsl.backends.diagram.scene import (
     Item,
     Plus,
     Scene,
+    Stub,
     Terminal,
 )
 
-
-@dataclass(frozen=True)
-class Columns:
-    """Widths, in points, shared by every row of one diagram."""
-
-    box: int
-    hparams: int
-    shape: int
-
-
-def columns(scene: Scene) -> Columns:
-    """Size the columns from the widest text in each, so that no row needs to grow."""
-    boxes = scene.boxes()
-    names = [S.text_width(b.name, S.BOX_FONT_SIZE) for b in boxes]
-    names += [S.text_width(t.text, S.BOX_FONT_SIZE) for t in scene.inputs + scene.outputs]
-    wide = [b for b in boxes if not b.narrow]
-    hps = [S.text_width(b.hparams, S.SIDE_FONT_SIZE) for b in wide]
-    shapes = [S.text_width(b.shape, S.SIDE_FONT_SIZE) for b in wide]
-    shapes += [S.text_width(t.shape, S.SIDE_FONT_SIZE) for t in scene.inputs]
-    return Columns(
-        max([S.BOX_MIN_WIDTH, *(round(w) + 2 * S.BOX_PAD for w in names)]),
-        max([0, *(round(w) + 2 for w in hps)]),
-        max([0, *(round(w) + 2 for w in shapes)]),
-    )
+_ROW = '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0"><TR>{}</TR></TABLE>>'
 
 
 def q(text: str) -> str:
@@ -78,43 +60,50 @@ def _message(text: str) -> str:
     return f'<FONT COLOR="{S.FAIL}" POINT-SIZE="{S.SIDE_FONT_SIZE}">{lines}</FONT>'
 
 
-def _side(hparams: str, shape: str, cols: Columns, narrow: bool, message: str = "",
-          tag: str = "", blue: str = S.HPARAM) -> str:
+def _attrs(pairs: list[tuple[str, str]]) -> str:
+    return "[" + ", ".join(f"{k}={v}" for k, v in pairs) + "]"
+
+
+def _side(
+    cols: Columns,
+    hparams: str = "",
+    shape: str = "",
+    blue: str = S.HPARAM,
+    tag: str = "",
+    message: str = "",
+) -> str:
     """The cells right of a box: hyper-parameters in blue, the shape, a frame's ×N, an error."""
-    hp_w = "" if narrow else f' WIDTH="{cols.hparams}"'
-    sh_w = "" if narrow else f' WIDTH="{cols.shape}"'
     cells = [
         f'<TD WIDTH="{S.GAP}"></TD>',
-        f'<TD ALIGN="LEFT"{hp_w}>{_font(hparams, blue, S.SIDE_FONT_SIZE)}</TD>',
-        f'<TD WIDTH="{S.SHAPE_GAP if (shape or not narrow) else 0}"></TD>',
-        f'<TD ALIGN="RIGHT"{sh_w}>{_font(shape, S.SHAPE, S.SIDE_FONT_SIZE)}</TD>',
+        f'<TD ALIGN="LEFT" WIDTH="{cols.hparams}">{_font(hparams, blue, S.SIDE_FONT_SIZE)}</TD>',
+        f'<TD WIDTH="{S.SHAPE_GAP if cols.hparams and cols.shape else 0}"></TD>',
+        f'<TD ALIGN="RIGHT" WIDTH="{cols.shape}">{_font(shape, S.SHAPE, S.SIDE_FONT_SIZE)}</TD>',
     ]
     if tag:
-        cells += [f'<TD WIDTH="{S.GAP}"></TD>',
-                  f'<TD ALIGN="RIGHT">{_font(tag, S.INK, S.FRAME_FONT_SIZE)}</TD>']
+        cells += [
+            f'<TD WIDTH="{S.SHAPE_GAP}"></TD>',
+            f'<TD ALIGN="RIGHT">{_font(tag, S.INK, S.FRAME_FONT_SIZE)}</TD>',
+        ]
     if message:
         cells += [f'<TD WIDTH="{S.GAP}"></TD>', f'<TD ALIGN="LEFT">{_message(message)}</TD>']
     return "".join(cells)
-
-
-_ROW = '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0"><TR>{}</TR></TABLE>>'
 
 
 def box_label(box: Box, cols: Columns, tag: str = "") -> str:
     fill = {PARAM: S.PARAM_FILL, POISON: S.POISON_FILL}.get(box.look, S.PLAIN_FILL)
     border = {FAIL: S.FAIL, POISON: S.POISON}.get(box.look, S.BOX_BORDER)
     ink = S.POISON if box.look == POISON else S.INK
-    width = 2 if box.look == FAIL else 1
     dashed = ",dashed" if box.look == POISON else ""
     height = S.TALL_HEIGHT if box.tall else S.BOX_HEIGHT
+    name = _font(box.name, ink, S.BOX_FONT_SIZE)
     inner = (
-        f'<TABLE STYLE="rounded{dashed}" BORDER="{width}" CELLBORDER="0" CELLSPACING="0" '
-        f'CELLPADDING="0" BGCOLOR="{fill}" COLOR="{border}"><TR>'
-        f'<TD WIDTH="{cols.box}" HEIGHT="{height}">{_font(box.name, ink, S.BOX_FONT_SIZE)}</TD>'
+        f'<TABLE STYLE="rounded{dashed}" BORDER="{2 if box.look == FAIL else 1}" '
+        f'CELLBORDER="0" CELLSPACING="0" CELLPADDING="0" BGCOLOR="{fill}" COLOR="{border}">'
+        f'<TR><TD WIDTH="{cols.box}" HEIGHT="{height}">{name}</TD>'
         "</TR></TABLE>"
     )
     blue = S.POISON if box.look == POISON else S.HPARAM
-    side = _side(box.hparams, box.shape, cols, box.narrow, box.message, tag, blue)
+    side = _side(cols, box.hparams, box.shape, blue, tag, box.message)
     return _ROW.format(f'<TD PORT="b">{inner}</TD>{side}')
 
 
@@ -122,40 +111,68 @@ def terminal_label(term: Terminal, cols: Columns) -> str:
     ink = S.POISON if term.look == POISON else S.INK
     name = _font(term.text, ink, S.BOX_FONT_SIZE + 1, italic=True)
     cell = f'<TD PORT="b" WIDTH="{cols.box}" HEIGHT="{S.BOX_HEIGHT}">{name}</TD>'
-    return _ROW.format(cell + _side("", term.shape, cols, False))
+    return _ROW.format(cell + (_side(cols, shape=term.shape) if term.shape else ""))
 
 
-def _attrs(pairs: list[tuple[str, str]]) -> str:
-    return "[" + ", ".join(f"{k}={v}" for k, v in pairs) + "]"
+@dataclass
+class Context:
+    """What the writer knows about the whole scene while writing one element."""
+
+    cols: dict[str, Columns]
+    ordered: set[str]  # ids whose out-arrows must keep their order (see the module doc)
 
 
-def node_stmt(element: Box | Plus | Fork | Terminal, cols: Columns, tag: str = "") -> str:
+def node_stmt(element: Box | Plus | Fork | Stub | Terminal, ctx: Context, tag: str = "") -> str:
+    cols = ctx.cols
     if isinstance(element, Box):
-        pairs = [("label", box_label(element, cols, tag))]
-        if element.tooltip:
-            pairs.append(("tooltip", q(element.tooltip)))
+        pairs = [("label", box_label(element, cols[element.id], tag))]
     elif isinstance(element, Terminal):
-        pairs = [("label", terminal_label(element, cols))]
+        pairs = [("label", terminal_label(element, cols[element.id]))]
     elif isinstance(element, Fork):
         pairs = [("shape", "point"), ("width", "0.05"), ("color", q(S.EDGE))]
+    elif isinstance(element, Stub):
+        pairs = [
+            ("shape", "plaintext"),
+            ("margin", "0.02"),
+            ("label", "<" + _font(element.text, S.INK, S.SIDE_FONT_SIZE, True) + ">"),
+        ]
     else:
         border = {FAIL: S.FAIL, POISON: S.POISON}.get(element.look, S.BOX_BORDER)
         pairs = [
-            ("shape", "circle"), ("label", q("+")), ("fixedsize", "true"),
-            ("width", str(S.PLUS_SIZE)), ("height", str(S.PLUS_SIZE)), ("style", "filled"),
-            ("fillcolor", q(S.PLAIN_FILL)), ("color", q(border)),
+            ("shape", "circle"),
+            ("label", q("+")),
+            ("fixedsize", "true"),
+            ("width", str(S.PLUS_SIZE)),
+            ("height", str(S.PLUS_SIZE)),
+            ("style", "filled"),
+            ("fillcolor", q(S.PLAIN_FILL)),
+            ("color", q(border)),
             ("penwidth", "2" if element.look == FAIL else "1"),
         ]
-        if element.tooltip:
-            pairs.append(("tooltip", q(element.tooltip)))
+    tooltip = getattr(element, "tooltip", "")
+    if tooltip:
+        pairs.append(("tooltip", q(tooltip)))
+    if element.id in ctx.ordered:
+        pairs.append(("ordering", "out"))
     return f"{q(element.id)} {_attrs(pairs)};"
+
+
+def plus_message(plus: Plus, indent: str) -> list[str]:
+    """A failing `+` has its message in a text node on its right, on the same rank: a circle
+    has no cells to hold it, and a floating label could land on the bypass arrow."""
+    msg = q(f"{plus.id}/message")
+    return [
+        f"{indent}{{ rank=same; {q(plus.id)}; "
+        f"{msg} [shape=plaintext, label=<{_message(plus.message)}>]; }}",
+        f"{indent}{q(plus.id)} -> {msg} [style=invis, weight=0];",
+    ]
 
 
 def tag_row(frame: Frame) -> Box | None:
     """The box whose row carries a ×N frame's factor at its right, as the book writes
-    ``resblock ×2``; None when the frame ends with something else (its label then says it)."""
+    ``resblock ×2``; None when the frame ends otherwise (its label then carries it)."""
     last = frame.items[-1] if frame.items else None
-    if frame.kind == "repeat" and not frame.message and isinstance(last, Box) and not last.narrow:
+    if frame.kind == "repeat" and not frame.message and isinstance(last, Box):
         return last
     return None
 
@@ -163,105 +180,119 @@ def tag_row(frame: Frame) -> Box | None:
 def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
     color = {FAIL: S.FAIL, POISON: S.POISON}.get(frame.look, S.FRAME)
     ink = S.POISON if frame.look == POISON else S.INK
-    blue = S.POISON if frame.look == POISON else S.HPARAM
     if frame.kind == "repeat":
         title = "" if tag_row(frame) else _font(frame.title, ink, S.FRAME_FONT_SIZE)
         pairs = [("style", q("dashed,rounded")), ("labeljust", "r")]
     else:
         title = f'<FONT COLOR="{ink}"><B>{h(frame.title)}</B></FONT>'
         if frame.hparams:
+            blue = S.POISON if frame.look == POISON else S.HPARAM
             title += "  " + _font(frame.hparams, blue, S.SIDE_FONT_SIZE)
-        pairs = [("style", q("rounded,filled")), ("fillcolor", q(S.BLOCK_FRAME_FILL)),
-                 ("labeljust", "l")]
+        pairs = [
+            ("style", q("rounded,filled")),
+            ("fillcolor", q(S.BLOCK_FRAME_FILL)),
+            ("labeljust", "l"),
+        ]
     if frame.message:
         title += '<BR ALIGN="LEFT"/>' + _message(frame.message)
     return pairs + [
-        ("label", f"<{title}>" if title else '""'), ("labelloc", "t"), ("color", q(color)),
-        ("penwidth", "2" if frame.look == FAIL else "1"), ("margin", "8"),
+        # Nested frames inherit what is not set again, so every frame sets its label.
+        ("label", f"<{title}>" if title else '""'),
+        ("labelloc", "t"),
+        ("color", q(color)),
+        ("penwidth", "2" if frame.look == FAIL else "1"),
+        ("margin", "8"),
         ("fontsize", str(S.FRAME_FONT_SIZE)),
     ]
 
 
-def plus_message(plus: Plus, indent: str) -> list[str]:
-    """A failing `+` has its message in a text node on its right, on the same rank: a circle
-    has no cells to hold it, and a floating label could land on the bypass arrow."""
-    label = "<" + _message(plus.message) + ">"
-    msg = q(f"{plus.id}/message")
-    return [
-        f"{indent}{{ rank=same; {q(plus.id)}; {msg} [shape=plaintext, label={label}]; }}",
-        f"{indent}{q(plus.id)} -> {msg} [style=invis, weight=0];",
-    ]
-
-
-def items(out: list[str], elements: list[Item], cols: Columns, indent: str,
-          tag: tuple[str, str] = ("", "")) -> None:
+def items(
+    out: list[str], elements: list[Item], ctx: Context, indent: str, tag: tuple[str, str] = ("", "")
+) -> None:
     """Nodes and frames, nested as the frames nest; ``tag`` is (box id, ×N) for one row."""
     for item in elements:
         if isinstance(item, Frame):
             out.append(f"{indent}subgraph {q(item.id)} {{")
             out.append(f"{indent}  graph {_attrs(frame_attrs(item))};")
             row = tag_row(item)
-            items(out, item.items, cols, indent + "  ", (row.id, item.title) if row else tag)
+            items(out, item.items, ctx, indent + "  ", (row.id, item.title) if row else tag)
             out.append(f"{indent}}}")
         else:
-            out.append(indent + node_stmt(item, cols, tag[1] if item.id == tag[0] else ""))
+            out.append(indent + node_stmt(item, ctx, tag[1] if item.id == tag[0] else ""))
             if isinstance(item, Plus) and item.message:
                 out += plus_message(item, indent)
 
 
+_RANK = {MAIN: 1, FAN: 2}  # every other kind goes round on the left: 0
+
+
 def ordered(edges: list[Edge]) -> list[Edge]:
-    """Side arrows of a box before its data-path arrow: ``ordering=out`` puts them left."""
+    """Per source box: side arrows, then the data path, then fan-outs (see the module doc)."""
     first: dict[str, int] = {}
     for i, e in enumerate(edges):
         first.setdefault(e.src, i)
-    keyed = sorted(enumerate(edges), key=lambda t: (first[t[1].src], t[1].kind == MAIN, t[0]))
+    keyed = sorted(enumerate(edges), key=lambda t: (first[t[1].src], _RANK.get(t[1].kind, 0), t[0]))
     return [e for _, e in keyed]
 
 
 def edge_stmt(edge: Edge, kinds: dict[str, type]) -> str:
-    def port(eid: str, side: str) -> str:
-        if kinds[eid] is Fork:
+    def end(eid: str, side: str) -> str:
+        kind = kinds[eid]
+        if kind in (Fork, Stub):
             return q(eid)
-        return f"{q(eid)}:{side}" if kinds[eid] is Plus else f"{q(eid)}:b:{side}"
+        if kind is Plus:
+            return f"{q(eid)}:{side}"
+        return f"{q(eid)}:b:{side}" if side else f"{q(eid)}:b"
 
-    head = "n" if edge.kind in (MAIN, BRANCH) else "w"
+    if edge.kind in (MAIN, BRANCH, FAN):
+        head = end(edge.dst, "n")
+    elif kinds[edge.dst] is Plus:
+        head = end(edge.dst, "w")  # into a `+` from the side, as the book draws a bypass
+    else:
+        head = end(edge.dst, "")  # onto the box's border, wherever the arrow comes from
     pairs: list[tuple[str, str]] = []
     if edge.kind == MAIN:
         pairs.append(("weight", str(S.MAIN_WEIGHT)))
     if edge.label:
-        pairs += [("headlabel", "<" + _font(edge.label, S.INK, S.SIDE_FONT_SIZE, True) + ">"),
-                  ("labeldistance", "1.6"), ("labelangle", "40")]
+        # A label mid-arrow gets room of its own in the layout, so it never lands on a box.
+        pairs.append(("label", "<" + _font(edge.label, S.INK, S.SIDE_FONT_SIZE, True) + ">"))
     if edge.look == FAIL:
         pairs += [("color", q(S.FAIL)), ("penwidth", "1.8")]
     elif edge.look == POISON:
         pairs += [("color", q(S.POISON)), ("style", "dashed")]
     attrs = f" {_attrs(pairs)}" if pairs else ""
-    return f"{port(edge.src, 's')} -> {port(edge.dst, head)}{attrs};"
+    return f"{end(edge.src, 's')} -> {head}{attrs};"
 
 
 def write(scene: Scene) -> str:
     """The DOT text; the same scene always gives the same bytes."""
-    cols = columns(scene)
+    kinds = {eid: type(e) for eid, e in scene.elements().items()}
+    edges = ordered(scene.edges)
+    ctx = Context(columns(scene), {e.src for e in edges if e.kind not in (MAIN, FAN)})
+    # Graphviz gives a labelled arrow two ranks; half the separation keeps boxes as close.
+    ranksep = S.RANKSEP / 2 if any(e.label for e in edges) else S.RANKSEP
+    font = q(S.FONT)
     out = [
         f"digraph {q(scene.name)} {{",
-        f"  graph [rankdir=TB, ordering=out, newrank=true, nodesep={S.NODESEP}, "
-        f"ranksep={S.RANKSEP}, fontname={q(S.FONT)}, fontsize={S.SIDE_FONT_SIZE}, "
-        f'bgcolor="white", pad=0.2, forcelabels=true, charset="UTF-8"];',
-        f"  node [shape=plain, fontname={q(S.FONT)}, fontsize={S.BOX_FONT_SIZE}, "
-        f"fontcolor={q(S.INK)}];",
-        f"  edge [color={q(S.EDGE)}, arrowsize=0.6, penwidth=1, fontname={q(S.FONT)}];",
+        f"  graph [rankdir=TB, newrank=true, nodesep={S.NODESEP}, "
+        f"ranksep={ranksep:g}, fontname={font}, fontsize={S.SIDE_FONT_SIZE}, "
+        'bgcolor="white", pad=0.2, charset="UTF-8"];',
+        f"  node [shape=plain, fontname={font}, fontsize={S.BOX_FONT_SIZE}, fontcolor={q(S.INK)}];",
+        f"  edge [color={q(S.EDGE)}, arrowsize=0.6, penwidth=1, fontname={font}];",
     ]
     if scene.inputs:
+        # Inputs side by side in the order the spec declares them (the invisible arrows hold
+        # them so), the order a reader expects their streams in.
         out.append("  { rank=min;")
-        out += [f"    {node_stmt(t, cols)}" for t in scene.inputs]
+        out += [f"    {node_stmt(t, ctx)}" for t in scene.inputs]
+        out += [
+            f"    {q(a.id)} -> {q(b.id)} [style=invis];"
+            for a, b in zip(scene.inputs, scene.inputs[1:], strict=False)
+        ]
         out.append("  }")
-    items(out, scene.items, cols, "  ")
-    if scene.outputs:
-        out.append("  { rank=max;")
-        out += [f"    {node_stmt(t, cols)}" for t in scene.outputs]
-        out.append("  }")
-    kinds = {eid: type(e) for eid, e in scene.elements().items()}
-    out += ["  " + edge_stmt(e, kinds) for e in ordered(scene.edges)]
+    items(out, scene.items, ctx, "  ")
+    out += [f"  {node_stmt(t, ctx)}" for t in scene.outputs]
+    out += ["  " + edge_stmt(e, kinds) for e in edges]
     if scene.note:
         out.append(f"  graph [labelloc=b, labeljust=l, label=<{_message(scene.note)}>];")
     out.append("}")

@@ -26,7 +26,6 @@ class Box:
     shape: str = ""
     look: str = PLAIN
     tall: bool = False  # a composite (self-att, ffw, a block call): drawn taller
-    narrow: bool = False  # on a shortcut path: side labels at their own width, not the column's
     tooltip: str = ""
     message: str = ""
 
@@ -47,6 +46,15 @@ class Fork:
     it; drawn inside the group's frames so that the bypass stays inside them too."""
 
     id: str
+
+
+@dataclass
+class Stub:
+    """A tensor's name written where it is read, for a tensor that many boxes read from the
+    side (a diffusion U-Net's time embedding): arrows from far away would cross everything."""
+
+    id: str
+    text: str
 
 
 @dataclass
@@ -72,9 +80,9 @@ class Frame:
     message: str = ""
 
 
-Item = Union[Box, Plus, Fork, Frame]
+Item = Union[Box, Plus, Fork, Stub, Frame]
 
-MAIN, SIDE, BYPASS, BRANCH = "main", "side", "bypass", "branch"
+MAIN, SIDE, BYPASS, BRANCH, FAN = "main", "side", "bypass", "branch", "fan"
 
 
 @dataclass
@@ -82,7 +90,9 @@ class Edge:
     """An arrow. ``main`` carries the flowing tensor straight down; ``side`` a tensor used again
     further on (a skip connection, Z into cross-attention); ``bypass`` a residual's input (or its
     shortcut's output) into its `+`; ``branch`` a residual's input into its shortcut path, which
-    runs beside the main one. ``look`` says how the arrow's head is painted."""
+    runs beside the main one; ``fan`` the flowing tensor into a second column that reads it
+    (``from m32`` in a detector's heads), which only one column can continue straight down.
+    ``look`` says how the arrow is painted."""
 
     src: str
     dst: str

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lbdl_dsl.backends.diagram import labels
+from lbdl_dsl.backends.diagram import labels, wires
 from lbdl_dsl.backends.diagram.expand import Expansion
 from lbdl_dsl.backends.diagram.scene import (
     BRANCH,
     BYPASS,
     FAIL,
+    FAN,
     MAIN,
     PARAM,
     PLAIN,
@@ -66,7 +67,6 @@ class Walker:
         self.expansion = expansion
         self.edges: list[Edge] = []
         self.sites: list[Site] = []
-        self.narrow = 0  # > 0 while drawing a shortcut path
 
     # -- scopes ---------------------------------------------------------------------------------
     def scope(
@@ -80,7 +80,7 @@ class Walker:
     ) -> dict[str, str | None]:
         """Draw one graph into ``into``; returns the element each node's tensor leaves from."""
         by_id = {inst.id: inst for inst in insts}
-        outs: dict[str, str | None] = dict(zip(graph.inputs, ins))
+        outs: dict[str, str | None] = dict(zip(graph.inputs, ins, strict=False))
         names = _names(graph)
         for nid in graph.order():
             node = graph.node(nid)
@@ -91,8 +91,15 @@ class Walker:
             outs[nid] = draw(node, by_id.get(nid), srcs, f"{prefix}{nid}", depth, into)
         return outs
 
-    def result(self, graph: Graph, insts: list[Inst], ins: list[str | None], prefix: str,
-               depth: int, into: list[Item]) -> str | None:
+    def result(
+        self,
+        graph: Graph,
+        insts: list[Inst],
+        ins: list[str | None],
+        prefix: str,
+        depth: int,
+        into: list[Item],
+    ) -> str | None:
         """Draw a body graph; returns the element its result leaves from."""
         outs = self.scope(graph, insts, ins, prefix, depth, into)
         return outs.get(graph.result) if graph.result else None
@@ -114,8 +121,9 @@ class Walker:
         look = look_of(inst, len(srcs))
         layer = lookup(node.op)
         if node.op == "+":
-            element: Box | Plus = Plus(path, PLAIN if look == PARAM else look,
-                                       labels.tooltip(path, inst))
+            element: Box | Plus = Plus(
+                path, PLAIN if look == PARAM else look, labels.tooltip(path, inst)
+            )
         else:
             element = Box(
                 path,
@@ -124,7 +132,6 @@ class Walker:
                 labels.shape_text(inst),
                 look,
                 tall=layer is not None and layer.composite,
-                narrow=self.narrow > 0,
                 tooltip=labels.tooltip(path, inst),
             )
         into.append(element)
@@ -135,9 +142,15 @@ class Walker:
 
     def draw_call(self, node, inst, srcs, path, depth, into) -> str | None:
         if not self.expansion.wants(node.op, depth):
-            box = Box(path, node.op, labels.hparams_text(node, inst), labels.shape_text(inst),
-                      look_of(inst, len(srcs)), tall=True, narrow=self.narrow > 0,
-                      tooltip=labels.tooltip(path, inst))
+            box = Box(
+                path,
+                node.op,
+                labels.hparams_text(node, inst),
+                labels.shape_text(inst),
+                look_of(inst, len(srcs)),
+                tall=True,
+                tooltip=labels.tooltip(path, inst),
+            )
             into.append(box)
             if box.look == FAIL:
                 self.sites.append(Site(box, node.span))
@@ -147,8 +160,14 @@ class Walker:
         into.append(frame)
         before = len(self.sites)
         body = self.program.blocks[node.op].body
-        result = self.result(body, inst.body if inst else [], [s for s, _ in srcs], f"{path}/",
-                            depth + 1, frame.items)
+        result = self.result(
+            body,
+            inst.body if inst else [],
+            [s for s, _ in srcs],
+            f"{path}/",
+            depth + 1,
+            frame.items,
+        )
         self.settle(frame, inst, len(srcs), before, node)
         return result
 
@@ -161,8 +180,7 @@ class Walker:
         # One copy stands for all N; a failed group shows the copy that failed (the last).
         body = (copies[-1] if failed else copies[0]).body if copies else []
         before = len(self.sites)
-        result = self.result(node.body, body, [s for s, _ in srcs], f"{path}/", depth,
-                            frame.items)
+        result = self.result(node.body, body, [s for s, _ in srcs], f"{path}/", depth, frame.items)
         self.settle(frame, inst, len(srcs), before, node)
         return result
 
@@ -178,16 +196,20 @@ class Walker:
             ins[0] = fork.id
         mark = len(self.edges)  # the bypass goes before the boxes' arrows: leftmost, outermost
         n_body = len(node.body.inputs) - 1
-        main = self.result(node.body, inst.body if inst else [], ins[: 1 + n_body], f"{path}/",
-                          depth, into)
+        main = self.result(
+            node.body, inst.body if inst else [], ins[: 1 + n_body], f"{path}/", depth, into
+        )
         bypass_from: str | None = ins[0] if ins else None
         if node.shortcut is not None:
-            self.narrow += 1
             first = len(self.edges)
-            bypass_from = self.result(node.shortcut, inst.shortcut if inst else [],
-                                     ins[:1] + ins[1 + n_body :], f"{path}/shortcut/", depth,
-                                     into)
-            self.narrow -= 1
+            bypass_from = self.result(
+                node.shortcut,
+                inst.shortcut if inst else [],
+                ins[:1] + ins[1 + n_body :],
+                f"{path}/shortcut/",
+                depth,
+                into,
+            )
             for edge in self.edges[first:]:
                 if edge.src == ins[0] and edge.kind == MAIN:
                     edge.kind = BRANCH  # beside the main path, not in line with it
@@ -204,8 +226,9 @@ class Walker:
             self.edges.insert(mark, Edge(bypass_from, plus.id, BYPASS, look=plus.look))
         return plus.id
 
-    def settle(self, frame: Frame, inst: Inst | None, n_inputs: int, before: int,
-               node: Node) -> None:
+    def settle(
+        self, frame: Frame, inst: Inst | None, n_inputs: int, before: int, node: Node
+    ) -> None:
         """A frame whose group failed with nothing failing inside it is itself the failure
         (a ×N count, a block's annotation); one never checked is greyed."""
         look = look_of(inst, n_inputs)
@@ -222,10 +245,14 @@ class Walker:
         for nid in graph.inputs:
             node = graph.node(nid)
             tensor = inputs.get(node.name)
-            shape = str(tensor) if tensor is not None else (
-                node.annotation.text if node.annotation is not None else "")
-            scene.inputs.append(Terminal(nid, node.name or "", shape,
-                                         PLAIN if tensor is not None else POISON))
+            shape = (
+                str(tensor)
+                if tensor is not None
+                else (node.annotation.text if node.annotation is not None else "")
+            )
+            scene.inputs.append(
+                Terminal(nid, node.name or "", shape, PLAIN if tensor is not None else POISON)
+            )
             ins.append(nid)
         insts = self.checked.root if self.checked is not None else []
         outs = self.scope(graph, insts, ins, "", 0, scene.items)
@@ -236,6 +263,24 @@ class Walker:
             if outs.get(nid) is not None:
                 self.edges.append(Edge(outs[nid], f"output:{name}", MAIN, look=look))
         scene.edges = self.edges
+        wires.name_broadcasts(scene)
+        fan_out(scene.edges)
+
+
+def fan_out(edges: list[Edge]) -> list[Edge]:
+    """Only the first reader of a tensor continues its column; later ones fan out beside it.
+
+    Two arrows from one box that both asked to be straight would pull their boxes onto the same
+    column, and Graphviz would settle for a zig-zag through both."""
+    continued: set[str] = set()
+    for edge in edges:
+        if edge.kind != MAIN:
+            continue
+        if edge.src in continued:
+            edge.kind = FAN
+        continued.add(edge.src)
+    return edges
+
 
 def _names(graph: Graph) -> dict[str, str]:
     """The name each node's tensor goes by (``-> a``, a captured ``Z``), for labelling arrows."""
@@ -247,4 +292,3 @@ def _names(graph: Graph) -> dict[str, str]:
         if node.name:
             out.setdefault(nid, node.name)
     return out
-

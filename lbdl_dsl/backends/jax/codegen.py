@@ -166,4 +166,25 @@ COMPUTE = {compute}
         "# -- runtime functions (copied from lbdl's runtime) --",
         source_for(low.runtime),
     ]
-    return "\n\n\n".join(p.strip("\n") for p in parts) + "\n"
+    return format_source("\n\n\n".join(p.strip("\n") for p in parts) + "\n")
+
+
+def format_source(text: str) -> str:
+    """The module in ruff's standard format, so that it passes ``ruff format --check``.
+
+    ruff (a dependency of the ``jax`` extra) is run with its defaults, ignoring any project
+    configuration, so the bytes do not depend on where the module is written. Without ruff the
+    text is returned as written, which is valid Python but not wrapped to 88 columns.
+    """
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ruff", "format", "--isolated", "--stdin-filename",
+             "model.py", "-"],
+            input=text.encode("utf-8"), capture_output=True, timeout=60, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return text
+    return done.stdout.decode("utf-8") if done.returncode == 0 else text

@@ -188,7 +188,8 @@ class Lowerer:
 
     def box(self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str,
             target: str) -> Var:
-        shape = f"  ->  {fmt_shape(inst.output.shape)}" if fn.shapes else ""
+        written = inst.node.annotation is not None
+        shape = f"  ->  {fmt_shape(inst.output.shape)}" if fn.shapes and not written else ""
         fn.comment(f"line {inst.node.span.line}: {self.source_line(inst.node.span)}{shape}")
         kind = inst.node.kind
         if kind == "layer":

@@ -83,11 +83,19 @@ def init_normal(key: jax.Array, shape: tuple, std: float, dtype) -> jax.Array:
 # ---------------------------------------------------------------------------------------------
 
 
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
+
+
 def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
     """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
     y = jnp.matmul(x, w)
     if b is not None:
-        y = y + b
+        y = y + trailing(b, y.ndim)
     return y
 
 
@@ -139,7 +147,7 @@ def conv(
         feature_group_count=groups,
     )
     if b is not None:
-        y = y + b
+        y = y + trailing(b, y.ndim)
     return y
 
 
@@ -191,7 +199,7 @@ def conv_transpose(
         feature_group_count=groups,
     )
     if b is not None:
-        y = y + b
+        y = y + trailing(b, y.ndim)
     return y
 
 
@@ -270,11 +278,11 @@ def batch_norm(
     else:
         new_mean, new_var = mean, var
         use_mean, use_var = mean, var
-    y = (x - use_mean) * jax.lax.rsqrt(use_var + eps)
+    y = (x - trailing(use_mean, x.ndim)) * trailing(jax.lax.rsqrt(use_var + eps), x.ndim)
     if scale is not None:
-        y = y * scale
+        y = y * trailing(scale, y.ndim)
     if bias is not None:
-        y = y + bias
+        y = y + trailing(bias, y.ndim)
     return y, new_mean, new_var
 
 
@@ -288,9 +296,9 @@ def layer_norm(x: jax.Array, scale, bias, eps: float, n_axes: int) -> jax.Array:
     var = jnp.var(x, axis=axes, keepdims=True)
     y = (x - mu) * jax.lax.rsqrt(var + eps)
     if scale is not None:
-        y = y * scale
+        y = y * trailing(scale, y.ndim)
     if bias is not None:
-        y = y + bias
+        y = y + trailing(bias, y.ndim)
     return y
 
 
@@ -307,9 +315,9 @@ def group_norm(x: jax.Array, scale, bias, groups: int, eps: float) -> jax.Array:
     var = jnp.var(xg, axis=axes, keepdims=True)
     y = ((xg - mu) * jax.lax.rsqrt(var + eps)).reshape(x.shape)
     if scale is not None:
-        y = y * scale
+        y = y * trailing(scale, y.ndim)
     if bias is not None:
-        y = y + bias
+        y = y + trailing(bias, y.ndim)
     return y
 
 
@@ -317,7 +325,7 @@ def rms_norm(x: jax.Array, scale, eps: float) -> jax.Array:
     """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm)."""
     y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)
     if scale is not None:
-        y = y * scale
+        y = y * trailing(scale, y.ndim)
     return y
 
 
@@ -424,12 +432,12 @@ def sinusoidal_positions(T: int, D: int, dtype) -> jax.Array:
 
 def add_positions(x: jax.Array) -> jax.Array:
     """x (B, T, D) + sinusoidal encodings (T, D)."""
-    return x + sinusoidal_positions(x.shape[-2], x.shape[-1], x.dtype)
+    return x + sinusoidal_positions(x.shape[-2], x.shape[-1], x.dtype)[None]
 
 
 def add_learned_positions(x: jax.Array, table: jax.Array) -> jax.Array:
     """x (B, T, D) + table[:T], where ``table`` is (Tmax, D) with Tmax >= T."""
-    return x + table[: x.shape[-2]]
+    return x + table[None, : x.shape[-2]].astype(x.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,9 +466,9 @@ def attention(
     """
     tq, tk = q.shape[-2], k.shape[-2]
     scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / float(np.sqrt(q.shape[-1]))
-    keep = mask
+    keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
     if causal:
-        tri = jnp.tril(jnp.ones((tq, tk), dtype=bool))
+        tri = jnp.broadcast_to(jnp.tril(jnp.ones((tq, tk), dtype=bool)), scores.shape)
         keep = tri if keep is None else jnp.logical_and(keep, tri)
     if keep is not None:
         scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)

@@ -219,7 +219,10 @@ def _ffw_lower(e: Emit) -> str:
     b1 = e.param("b1") if e.has_param("b1") else None
     b2 = e.param("b2") if e.has_param("b2") else None
     h = e.bind(e.call("dense", h, e.param("w1"), b1))
-    act = e.call("gelu", h, False) if e.hp["act"] == "gelu" else e.call("relu", h)
+    if e.hp["act"] == "relu":
+        act = e.call("relu", h)
+    else:
+        act = e.call("gelu", h, e.hp["act"] == "gelu-tanh")
     h = e.bind(e.call("dense", act, e.param("w2"), b2))
     h = e.bind(e.call("dropout", h, e.hp["p"], e.train, e.key()))
     return f"{x} + {h}"
@@ -235,7 +238,8 @@ FFW = Layer(
         HP("hidden", "size", None, "hidden dimension (default 4D)"),
         HP("p", "float", 0.1, "dropout after the second fc (PyTorch's transformer default)"),
         HP("bias", "bool", True, "biases on the two fc layers"),
-        HP("act", "choice", "gelu", "the activation", ("gelu", "relu")),
+        HP("act", "choice", "gelu", "the activation (gelu-tanh: GPT-2's approximation)",
+           ("gelu", "gelu-tanh", "relu")),
         HP("eps", "float", 1e-5, "layernorm's epsilon"),
     ),
     shape=lambda c: c.rank(1, 2, 3),

@@ -36,7 +36,8 @@ class ShapeFailure(Exception):
 class HP:
     """A hyper-parameter: ``kind`` is how the value is read and normalised.
 
-    - ``size``: a whole number or a size expression (``C/4``);
+    - ``size``: a whole number or a size expression (``C/4``); ``index`` the same, negative
+      allowed (``i=-1``);
     - ``sizes``: one size or a tuple, normalised to one per spatial axis (``k=3`` → ``(3, 3)``);
     - ``padding``: like ``sizes``, or the word ``same``;
     - ``float``, ``bool``, ``choice`` (one of ``choices``), ``axis`` (an int, negative allowed),

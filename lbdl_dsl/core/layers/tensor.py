@@ -122,7 +122,7 @@ TAKE = Layer(
     aliases=("select",),
     category="Tensor",
     doc="Keeps one position of an axis and drops the axis (ViT keeps Z0, the CLS token).",
-    hparams=(HP("i", "size", 0, "the position"), HP("axis", "axis", 0, "the axis")),
+    hparams=(HP("i", "index", 0, "the position (-1: the last)"), HP("axis", "axis", 0, "the axis")),
     shape=_take_shape,
     lower=lambda e: _index(e, str(e.hp["i"])),
     example=("17×64", "take i=0  64"),

@@ -2,13 +2,14 @@
 
 We run the program rather than a Python binding so that the only requirement is the package
 every system ships (``apt-get install graphviz``), and with a timeout so that a pathological
-figure cannot hang the compiler. ``SOURCE_DATE_EPOCH`` is fixed so that formats able to carry a
-date (PDF) carry the same one every time: the same DOT gives the same bytes.
+figure cannot hang the compiler. The same DOT gives the same bytes in every format: SVG and
+PNG carry no date, and the creation date cairo writes into a PDF is replaced by a fixed one of
+the same length (so that the PDF's byte offsets stay right).
 """
 
 from __future__ import annotations
 
-import os
+import re
 import shutil
 import subprocess
 
@@ -26,15 +27,15 @@ def render(dot: str, fmt: str) -> bytes:
         raise ValueError(f"cannot render {fmt!r}; choose from {', '.join(_FLAGS)}")
     program = shutil.which(DOT)
     if program is None:
-        raise LbdlError("Graphviz's `dot` program is not installed", hint="apt-get install graphviz")
-    env = dict(os.environ, SOURCE_DATE_EPOCH="0")
+        raise LbdlError(
+            "Graphviz's `dot` program is not installed", hint="apt-get install graphviz"
+        )
     try:
         done = subprocess.run(
             [program, *_FLAGS[fmt]],
             input=dot.encode("utf-8"),
             capture_output=True,
             timeout=TIMEOUT_S,
-            env=env,
             check=False,
         )
     except subprocess.TimeoutExpired:
@@ -43,10 +44,23 @@ def render(dot: str, fmt: str) -> bytes:
             hint="draw fewer boxes: leave out --expand, or expand one block by name",
         ) from None
     except OSError as exc:
-        raise LbdlError(f"could not run Graphviz's `dot`: {exc}",
-                        hint="apt-get install graphviz") from None
+        raise LbdlError(
+            f"could not run Graphviz's `dot`: {exc}", hint="apt-get install graphviz"
+        ) from None
     if done.returncode != 0:
         # We wrote the DOT, so a syntax error in it is our bug: say so, with Graphviz's words.
         err = done.stderr.decode("utf-8", "replace").strip()
         raise RuntimeError(f"Graphviz's `dot` failed on the DOT we generated: {err}")
-    return done.stdout
+    return _undated(done.stdout) if fmt == "pdf" else done.stdout
+
+
+_PDF_DATE = re.compile(rb"/CreationDate \(D:\d{14}(?:Z|[+-]\d\d'\d\d'?)?\)")
+
+
+def _undated(pdf: bytes) -> bytes:
+    def fixed(match: re.Match[bytes]) -> bytes:
+        old = match.group(0)
+        new = b"/CreationDate (D:19700101000000Z)"
+        return new + b" " * (len(old) - len(new)) if len(new) <= len(old) else old
+
+    return _PDF_DATE.sub(fixed, pdf)

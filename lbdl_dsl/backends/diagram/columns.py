@@ -1,0 +1,69 @@
+"""How wide the cells beside the boxes are: one set of widths per lane.
+
+A lane is a run of boxes joined by data-path arrows, which Graphviz draws as one straight
+column: all of ResNet-50, or a Transformer's encoder and, beside it, its decoder. Within a lane
+every row gets the same widths, so its shapes line up at the far right as in the book; lanes
+side by side (a shortcut path, the branches of a pyramid pooling) keep their own, narrower
+widths instead of the widest of the whole figure. Every box of a figure has the same width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lbdl_dsl.backends.diagram import style as S
+from lbdl_dsl.backends.diagram.scene import MAIN, Box, Scene, Terminal
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Widths in points: the box, its hyper-parameters, its shape."""
+
+    box: int
+    hparams: int
+    shape: int
+
+
+def lanes(scene: Scene) -> dict[str, int]:
+    """Each element's lane, numbered by the lane's first element in drawing order."""
+    order = {eid: i for i, eid in enumerate(scene.elements())}
+    parent = list(range(len(order)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for edge in scene.edges:
+        if edge.kind == MAIN and edge.src in order and edge.dst in order:
+            a, b = find(order[edge.src]), find(order[edge.dst])
+            parent[max(a, b)] = min(a, b)
+    return {eid: find(i) for eid, i in order.items()}
+
+
+def _width(text: str, size: int) -> int:
+    return round(S.text_width(text, size)) + 2 if text else 0
+
+
+def columns(scene: Scene) -> dict[str, Columns]:
+    """The widths each box and terminal is drawn with, by element id."""
+    lane = lanes(scene)
+    rows: list[Box | Terminal] = [*scene.boxes(), *scene.inputs, *scene.outputs]
+    box = max(
+        [
+            S.BOX_MIN_WIDTH,
+            *(
+                _width(r.name if isinstance(r, Box) else r.text, S.BOX_FONT_SIZE) + 2 * S.BOX_PAD
+                for r in rows
+            ),
+        ]
+    )
+    hps: dict[int, int] = {}
+    shapes: dict[int, int] = {}
+    for r in rows:
+        n = lane[r.id]
+        hp = _width(r.hparams, S.SIDE_FONT_SIZE) if isinstance(r, Box) else 0
+        hps[n] = max(hps.get(n, 0), hp)
+        shapes[n] = max(shapes.get(n, 0), _width(r.shape, S.SIDE_FONT_SIZE))
+    return {r.id: Columns(box, hps[lane[r.id]], shapes[lane[r.id]]) for r in rows}

@@ -1,0 +1,48 @@
+"""Tensors that many boxes read from the side are drawn by name, not by arrow.
+
+A time embedding read by every block of a diffusion U-Net, or a model input read at five
+places, would be five long arrows crossing the figure. From `BROADCAST` side readers on, each
+reader instead gets the tensor's name just above it with a short arrow, and the box that makes
+the tensor gets the name below it, as one labels a wire in a circuit diagram.
+"""
+
+from __future__ import annotations
+
+from lbdl_dsl.backends.diagram.scene import MAIN, SIDE, Edge, Frame, Item, Scene, Stub
+
+BROADCAST = 3
+
+
+def _insert(items: list[Item], anchor: str, new: Item, after: bool) -> bool:
+    """Put ``new`` beside the element ``anchor``, in the same frame; False if it is not here."""
+    for i, item in enumerate(items):
+        if item.id == anchor:
+            items.insert(i + 1 if after else i, new)
+            return True
+        if isinstance(item, Frame) and _insert(item.items, anchor, new, after):
+            return True
+    return False
+
+
+def name_broadcasts(scene: Scene) -> None:
+    """Replace the side arrows of widely read tensors by names at both ends."""
+    readers: dict[str, list[Edge]] = {}
+    for edge in scene.edges:
+        if edge.kind == SIDE and edge.label:
+            readers.setdefault(edge.src, []).append(edge)
+    inputs = {t.id for t in scene.inputs}
+    for src, edges in readers.items():
+        if len(edges) < BROADCAST:
+            continue
+        name = edges[0].label
+        for n, edge in enumerate(edges):
+            stub = Stub(f"{edge.dst}/{name}#{n}", name)
+            _insert(scene.items, edge.dst, stub, after=False)
+            edge.src, edge.label = stub.id, ""
+        if src not in inputs:  # an input's name is written at the top already
+            tag = Stub(f"{src}/{name}", name)
+            _insert(scene.items, src, tag, after=True)
+            scene.edges.append(Edge(src, tag.id, MAIN))
+
+
+__all__ = ["BROADCAST", "name_broadcasts"]

@@ -1,0 +1,1 @@
+"""Developer tools run from the Makefile: documentation generators and galleries."""
