@@ -100,11 +100,61 @@ def _mutate_case(rng: random.Random, index: int, corpus: dict[str, bytes]) -> Ca
 # -- mutations: each takes and returns the bytes of one file -----------------------------------
 
 _TOKEN = re.compile(r"\s+|[^\W\d][\w-]*|\d[\d_]*(?:\.\d+)?|->|\*\*|<=|>=|==|\S", re.UNICODE)
-NUMBERS = ("0", "-1", "1", "2", "7", "1_000_000_000", "4294967296", "9223372036854775808",
-           "340282366920938463463374607431768211456", "1e400", "0.5", "2^62", "(0)", "1/0")
-ODD_TEXT = ("×", "x", "→", "−", "÷", "·", "**", "Ŷ", "\u0301", "\u2028", "\x85", "\x0c", "\x0b",
-            "\ufeff", "\u200b", "漢", "🙂", "\U0010ffff", "\t", "\r", "\r\n", "\\", '"', "#",
-            ":", "(", ")", ",", "=", "->", "<", "  ", "\n", "\n    ", "ﬁ", "Ａ", "١")
+NUMBERS = (
+    "0",
+    "-1",
+    "1",
+    "2",
+    "7",
+    "1_000_000_000",
+    "4294967296",
+    "9223372036854775808",
+    "340282366920938463463374607431768211456",
+    "1e400",
+    "0.5",
+    "2^62",
+    "(0)",
+    "1/0",
+)
+ODD_TEXT = (
+    "×",
+    "x",
+    "→",
+    "−",
+    "÷",
+    "·",
+    "**",
+    "Ŷ",
+    "\u0301",
+    "\u2028",
+    "\x85",
+    "\x0c",
+    "\x0b",
+    "\ufeff",
+    "\u200b",
+    "漢",
+    "🙂",
+    "\U0010ffff",
+    "\t",
+    "\r",
+    "\r\n",
+    "\\",
+    '"',
+    "#",
+    ":",
+    "(",
+    ")",
+    ",",
+    "=",
+    "->",
+    "<",
+    "  ",
+    "\n",
+    "\n    ",
+    "ﬁ",
+    "Ａ",
+    "١",
+)
 
 
 def _text(data: bytes) -> str:
@@ -121,11 +171,11 @@ def _lines_op(data: bytes, fn) -> bytes:
 
 
 def _delete_line(rng, data, corpus):
-    return _lines_op(data, lambda ls: ls[:(i := rng.randrange(len(ls)))] + ls[i + 1 :])
+    return _lines_op(data, lambda ls: ls[: (i := rng.randrange(len(ls)))] + ls[i + 1 :])
 
 
 def _duplicate_line(rng, data, corpus):
-    return _lines_op(data, lambda ls: ls[:(i := rng.randrange(len(ls)))] + [ls[i]] + ls[i:])
+    return _lines_op(data, lambda ls: ls[: (i := rng.randrange(len(ls)))] + [ls[i]] + ls[i:])
 
 
 def _swap_lines(rng, data, corpus):
@@ -149,7 +199,7 @@ def _reindent_line(rng, data, corpus):
 def _splice_line(rng, data, corpus):
     donor = _text(corpus[rng.choice(sorted(corpus))]).split("\n")
     line = rng.choice(donor)
-    return _lines_op(data, lambda ls: ls[:(i := rng.randrange(len(ls) + 1))] + [line] + ls[i:])
+    return _lines_op(data, lambda ls: ls[: (i := rng.randrange(len(ls) + 1))] + [line] + ls[i:])
 
 
 def _tokens_op(data: bytes, fn) -> bytes:
@@ -158,11 +208,11 @@ def _tokens_op(data: bytes, fn) -> bytes:
 
 
 def _delete_token(rng, data, corpus):
-    return _tokens_op(data, lambda ts: ts[:(i := rng.randrange(len(ts)))] + ts[i + 1 :])
+    return _tokens_op(data, lambda ts: ts[: (i := rng.randrange(len(ts)))] + ts[i + 1 :])
 
 
 def _duplicate_token(rng, data, corpus):
-    return _tokens_op(data, lambda ts: ts[:(i := rng.randrange(len(ts)))] + [ts[i]] + ts[i:])
+    return _tokens_op(data, lambda ts: ts[: (i := rng.randrange(len(ts)))] + [ts[i]] + ts[i:])
 
 
 def _swap_tokens(rng, data, corpus):
@@ -233,65 +283,75 @@ def token_soup(rng: random.Random) -> bytes:
     return _bytes(head + body + rng.choice(("", "\n")))
 
 
+BAD = 0.03  # the chance of a deliberately invalid value where a valid one would be drawn
+
+
 def _size(rng: random.Random, symbols: list[str]) -> str:
-    options = ["1", "2", "3", "4", "8", "16", "0", "-1", "7", "1000000000000"]
+    """Mostly a plausible size, sometimes one that must be refused (0, -1, huge, x/0, 7/2)."""
+    if rng.random() < BAD:
+        zero = f"{symbols[0]}/0" if symbols else "1/0"
+        return rng.choice(("0", "-1", "1000000000000", "4294967296", zero, "7/2"))
+    options = ["1", "2", "3", "4", "8", "16"]
     if symbols:
         s = rng.choice(symbols)
-        options += [s, f"{s}/2", f"2{s}", f"{s}-1", f"{s}/0"]
+        options += [s, s, f"{s}/2", f"2{s}", f"{s}-1"]
     return rng.choice(options)
 
 
 def _value(rng: random.Random, hp, symbols: list[str]) -> str:
+    """A value for ``hp``: of its kind (so that the checker is reached), rarely of another."""
+    if rng.random() < BAD:
+        return rng.choice(("x", '"s"', "(1, 2)", "1.5", "maybe", "-7", "0"))
     kind = hp.kind
-    if kind in ("size", "sizes", "padding", "axes", "shape") and rng.random() < 0.8:
+    if kind in ("size", "sizes", "padding", "axes", "shape"):
         one = _size(rng, symbols)
-        if kind in ("sizes", "padding", "axes", "shape") and rng.random() < 0.3:
+        if kind != "size" and rng.random() < 0.2:
             return f"({one}, {_size(rng, symbols)})"
         return "same" if kind == "padding" and rng.random() < 0.2 else one
     if kind == "bool":
-        return rng.choice(("true", "false", "1", "2", "maybe"))
+        return rng.choice(("true", "false"))
     if kind == "float":
-        return rng.choice(("0.1", "0", "-1", "1e30", "2", "x", "0.5"))
-    if kind == "choice" and hp.choices and rng.random() < 0.8:
+        return rng.choice(("0.1", "0", "1e-5", "0.5", "2"))
+    if kind == "choice" and hp.choices:
         return rng.choice(hp.choices)
     if kind == "axis":
-        return rng.choice(("-1", "0", "1", "2", "5", "-7"))
-    return rng.choice(("3", "x", '"s"', "(1, 2)", "1.5", "C"))
+        return rng.choice(("-1", "0", "1", "2"))
+    return rng.choice(("3", "1"))
 
 
 def _box(rng: random.Random, symbols: list[str], names: list[str], blocks: list[str]) -> str:
-    op = rng.choice(sorted(LAYERS) + blocks * 3) if rng.random() < 0.95 else "nosuch"
+    """One box: a layer (or a block) with hyper-parameters, an annotation, a name."""
+    ops = [n for n, lay in LAYERS.items() if lay.arity[0] == 1 or names] + blocks * 4
+    op = rng.choice(ops) if rng.random() > BAD / 4 else "nosuch"
     layer = LAYERS.get(op)
     parts = [op]
-    if layer is not None and layer.arity[0] > 1 and names:
+    if layer is not None and layer.arity[0] > 1:
         parts[0] += "(" + ", ".join(rng.choice(names) for _ in range(layer.arity[0] - 1)) + ")"
     for hp in layer.hparams if layer is not None else ():
-        if hp.required or rng.random() < 0.3:
+        if (hp.required and rng.random() > BAD) or rng.random() < 0.2:
             parts.append(f"{hp.name}={_value(rng, hp, symbols)}")
-    if blocks and op in blocks and rng.random() < 0.5:
-        parts.append(f"S={_size(rng, symbols)}")
-    if rng.random() < 0.3:
+    if op in blocks and rng.random() < 0.5:
+        parts.append(f"S={rng.choice(('1', '2', '3'))}")
+    if rng.random() < 0.25:
         parts.append("×".join(_size(rng, symbols) for _ in range(rng.randint(1, 3))))
     if rng.random() < 0.2:
-        name = f"t{len(names)}"
-        names.append(name)
-        parts.append(f"-> {name}")
+        names.append(f"t{len(names)}")
+        parts.append(f"-> {names[-1]}")
     return " ".join(parts)
 
 
 def _body(rng: random.Random, depth: int, symbols, names, blocks, indent: str) -> list[str]:
+    """A few statements: boxes, `from`, and (to depth 3) ×N and residual groups."""
     lines = []
     for _ in range(rng.randint(1, 5)):
-        r = rng.random()
+        r, inner = rng.random(), indent + "  "
         if r < 0.1 and depth < 3:
-            lines.append(f"{indent}×{rng.choice(('2', '3', '1', 'N', '0'))}:")
-            lines += _body(rng, depth + 1, symbols, names, blocks, indent + "  ")
+            count = rng.choice(("2", "3", "1", rng.choice(symbols), "0" if r < 0.01 else "2"))
+            lines += [f"{indent}×{count}:", *_body(rng, depth + 1, symbols, names, blocks, inner)]
         elif r < 0.2 and depth < 3:
-            lines.append(f"{indent}residual:")
-            lines += _body(rng, depth + 1, symbols, names, blocks, indent + "  ")
+            lines += [f"{indent}residual:", *_body(rng, depth + 1, symbols, names, blocks, inner)]
             if rng.random() < 0.4:
-                lines.append(f"{indent}shortcut:")
-                lines += _body(rng, depth + 1, symbols, names, blocks, indent + "  ")
+                lines += [f"{indent}shortcut:", *_body(rng, depth + 1, symbols, [], blocks, inner)]
         elif r < 0.25 and names:
             lines.append(f"{indent}from {rng.choice(names)}")
         else:
@@ -300,18 +360,18 @@ def _body(rng: random.Random, depth: int, symbols, names, blocks, indent: str) -
 
 
 def generate_spec(rng: random.Random) -> bytes:
-    """A small random model drawn from the registry, with a block or two."""
+    """A small random model drawn from the registry, with up to two blocks it may call."""
     lines, blocks = [], []
     for b in range(rng.randint(0, 2)):
-        name = f"blk{b}"
-        pattern = rng.choice(("C×H×W", "C", "T×D", "C×H×H", "X: C×H×W"))
-        lines.append(f"block {name}(S=2) on {pattern}:")
-        symbols = [s for s in re.findall(r"[A-Z]", pattern.split(":")[-1])] + ["S"]
-        lines += _body(rng, 1, symbols, [], blocks, "  ")
-        blocks.append(name)
-    shape = "×".join(rng.choice(("3", "8", "16", "32", "1", "N", "D")) for _ in range(rng.randint(1, 4)))
-    dtype = rng.choice(("", "", "", " int<100>", " bool", " int<V>"))
-    lines += ["model fuzz(N=8, D=16, V=50):", f"  input X: {shape}{dtype}"]
+        pattern = rng.choice(("C×H×W", "C", "T×D", "C×H×H", "X: C×H×W", "X: T×D, Z: S×D"))
+        names = ["X"] if "X:" in pattern else []
+        symbols = sorted(set(re.findall(r"\b[CHWTDS]\b", pattern)) | {"S"})
+        lines.append(f"block blk{b}(S=2) on {pattern}:")
+        lines += _body(rng, 1, symbols, names, blocks, "  ")
+        blocks.append(f"blk{b}")
+    dims = rng.choices(("3", "8", "16", "32", "1", "N", "D"), k=rng.randint(1, 4))
+    dtype = rng.choice(("", "", "", "", " int<V>", " bool"))
+    lines += ["model fuzz(N=8, D=16, V=50):", f"  input X: {'×'.join(dims)}{dtype}"]
     lines += _body(rng, 1, ["N", "D"], ["X"], blocks, "  ")
     if rng.random() < 0.3:
         lines.append(rng.choice(("  output Ŷ", "  assert params < 1000", "  assert X: 3")))
@@ -370,6 +430,14 @@ def _classify(rc: int, stderr: str, work: Path) -> Outcome:
     return Outcome("crash", 0.0, f"{problem}\n{stderr[:2000]}") if problem else Outcome("error", 0)
 
 
+def _as_shown(line: str) -> str:
+    """A source line as a message quotes it: tabs as spaces, control characters as pictures."""
+    line = line.replace("\t", " ")
+    return "".join(
+        chr(0x2400 + ord(c)) if ord(c) < 32 else "\u2421" if c == "\x7f" else c for c in line
+    )
+
+
 def check_message(stderr: str, work: Path) -> str | None:
     """Why a rendered error is malformed, or None: a header first, every place inside its file,
     and each quoted source line equal to the line it claims to be."""
@@ -390,9 +458,9 @@ def check_message(stderr: str, work: Path) -> str | None:
             return f"{m['file']}:{row}:{col} is outside the file"
         shown = lines[i + 1] if i + 1 < len(lines) else ""
         real = src[row - 1]
-        if len(real) <= 200 and shown.startswith("  ") and shown != "  " + real.replace("\t", " "):
-            if "\ufffd" not in shown:  # a line with invalid UTF-8 is shown decoded
-                return f"the quoted line is not line {row} of {m['file']}"
+        # a line with invalid UTF-8 is quoted decoded, one with a long line cut: not compared
+        if len(real) <= 200 and "\ufffd" not in shown and shown != "  " + _as_shown(real):
+            return f"the quoted line is not line {row} of {m['file']}"
     return None
 
 
@@ -413,8 +481,14 @@ class Summary:
         self.cases += 1
         self.counts[outcome.status] = self.counts.get(outcome.status, 0) + 1
         self.kinds[case.kind] = self.kinds.get(case.kind, 0) + 1
-        record = {"index": case.index, "kind": case.kind, "entry": case.entry, "what": case.what,
-                  "seconds": round(outcome.seconds, 4), "detail": outcome.detail}
+        record = {
+            "index": case.index,
+            "kind": case.kind,
+            "entry": case.entry,
+            "what": case.what,
+            "seconds": round(outcome.seconds, 4),
+            "detail": outcome.detail,
+        }
         if outcome.status == "crash":
             self.crashes.append(record)
         elif outcome.status == "timeout":
@@ -433,11 +507,13 @@ class Summary:
             self.slowest = other.slowest
 
 
-def fuzz(cases: int, seed: int = 0, start: int = 0, timeout: float = 10.0,
-         save: Path | None = None) -> Summary:
+def fuzz(
+    cases: int, seed: int = 0, start: int = 0, timeout: float = 10.0, save: Path | None = None
+) -> Summary:
     """Run cases ``start .. start+cases-1`` of ``seed`` in this process."""
     corpus = load_corpus()
     summary = Summary()
+    debug = os.environ.get("LBDL_DEBUG")
     os.environ["LBDL_DEBUG"] = "1"  # our bugs raise, with their traceback, instead of exit 3
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lbdl-fuzz-") as tmp:
@@ -454,6 +530,10 @@ def fuzz(cases: int, seed: int = 0, start: int = 0, timeout: float = 10.0,
                     save_case(case, save)
         finally:
             os.chdir(here)
+            if debug is None:
+                os.environ.pop("LBDL_DEBUG")
+            else:
+                os.environ["LBDL_DEBUG"] = debug
     summary.seconds = time.perf_counter() - t0
     return summary
 
@@ -466,8 +546,9 @@ def save_case(case: Case, where: Path) -> None:
         target.write_bytes(data)
 
 
-def fuzz_parallel(cases: int, seed: int, start: int, jobs: int, timeout: float,
-                  save: Path | None) -> Summary:
+def fuzz_parallel(
+    cases: int, seed: int, start: int, jobs: int, timeout: float, save: Path | None
+) -> Summary:
     """Split the range into ``jobs`` subprocesses and merge their summaries."""
     per, procs, outs = -(-cases // jobs), [], []
     t0 = time.perf_counter()
@@ -477,8 +558,20 @@ def fuzz_parallel(cases: int, seed: int, start: int, jobs: int, timeout: float,
             if n <= 0:
                 break
             out = Path(tmp) / f"shard{j}.json"
-            cmd = [sys.executable, __file__, "--cases", str(n), "--seed", str(seed), "--start",
-                   str(lo), "--timeout", str(timeout), "--summary-json", str(out)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--cases",
+                str(n),
+                "--seed",
+                str(seed),
+                "--start",
+                str(lo),
+                "--timeout",
+                str(timeout),
+                "--summary-json",
+                str(out),
+            ]
             if save is not None:
                 cmd += ["--save", str(save)]
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL))
@@ -505,8 +598,10 @@ def render(summary: Summary, seed: int, jobs: int) -> str:
         f"{': ' + slow['what'] if slow.get('what') else ''}) {slow['seconds']:.3f} s",
     ]
     for rec in (summary.crashes + summary.timeouts)[:20]:
-        lines.append(f"  FAILED case {rec['index']} ({rec['kind']} {rec['what'] or rec['entry']}):"
-                     f" {rec['detail'].strip().splitlines()[0] if rec['detail'] else ''}")
+        lines.append(
+            f"  FAILED case {rec['index']} ({rec['kind']} {rec['what'] or rec['entry']}):"
+            f" {rec['detail'].strip().splitlines()[0] if rec['detail'] else ''}"
+        )
     return "\n".join(lines)
 
 
@@ -521,8 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
     args = p.parse_args(argv)
     if args.jobs > 1:
-        summary = fuzz_parallel(args.cases, args.seed, args.start, args.jobs, args.timeout,
-                                args.save)
+        summary = fuzz_parallel(
+            args.cases, args.seed, args.start, args.jobs, args.timeout, args.save
+        )
     else:
         summary = fuzz(args.cases, args.seed, args.start, args.timeout, args.save)
     if args.summary_json:

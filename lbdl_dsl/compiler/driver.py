@@ -134,7 +134,9 @@ def compile_spec(
     if stop_after == "build":
         return out
     out.program.bindings = model_env(out.program, dict(overrides or {}))
-    out.checked = check(out.program, out.program.bindings)
+    declared = {p.name for p in out.program.model.params}
+    out.checked = check(out.program, out.program.bindings,
+                        overridden=bool(declared & set(overrides or {})))
     if out.checked.diagnostics:
         raise CheckFailed(out)
     return out

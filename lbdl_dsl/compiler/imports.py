@@ -91,7 +91,7 @@ def _load_imports(
             )
         if key in done:
             continue
-        if len(done) >= MAX_IMPORTS:
+        if len(done) > MAX_IMPORTS:  # `done` holds the main file too
             raise LbdlError(f"more than {MAX_IMPORTS} imported files", imp.span)
         done.add(key)
         name = os.path.relpath(target) if not target.is_absolute() else str(target)

@@ -74,13 +74,12 @@ def _excerpt(span: Span | None, sources: Mapping[str, str] | None) -> list[str]:
     if not 1 <= span.line <= len(text_lines):
         return []
     line = text_lines[span.line - 1]
+    end = span.end_column if span.end_line == span.line else len(line) + 1
+    start = 1
     if len(line) > 200:  # a 10 MB single-line spec must not flood the terminal
         start = max(span.column - 60, 1)
         line = line[start - 1 : start + 139]
-        col = span.column - start + 1
-    else:
-        col = span.column
-    end = span.end_column if span.end_line == span.line else len(line) + 1
+    col, end = span.column - start + 1, end - start + 1  # columns within the shown part
     width = max(1, min(end, len(line) + 1) - col)
     shown = _printable(line.replace("\t", " "))
     return [f"  {shown}", "  " + " " * (col - 1) + "^" * width]

@@ -167,7 +167,7 @@ def limit_docs() -> list[tuple[str, int, str]]:
     """Each limit of ``limits.py``: its name, its value and the docstring under it."""
     tree = ast.parse(Path(limits.__file__).read_text("utf-8"))
     out, body = [], tree.body
-    for node, after in zip(body, body[1:] + [None]):
+    for node, after in zip(body, [*body[1:], None], strict=True):
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             doc = ""

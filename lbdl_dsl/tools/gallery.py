@@ -42,6 +42,7 @@ class Entry:
 def summary(compiled: Compiled) -> str:
     """The line under a spec's name: parameters, MACs, inputs and outputs, as the CLI counts."""
     checked = compiled.checked
+    assert checked is not None  # compile_spec raises unless the spec checked
     totals = checked.totals
     ins = ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())
     outs = ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())
@@ -89,13 +90,13 @@ def page(entries: list[Entry], skipped: list[str]) -> str:
             "",
             e.summary,
             "",
-            "<table><tr><td valign=\"top\">",
+            '<table><tr><td valign="top">',
             "",
             f'<img src="gallery/{e.name}.png" width="{width}" alt="{e.name}">',
             "",
             f"[SVG](gallery/{e.name}.svg)",
             "",
-            "</td><td valign=\"top\">",
+            '</td><td valign="top">',
             "",
             "```",
             e.source.rstrip("\n"),
@@ -105,8 +106,12 @@ def page(entries: list[Entry], skipped: list[str]) -> str:
             "",
         ]
     if skipped:
-        lines += ["Not drawn, because they do not compile yet: "
-                  + ", ".join(f"`{s}`" for s in skipped) + ".", ""]
+        lines += [
+            "Not drawn, because they do not compile yet: "
+            + ", ".join(f"`{s}`" for s in skipped)
+            + ".",
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -87,9 +87,10 @@ def test_dot_matches_its_golden(spec: Path) -> None:
             golden.write_text(dot, "utf-8")
         return
     if not golden.exists():
+        where = spec.relative_to(REPO).as_posix()
         pytest.fail(
-            f"no golden DOT for {spec.name}: look at its drawing (lbdl-compile {spec.relative_to(REPO)}"
-            " --emit png), then write it with LBDL_ACCEPT=1 pytest tests/backends/test_diagram.py"
+            f"no golden DOT for {spec.name}: look at its drawing (lbdl-compile {where} --emit png),"
+            " then write it with LBDL_ACCEPT=1 pytest tests/backends/test_diagram.py"
         )
     assert dot == golden.read_text("utf-8"), (
         f"the drawing of {spec.name} changed; if on purpose, accept it with "
@@ -168,8 +169,11 @@ def test_expand_by_block_name_and_by_depth() -> None:
 def test_boxes_show_written_hyperparameters_and_changed_shapes() -> None:
     boxes = diagram.scene(resnet50()).boxes()
     conv, bn = boxes[0], boxes[1]
-    assert (conv.name, conv.hparams, conv.shape) == ("conv-2d", "k=7 s=2 p=3 bias=False",
-                                                     "64×112×112")
+    assert (conv.name, conv.hparams, conv.shape) == (
+        "conv-2d",
+        "k=7 s=2 p=3 bias=False",
+        "64×112×112",
+    )
     assert (bn.name, bn.hparams, bn.shape) == ("batchnorm", "", "")  # defaults are never written
     assert conv.look == bn.look == "param"
     assert [b.look for b in boxes if b.name in ("relu", "maxpool", "reshape")] == ["plain"] * 3
@@ -292,8 +296,11 @@ def test_a_failing_box_is_red_with_the_message_beside_it(compile_text) -> None:
     scene = diagram.scene(compiled)
     looks = [(b.id, b.look) for b in scene.boxes()]
     assert looks == [
-        ("conv_2d_0", "param"), ("relu_0", "plain"), ("conv_2d_1", FAIL),
-        ("relu_1", POISON), ("fc_0", POISON),
+        ("conv_2d_0", "param"),
+        ("relu_0", "plain"),
+        ("conv_2d_1", FAIL),
+        ("relu_1", POISON),
+        ("fc_0", POISON),
     ]
     red = next(b for b in scene.boxes() if b.look == FAIL)
     assert red.message == message
@@ -322,6 +329,20 @@ def test_a_residual_that_cannot_add_fails_at_its_plus(compile_text) -> None:
     )
     plus = next(e for e in diagram.scene(compiled).items if isinstance(e, Plus))
     assert plus.look == FAIL and "cannot be added" in plus.message
+
+
+def test_an_input_whose_shape_fails_is_red(compile_text) -> None:
+    compiled = failed(compile_text, "model m:\n  input X: 0×8\n  fc 4\n")
+    scene = diagram.scene(compiled)
+    assert scene.inputs[0].look == FAIL and "positive" in scene.inputs[0].message
+    assert [b.look for b in scene.boxes()] == [POISON]
+
+
+def test_a_program_only_built_is_drawn_from_its_graph() -> None:
+    built = compile_spec(REPO / "specs" / "resnet50.lbdl", stop_after="build")
+    scene = diagram.scene(built, expand="all")
+    assert len([b for b in scene.boxes() if b.name == "conv-2d"]) == 29
+    assert {b.look for b in scene.boxes()} == {POISON} and not any(b.shape for b in scene.boxes())
 
 
 def test_a_failed_assertion_is_written_under_the_figure(compile_text) -> None:

@@ -6,9 +6,10 @@ attach to the box's port and the data path's arrows weigh heavily, which makes G
 the boxes up in a straight column however long the text beside them. A box's side arrows (skip
 connections, residual bypasses, shortcut paths) are written before its data-path arrow and its
 fan-out arrows after it, and such a box gets ``ordering=out``, which keeps those arrows to the
-left of the column, outside the boxes they go round. A box's other arrows are placed by
-Graphviz, which crosses fewest lines that way. Side arrows into a box arrive at inlets spread
-along its top, apart from the data path's in the middle.
+left of the column, outside the boxes they go round; a box without side arrows leaves its
+fan-outs to Graphviz, which crosses fewest lines that way. A side arrow ends on the border of
+the box it feeds, wherever it arrives, and its tensor's name is an external label, placed after
+the layout where it covers nothing.
 """
 
 from __future__ import annotations
@@ -107,11 +108,18 @@ def box_label(box: Box, cols: Columns, tag: str = "") -> str:
     return _ROW.format(f'<TD PORT="b">{inner}</TD>{side}')
 
 
-def terminal_label(term: Terminal, cols: Columns) -> str:
-    ink = S.POISON if term.look == POISON else S.INK
+def terminal_label(term: Terminal, cols: Columns, output: bool) -> str:
+    """An input's or output's name; an output's sits low in its cell, clear of the arrowhead
+    (the hat of Ŷ reaches above the capitals)."""
+    ink = {POISON: S.POISON, FAIL: S.FAIL}.get(term.look, S.INK)
     name = _font(term.text, ink, S.BOX_FONT_SIZE + 1, italic=True)
-    cell = f'<TD PORT="b" WIDTH="{cols.box}" HEIGHT="{S.BOX_HEIGHT}">{name}</TD>'
-    return _ROW.format(cell + (_side(cols, shape=term.shape) if term.shape else ""))
+    valign = "BOTTOM" if output else "MIDDLE"
+    cell = (
+        f'<TD PORT="b" WIDTH="{cols.box}" HEIGHT="{S.BOX_HEIGHT + (4 if output else 0)}" '
+        f'VALIGN="{valign}">{name}</TD>'
+    )
+    side = _side(cols, shape=term.shape, message=term.message)
+    return _ROW.format(cell + (side if term.shape or term.message else ""))
 
 
 @dataclass
@@ -127,7 +135,8 @@ def node_stmt(element: Box | Plus | Fork | Stub | Terminal, ctx: Context, tag: s
     if isinstance(element, Box):
         pairs = [("label", box_label(element, cols[element.id], tag))]
     elif isinstance(element, Terminal):
-        pairs = [("label", terminal_label(element, cols[element.id]))]
+        output = element.id.startswith("output:")
+        pairs = [("label", terminal_label(element, cols[element.id], output))]
     elif isinstance(element, Fork):
         pairs = [("shape", "point"), ("width", "0.05"), ("color", q(S.EDGE))]
     elif isinstance(element, Stub):
@@ -254,8 +263,9 @@ def edge_stmt(edge: Edge, kinds: dict[str, type]) -> str:
     if edge.kind == MAIN:
         pairs.append(("weight", str(S.MAIN_WEIGHT)))
     if edge.label:
-        # A label mid-arrow gets room of its own in the layout, so it never lands on a box.
-        pairs.append(("label", "<" + _font(edge.label, S.INK, S.SIDE_FONT_SIZE, True) + ">"))
+        # Placed once the layout is done, beside the arrow where nothing else is: a label
+        # inside the layout would double every rank and space the boxes unevenly.
+        pairs.append(("xlabel", "<" + _font(edge.label, S.INK, S.SIDE_FONT_SIZE, True) + ">"))
     if edge.look == FAIL:
         pairs += [("color", q(S.FAIL)), ("penwidth", "1.8")]
     elif edge.look == POISON:
@@ -269,14 +279,12 @@ def write(scene: Scene) -> str:
     kinds = {eid: type(e) for eid, e in scene.elements().items()}
     edges = ordered(scene.edges)
     ctx = Context(columns(scene), {e.src for e in edges if e.kind not in (MAIN, FAN)})
-    # Graphviz gives a labelled arrow two ranks; half the separation keeps boxes as close.
-    ranksep = S.RANKSEP / 2 if any(e.label for e in edges) else S.RANKSEP
     font = q(S.FONT)
     out = [
         f"digraph {q(scene.name)} {{",
         f"  graph [rankdir=TB, newrank=true, nodesep={S.NODESEP}, "
-        f"ranksep={ranksep:g}, fontname={font}, fontsize={S.SIDE_FONT_SIZE}, "
-        'bgcolor="white", pad=0.2, charset="UTF-8"];',
+        f"ranksep={S.RANKSEP}, fontname={font}, fontsize={S.SIDE_FONT_SIZE}, "
+        'bgcolor="white", pad=0.2, forcelabels=true, charset="UTF-8"];',
         f"  node [shape=plain, fontname={font}, fontsize={S.BOX_FONT_SIZE}, fontcolor={q(S.INK)}];",
         f"  edge [color={q(S.EDGE)}, arrowsize=0.6, penwidth=1, fontname={font}];",
     ]

@@ -65,6 +65,7 @@ class Terminal:
     text: str
     shape: str = ""
     look: str = PLAIN
+    message: str = ""
 
 
 @dataclass

@@ -13,6 +13,7 @@ boxes without an instance come from the graph alone and are painted as never che
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
 from lbdl_dsl.backends.diagram import labels, wires
 from lbdl_dsl.backends.diagram.expand import Expansion
@@ -40,12 +41,14 @@ from lbdl_dsl.compiler.instance import Checked, Inst
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.layers import lookup
 
+Srcs = list[tuple[Union[str, None], str]]  # per input port: the element it comes from, its name
+
 
 @dataclass
 class Site:
     """An element where checking stopped, with the source span that put it there."""
 
-    element: Box | Plus | Frame
+    element: Box | Plus | Frame | Terminal
     span: Span
 
 
@@ -104,7 +107,7 @@ class Walker:
         outs = self.scope(graph, insts, ins, prefix, depth, into)
         return outs.get(graph.result) if graph.result else None
 
-    def connect(self, srcs: list[tuple[str | None, str]], dst: str, look: str) -> None:
+    def connect(self, srcs: Srcs, dst: str, look: str) -> None:
         """Arrows into a box: the flowing tensor from above, any other one from the side."""
         for port, (src, name) in enumerate(srcs):
             if src is None:
@@ -112,50 +115,45 @@ class Walker:
             kind = MAIN if port == 0 else SIDE
             self.edges.append(Edge(src, dst, kind, name if kind == SIDE else "", look))
 
-    def fail_site(self, element: Box | Plus | Frame, node: Node) -> None:
-        element.look = FAIL
-        self.sites.append(Site(element, node.span))
-
     # -- boxes ----------------------------------------------------------------------------------
-    def draw_layer(self, node, inst, srcs, path, depth, into) -> str:
-        look = look_of(inst, len(srcs))
-        layer = lookup(node.op)
-        if node.op == "+":
-            element: Box | Plus = Plus(
-                path, PLAIN if look == PARAM else look, labels.tooltip(path, inst)
-            )
-        else:
-            element = Box(
-                path,
-                node.op,
-                labels.hparams_text(node, inst),
-                labels.shape_text(inst),
-                look,
-                tall=layer is not None and layer.composite,
-                tooltip=labels.tooltip(path, inst),
-            )
+    def box(
+        self, node: Node, inst: Inst | None, srcs: Srcs, path: str, into: list[Item], tall: bool
+    ) -> str:
+        """One box, its arrows in, and its failure if it is where checking stopped."""
+        element = Box(
+            path,
+            node.op,
+            labels.hparams_text(node, inst),
+            labels.shape_text(inst),
+            look_of(inst, len(srcs)),
+            tall=tall,
+            tooltip=labels.tooltip(path, inst),
+        )
         into.append(element)
         if element.look == FAIL:
             self.sites.append(Site(element, node.span))
         self.connect(srcs, path, element.look)
         return path
 
-    def draw_call(self, node, inst, srcs, path, depth, into) -> str | None:
+    def draw_layer(
+        self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
+    ) -> str:
+        if node.op != "+":
+            layer = lookup(node.op)
+            return self.box(node, inst, srcs, path, into, layer is not None and layer.composite)
+        look = look_of(inst, len(srcs))
+        plus = Plus(path, PLAIN if look == PARAM else look, labels.tooltip(path, inst))
+        into.append(plus)
+        if plus.look == FAIL:
+            self.sites.append(Site(plus, node.span))
+        self.connect(srcs, path, plus.look)
+        return path
+
+    def draw_call(
+        self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
+    ) -> str | None:
         if not self.expansion.wants(node.op, depth):
-            box = Box(
-                path,
-                node.op,
-                labels.hparams_text(node, inst),
-                labels.shape_text(inst),
-                look_of(inst, len(srcs)),
-                tall=True,
-                tooltip=labels.tooltip(path, inst),
-            )
-            into.append(box)
-            if box.look == FAIL:
-                self.sites.append(Site(box, node.span))
-            self.connect(srcs, path, box.look)
-            return path
+            return self.box(node, inst, srcs, path, into, tall=True)
         frame = Frame(f"cluster:{path}", "block", node.op, labels.hparams_text(node, inst))
         into.append(frame)
         before = len(self.sites)
@@ -171,7 +169,9 @@ class Walker:
         self.settle(frame, inst, len(srcs), before, node)
         return result
 
-    def draw_repeat(self, node, inst, srcs, path, depth, into) -> str | None:
+    def draw_repeat(
+        self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
+    ) -> str | None:
         count = inst.hp.get("count", node.count) if inst is not None else node.count
         frame = Frame(f"cluster:{path}", "repeat", f"×{count}")
         into.append(frame)
@@ -180,11 +180,15 @@ class Walker:
         # One copy stands for all N; a failed group shows the copy that failed (the last).
         body = (copies[-1] if failed else copies[0]).body if copies else []
         before = len(self.sites)
+        assert node.body is not None  # `verify` guarantees every group a body
         result = self.result(node.body, body, [s for s, _ in srcs], f"{path}/", depth, frame.items)
         self.settle(frame, inst, len(srcs), before, node)
         return result
 
-    def draw_residual(self, node, inst, srcs, path, depth, into) -> str:
+    def draw_residual(
+        self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
+    ) -> str:
+        assert node.body is not None  # `verify` guarantees every group a body
         plus = Plus(f"{path}/+", tooltip=path)
         before = len(self.sites)
         ins = [s for s, _ in srcs]
@@ -233,7 +237,8 @@ class Walker:
         (a ×N count, a block's annotation); one never checked is greyed."""
         look = look_of(inst, n_inputs)
         if look == FAIL and len(self.sites) == before:
-            self.fail_site(frame, node)
+            frame.look = FAIL
+            self.sites.append(Site(frame, node.span))
         elif look == POISON:
             frame.look = POISON
 
@@ -241,18 +246,20 @@ class Walker:
     def model(self, scene: Scene) -> None:
         graph = self.program.model.body
         inputs = self.checked.inputs if self.checked is not None else {}
-        ins = []
+        ins: list[str | None] = []
         for nid in graph.inputs:
             node = graph.node(nid)
-            tensor = inputs.get(node.name)
+            tensor = inputs.get(node.name or "")
             shape = (
                 str(tensor)
                 if tensor is not None
                 else (node.annotation.text if node.annotation is not None else "")
             )
-            scene.inputs.append(
-                Terminal(nid, node.name or "", shape, PLAIN if tensor is not None else POISON)
-            )
+            term = Terminal(nid, node.name or "", shape)
+            if tensor is None and self.checked is not None:
+                term.look = FAIL  # its declared shape is wrong: checking stopped right here
+                self.sites.append(Site(term, node.span))
+            scene.inputs.append(term)
             ins.append(nid)
         insts = self.checked.root if self.checked is not None else []
         outs = self.scope(graph, insts, ins, "", 0, scene.items)
@@ -260,25 +267,31 @@ class Walker:
         for name, nid in graph.outputs:
             look = PLAIN if outputs.get(name) is not None else POISON
             scene.outputs.append(Terminal(f"output:{name}", name, look=look))
-            if outs.get(nid) is not None:
-                self.edges.append(Edge(outs[nid], f"output:{name}", MAIN, look=look))
+            src = outs.get(nid)
+            if src is not None:
+                self.edges.append(Edge(src, f"output:{name}", MAIN, look=look))
         scene.edges = self.edges
         wires.name_broadcasts(scene)
         fan_out(scene.edges)
 
 
 def fan_out(edges: list[Edge]) -> list[Edge]:
-    """Only the first reader of a tensor continues its column; later ones fan out beside it.
+    """Only one reader of a tensor continues its column; the others fan out beside it.
 
     Two arrows from one box that both asked to be straight would pull their boxes onto the same
-    column, and Graphviz would settle for a zig-zag through both."""
-    continued: set[str] = set()
+    column, and Graphviz would settle for a zig-zag through both. The column goes on into the
+    first box where other streams join it (a concatenation that reads the tensor itself, as a
+    pyramid pooling's does), else into the first reader: the next box of the spec."""
+    merges = {e.dst for e in edges if e.kind == SIDE}
+    readers: dict[str, list[Edge]] = {}
     for edge in edges:
-        if edge.kind != MAIN:
-            continue
-        if edge.src in continued:
-            edge.kind = FAN
-        continued.add(edge.src)
+        if edge.kind == MAIN:
+            readers.setdefault(edge.src, []).append(edge)
+    for group in readers.values():
+        keep = next((e for e in group if e.dst in merges), group[0])
+        for edge in group:
+            if edge is not keep:
+                edge.kind = FAN
     return edges
 
 

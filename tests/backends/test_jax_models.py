@@ -1,0 +1,215 @@
+"""Whole models through the JAX backend: shapes, training, scan, the emitted module, files."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import lbdl_dsl
+from lbdl_dsl.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = sorted((REPO / "specs").glob("*.lbdl"))
+
+# Reduced sizes, so that every spec traces in a blink; shapes are checked, nothing is run.
+SMALL: dict[str, dict] = {
+    "gpt": dict(T=16, N=2),
+    "gpt2": dict(N=2, T=16),
+    "gpt3": dict(N=2, D=64, H=4, T=16),
+    "bert-base": dict(T=16, N=2),
+    "lstm-lm": dict(T=16),
+    "transformer": dict(T=16, S=12, N=2),
+    "transformer_blocks": dict(T=8, S=6),
+    "whisper": dict(S=8),
+}
+
+
+def _compile(path: Path, **extra):
+    return lbdl_dsl.compile(str(path), **(SMALL.get(path.stem, {}) | extra))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_checker_shapes_equal_eval_shape(spec):
+    """The checker's output shapes are exactly what the generated code computes."""
+    model = _compile(spec)
+    params, state = jax.eval_shape(model.init, jax.random.key(0))
+    inputs = [jax.ShapeDtypeStruct((3, *shape), jnp.dtype(dtype))
+              for shape, dtype in model.inputs.values()]
+    out, new_state = jax.eval_shape(
+        lambda p, s, *x: model.apply(p, s, *x, train=True, key=jax.random.key(1)),
+        params, state, *inputs,
+    )
+    want = {k: (3, *v) for k, v in model.outputs.items()}
+    got = {k: v.shape for k, v in out.items()} if isinstance(out, dict) else {
+        next(iter(want)): out.shape}
+    assert got == want
+    assert jax.tree.structure(new_state) == jax.tree.structure(state)
+    counted = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(params))
+    assert counted == model.param_count
+
+
+def _loss(model, output_key=None):
+    """Cross-entropy of the (first) output against integer targets of its leading shape."""
+
+    def loss(params, state, inputs, targets, key):
+        out, new_state = model.apply(params, state, *inputs, train=True, key=key)
+        logits = out[output_key] if output_key else out
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+        return ce.mean(), new_state
+
+    return loss
+
+
+TRAINING = [
+    ("mlp", {}, None),
+    ("lenet", {}, None),
+    ("resnet50", {"H": 64, "W": 64}, None),
+    ("gpt", {"N": 2, "D": 32, "H": 4, "V": 50, "T": 12}, None),
+    ("transformer", {"N": 1, "D": 32, "H": 4, "F": 64, "V": 40, "T": 10, "S": 9}, None),
+    ("vit", {"N": 1, "D": 32, "H": 4, "P": 8, "I": 32, "C": 10}, None),
+]
+
+
+@pytest.mark.parametrize("name,overrides,key", TRAINING, ids=[t[0] for t in TRAINING])
+def test_sgd_steps_reduce_the_loss(name, overrides, key):
+    model = lbdl_dsl.compile(str(REPO / "specs" / f"{name}.lbdl"), **overrides)
+    params, state = model.init(jax.random.key(0))
+    inputs = model.example_inputs(jax.random.key(1), batch=2)
+    out_shape = next(iter(model.outputs.values()))
+    classes = out_shape[-1]
+    targets = jax.random.randint(jax.random.key(2), (2, *out_shape[:-1]), 0, classes)
+    opt = optax.sgd(0.01)
+    opt_state = opt.init(params)
+    grad = jax.jit(jax.value_and_grad(_loss(model, key), has_aux=True))
+    losses = []
+    for step in range(4):
+        (loss, state), grads = grad(params, state, inputs, targets, jax.random.key(10 + step))
+        updates, opt_state = opt.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        losses.append(float(loss))
+    assert all(np.isfinite(losses)), losses
+    assert losses[-1] < losses[0], losses
+
+
+def test_scan_and_unrolled_loops_give_the_same_numbers():
+    spec = str(REPO / "specs" / "gpt.lbdl")
+    small = dict(N=3, D=32, H=4, V=50, T=8)
+    scanned = lbdl_dsl.compile(spec, **small)
+    unrolled = lbdl_dsl.compile(spec, unroll=True, **small)
+    assert "= jax.lax.scan(" in scanned.source and "= jax.lax.scan(" not in unrolled.source
+    params, state = scanned.init(jax.random.key(0))
+    (ids,) = scanned.example_inputs(jax.random.key(1))
+    a, _ = scanned.jit_apply(params, state, ids)
+    b, _ = unrolled.jit_apply(params, state, ids)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_state_is_updated_through_scanned_groups():
+    model = lbdl_dsl.compile(str(REPO / "specs" / "resnet50.lbdl"), H=32, W=32)
+    params, state = model.init(jax.random.key(0))
+    (x,) = model.example_inputs(jax.random.key(1))
+    _, new_state = model.jit_apply(params, state, x, train=True, key=jax.random.key(2))
+    before = state["repeat_0"]["resblock_0"]["residual_0"]["batchnorm_0"]["mean"]
+    after = new_state["repeat_0"]["resblock_0"]["residual_0"]["batchnorm_0"]["mean"]
+    assert before.shape == after.shape == (2, 64)  # stacked: one row per copy
+    assert not np.allclose(before, after)
+    _, same = model.jit_apply(params, state, x)
+    np.testing.assert_array_equal(np.asarray(same["batchnorm_0"]["var"]),
+                                  np.asarray(state["batchnorm_0"]["var"]))
+
+
+def test_causal_model_does_not_see_the_future():
+    model = lbdl_dsl.compile(str(REPO / "specs" / "gpt.lbdl"), N=2, D=32, H=4, V=50, T=8)
+    params, state = model.init(jax.random.key(0))
+    ids = np.arange(16, dtype=np.int32).reshape(2, 8) % 50
+    changed = ids.copy()
+    changed[:, 5:] = (changed[:, 5:] + 7) % 50
+    a, _ = model.apply(params, state, ids)
+    b, _ = model.apply(params, state, changed)
+    np.testing.assert_allclose(np.asarray(a)[:, :5], np.asarray(b)[:, :5], atol=1e-5)
+    assert not np.allclose(np.asarray(a)[:, 5:], np.asarray(b)[:, 5:])
+
+
+def test_emitted_module_is_the_model(tmp_path):
+    """`--emit py` writes exactly the source the API runs; it stands alone and is formatted."""
+    spec = REPO / "specs" / "lenet.lbdl"
+    assert main([str(spec), "--emit", "py", "-o", str(tmp_path)]) == 0
+    path = tmp_path / "lenet.py"
+    model = lbdl_dsl.compile(str(spec))
+    assert path.read_text(encoding="utf-8") == model.source
+    imported = {
+        alias.name
+        for node in ast.walk(ast.parse(model.source))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
+    assert imported == {"jax", "jax.numpy", "numpy"}
+    ruff = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", "--isolated",
+                           str(path)], capture_output=True, text=True)
+    assert ruff.returncode == 0, ruff.stdout + ruff.stderr
+    module_spec = importlib.util.spec_from_file_location("lenet_generated", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    params, state = module.init(jax.random.key(0))
+    (x,) = model.example_inputs(jax.random.key(1))
+    a, _ = module.apply(params, state, x)
+    b, _ = model.apply(params, state, x)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_generated_code_mirrors_the_spec():
+    model = lbdl_dsl.compile(str(REPO / "specs" / "resnet50.lbdl"), H=64, W=64)
+    src = model.source
+    assert src.count("\ndef dresblock(") == 1 and src.count("\ndef resblock(") == 1
+    assert "# line 10: conv-2d k=7 s=2 p=3 bias=false" in src
+    assert "S=2" in src  # the block's symbol is an argument of its one function
+    assert "jax.lax.scan" in src
+
+
+def test_parameters_round_trip_through_a_file(tmp_path):
+    model = lbdl_dsl.compile(str(REPO / "specs" / "lenet.lbdl"))
+    params, state = model.init(jax.random.key(0))
+    path = model.save(tmp_path / "lenet.npz", params, state)
+    loaded, loaded_state = model.load(path)
+    assert jax.tree.structure(loaded) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert sorted(np.load(path).files)[0].startswith("params/conv_2d_0/")
+    other = lbdl_dsl.compile(str(REPO / "specs" / "mlp.lbdl"))
+    with pytest.raises(ValueError, match="do not match"):
+        other.load(path)
+
+
+def test_parameter_paths_are_stable_and_readable():
+    a = lbdl_dsl.compile(str(REPO / "specs" / "resnet50.lbdl"), H=32, W=32)
+    b = lbdl_dsl.compile(str(REPO / "specs" / "resnet50.lbdl"), H=32, W=32)
+    assert list(a.module["PARAMS"]) == list(b.module["PARAMS"])
+    assert "dresblock_1/residual_0/shortcut/conv_2d_0/w" in a.module["PARAMS"]
+    assert a.source == b.source
+
+
+def test_bfloat16_computes_in_bfloat16_with_float32_parameters():
+    spec = str(REPO / "specs" / "lenet.lbdl")
+    f32, bf16 = lbdl_dsl.compile(spec), lbdl_dsl.compile(spec, dtype="bfloat16")
+    params, state = f32.init(jax.random.key(0))
+    (x,) = f32.example_inputs(jax.random.key(1))
+    a, _ = f32.apply(params, state, x)
+    b, _ = bf16.apply(params, state, x)
+    assert b.dtype == jnp.float32 and "jnp.bfloat16" in bf16.source
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0.1, atol=0.1)
+
+
+def test_run_flag_prints_shapes_and_times(capsys):
+    assert main([str(REPO / "specs" / "mlp.lbdl"), "--check", "--run", "--batch", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "Y: (3, 2)" in out
+    assert "compile" in out and "step" in out
