@@ -30,12 +30,18 @@ class Row:
 
 
 def _label(inst: Inst) -> str:
+    """The row's text, as the figure writes the box: name, written hyper-parameters, ×N."""
     node = inst.node
     if node.kind == "repeat":
-        return f"×{inst.hp.get('count', node.count)}"
+        count = f"×{inst.hp.get('count', node.count)}"
+        bodies = [cp.body for cp in inst.copies]
+        if bodies and len(bodies[0]) == 1:  # `resblock ×2`: a frame around one box
+            return f"{_label(bodies[0][0])} {count}"
+        return count
     if node.kind == "residual":
         return "residual" + (" + shortcut" if node.shortcut is not None else "")
-    shown = [f"{k}={_fmt(v)}" for k, v in node.hparams if k in node.explicit]
+    resolved = inst.hp or dict(node.hparams)
+    shown = [f"{k}={_fmt(resolved.get(k, v))}" for k, v in node.hparams if k in node.explicit]
     return " ".join([node.op, *shown])
 
 

@@ -90,6 +90,8 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("mobilenetv2", {}, {"Ŷ": (1000,)}, 3_504_872),
     ("bert-base", {"T": 128}, {"Z": (128, 768), "pooled": (768,)}, 109_482_240),
     ("gpt2", {"T": 1024}, {"P": (1024, 50_257)}, 124_439_808),
+    # GPT-3 175B (Brown et al. 2020, Table 2.1; FIGURES.md note 7): learned positions, biases
+    ("gpt3", {"T": 2048}, {"P": (2048, 50_257)}, 174_604_259_328),
 ]
 
 # Members of a family, made from one spec with --set: (spec, --set values, parameters).

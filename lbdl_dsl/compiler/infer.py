@@ -15,7 +15,7 @@ from typing import Any
 
 from lbdl_dsl.compiler.graph import Graph, Node, ParamRef, Program
 from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, compute_totals, numel
-from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS
+from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
 from lbdl_dsl.core.layers import Ctx, ShapeFailure, lookup
 from lbdl_dsl.core.layers.base import fmt_shape
@@ -119,6 +119,8 @@ class Checker:
             raise LbdlError(f"division by zero in {what}", span, hint=hint) from None
         if value.is_const:
             v = value.const_value
+            if v.denominator != 1 and not expr.free_symbols:  # `fc 1.5`: nothing was divided
+                raise LbdlError(f"{what} is {v}, not a whole number", span)
             if v.denominator != 1:
                 values = {k: env[k] for k in sorted(expr.free_symbols) if k in env}
                 raise LbdlError(
@@ -138,8 +140,10 @@ class Checker:
     def bounded(count: Expr, what: str, span: Span | None) -> None:
         """Refuse a count (elements, parameters, MACs) that 64-bit sizes cannot hold."""
         if count.is_const and count.const_value > MAX_DIM:
+            v = int(count.const_value)  # 3×3×...×3 with 10,000 dims has too many digits to print
+            shown = f"{v:,}" if v.bit_length() <= 128 else f"about 2^{v.bit_length() - 1}"
             raise LbdlError(
-                f"{what} is {int(count.const_value):,}, which overflows 64 bits",
+                f"{what} is {shown}, which overflows 64 bits",
                 span,
                 hint=f"every size and count must stay below 2^62 = {MAX_DIM:,}",
             )
@@ -367,6 +371,12 @@ class Checker:
             raise LbdlError(f"×{count} is not a whole number", node.count_span)
         if n is not None and n < 0:
             raise LbdlError(f"×{n} is a negative number of copies", node.count_span)
+        if n is not None and n > MAX_REPEAT:  # a literal count is refused by build already
+            raise LbdlError(
+                f"×{node.count} is {n:,} copies, more than the {MAX_REPEAT:,} a spec may repeat",
+                node.count_span,
+                hint="docs/language.md, Limits",
+            )
         copies: list[Copies] = []
         if n == 0:  # ×(L-1) with L=1: the group is not there
             inst.copies, inst.hp = [], {"count": count}

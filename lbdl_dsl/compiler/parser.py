@@ -11,6 +11,7 @@ leaves this module.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from fractions import Fraction
 from importlib import resources
@@ -164,6 +165,7 @@ _TERMINAL_WORDS = {
     "_INDENT": "an indented line",
     "_DEDENT": "the end of the indented group",
     "NAME": "a name",
+    "SYM": "a name",
     "OP": "a layer name",
     "LEAKY": "a layer name",
     "INT": "a number",
@@ -423,8 +425,38 @@ def _tok_span(file: str, tok: Token) -> Span:
     return Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
 
 
-def _number(text: str) -> int:
-    return int(text.replace("_", ""))
+_MAX_DIGITS = 40  # 2^62 has 19 digits; Python itself refuses to read 4,300
+_MAX_TERMS = 64  # terms in one size expression: ((A+B+C+D)^8)^8 would expand for minutes
+_MAX_DEGREE = 16  # total power of a term: a size is C×H×W, not C^512
+
+
+def _number(tok: Token, file: str) -> int:
+    """A whole number as written (``50_257``), refused when absurdly long."""
+    text = str(tok).replace("_", "")
+    if len(text.lstrip("0")) > _MAX_DIGITS:
+        raise _out_of_range(f"a number of {len(text):,} digits", _tok_span(file, tok))
+    return int(text)
+
+
+_NUMBERS_HINT = f"sizes and counts stay below 2^62; numbers have at most {_MAX_DIGITS} digits"
+_SHAPES_HINT = "a size is a product of a few symbols and numbers, e.g. `C/4×H×W` or `4D`"
+
+
+def _out_of_range(what: str, span: Span, hint: str = _NUMBERS_HINT) -> LbdlError:
+    return LbdlError(f"{what} is out of range", span, hint=hint)
+
+
+def _in_range(expr: Expr, span: Span) -> Expr:
+    """``expr``, if its numbers, terms and powers are small enough to compute with at once."""
+    big = 10**_MAX_DIGITS
+    if len(expr.terms) > _MAX_TERMS:
+        raise _out_of_range(f"an expression of {len(expr.terms):,} terms", span, _SHAPES_HINT)
+    for mono, coef in expr.terms:
+        if abs(coef.numerator) >= big or coef.denominator >= big:
+            raise _out_of_range("a number of more than 40 digits", span)
+        if sum(abs(p) for _, p in mono) > _MAX_DEGREE:
+            raise _out_of_range(f"a power above {_MAX_DEGREE}", span, _SHAPES_HINT)
+    return expr
 
 
 class _Spanned:
@@ -456,7 +488,7 @@ class _ToAst(Transformer):
     def _binary(self, meta: Any, a: _Spanned, b: _Spanned, fn: Any) -> _Spanned:
         span = _span(self.file, meta)
         try:
-            return _Spanned(fn(a.expr, b.expr), span)
+            return _Spanned(_in_range(fn(a.expr, b.expr), span), span)
         except ZeroDivisionError:
             raise LbdlError("division by zero", span, hint="a size is never divided by 0") from None
         except ValueError as exc:
@@ -465,11 +497,14 @@ class _ToAst(Transformer):
             ) from exc
 
     def int(self, meta: Any, c: list) -> _Spanned:
-        return _Spanned(Expr.lift(_number(c[0])), _tok_span(self.file, c[0]))
+        return _Spanned(Expr.lift(_number(c[0], self.file)), _tok_span(self.file, c[0]))
 
     def float(self, meta: Any, c: list) -> _Spanned:
-        value = Fraction(c[0].value)
         span = _tok_span(self.file, c[0])
+        mantissa, _, exponent = c[0].value.lower().partition("e")
+        if len(mantissa.strip("0.")) > _MAX_DIGITS or len(exponent.lstrip("+-0")) > 2:
+            raise _out_of_range(f"the number `{c[0].value[:30]}`", span)  # 1e999999999 hangs
+        value = Fraction(c[0].value)
         out = _Spanned(Expr.lift(value), span)
         out.bare = "#float:" + c[0].value
         return out
@@ -478,7 +513,7 @@ class _ToAst(Transformer):
         return _Spanned(sym(str(c[0])), _tok_span(self.file, c[0]), bare=str(c[0]))
 
     def scaled(self, meta: Any, c: list) -> _Spanned:
-        return _Spanned(_number(c[0]) * sym(str(c[1])), _span(self.file, meta))
+        return _Spanned(_number(c[0], self.file) * sym(str(c[1])), _span(self.file, meta))
 
     def add(self, meta: Any, c: list) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a + b)
@@ -496,11 +531,13 @@ class _ToAst(Transformer):
         return _Spanned(-c[1].expr, _span(self.file, meta))
 
     def pow(self, meta: Any, c: list) -> _Spanned:
-        n = _number(c[2])
+        n = _number(c[2], self.file)
         span = _span(self.file, meta)
         if n > 8:
             raise LbdlError(f"exponent {n} is too large", span, hint="sizes use small powers")
-        return _Spanned(c[0].expr**n, span)
+        if math.comb(n + len(c[0].expr.terms) - 1, n) > _MAX_TERMS:  # terms of the expansion
+            raise _out_of_range(f"the expansion of `{self._slice(span)}`", span, _SHAPES_HINT)
+        return _Spanned(_in_range(c[0].expr**n, span), span)
 
     def _size(self, s: _Spanned) -> ast.SizeExpr:
         text = self._slice(s.span)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from lbdl_dsl.backends.jax.lower import Fn, Lowerer, Var, printable
-from lbdl_dsl.backends.jax.names import RESERVED, Namespace
+from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, RESERVED, Namespace
 from lbdl_dsl.backends.jax.runtime_source import available, source_for
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.compiler.instance import Inst
@@ -91,7 +91,7 @@ def generate(compiled: Compiled, *, unroll: bool = False, dtype: str = "float32"
     program = compiled.program
     model = program.model
     graph = model.body
-    names = Namespace(RESERVED | available())
+    names = Namespace(RESERVED | LOCAL_RESERVED | available())
     for block in sorted(program.blocks):
         names(block)  # block functions keep their spec names; nothing else may take them
     low = Lowerer(program, compiled.sources, names, unroll)
@@ -111,7 +111,8 @@ def generate(compiled: Compiled, *, unroll: bool = False, dtype: str = "float32"
     fn.line("p, s, ns = params, state, {}")
     env = {nid: Var(var, "cf", len(t.shape)) for nid, var, t in input_vars}
     keep = frozenset(nid for _, nid in graph.outputs)
-    values = low.values(fn, checked.root, graph, env, "p", "s", "ns", "x", keep)
+    values = low.values(fn, checked.root, graph, env, "p", "s", "ns", apply_locals.fresh("x"),
+                        keep)
     outs = [values[nid] for _, nid in graph.outputs]
     results = []
     for (name, _), var in zip(graph.outputs, outs):

@@ -373,11 +373,12 @@ class Lowerer:
             p_c = _sub(p_all, str(ci), _any(copies.body, has_params)) if several else p_all
             s_c = _sub(s_all, str(ci), _any(copies.body, has_state)) if several else s_all
             step = fn.names.fresh(f"step_{inst.id}")
-            fn.line(f"def {step}(x, xs):")
+            carry = fn.names.fresh("x")
+            fn.line(f"def {step}({carry}, xs):")
             sub = Fn(fn.names, fn.symbols, depth=fn.depth + 1, shapes=fn.shapes)
             sub.line("p, s, key = xs")
             sub.line("ns = {}")
-            env = dict(zip(body.inputs, [Var("x", x.layout, x.rank), *ins[1:]]))
+            env = dict(zip(body.inputs, [Var(carry, x.layout, x.rank), *ins[1:]]))
             result = self.scope(sub, copies.body, body, env, "p", "s", "ns", fn.names.fresh("h"))
             result = self.convert(sub, result, x.layout, reuse=False)
             sub.line(f"return {result.name}, ns")

@@ -24,7 +24,7 @@ RESERVED = frozenset(
 """Module-level names of a generated module (runtime function names are added to them)."""
 
 LOCAL_RESERVED = frozenset(
-    {"p", "s", "ns", "xs", "key", "train", "params", "state", "jax", "jnp", "np"}
+    {"p", "s", "ns", "xs", "key", "train", "params", "state", "jax", "jnp", "np", "_"}
 )
 """Locals every generated function has; a spec's tensor names never take them."""
 
