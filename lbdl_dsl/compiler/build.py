@@ -120,6 +120,10 @@ class _Builder:
         scope.graph.names[ref.name] = node_id
         scope.name_spans[ref.name] = ref.span
         scope.later.pop(ref.name, None)
+        if node_id in scope.graph.g:  # the node carries its first name (diagrams, code)
+            node = scope.graph.node(node_id)
+            if node.name is None:
+                scope.graph.g.nodes[node_id]["node"] = dataclasses.replace(node, name=ref.name)
 
     def flowing(self, scope: _Scope, span: Span) -> str:
         if scope.current is None:

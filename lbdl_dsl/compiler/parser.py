@@ -345,8 +345,11 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
         message, hint = label
         return LbdlError(f"{message} (found {found})" if found else message, span, hint)
     if isinstance(exc, UnexpectedCharacters) and found == '`"`':
-        return LbdlError("this string has no closing `\"`", span,
-                         hint="a string ends with `\"` on the line where it starts")
+        return LbdlError(
+            'this string has no closing `"`',
+            span,
+            hint='a string ends with `"` on the line where it starts',
+        )
     if found == "an indented line":
         return LbdlError(_INDENTED[0], span, _INDENTED[1])
     expected = getattr(exc, "expected", None) or getattr(exc, "allowed", None) or set()
@@ -503,7 +506,9 @@ class _ToAst(Transformer):
         span = _tok_span(self.file, c[0])
         mantissa, _, exponent = c[0].value.lower().partition("e")
         if len(mantissa.strip("0.")) > _MAX_DIGITS or len(exponent.lstrip("+-0")) > 2:
-            raise _out_of_range(f"the number `{c[0].value[:30]}`", span)  # 1e999999999 hangs
+            raise _out_of_range(  # Fraction("1e999999999") would compute for minutes
+                f"the number `{c[0].value[:30]}`", span, "exponents stay below 100, e.g. `1e-5`"
+            )
         value = Fraction(c[0].value)
         out = _Spanned(Expr.lift(value), span)
         out.bare = "#float:" + c[0].value
@@ -537,7 +542,7 @@ class _ToAst(Transformer):
             raise LbdlError(f"exponent {n} is too large", span, hint="sizes use small powers")
         if math.comb(n + len(c[0].expr.terms) - 1, n) > _MAX_TERMS:  # terms of the expansion
             raise _out_of_range(f"the expansion of `{self._slice(span)}`", span, _SHAPES_HINT)
-        return _Spanned(_in_range(c[0].expr**n, span), span)
+        return _Spanned(_in_range(c[0].expr ** n, span), span)
 
     def _size(self, s: _Spanned) -> ast.SizeExpr:
         text = self._slice(s.span)
