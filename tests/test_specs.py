@@ -46,7 +46,7 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("unet", {}, {"Ŷ": (2, 388, 388)}, 31_030_658),  # Ronneberger's Fig. 1 shapes
     ("dqn", {}, {"Q": (18,)}, 1_693_362),  # Mnih et al. 2015's layers, 18 actions
     ("clip", {}, {"image": (512,), "text": (512,), "similarity": (1, 1)}, 151_277_313),  # HF
-    ("whisper", {"S": 448}, {"Z": (1500, 384), "P": (448, 51_865)}, 37_184_640 + 12 * 384),
+    ("whisper", {"S": 448}, {"Z": (1500, 384), "P": (448, 51_865)}, 37_184_640),
     (
         "ssd-like",
         {},

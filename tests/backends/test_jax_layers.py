@@ -257,3 +257,13 @@ def test_tied_output_layer_reads_the_embedding():
     table = np.asarray(params["embed_0"]["table"])
     close(y, table[ids] @ table.T)
     assert "fc_0" not in params
+
+
+def test_attention_without_a_key_bias():
+    """Whisper's attention: biases on queries, values and output, none on the keys."""
+    model = one_box("  input X: 5×8", "self-att h=2 bias=true kbias=false")
+    params, _, y, _ = run(model, rand((2, 5, 8)))
+    assert set(params["self_att_0"]) == {"ln_scale", "ln_bias", "wq", "wk", "wv", "wo", "bq",
+                                         "bv", "bo"}
+    assert model.param_count == 2 * 8 + 4 * 64 + 3 * 8
+    assert np.isfinite(y).all()

@@ -38,6 +38,8 @@ def _mha_specs(c: Ctx, d: Expr, dz: Expr, out: Expr, prefix: str = "") -> dict[s
             "bv": PSpec((h * dv,), "zeros"),
             "bo": PSpec((out,), "zeros"),
         }
+        if not c.hp.get("kbias", True):  # Whisper: every projection but the keys'
+            del specs["bk"]
     return {prefix + k: v for k, v in specs.items()}
 
 
@@ -60,6 +62,8 @@ _ATT_HP = (
     HP("dqk", "size", None, "query and key dimension per head (default D/h)"),
     HP("dv", "size", None, "value dimension per head (default D/h)"),
     HP("bias", "bool", False, "biases on the projections (the book's have none; GPT-2's do)"),
+    HP("kbias", "bool", True, "with bias=true, a bias on the keys' projection too (Whisper's "
+       "has none)"),
     HP("p", "float", 0.0, "dropout on the attention weights"),
 )
 
