@@ -98,8 +98,19 @@ def _params_line(title: str, specs: dict[str, PSpec]) -> str:
         for d in spec.shape:
             size = size * d
         total = total + size
-        parts.append(f"`{name}` {fmt_shape(spec.shape)}")
-    return f"- {title} on the example: {', '.join(parts)} ({fmt_count(total)} in all)"
+        parts.append(f"`{name}` {fmt_shape(spec.shape)} ({_init(spec)})")
+    return f"- {title} on the example: {', '.join(parts)}; {fmt_count(total)} in all"
+
+
+def _init(spec: PSpec) -> str:
+    """How the generated ``init`` fills the array (runtime.init_table), in words."""
+    if spec.init == "fan_in":
+        return f"normal, std √(1/{spec.fan_in})"
+    if spec.init == "embed":
+        return "normal, std 0.02"
+    if spec.init == "normal":
+        return f"normal, std {spec.std}"
+    return spec.init
 
 
 def _entry(layer: Layer) -> Iterable[str]:
