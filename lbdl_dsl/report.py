@@ -63,7 +63,7 @@ def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
             path = f"{prefix}/{inst.id}" if prefix else inst.id
             out = inst.output
             rf = ""
-            if out is not None and out.rf is not None and inst.kind == "layer":
+            if out is not None and out.rf is not None:
                 rf = f"{out.rf[0]}/{out.rf[1]}"
             yield Row(
                 level,

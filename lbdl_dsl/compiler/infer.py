@@ -11,6 +11,7 @@ copy sees the shapes of the copy before it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from lbdl_dsl.compiler.graph import Graph, Node, ParamRef, Program
@@ -391,7 +392,7 @@ class Checker:
             if result.shape == seen_in.shape:
                 remaining = (count - done) if n is None else Expr.lift(n - done)
                 copies.append(Copies(body, remaining))
-                seen_in = result
+                seen_in = dataclasses.replace(result, rf=_grow(seen_in.rf, result.rf, remaining))
                 break
             if n is None:
                 raise LbdlError(
@@ -438,6 +439,13 @@ class Checker:
             )
         rf = result.rf
         return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, rf)
+
+
+def _grow(before, after, copies: Expr):
+    """The receptive field after ``copies`` identical copies, from what one copy does to it."""
+    if before is None or after is None or before[1] != after[1]:
+        return after
+    return (before[0] + (after[0] - before[0]) * copies, after[1])
 
 
 def _poison() -> LbdlError:
