@@ -8,6 +8,7 @@ from the spec: every spec-provided name in it went through the sanitising namesp
 from __future__ import annotations
 
 import functools
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from lbdl_dsl.backends.jax.codegen import generate
+from lbdl_dsl.backends.jax.runtime import unflatten
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.core.symbolic import Expr
+from lbdl_dsl.output import write_atomic
 
 
 class Model:
@@ -102,20 +105,16 @@ class Model:
         """Parameters (and state) to an ``.npz`` file whose keys are the pytree paths."""
         flat = {f"params/{k}": v for k, v in _flatten(params).items()}
         flat |= {f"state/{k}": v for k, v in _flatten(state or {}).items()}
-        path = Path(path)
-        from lbdl_dsl.output import write_atomic
-        import io
-
         buffer = io.BytesIO()
         np.savez(buffer, **{k: np.asarray(v) for k, v in flat.items()})
-        return write_atomic(path, buffer.getvalue())
+        return write_atomic(Path(path), buffer.getvalue())
 
     def load(self, path: str | Path) -> tuple[Any, Any]:
         """(params, state) from a file written by `save`, checked against the model's shapes."""
         with np.load(Path(path)) as data:
             flat = {k: jnp.asarray(data[k]) for k in data.files}
-        params = _unflatten({k[7:]: v for k, v in flat.items() if k.startswith("params/")})
-        state = _unflatten({k[6:]: v for k, v in flat.items() if k.startswith("state/")})
+        params = unflatten({k[7:]: v for k, v in flat.items() if k.startswith("params/")})
+        state = unflatten({k[6:]: v for k, v in flat.items() if k.startswith("state/")})
         want = self.module["PARAMS"]
         got = _flatten(params)
         if set(got) != set(want):
@@ -144,15 +143,4 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
             out |= _flatten(v, f"{path}/")
         else:
             out[path] = v
-    return out
-
-
-def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for path, value in flat.items():
-        node = out
-        *parents, leaf = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
     return out
