@@ -199,7 +199,7 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {t} exceeds context {self.ctx}")
         wte = nn.Embed(self.vocab, self.d, embedding_init=_gpt_init, dtype=self.dtype, name="wte")
         wpe = self.param("wpe", nn.initializers.normal(0.01), (self.ctx, self.d))
-        x = wte(tokens) + wpe[:t].astype(self.dtype)
+        x = wte(tokens) + wpe[None, :t].astype(self.dtype)
         for i in range(self.n_layer):
             x = Block(self.d, self.heads, self.n_layer, self.dtype, name=f"h_{i}")(x)
         x = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype, name="ln_f")(x)
