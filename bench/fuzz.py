@@ -319,9 +319,9 @@ def _value(rng: random.Random, hp, symbols: list[str]) -> str:
     return rng.choice(("3", "1"))
 
 
-def _box(rng: random.Random, symbols: list[str], names: list[str], blocks: list[str]) -> str:
-    """One box: a layer (or a block) with hyper-parameters, an annotation, a name."""
-    ops = [n for n, lay in LAYERS.items() if lay.arity[0] == 1 or names] + blocks * 4
+def _box(rng: random.Random, symbols: list[str], names: list[str], blocks: dict) -> str:
+    """One box: a layer (or a block: name → inputs) with hyper-parameters, annotation, name."""
+    ops = [n for n, lay in LAYERS.items() if lay.arity[0] == 1 or names] + list(blocks) * 4
     op = rng.choice(ops) if rng.random() > BAD / 4 else "nosuch"
     layer = LAYERS.get(op)
     parts = [op]
@@ -330,6 +330,8 @@ def _box(rng: random.Random, symbols: list[str], names: list[str], blocks: list[
     for hp in layer.hparams if layer is not None else ():
         if (hp.required and rng.random() > BAD) or rng.random() < 0.2:
             parts.append(f"{hp.name}={_value(rng, hp, symbols)}")
+    if blocks.get(op, 0) > 1 and names:
+        parts[0] += f"({rng.choice(names)})"
     if op in blocks and rng.random() < 0.5:
         parts.append(f"S={rng.choice(('1', '2', '3'))}")
     if rng.random() < 0.25:
@@ -361,14 +363,15 @@ def _body(rng: random.Random, depth: int, symbols, names, blocks, indent: str) -
 
 def generate_spec(rng: random.Random) -> bytes:
     """A small random model drawn from the registry, with up to two blocks it may call."""
-    lines, blocks = [], []
+    lines: list[str] = []
+    blocks: dict[str, int] = {}  # name → number of inputs
     for b in range(rng.randint(0, 2)):
         pattern = rng.choice(("C×H×W", "C", "T×D", "C×H×H", "X: C×H×W", "X: T×D, Z: S×D"))
         names = ["X"] if "X:" in pattern else []
         symbols = sorted(set(re.findall(r"\b[CHWTDS]\b", pattern)) | {"S"})
         lines.append(f"block blk{b}(S=2) on {pattern}:")
         lines += _body(rng, 1, symbols, names, blocks, "  ")
-        blocks.append(f"blk{b}")
+        blocks[f"blk{b}"] = pattern.count(",") + 1
     dims = rng.choices(("3", "8", "16", "32", "1", "N", "D"), k=rng.randint(1, 4))
     dtype = rng.choice(("", "", "", "", " int<V>", " bool"))
     lines += ["model fuzz(N=8, D=16, V=50):", f"  input X: {'×'.join(dims)}{dtype}"]
@@ -407,6 +410,8 @@ def run_case(case: Case, work: Path, timeout: float) -> Outcome:
         outcome = _classify(rc, err.getvalue(), work)
     except CaseTimeout:
         outcome = Outcome("timeout", 0.0, f"over {timeout} s")
+    except KeyboardInterrupt:
+        raise
     except BaseException as exc:  # noqa: BLE001 - anything else escaping the CLI is a crash
         detail = "".join(traceback.format_exception(exc)[-6:])
         outcome = Outcome("crash", 0.0, f"{type(exc).__name__}: {exc}\n{detail}")

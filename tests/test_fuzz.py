@@ -24,7 +24,7 @@ from bench import fuzz  # noqa: E402
 from lbdl_dsl.compiler.driver import compile_spec  # noqa: E402
 from lbdl_dsl.core.errors import LbdlError  # noqa: E402
 
-CI_CASES = 2_000
+CI_CASES = 3_000
 
 
 def test_a_slice_of_the_fuzz_run_has_no_crash() -> None:

@@ -133,22 +133,104 @@ def conv(
     ``padding`` is a tuple of (low, high) pairs per spatial axis (see ``same_padding``) or a
     string understood by ``jax.lax.conv_general_dilated`` ("SAME" / "VALID").
     A PyTorch Conv weight (Cout, Cin // g, *k) converts with ``transpose(2, ..., 1, 0)``.
+
+    The gradients are `conv_input_grad` and `conv_weight_grad`, channels-last convolutions like
+    this one: JAX's own rule writes them with permuted dimension numbers, which XLA:CPU runs on
+    a slow path inside loops (jax-ml/jax#12868), and the body of a ×N group is a loop
+    (``jax.lax.scan``): ResNet-50's training step took ten times as long. Being a custom VJP,
+    the convolution supports reverse-mode differentiation only (not ``jax.jvp``).
     """
     n = x.ndim - 2
-    if not isinstance(padding, str):
-        padding = tuple((int(lo), int(hi)) for lo, hi in padding)
-    y = jax.lax.conv_general_dilated(
-        x,
-        w,
-        window_strides=tuple(stride),
-        padding=padding,
-        rhs_dilation=tuple(dilation),
-        dimension_numbers=conv_dimension_numbers(n),
-        feature_group_count=groups,
-    )
+    stride, dilation = tuple(stride), tuple(dilation)
+    if isinstance(padding, str):
+        window = [d * (k - 1) + 1 for k, d in zip(w.shape[:n], dilation, strict=True)]
+        padding = jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding)
+    pads = tuple((int(lo), int(hi)) for lo, hi in padding)
+
+    @jax.custom_vjp
+    def convolve(x, w):
+        return jax.lax.conv_general_dilated(
+            x,
+            w,
+            window_strides=stride,
+            padding=pads,
+            rhs_dilation=dilation,
+            dimension_numbers=conv_dimension_numbers(n),
+            feature_group_count=groups,
+        )
+
+    def forward(x, w):
+        return convolve(x, w), (x, w)
+
+    def backward(saved, g):
+        x, w = saved
+        dx = conv_input_grad(g, w, x.shape, stride, pads, dilation, groups)
+        dw = conv_weight_grad(g, x, w.shape, stride, pads, dilation, groups)
+        return dx.astype(x.dtype), dw.astype(w.dtype)
+
+    convolve.defvjp(forward, backward)
+    y = convolve(x, w)
     if b is not None:
         y = y + trailing(b, y.ndim)
     return y
+
+
+def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
+    """The gradient of `conv` for its input: ``g`` convolved with the flipped kernel.
+
+    The kernel's input and output channels swap places (group by group), the stride becomes a
+    dilation of ``g``, and the padding is what puts every input position under the window.
+    """
+    n = g.ndim - 2
+    kernel = w.shape[:n]
+    cin_g, cout_g = w.shape[n], w.shape[n + 1] // groups
+    wt = w.reshape(*kernel, cin_g, groups, cout_g)
+    wt = jnp.moveaxis(wt, n, n + 2)  # (*k, groups, Cout // groups, Cin // groups)
+    wt = jnp.moveaxis(wt, n, n + 1).reshape(*kernel, cout_g, groups * cin_g)
+    wt = jnp.flip(wt, axis=tuple(range(n)))
+    padding = []
+    for i in range(n):
+        window = dilation[i] * (kernel[i] - 1) + 1
+        covered = (g.shape[1 + i] - 1) * stride[i] + 1
+        before = window - pads[i][0] - 1
+        padding.append((before, x_shape[1 + i] + window - 1 - covered - before))
+    return jax.lax.conv_general_dilated(
+        g,
+        wt,
+        window_strides=(1,) * n,
+        padding=padding,
+        lhs_dilation=stride,
+        rhs_dilation=dilation,
+        dimension_numbers=conv_dimension_numbers(n),
+        feature_group_count=groups,
+    )
+
+
+def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
+    """The gradient of `conv` for its kernel: ``x`` convolved with ``g`` over the batch.
+
+    The channels of ``x`` play the batch and its batch the channels, ``g`` is the kernel (its
+    batch as input channels), the dilation becomes the stride and the stride the dilation.
+    """
+    n = x.ndim - 2
+    xt = jnp.transpose(x, (n + 1, *range(1, n + 1), 0))  # (Cin, *S, B)
+    gt = jnp.transpose(g, (*range(1, n + 1), 0, n + 1))  # (*S_out, B, Cout)
+    padding = []
+    for i in range(n):
+        window = dilation[i] * (w_shape[i] - 1) + 1
+        covered = (g.shape[1 + i] - 1) * stride[i] + 1
+        high = covered - x.shape[1 + i] + window - pads[i][0] - 1
+        padding.append((pads[i][0], high))
+    dw = jax.lax.conv_general_dilated(
+        xt,
+        gt,
+        window_strides=dilation,
+        padding=padding,
+        rhs_dilation=stride,
+        dimension_numbers=conv_dimension_numbers(n),
+        batch_group_count=groups,
+    )
+    return jnp.transpose(dw, (*range(1, n + 1), 0, n + 1))  # (*k, Cin // groups, Cout)
 
 
 def conv_transpose(
@@ -263,11 +345,12 @@ def batch_norm(
     and update the running statistics as ``(1 - momentum) * old + momentum * batch`` using the
     UNBIASED batch variance (the update carries no gradient). In eval mode, normalise with the
     running statistics and return them unchanged. ``scale`` / ``bias`` may be None (no affine).
+    The scale is folded into the per-channel factor, so that each value is multiplied once.
     """
     axes = tuple(range(x.ndim - 1))
     if train:
         batch_mean = jnp.mean(x, axis=axes)
-        batch_var = jnp.var(x, axis=axes)
+        batch_var = jnp.mean(jnp.square(x - trailing(batch_mean, x.ndim)), axis=axes)
         n = x.size // x.shape[-1]
         unbiased_var = batch_var * (n / max(n - 1, 1))
         new_mean = (1.0 - momentum) * mean + momentum * batch_mean
@@ -278,9 +361,10 @@ def batch_norm(
     else:
         new_mean, new_var = mean, var
         use_mean, use_var = mean, var
-    y = (x - trailing(use_mean, x.ndim)) * trailing(jax.lax.rsqrt(use_var + eps), x.ndim)
+    factor = jax.lax.rsqrt(use_var + eps)
     if scale is not None:
-        y = y * trailing(scale, y.ndim)
+        factor = factor * scale
+    y = (x - trailing(use_mean, x.ndim)) * trailing(factor, x.ndim)
     if bias is not None:
         y = y + trailing(bias, y.ndim)
     return y, new_mean, new_var
@@ -697,27 +781,27 @@ def init_table(key, table: dict) -> dict:
 
     "fan_in": normal with std sqrt(1/fan_in) (LeCun, Flax's default); "normal": normal with
     std ``scale``; "zeros" and "ones" as named. All the noise comes from a single call of
-    ``jax.random.normal`` cut into pieces on the host, so initialising compiles one small
-    computation instead of one per parameter shape.
+    ``jax.random.normal`` cut into pieces on the host, the constant arrays are NumPy's, and all
+    go to the device with ``jax.device_put``, so initialising compiles one small computation
+    instead of one per parameter shape (``jnp.asarray`` compiles one per shape: in a fresh
+    process those compilations took longer than drawing ResNet-50's 25M numbers).
     """
-    sizes = {path: int(np.prod(shape)) for path, (shape, how, _) in table.items()
-             if how in ("fan_in", "normal")}
+    sizes = {
+        path: int(np.prod(shape))
+        for path, (shape, how, _) in table.items()
+        if how in ("fan_in", "normal")
+    }
     noise = jax.random.normal(key, (max(sum(sizes.values()), 1),), jnp.float32)
-    try:
+    if not isinstance(noise, jax.core.Tracer):  # under jax.eval_shape or jit: traced slices
         noise = np.asarray(noise)  # cut on the host: no compilation per shape
-    except jax.errors.TracerArrayConversionError:
-        pass  # under jax.eval_shape or jit: cut with traced slices instead
     out, start = {}, 0
     for path, (shape, how, scale) in table.items():
-        if how == "zeros":
-            out[path] = jnp.zeros(shape, jnp.float32)
-        elif how == "ones":
-            out[path] = jnp.ones(shape, jnp.float32)
+        if how in ("zeros", "ones"):
+            out[path] = jax.device_put(np.full(shape, float(how == "ones"), np.float32))
         else:
             n = sizes[path]
             std = np.sqrt(1.0 / scale) if how == "fan_in" else scale
-            out[path] = jnp.asarray(noise[start : start + n].reshape(shape) * np.float32(std))
-            out[path] = out[path].astype(jnp.float32)
+            out[path] = jax.device_put(noise[start : start + n].reshape(shape) * np.float32(std))
             start += n
     return out
 
