@@ -32,6 +32,7 @@ gallery: setup
 
 docs: setup
 	$(PY) -m lbdl_dsl.tools.layer_docs > docs/layers.md
+	$(PY) -m lbdl_dsl.tools.error_docs > docs/errors.md
 
 bench: setup
 	$(PY) bench/run.py

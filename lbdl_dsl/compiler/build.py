@@ -196,7 +196,7 @@ class _Builder:
     def _AssertShape(self, scope: _Scope, st: ast.AssertShape) -> None:
         nid = self.resolve(scope, st.name)
         dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
-        scope.graph.asserts.append(("shape", nid, _annot(st.shape, dims), st.span))
+        scope.graph.asserts.append(("shape", nid, _annot(st.shape, dims), st.span, st.name.name))
 
     def _RepeatGroup(self, scope: _Scope, st: ast.RepeatGroup, annotation=None,
                      framed: bool = False) -> None:

@@ -509,14 +509,14 @@ def _check_asserts(checked: Checked, outs, checker: Checker, overridden: bool) -
                     f"assertion failed: {quantity} = {value:,}, which is not {op} {bound:,}",
                     span))
         else:
-            _, nid, ann, span = item
+            _, nid, ann, span, name = item
             t = outs.get(nid)
             if t is None:
                 continue
             want = tuple(_subs(d, checked.env) for d in ann.dims)
             if want != t.shape:
                 checker.report(LbdlError(
-                    f"assertion failed: the tensor has shape {t}, not {fmt_shape(want)}",
+                    f"assertion failed: `{name}` has shape {t}, not {fmt_shape(want)}",
                     ann.span, notes=[Note(f"it is made by {t.made_by}", t.span)]))
 
 

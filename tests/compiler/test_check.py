@@ -340,7 +340,7 @@ def test_assertions_that_fail_are_all_reported(compile_text: Compile) -> None:
     messages = [d.message for d in info.value.diagnostics]
     assert messages == [
         "assertion failed: params = 1,557, which is not < 1,000",
-        "assertion failed: the tensor has shape 2, not 3",
+        "assertion failed: `Y` has shape 2, not 3",
         "assertion failed: macs = 1,520, which is not > 1,000,000",
     ]
     assert [d.span.line for d in info.value.diagnostics] == [10, 11, 12]
