@@ -31,27 +31,55 @@ def _parser() -> argparse.ArgumentParser:
         "draws it: check its shapes, count it, draw it, and lower it to JAX.",
     )
     p.add_argument("spec", help="the .lbdl file")
-    p.add_argument("--check", action="store_true",
-                   help="parse, build and check only; print the summary and write nothing")
-    p.add_argument("--set", nargs="+", default=[], metavar="K=V",
-                   help="override model parameters or give input symbols values (N=24 D=1024)")
-    p.add_argument("-o", "--output", metavar="OUTDIR",
-                   help="where to write artefacts (default: build/SPECNAME)")
-    p.add_argument("--emit", metavar="FORMATS",
-                   help=f"comma-separated: {','.join(ALL_FORMATS)} "
-                   f"(default without --check: {','.join(DEFAULT_FORMATS)})")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="parse, build and check only; print the summary and write nothing",
+    )
+    p.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="K=V",
+        help="override model parameters or give input symbols values (N=24 D=1024)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUTDIR",
+        help="where to write artefacts (default: build/SPECNAME)",
+    )
+    p.add_argument(
+        "--emit",
+        metavar="FORMATS",
+        help=f"comma-separated: {','.join(ALL_FORMATS)} "
+        f"(default without --check: {','.join(DEFAULT_FORMATS)})",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("--depth", default="1",
-                   help="summary depth: a number or `all` (default 1, the figure's boxes)")
-    p.add_argument("--expand", default=None, metavar="WHAT",
-                   help="diagram: draw inside block calls: `all`, a block name, or a depth")
-    p.add_argument("--run", action="store_true",
-                   help="jit the model, run it on random inputs and time it")
+    p.add_argument(
+        "--depth",
+        default="1",
+        help="summary depth: a number or `all` (default 1, the figure's boxes)",
+    )
+    p.add_argument(
+        "--expand",
+        default=None,
+        metavar="WHAT",
+        help="diagram: draw inside block calls: `all`, a block name, or a depth",
+    )
+    p.add_argument(
+        "--run", action="store_true", help="jit the model, run it on random inputs and time it"
+    )
     p.add_argument("--batch", type=int, default=2, help="batch size for --run (default 2)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                   help="compute type of the generated code (parameters stay float32)")
-    p.add_argument("--unroll", action="store_true",
-                   help="lower ×N groups as loops instead of jax.lax.scan")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="compute type of the generated code (parameters stay float32)",
+    )
+    p.add_argument(
+        "--unroll", action="store_true", help="lower ×N groups as loops instead of jax.lax.scan"
+    )
     return p
 
 
@@ -96,9 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - our bug: a short message, the traceback on demand
         if os.environ.get("LBDL_DEBUG"):
             raise
-        print(f"{args.spec}: internal error: {type(exc).__name__}: {exc}\n"
-              "hint: this is a bug in lbdl, not in your spec; rerun with LBDL_DEBUG=1 and "
-              "report the traceback", file=sys.stderr)
+        print(
+            f"{args.spec}: internal error: {type(exc).__name__}: {exc}\n"
+            "hint: this is a bug in lbdl, not in your spec; rerun with LBDL_DEBUG=1 and "
+            "report the traceback",
+            file=sys.stderr,
+        )
         return 3
 
 

@@ -47,8 +47,8 @@ def _label(inst: Inst) -> str:
 
 def _fmt(value: Any) -> str:
     if isinstance(value, tuple):
-        return "(" + ", ".join(_fmt(v) for v in value) + ")" if len(set(value)) > 1 else _fmt(
-            value[0]
+        return (
+            "(" + ", ".join(_fmt(v) for v in value) + ")" if len(set(value)) > 1 else _fmt(value[0])
         )
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -77,8 +77,9 @@ def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
             )
             if depth is None or level + 1 < depth:
                 for i, cp in enumerate(inst.copies):
-                    yield from visit(cp.body, level + 1, f"{path}/{i}" if len(inst.copies) > 1
-                                     else path)
+                    yield from visit(
+                        cp.body, level + 1, f"{path}/{i}" if len(inst.copies) > 1 else path
+                    )
                 yield from visit(inst.body, level + 1, path)
                 yield from visit(inst.shortcut, level + 1, f"{path}/shortcut")
 
@@ -169,8 +170,14 @@ def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False
             cells.append(r.rf)
         table.add_row(*cells)
     t = checked.totals
-    console = Console(width=240, force_terminal=terminal, no_color=not terminal,
-                      highlight=False, record=True, file=_Null())
+    console = Console(
+        width=240,
+        force_terminal=terminal,
+        no_color=not terminal,
+        highlight=False,
+        record=True,
+        file=_Null(),
+    )
     model = checked.program.model
     params = ", ".join(f"{k}={_env_json(v)}" for k, v in checked.env.items())
     console.print(f"model {model.name}" + (f" ({params})" if params else ""))

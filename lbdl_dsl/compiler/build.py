@@ -108,9 +108,7 @@ class _Builder:
         )
 
     def define(self, scope: _Scope, ref: ast.Ref, node_id: str) -> None:
-        if ref.name in scope.graph.names and not scope.graph.names[ref.name].startswith(
-            "capture_"
-        ):
+        if ref.name in scope.graph.names and not scope.graph.names[ref.name].startswith("capture_"):
             raise LbdlError(
                 f"`{ref.name}` is defined twice",
                 ref.span,
@@ -153,8 +151,16 @@ class _Builder:
         dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
         vocab = check_symbols(st.vocab, scope.known, "range") if st.vocab else None
         nid = f"input:{st.name.name}"
-        node = Node(nid, "input", "", st.span, annotation=_annot(st.shape, dims),
-                    name=st.name.name, dtype=st.dtype, vocab=vocab)
+        node = Node(
+            nid,
+            "input",
+            "",
+            st.span,
+            annotation=_annot(st.shape, dims),
+            name=st.name.name,
+            dtype=st.dtype,
+            vocab=vocab,
+        )
         self.define(scope, st.name, nid)
         scope.graph.add(node)
         scope.graph.inputs.append(nid)
@@ -162,8 +168,11 @@ class _Builder:
 
     def _OutputDecl(self, scope: _Scope, st: ast.OutputDecl) -> None:
         if not (scope.in_model and scope.top):
-            raise LbdlError("outputs are declared in the model's own body", st.span,
-                            hint="a block's output is its last tensor")
+            raise LbdlError(
+                "outputs are declared in the model's own body",
+                st.span,
+                hint="a block's output is its last tensor",
+            )
         if st.name.name in scope.graph.names:
             nid = scope.graph.names[st.name.name]
         else:
@@ -198,12 +207,21 @@ class _Builder:
         dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
         scope.graph.asserts.append(("shape", nid, _annot(st.shape, dims), st.span, st.name.name))
 
-    def _RepeatGroup(self, scope: _Scope, st: ast.RepeatGroup, annotation=None,
-                     framed: bool = False) -> None:
+    def _RepeatGroup(
+        self, scope: _Scope, st: ast.RepeatGroup, annotation=None, framed: bool = False
+    ) -> None:
         count = self.count(scope, st.count)
         body, sub = self.subgraph(scope, st.body, framed)
-        node = Node(scope.new_id("repeat"), "repeat", "", st.span, body=body, count=count,
-                    count_span=st.count.span, annotation=annotation)
+        node = Node(
+            scope.new_id("repeat"),
+            "repeat",
+            "",
+            st.span,
+            body=body,
+            count=count,
+            count_span=st.count.span,
+            annotation=annotation,
+        )
         self.emit(scope, node, [self.flowing(scope, st.span), *sub.captures])
 
     def _ResidualGroup(self, scope: _Scope, st: ast.ResidualGroup) -> None:
@@ -255,10 +273,16 @@ class _Builder:
     def count(self, scope: _Scope, value: ast.SizeExpr) -> Expr:
         expr = check_symbols(value, scope.known, "repeat count")
         n = expr.as_int()
-        if expr.is_const and (n is None or n < 1) and not (n == 0 and value.bare_name is None
-                                                          and not value.text.isdigit()):
-            raise LbdlError(f"×{value.text} repeats nothing", value.span,
-                            hint="a repeat count is a whole number ≥ 1")
+        if (
+            expr.is_const
+            and (n is None or n < 1)
+            and not (n == 0 and value.bare_name is None and not value.text.isdigit())
+        ):
+            raise LbdlError(
+                f"×{value.text} repeats nothing",
+                value.span,
+                hint="a repeat count is a whole number ≥ 1",
+            )
         if n is not None and n > MAX_REPEAT:
             raise LbdlError(
                 f"×{n:,} is more than the {MAX_REPEAT:,} copies a spec may repeat",
@@ -267,8 +291,9 @@ class _Builder:
             )
         return expr
 
-    def subgraph(self, scope: _Scope, stmts: tuple[ast.Stmt, ...], framed: bool = False
-                 ) -> tuple[Graph, _Scope]:
+    def subgraph(
+        self, scope: _Scope, stmts: tuple[ast.Stmt, ...], framed: bool = False
+    ) -> tuple[Graph, _Scope]:
         sub = _Scope(Graph(), scope.known, scope.params, parent=scope, in_model=scope.in_model)
         first = scope.graph.node(self.flowing(scope, stmts[0].span)) if stmts else None
         sub.graph.add(Node("input", "input", "", first.span if first else Span.point("", 1, 1)))
@@ -291,7 +316,8 @@ class _Builder:
                 f"`{layer.name}` takes {lo if lo == hi else f'{lo} to {hi}'} input"
                 f"{'s' if hi > 1 else ''}{extra}, got {len(inputs)}",
                 st.span,
-                hint="name extra inputs in parentheses: `cross-att(Z)`" if hi > 1
+                hint="name extra inputs in parentheses: `cross-att(Z)`"
+                if hi > 1
                 else f"`{layer.name}` reads only the flowing tensor",
             )
         values: dict[str, HValue] = {}
@@ -307,8 +333,11 @@ class _Builder:
                     f"`{layer.name}` has no hyper-parameter `{hp.key}`",
                     hp.span,
                     hint=did_you_mean(hp.key, names)
-                    or (f"its hyper-parameters are {', '.join(names)}" if names
-                        else f"`{layer.name}` takes none"),
+                    or (
+                        f"its hyper-parameters are {', '.join(names)}"
+                        if names
+                        else f"`{layer.name}` takes none"
+                    ),
                 )
             values[hp.key] = normalise(layer, decl, hp.value, scope.known, scope.params)
         explicit = frozenset(values)
@@ -321,20 +350,32 @@ class _Builder:
                     f"`{layer.name}` needs `{decl.name}` ({decl.doc})",
                     st.op_span,
                     hint=f"write `{decl.name}=...`"
-                    + (" or the output shape at the right of the box" if decl.name in filled
-                       else ""),
+                    + (
+                        " or the output shape at the right of the box"
+                        if decl.name in filled
+                        else ""
+                    ),
                 )
             values[decl.name] = None if decl.required else default_value(layer, decl)
         return Node(
-            scope.new_id(layer.name), "layer", layer.name, st.span, tuple(values.items()),
-            annotation, explicit=explicit, shares=shares,
+            scope.new_id(layer.name),
+            "layer",
+            layer.name,
+            st.span,
+            tuple(values.items()),
+            annotation,
+            explicit=explicit,
+            shares=shares,
         )
 
     def tie(self, scope: _Scope, layer, hp: ast.HParam) -> str:
         name = getattr(hp.value, "bare_name", None)
         if name is None:
-            raise LbdlError("`tie` names the tensor made by the layer to share", hp.value.span,
-                            hint="e.g. `embed D=768 -> tokens` ... `fc V tie=tokens`")
+            raise LbdlError(
+                "`tie` names the tensor made by the layer to share",
+                hp.value.span,
+                hint="e.g. `embed D=768 -> tokens` ... `fc V tie=tokens`",
+            )
         nid = self.resolve(scope, ast.Ref(name, hp.value.span))
         other = scope.graph.node(nid)
         allowed = {op for op, _ in layer.ties} | {layer.name}
@@ -362,8 +403,8 @@ class _Builder:
                 raise LbdlError(
                     f"block `{block.name}` has no parameter `{hp.key}`",
                     hp.span,
-                    hint=did_you_mean(hp.key, declared) or f"its parameters are "
-                    f"{', '.join(declared) or 'none'}",
+                    hint=did_you_mean(hp.key, declared)
+                    or f"its parameters are {', '.join(declared) or 'none'}",
                     notes=[Note("defined here", block.name_span)],
                 )
             values[hp.key] = _arg_value(hp.value, scope)
@@ -375,8 +416,15 @@ class _Builder:
                     hint=f"write `{block.name} {p.name}=...`",
                     notes=[Note("defined here", p.span)],
                 )
-        return Node(scope.new_id(block.name), "call", block.name, st.span, tuple(values.items()),
-                    annotation, explicit=frozenset(values))
+        return Node(
+            scope.new_id(block.name),
+            "call",
+            block.name,
+            st.span,
+            tuple(values.items()),
+            annotation,
+            explicit=frozenset(values),
+        )
 
 
 def _arg_value(value: ast.Value, scope: _Scope) -> HValue:
@@ -395,8 +443,9 @@ def _arg_value(value: ast.Value, scope: _Scope) -> HValue:
 
 
 def _annot(shape: ast.ShapeAST, dims: tuple[Expr, ...]) -> Annotation:
-    return Annotation(dims, tuple(d.text for d in shape.dims), tuple(d.span for d in shape.dims),
-                      shape.span)
+    return Annotation(
+        dims, tuple(d.text for d in shape.dims), tuple(d.span for d in shape.dims), shape.span
+    )
 
 
 _SUFFIX = {"K": 10**3, "k": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
@@ -413,8 +462,11 @@ def _metric(value: ast.SizeExpr) -> int:
             result = coef * _SUFFIX[mono[0][0]]
             if result.denominator == 1:
                 return int(result)
-    raise LbdlError(f"`{value.text}` is not a count", value.span,
-                    hint="write a whole number, optionally with K, M, B or G: `26M`")
+    raise LbdlError(
+        f"`{value.text}` is not a count",
+        value.span,
+        hint="write a whole number, optionally with K, M, B or G: `26M`",
+    )
 
 
 def _defined_names(stmts: tuple[ast.Stmt, ...]) -> list[tuple[str, Span]]:
@@ -516,8 +568,9 @@ def _build_block(builder: _Builder, b: ast.BlockDef) -> Block:
         dims = tuple(d.expr for d in pat.shape.dims)
         sigs.append(TensorSig(pat.name, dims, tuple(d.text for d in pat.shape.dims), pat.span))
         nid = "input" if i == 0 else f"input_{i}"
-        scope.graph.add(Node(nid, "input", "", pat.span, annotation=_annot(pat.shape, dims),
-                             name=pat.name))
+        scope.graph.add(
+            Node(nid, "input", "", pat.span, annotation=_annot(pat.shape, dims), name=pat.name)
+        )
         scope.graph.inputs.append(nid)
         if pat.name:
             builder.define(scope, ast.Ref(pat.name, pat.span), nid)
@@ -564,7 +617,7 @@ def _check_recursion(program: Program) -> None:
 
     def visit(name: str, path: list[str], site: Node | None) -> None:
         if name in path:
-            cycle = " → ".join(path[path.index(name):] + [name])
+            cycle = " → ".join(path[path.index(name) :] + [name])
             raise LbdlError(
                 f"block `{name}` calls itself: {cycle}",
                 site.span if site else program.blocks[name].span,

@@ -62,7 +62,7 @@ def parse_value(text: str) -> Any:
 
 
 def _as_env_value(value: Any) -> Any:
-    if isinstance(value, bool) or isinstance(value, (str, float)):
+    if isinstance(value, (bool, str, float)):
         return value
     if isinstance(value, (int, Fraction)):
         return Expr.lift(value)
@@ -135,8 +135,9 @@ def compile_spec(
         return out
     out.program.bindings = model_env(out.program, dict(overrides or {}))
     declared = {p.name for p in out.program.model.params}
-    out.checked = check(out.program, out.program.bindings,
-                        overridden=bool(declared & set(overrides or {})))
+    out.checked = check(
+        out.program, out.program.bindings, overridden=bool(declared & set(overrides or {}))
+    )
     if out.checked.diagnostics:
         raise CheckFailed(out)
     return out

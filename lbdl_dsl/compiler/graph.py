@@ -200,36 +200,46 @@ def _verify_graph(graph: Graph, where: str, program: Program, known: set[str] | 
     if not nx.is_directed_acyclic_graph(graph.g):
         fail("cycle")
     for nid in graph.g.nodes:
-        data = graph.g.nodes[nid]
-        if "node" not in data:
+        if "node" not in graph.g.nodes[nid]:
             fail(f"node {nid} has no payload")
-        node: Node = data["node"]
-        if node.id != nid:
-            fail(f"node {nid} carries id {node.id}")
-        if not isinstance(node.span, Span):
-            fail(f"node {nid} has no span")
+        node: Node = graph.g.nodes[nid]["node"]
         ports = sorted(p for _, _, p in graph.g.in_edges(nid, data="port"))
-        if ports != list(range(len(ports))):
-            fail(f"node {nid} has ports {ports}")
-        if node.kind == "input" and ports:
-            fail(f"input {nid} has inputs")
-        if node.kind == "layer" and known is not None and node.op not in known:
-            fail(f"unknown op {node.op} at {nid}")
-        if node.kind == "call" and node.op not in program.blocks:
-            fail(f"call of unknown block {node.op}")
+        problem = _node_problem(node, nid, ports, program, known)
+        if problem:
+            fail(problem)
         if node.kind in ("repeat", "residual"):
-            if node.body is None or node.body.result is None:
-                fail(f"group {nid} has no body")
             _verify_graph(node.body, f"{where}/{nid}", program, known)
             if node.shortcut is not None:
                 _verify_graph(node.shortcut, f"{where}/{nid}:shortcut", program, known)
-            expected = len(node.body.inputs) + (
-                len(node.shortcut.inputs) - 1 if node.shortcut is not None else 0
-            )
-            if len(ports) != expected:
-                fail(f"group {nid} has {len(ports)} inputs for {expected} ports")
     for i in graph.inputs:
         if i not in graph.g or graph.node(i).kind != "input":
             fail(f"input {i} missing")
     if graph.result is not None and graph.result not in graph.g:
         fail(f"result {graph.result} missing")
+
+
+def _node_problem(
+    node: Node, nid: str, ports: list[int], program: Program, known: set[str] | None
+) -> str | None:
+    """What is wrong with one node, or None."""
+    if node.id != nid:
+        return f"node {nid} carries id {node.id}"
+    if not isinstance(node.span, Span):
+        return f"node {nid} has no span"
+    if ports != list(range(len(ports))):
+        return f"node {nid} has ports {ports}"
+    if node.kind == "input" and ports:
+        return f"input {nid} has inputs"
+    if node.kind == "layer" and known is not None and node.op not in known:
+        return f"unknown op {node.op} at {nid}"
+    if node.kind == "call" and node.op not in program.blocks:
+        return f"call of unknown block {node.op}"
+    if node.kind in ("repeat", "residual"):
+        if node.body is None or node.body.result is None:
+            return f"group {nid} has no body"
+        expected = len(node.body.inputs) + (
+            len(node.shortcut.inputs) - 1 if node.shortcut is not None else 0
+        )
+        if len(ports) != expected:
+            return f"group {nid} has {len(ports)} inputs for {expected} ports"
+    return None

@@ -114,8 +114,11 @@ class Checker:
         try:
             value = _subs(expr, env)
         except ZeroDivisionError:
-            zeros = [k for k in sorted(expr.free_symbols)
-                     if isinstance(env.get(k), Expr) and env[k] == Expr.lift(0)]
+            zeros = [
+                k
+                for k in sorted(expr.free_symbols)
+                if isinstance(env.get(k), Expr) and env[k] == Expr.lift(0)
+            ]
             hint = f"here {', '.join(f'{k}=0' for k in zeros)}" if zeros else None
             raise LbdlError(f"division by zero in {what}", span, hint=hint) from None
         if value.is_const:
@@ -125,9 +128,11 @@ class Checker:
             if v.denominator != 1:
                 values = {k: env[k] for k in sorted(expr.free_symbols) if k in env}
                 raise LbdlError(
-                    str(InexactDivision(expr, {k: v for k, v in values.items()
-                                               if isinstance(v, Expr)}, v)).replace(
-                        "Expr(", "("),
+                    str(
+                        InexactDivision(
+                            expr, {k: v for k, v in values.items() if isinstance(v, Expr)}, v
+                        )
+                    ).replace("Expr(", "("),
                     span,
                     hint="sizes must divide exactly; change the input size or the divisor",
                 )
@@ -188,15 +193,20 @@ class Checker:
                         hp[name] = ann
                     elif -len(ann) <= axis < len(ann):
                         hp[name] = ann[axis]
-        for name, axis in layer.from_annotation:
+        for name, _ in layer.from_annotation:
             if hp.get(name) is None and (layer.hparam(name).required):
                 raise LbdlError(
                     f"`{node.op}` needs `{name}`",
                     node.span,
                     hint=f"write `{name}=...` or the output shape at the right of the box",
                 )
-        ctx = Ctx(node.op, [t.shape for t in inst.inputs], hp,
-                  [t.dtype for t in inst.inputs], [t.vocab for t in inst.inputs])
+        ctx = Ctx(
+            node.op,
+            [t.shape for t in inst.inputs],
+            hp,
+            [t.dtype for t in inst.inputs],
+            [t.vocab for t in inst.inputs],
+        )
         try:
             out = tuple(Expr.lift(d) for d in layer.shape(ctx))
             # the rule's output is already in the caller's symbols: check it, substitute nothing
@@ -207,8 +217,9 @@ class Checker:
             inst.params = layer.params(ctx) if layer.params else {}
             inst.state = layer.state(ctx)
             inst.macs = Expr.lift(layer.macs(ctx))
-            self.bounded(numel(out), f"the number of elements of the output of `{node.op}`",
-                         node.span)
+            self.bounded(
+                numel(out), f"the number of elements of the output of `{node.op}`", node.span
+            )
             for name, p in inst.params.items():
                 self.bounded(numel(p.shape), f"the size of the parameter `{name}`", node.span)
             self.bounded(inst.macs, f"the multiply-accumulate count of `{node.op}`", node.span)
@@ -249,8 +260,10 @@ class Checker:
     def compare(self, inst: Inst, ann: tuple[Expr, ...], out: tuple[Expr, ...]) -> None:
         node = inst.node
         same = len(ann) == len(out) and all(a == o for a, o in zip(ann, out))
-        if not same and len(ann) == len(out) and all(
-            a == o or a == o.drop_floors() for a, o in zip(ann, out)
+        if (
+            not same
+            and len(ann) == len(out)
+            and all(a == o or a == o.drop_floors() for a, o in zip(ann, out))
         ):
             for a, o in zip(ann, out):
                 if a != o:
@@ -261,8 +274,14 @@ class Checker:
                 f"`{node.op}` gives {fmt_shape(out)}, but the annotation says {fmt_shape(ann)}",
                 node.annotation.span,
                 hint="fix the annotation, or the hyper-parameters if the annotation is right",
-                notes=[Note(f"its input is {inst.inputs[0]}, from {inst.inputs[0].made_by}",
-                            inst.inputs[0].span)] if inst.inputs else [],
+                notes=[
+                    Note(
+                        f"its input is {inst.inputs[0]}, from {inst.inputs[0].made_by}",
+                        inst.inputs[0].span,
+                    )
+                ]
+                if inst.inputs
+                else [],
             )
 
     def check_annotation(self, inst: Inst, out, env) -> None:
@@ -281,8 +300,12 @@ class Checker:
     def shape_error(self, inst: Inst, exc: ShapeFailure) -> LbdlError:
         node = inst.node
         notes = [
-            Note(f"input {i + 1} is {t}, from {t.made_by}" if len(inst.inputs) > 1
-                 else f"its input is {t}, from {t.made_by}", t.span)
+            Note(
+                f"input {i + 1} is {t}, from {t.made_by}"
+                if len(inst.inputs) > 1
+                else f"its input is {t}, from {t.made_by}",
+                t.span,
+            )
             for i, t in enumerate(inst.inputs)
         ]
         span = node.span
@@ -300,8 +323,11 @@ class Checker:
         if len(self.stack) >= MAX_CALL_DEPTH:
             raise LbdlError(f"block calls nested deeper than {MAX_CALL_DEPTH}", node.span)
         benv = self.bind_block(inst, block, env)
-        key = (node.op, tuple(t.shape for t in inst.inputs),
-               tuple(sorted((k, repr(v)) for k, v in benv.items())))
+        key = (
+            node.op,
+            tuple(t.shape for t in inst.inputs),
+            tuple(sorted((k, repr(v)) for k, v in benv.items())),
+        )
         if key in self.memo:
             body, result, bindings = self.memo[key]
         else:
@@ -333,8 +359,10 @@ class Checker:
                 raise LbdlError(
                     f"block `{block.name}` takes a {'×'.join(sig.texts)} input, got {t}",
                     node.span,
-                    notes=[Note(f"its input is {t}, from {t.made_by}", t.span),
-                           Note("the block is defined here", block.span)],
+                    notes=[
+                        Note(f"its input is {t}, from {t.made_by}", t.span),
+                        Note("the block is defined here", block.span),
+                    ],
                 )
             for pat, text, actual in zip(sig.dims, sig.texts, t.shape):
                 self.match(pat, text, actual, benv, block, node, t)
@@ -359,8 +387,10 @@ class Checker:
             raise LbdlError(
                 f"block `{block.name}` needs `{text}` = {value} here, but the input has {actual}",
                 node.span,
-                notes=[Note(f"its input is {t}, from {t.made_by}", t.span),
-                       Note("the block is defined here", block.span)],
+                notes=[
+                    Note(f"its input is {t}, from {t.made_by}", t.span),
+                    Note("the block is defined here", block.span),
+                ],
             )
 
     def repeat(self, inst: Inst, env: dict[str, Any]) -> Tensor:
@@ -405,12 +435,14 @@ class Checker:
             seen_in = result
             done += 1
             if len(copies) > 10_000:
-                raise LbdlError("a ×N group changes its shape in more than 10,000 copies",
-                                node.count_span)
+                raise LbdlError(
+                    "a ×N group changes its shape in more than 10,000 copies", node.count_span
+                )
         inst.copies = copies
         inst.hp = {"count": count}
-        return Tensor(seen_in.shape, seen_in.dtype, seen_in.vocab, _where(node), node.span,
-                      seen_in.rf)
+        return Tensor(
+            seen_in.shape, seen_in.dtype, seen_in.vocab, _where(node), node.span, seen_in.rf
+        )
 
     def residual(self, inst: Inst, env: dict[str, Any]) -> Tensor:
         node = inst.node
@@ -433,9 +465,11 @@ class Checker:
                 f"the residual group gives {result}, which cannot be added to {what}, {added}",
                 node.span,
                 hint="add a `shortcut:` path that changes the shape (conv-2d k=1 s=S, batchnorm)"
-                if node.shortcut is None else "make both paths end with the same shape",
-                notes=[Note(f"the main path ends with {result}, from {result.made_by}",
-                            result.span)],
+                if node.shortcut is None
+                else "make both paths end with the same shape",
+                notes=[
+                    Note(f"the main path ends with {result}, from {result.made_by}", result.span)
+                ],
             )
         rf = result.rf
         return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, rf)
@@ -494,20 +528,29 @@ _OPS = {"<": int.__lt__, "<=": int.__le__, ">": int.__gt__, ">=": int.__ge__, "=
 def _check_asserts(checked: Checked, outs, checker: Checker, overridden: bool) -> None:
     for item in checked.program.model.body.asserts:
         if item[0] == "count" and overridden:
-            checked.assumptions.append(f"count assertion of line {item[4].line} not checked: "
-                                       "model parameters were overridden")
+            checked.assumptions.append(
+                f"count assertion of line {item[4].line} not checked: "
+                "model parameters were overridden"
+            )
         elif item[0] == "count":
             _, quantity, op, bound, span = item
             value = checked.totals[quantity].as_int()
             if value is None:
-                checker.report(LbdlError(
-                    f"`{quantity}` is {checked.totals[quantity]}, which depends on "
-                    f"{', '.join(sorted(checked.totals[quantity].free_symbols))}",
-                    span, hint="give the symbols values with --set to check this assertion"))
+                checker.report(
+                    LbdlError(
+                        f"`{quantity}` is {checked.totals[quantity]}, which depends on "
+                        f"{', '.join(sorted(checked.totals[quantity].free_symbols))}",
+                        span,
+                        hint="give the symbols values with --set to check this assertion",
+                    )
+                )
             elif not _OPS[op](value, bound):
-                checker.report(LbdlError(
-                    f"assertion failed: {quantity} = {value:,}, which is not {op} {bound:,}",
-                    span))
+                checker.report(
+                    LbdlError(
+                        f"assertion failed: {quantity} = {value:,}, which is not {op} {bound:,}",
+                        span,
+                    )
+                )
         else:
             _, nid, ann, span, name = item
             t = outs.get(nid)
@@ -515,9 +558,13 @@ def _check_asserts(checked: Checked, outs, checker: Checker, overridden: bool) -
                 continue
             want = tuple(_subs(d, checked.env) for d in ann.dims)
             if want != t.shape:
-                checker.report(LbdlError(
-                    f"assertion failed: `{name}` has shape {t}, not {fmt_shape(want)}",
-                    ann.span, notes=[Note(f"it is made by {t.made_by}", t.span)]))
+                checker.report(
+                    LbdlError(
+                        f"assertion failed: `{name}` has shape {t}, not {fmt_shape(want)}",
+                        ann.span,
+                        notes=[Note(f"it is made by {t.made_by}", t.span)],
+                    )
+                )
 
 
 __all__ = ["Checked", "Inst", "Tensor", "check", "numel"]

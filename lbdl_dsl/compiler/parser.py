@@ -594,8 +594,11 @@ class _ToAst(Transformer):
         op = " ".join(str(op_tok).split())
         span = self._stmt_span(meta)
         if len(counts) > 1:
-            raise LbdlError("a box is repeated once: `×N` appears twice", counts[1].span,
-                            hint="write the product, e.g. `×6` rather than `×2 ×3`")
+            raise LbdlError(
+                "a box is repeated once: `×N` appears twice",
+                counts[1].span,
+                hint="write the product, e.g. `×6` rather than `×2 ×3`",
+            )
         count = counts[0] if counts else None
         seen: dict[str, ast.HParam] = {}
         for hp in hparams:

@@ -28,25 +28,42 @@ def _value(v: Any) -> str:
     return str(v)
 
 
+def _box(st: ast.Box) -> str:
+    parts = [st.op]
+    if st.args:
+        parts[0] += "(" + ", ".join(a.name for a in st.args) + ")"
+    if st.count:
+        parts.append(f"×{st.count.text}")
+    parts += [f"{h.key}={_value(h.value)}" for h in st.hparams]
+    if st.shape:
+        parts.append(f": {st.shape.text}")
+    if st.name:
+        parts.append(f"-> {st.name.name}")
+    return "box " + " ".join(parts)
+
+
+def _statement(st: Any) -> str:
+    """One statement that is not a group, as one line."""
+    if isinstance(st, ast.Box):
+        return _box(st)
+    if isinstance(st, ast.InputDecl):
+        vocab = f"<{st.vocab.text}>" if st.vocab else ""
+        return f"input {st.name.name}: {st.shape.text} {st.dtype}{vocab}"
+    if isinstance(st, ast.AssertCount):
+        return f"assert {st.quantity.name} {st.op} {_value(st.value)}"
+    if isinstance(st, ast.AssertShape):
+        return f"assert {st.name.name}: {st.shape.text}"
+    word = {"OutputDecl": "output", "FromStmt": "from", "NameStmt": "name"}
+    return f"{word[type(st).__name__]} {st.name.name}"
+
+
 def ast_text(module: ast.Module) -> str:
     lines = [f'import "{i.path}"' for i in module.imports]
 
     def stmts(body: tuple, indent: int) -> None:
         pad = "  " * indent
         for st in body:
-            if isinstance(st, ast.Box):
-                parts = [st.op]
-                if st.args:
-                    parts[0] += "(" + ", ".join(a.name for a in st.args) + ")"
-                if st.count:
-                    parts.append(f"×{st.count.text}")
-                parts += [f"{h.key}={_value(h.value)}" for h in st.hparams]
-                if st.shape:
-                    parts.append(f": {st.shape.text}")
-                if st.name:
-                    parts.append(f"-> {st.name.name}")
-                lines.append(pad + "box " + " ".join(parts))
-            elif isinstance(st, ast.RepeatGroup):
+            if isinstance(st, ast.RepeatGroup):
                 lines.append(f"{pad}repeat ×{st.count.text}")
                 stmts(st.body, indent + 1)
             elif isinstance(st, ast.ResidualGroup):
@@ -55,26 +72,20 @@ def ast_text(module: ast.Module) -> str:
                 if st.shortcut is not None:
                     lines.append(f"{pad}shortcut")
                     stmts(st.shortcut, indent + 1)
-            elif isinstance(st, ast.InputDecl):
-                vocab = f"<{st.vocab.text}>" if st.vocab else ""
-                lines.append(f"{pad}input {st.name.name}: {st.shape.text} {st.dtype}{vocab}")
-            elif isinstance(st, ast.AssertCount):
-                lines.append(f"{pad}assert {st.quantity.name} {st.op} {_value(st.value)}")
-            elif isinstance(st, ast.AssertShape):
-                lines.append(f"{pad}assert {st.name.name}: {st.shape.text}")
             else:
-                word = {"OutputDecl": "output", "FromStmt": "from", "NameStmt": "name"}
-                lines.append(f"{pad}{word[type(st).__name__]} {st.name.name}")
+                lines.append(pad + _statement(st))
 
     for b in module.blocks:
-        params = ", ".join(p.name + (f"={_value(p.default)}" if p.default else "")
-                           for p in b.params)
+        params = ", ".join(
+            p.name + (f"={_value(p.default)}" if p.default else "") for p in b.params
+        )
         pats = ", ".join((f"{t.name}: " if t.name else "") + t.shape.text for t in b.inputs)
         lines.append(f"block {b.name}({params}) on {pats}")
         stmts(b.body, 1)
     for m in module.models:
-        params = ", ".join(p.name + (f"={_value(p.default)}" if p.default else "")
-                           for p in m.params)
+        params = ", ".join(
+            p.name + (f"={_value(p.default)}" if p.default else "") for p in m.params
+        )
         lines.append(f"model {m.name}({params})")
         stmts(m.body, 1)
     return "\n".join(lines) + "\n"
@@ -127,6 +138,8 @@ def shapes_text(checked: Checked) -> str:
             f"  params={fmt_count(params)} macs={fmt_count(macs)}{times}"
         )
     t = checked.totals
-    lines.append(f"total params={fmt_count(t['params'])} state={fmt_count(t['state'])} "
-                 f"macs={fmt_count(t['macs'])}")
+    lines.append(
+        f"total params={fmt_count(t['params'])} state={fmt_count(t['state'])} "
+        f"macs={fmt_count(t['macs'])}"
+    )
     return "\n".join(lines) + "\n"

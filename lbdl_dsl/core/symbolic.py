@@ -204,10 +204,7 @@ class Expr:
                     base = Expr.lift(values[atom]) if atom in values else sym(atom)
                 else:
                     base = atom.num.subs(values).floordiv(atom.den)
-                if p >= 0:
-                    term = term * base**p
-                else:
-                    term = term / base ** (-p)
+                term = term * base**p if p >= 0 else term / base ** (-p)
             out = out + term
         return out
 
@@ -283,8 +280,10 @@ def _fmt_term(mono: Monomial, coef: Fraction) -> str:
     down = [(a, -p) for a, p in mono if p < 0]
     num = _fmt_atoms(up)
     if coef.numerator != 1 or not num:
-        num = f"{coef.numerator}{num}" if num and num[0].isalpha() else (
-            f"{coef.numerator}·{num}" if num else str(coef.numerator)
+        num = (
+            f"{coef.numerator}{num}"
+            if num and num[0].isalpha()
+            else (f"{coef.numerator}·{num}" if num else str(coef.numerator))
         )
     den_parts = ([str(coef.denominator)] if coef.denominator != 1 else []) + (
         [_fmt_atoms(down)] if down else []

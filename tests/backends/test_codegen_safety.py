@@ -20,17 +20,63 @@ from lbdl_dsl.core.layers import lookup
 
 HOSTILE = [
     *keyword.kwlist[3:],  # skip False/None/True, which the language reads as booleans
-    "print", "eval", "exec", "__import__", "open", "__builtins__", "globals",
-    "jax", "jnp", "np", "p", "s", "ns", "xs", "key", "train", "params", "state",
-    "init", "apply", "CONFIG", "PARAMS", "STATE", "COMPUTE", "relu", "conv", "dense",
-    "fold", "unflatten", "init_table", "x", "h", "t", "resblock",
-    "Ŷ", "π", "ẞ", "аpply",  # the last has a Cyrillic а
-    "_", "__", "__class__", "x1",
+    "print",
+    "eval",
+    "exec",
+    "__import__",
+    "open",
+    "__builtins__",
+    "globals",
+    "jax",
+    "jnp",
+    "np",
+    "p",
+    "s",
+    "ns",
+    "xs",
+    "key",
+    "train",
+    "params",
+    "state",
+    "init",
+    "apply",
+    "CONFIG",
+    "PARAMS",
+    "STATE",
+    "COMPUTE",
+    "relu",
+    "conv",
+    "dense",
+    "fold",
+    "unflatten",
+    "init_table",
+    "x",
+    "h",
+    "t",
+    "resblock",
+    "Ŷ",
+    "π",
+    "ẞ",
+    "аpply",  # the last has a Cyrillic а
+    "_",
+    "__",
+    "__class__",
+    "x1",
 ]
 
 # the language's own keywords are refused by its parser, as `class` is by Python's
-LBDL_KEYWORDS = {"input", "output", "from", "assert", "import", "block", "model", "on",
-                 "residual", "shortcut"}
+LBDL_KEYWORDS = {
+    "input",
+    "output",
+    "from",
+    "assert",
+    "import",
+    "block",
+    "model",
+    "on",
+    "residual",
+    "shortcut",
+}
 names = st.sampled_from([n for n in HOSTILE if n.isidentifier() and n not in LBDL_KEYWORDS])
 
 
@@ -59,16 +105,26 @@ def _shadowed_globals(source: str) -> set[str]:
     or `jnp` would replace the function or the module the code calls.
     """
     tree = ast.parse(source)
-    module_names = {a.asname or a.name.split(".")[0] for n in tree.body
-                    if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    module_names = {
+        a.asname or a.name.split(".")[0]
+        for n in tree.body
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     module_names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    module_names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
-                     if isinstance(t, ast.Name)}
+    module_names |= {
+        t.id
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     shadowed: set[str] = set()
     for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         local = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
-        local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
-                  and isinstance(n.ctx, ast.Store)}
+        local |= {
+            n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
         local |= {n.name for n in ast.walk(fn) if isinstance(n, ast.FunctionDef) and n is not fn}
         shadowed |= local & module_names
     return shadowed
@@ -80,6 +136,8 @@ def test_hostile_names_give_safe_code(a, b, block, param):
     text = spec_text(a, b, block, param)
     if len({a, b, f"{a}2", block, param}) < 5 or lookup(block) is not None:
         return  # the language itself refuses these (duplicates, a block named like a layer)
+    if "x1" in (block, param):
+        return  # after a layer's name, `x1` reads as `×1` (docs/language.md)
     source = generate(compile_spec(text, file="hostile.lbdl"))
     tree = ast.parse(source)  # it parses
     assert tree is not None
@@ -96,7 +154,10 @@ def test_spec_comments_cannot_break_out_of_generated_comments():
     text = 'model m:\n  input X: 4\n  relu   # """ ; import os ; os.system("x") \\\n  output Y\n'
     source = generate(compile_spec(text, file="comment.lbdl"))
     tree = ast.parse(source)
-    calls = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call)
-             and isinstance(n.func, ast.Attribute)}
+    calls = {
+        n.func.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    }
     assert "system" not in calls
     assert "import os" not in {ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Import)}

@@ -108,8 +108,9 @@ def test_batchnorm_both_modes():
     x = rand((5, 4, 3, 3))
     params, state, y, ns = run(model, x, train=True)
     p, s = params["batchnorm_0"], state["batchnorm_0"]
-    want, mean, var = ref.batch_norm_ref(x, p["scale"], p["bias"], s["mean"], s["var"], True,
-                                         0.2, 1e-5)
+    want, mean, var = ref.batch_norm_ref(
+        x, p["scale"], p["bias"], s["mean"], s["var"], True, 0.2, 1e-5
+    )
     close(y, want)
     close(ns["batchnorm_0"]["mean"], mean)
     close(ns["batchnorm_0"]["var"], var)
@@ -123,16 +124,21 @@ def test_batchnorm_both_modes():
     "shape,box,fn",
     [
         ("6×8", "layernorm", lambda x, p: ref.layer_norm_ref(x, p["scale"], p["bias"], 1e-5, 1)),
-        ("2×3×3", "layernorm", lambda x, p: ref.layer_norm_ref(x, p["scale"], p["bias"], 1e-5,
-                                                              3)),
-        ("8×3×3", "groupnorm g=4",
-         lambda x, p: ref.group_norm_ref(x, p["scale"], p["bias"], 4, 1e-5)),
+        ("2×3×3", "layernorm", lambda x, p: ref.layer_norm_ref(x, p["scale"], p["bias"], 1e-5, 3)),
+        (
+            "8×3×3",
+            "groupnorm g=4",
+            lambda x, p: ref.group_norm_ref(x, p["scale"], p["bias"], 4, 1e-5),
+        ),
         ("6×8", "rmsnorm", lambda x, p: ref.rms_norm_ref(x, p["scale"], 1e-6)),
         ("6×8", "fc  6×5", lambda x, p: ref.dense_ref(x, p["w"], p["b"])),
         ("6×8", "fc bias=false  6×5", lambda x, p: ref.dense_ref(x, p["w"])),
         ("6×8", "pos-embed len=10", lambda x, p: ref.add_learned_positions_ref(x, p["table"])),
-        ("6×8", "cls-token  7×8", lambda x, p: np.concatenate(
-            [np.broadcast_to(p["e0"], (x.shape[0], 1, 8)), x], axis=1)),
+        (
+            "6×8",
+            "cls-token  7×8",
+            lambda x, p: np.concatenate([np.broadcast_to(p["e0"], (x.shape[0], 1, 8)), x], axis=1),
+        ),
     ],
 )
 def test_layers_with_parameters(shape, box, fn):
@@ -196,9 +202,11 @@ def test_combining_layers(box, fn):
 
 
 def test_matmul_and_attention():
-    model = one_box("  input Q: 5×4\n  input K: 7×4\n  input V: 7×3\n  from Q",
-                    "attention(K, V) causal=true\n  -> att\n  from Q\n  matmul(K) tb=true\n"
-                    "  output scores\n  output att")
+    model = one_box(
+        "  input Q: 5×4\n  input K: 7×4\n  input V: 7×3\n  from Q",
+        "attention(K, V) causal=true\n  -> att\n  from Q\n  matmul(K) tb=true\n"
+        "  output scores\n  output att",
+    )
     q, k, v = rand((2, 5, 4)), rand((2, 7, 4), 1), rand((2, 7, 3), 2)
     params, state = model.init(jax.random.key(0))
     out, _ = model.apply(params, state, q, k, v)
@@ -210,9 +218,11 @@ def test_matmul_and_attention():
 @pytest.mark.parametrize("bias,causal", [(False, False), (True, True)])
 def test_mha_self_and_cross(bias, causal):
     flags = f"bias={'true' if bias else 'false'} causal={'true' if causal else 'false'}"
-    model = one_box("  input X: 5×8\n  input Z: 6×4\n  from X",
-                    f"mha h=2 {flags}\n  -> selfatt\n  from X\n  mha(Z) h=2 {flags}\n"
-                    "  output cross\n  output selfatt")
+    model = one_box(
+        "  input X: 5×8\n  input Z: 6×4\n  from X",
+        f"mha h=2 {flags}\n  -> selfatt\n  from X\n  mha(Z) h=2 {flags}\n"
+        "  output cross\n  output selfatt",
+    )
     x, z = rand((2, 5, 8)), rand((2, 6, 4), 1)
     params, state = model.init(jax.random.key(0))
     out, _ = model.apply(params, state, x, z)
@@ -222,8 +232,11 @@ def test_mha_self_and_cross(bias, causal):
 
 
 def test_embed_and_recurrent_layers():
-    for box, fn in [("rnn  6×5", ref.rnn_ref), ("lstm  6×5", ref.lstm_ref),
-                    ("gru  6×5", ref.gru_ref)]:
+    for box, fn in [
+        ("rnn  6×5", ref.rnn_ref),
+        ("lstm  6×5", ref.lstm_ref),
+        ("gru  6×5", ref.gru_ref),
+    ]:
         model = one_box("  input X: 6×4", box)
         x = rand((2, 6, 4))
         params, _, y, _ = run(model, x)
@@ -250,8 +263,9 @@ def test_dropout_needs_a_key_only_in_training():
 
 
 def test_tied_output_layer_reads_the_embedding():
-    model = one_box("  input X: 4 int<9>",
-                    "embed  4×6\n  -> tokens\n  fc bias=false tie=tokens  4×9")
+    model = one_box(
+        "  input X: 4 int<9>", "embed  4×6\n  -> tokens\n  fc bias=false tie=tokens  4×9"
+    )
     assert model.param_count == 9 * 6
     ids = np.arange(8, dtype=np.int32).reshape(2, 4)
     params, _, y, _ = run(model, ids)
@@ -264,8 +278,17 @@ def test_attention_without_a_key_bias():
     """Whisper's attention: biases on queries, values and output, none on the keys."""
     model = one_box("  input X: 5×8", "self-att h=2 bias=true kbias=false")
     params, _, y, _ = run(model, rand((2, 5, 8)))
-    assert set(params["self_att_0"]) == {"ln_scale", "ln_bias", "wq", "wk", "wv", "wo", "bq",
-                                         "bv", "bo"}
+    assert set(params["self_att_0"]) == {
+        "ln_scale",
+        "ln_bias",
+        "wq",
+        "wk",
+        "wv",
+        "wo",
+        "bq",
+        "bv",
+        "bo",
+    }
     assert model.param_count == 2 * 8 + 4 * 64 + 3 * 8
     assert np.isfinite(y).all()
 

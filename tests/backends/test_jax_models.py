@@ -42,15 +42,22 @@ def test_checker_shapes_equal_eval_shape(spec):
     """The checker's output shapes are exactly what the generated code computes."""
     model = _compile(spec)
     params, state = jax.eval_shape(model.init, jax.random.key(0))
-    inputs = [jax.ShapeDtypeStruct((3, *shape), jnp.dtype(dtype))
-              for shape, dtype in model.inputs.values()]
+    inputs = [
+        jax.ShapeDtypeStruct((3, *shape), jnp.dtype(dtype))
+        for shape, dtype in model.inputs.values()
+    ]
     out, new_state = jax.eval_shape(
         lambda p, s, *x: model.apply(p, s, *x, train=True, key=jax.random.key(1)),
-        params, state, *inputs,
+        params,
+        state,
+        *inputs,
     )
     want = {k: (3, *v) for k, v in model.outputs.items()}
-    got = {k: v.shape for k, v in out.items()} if isinstance(out, dict) else {
-        next(iter(want)): out.shape}
+    got = (
+        {k: v.shape for k, v in out.items()}
+        if isinstance(out, dict)
+        else {next(iter(want)): out.shape}
+    )
     assert got == want
     assert jax.tree.structure(new_state) == jax.tree.structure(state)
     counted = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(params))
@@ -123,8 +130,9 @@ def test_batchnorm_state_is_updated_through_scanned_groups():
     assert before.shape == after.shape == (2, 64)  # stacked: one row per copy
     assert not np.allclose(before, after)
     _, same = model.jit_apply(params, state, x)
-    np.testing.assert_array_equal(np.asarray(same["batchnorm_0"]["var"]),
-                                  np.asarray(state["batchnorm_0"]["var"]))
+    np.testing.assert_array_equal(
+        np.asarray(same["batchnorm_0"]["var"]), np.asarray(state["batchnorm_0"]["var"])
+    )
 
 
 def test_causal_model_does_not_see_the_future():
@@ -153,8 +161,11 @@ def test_emitted_module_is_the_model(tmp_path):
         for alias in node.names
     }
     assert imported == {"jax", "jax.numpy", "numpy"}
-    ruff = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", "--isolated",
-                           str(path)], capture_output=True, text=True)
+    ruff = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--isolated", str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert ruff.returncode == 0, ruff.stdout + ruff.stderr
     module_spec = importlib.util.spec_from_file_location("lenet_generated", path)
     module = importlib.util.module_from_spec(module_spec)

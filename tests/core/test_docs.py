@@ -82,8 +82,7 @@ def test_the_limits_table_matches_limits_py() -> None:
     doc = LANGUAGE.read_text("utf-8")
     section = doc[doc.index("## Limits") : doc.index("## What the language cannot say yet")]
     rows = {
-        m.group(1): m.group(2)
-        for m in re.finditer(r"^\| `([A-Z_]+)` \| ([^|]+) \|", section, re.M)
+        m.group(1): m.group(2) for m in re.finditer(r"^\| `([A-Z_]+)` \| ([^|]+) \|", section, re.M)
     }
     constants = {name: getattr(limits, name) for name in dir(limits) if name.startswith("MAX_")}
     assert set(rows) == set(constants)
@@ -93,6 +92,20 @@ def test_the_limits_table_matches_limits_py() -> None:
 
 def test_the_language_reference_names_every_statement_of_the_grammar() -> None:
     doc = LANGUAGE.read_text("utf-8")
-    for word in ("import", "block", "model", "input", "output", "from", "->", "residual:",
-                 "shortcut:", "assert", "tie=", "int<", "×N", "--set"):
+    for word in (
+        "import",
+        "block",
+        "model",
+        "input",
+        "output",
+        "from",
+        "->",
+        "residual:",
+        "shortcut:",
+        "assert",
+        "tie=",
+        "int<",
+        "×N",
+        "--set",
+    ):
         assert f"`{word}" in doc or f"{word}`" in doc, word

@@ -78,8 +78,17 @@ def has_params(inst: Inst) -> bool:
 class _Emit:
     """The `Emit` protocol (core/layers/base.py) for one layer instance."""
 
-    def __init__(self, low: Lowerer, fn: Fn, inst: Inst, xs: list[str], pvar: str, svar: str,
-                 hp: dict[str, Any], out_shape: tuple) -> None:
+    def __init__(
+        self,
+        low: Lowerer,
+        fn: Fn,
+        inst: Inst,
+        xs: list[str],
+        pvar: str,
+        svar: str,
+        hp: dict[str, Any],
+        out_shape: tuple,
+    ) -> None:
         self.low, self.fn, self.inst = low, fn, inst
         self.x, self.hp, self.pvar, self.svar = xs, hp, pvar, svar
         self.in_shapes = [tuple(_dim(d) for d in t.shape) for t in inst.inputs]
@@ -134,8 +143,7 @@ class BlockFn:
 class Lowerer:
     """Writes function bodies for one model; collects the runtime and block functions used."""
 
-    def __init__(self, program, sources: dict[str, str], globals_: Namespace,
-                 unroll: bool) -> None:
+    def __init__(self, program, sources: dict[str, str], globals_: Namespace, unroll: bool) -> None:
         self.program = program
         self.sources = sources
         self.globals = globals_
@@ -159,14 +167,32 @@ class Lowerer:
         return lines[span.line - 1].strip() if 0 < span.line <= len(lines) else ""
 
     # -- one graph ------------------------------------------------------------------------------
-    def scope(self, fn: Fn, insts: list[Inst], graph: Graph, env: dict[str, Var], pvar: str,
-              svar: str, nsvar: str, chain: str) -> Var:
+    def scope(
+        self,
+        fn: Fn,
+        insts: list[Inst],
+        graph: Graph,
+        env: dict[str, Var],
+        pvar: str,
+        svar: str,
+        nsvar: str,
+        chain: str,
+    ) -> Var:
         """Emit one graph's boxes; ``env`` gives its input nodes' values."""
         return self.values(fn, insts, graph, env, pvar, svar, nsvar, chain)[graph.result]
 
-    def values(self, fn: Fn, insts: list[Inst], graph: Graph, env: dict[str, Var], pvar: str,
-               svar: str, nsvar: str, chain: str, keep: frozenset[str] = frozenset()
-               ) -> dict[str, Var]:
+    def values(
+        self,
+        fn: Fn,
+        insts: list[Inst],
+        graph: Graph,
+        env: dict[str, Var],
+        pvar: str,
+        svar: str,
+        nsvar: str,
+        chain: str,
+        keep: frozenset[str] = frozenset(),
+    ) -> dict[str, Var]:
         """Like `scope`, returning every node's value; ``keep`` nodes get names of their own."""
         by_id = {inst.id: inst for inst in insts}
         order = [nid for nid in graph.order() if nid in by_id]
@@ -180,14 +206,14 @@ class Lowerer:
             last = nid == graph.result and not uses
             label = labels.get(nid)
             named = label is not None or nid in keep
-            target = chain if (single or last) and not named else fn.names.fresh(
-                label or inst.id)
+            target = chain if (single or last) and not named else fn.names.fresh(label or inst.id)
             ins = [values[u] for u in graph.preds(nid)]
             values[nid] = self.box(fn, inst, ins, pvar, svar, nsvar, target)
         return values
 
-    def box(self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str,
-            target: str) -> Var:
+    def box(
+        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
+    ) -> Var:
         written = inst.node.annotation is not None
         shape = f"  ->  {fmt_shape(inst.output.shape)}" if fn.shapes and not written else ""
         fn.comment(f"line {inst.node.span.line}: {self.source_line(inst.node.span)}{shape}")
@@ -244,8 +270,9 @@ class Lowerer:
                 out.append(Code("-1"))
         return tuple(out)
 
-    def layer(self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str,
-              target: str) -> Var:
+    def layer(
+        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
+    ) -> Var:
         layer = lookup(inst.node.op)
         want = layer.layout
         if want == "any":
@@ -260,8 +287,9 @@ class Lowerer:
                     code = self.symbolic(raw, fn, used)
                     if code is not None:
                         hp[key] = code
-            emit = _Emit(self, fn, inst, [v.name for v in xs], pvar, svar, hp,
-                         self.out_shape(inst, fn, used))
+            emit = _Emit(
+                self, fn, inst, [v.name for v in xs], pvar, svar, hp, self.out_shape(inst, fn, used)
+            )
             try:
                 expr = layer.lower(emit)
                 break
@@ -277,8 +305,9 @@ class Lowerer:
         return Var(target, layout if rank >= 2 else "cf", rank)
 
     # -- residual groups ------------------------------------------------------------------------
-    def residual(self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str,
-                 target: str) -> Var:
+    def residual(
+        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
+    ) -> Var:
         node = inst.node
         nb = len(node.body.inputs)
         p_in = _sub(pvar, inst.id, has_params(inst))
@@ -295,11 +324,17 @@ class Lowerer:
             ns_sc = ns
             if ns != nsvar:
                 ns_sc = fn.names.fresh("ns_shortcut")
-                fn.line(f"{ns_sc} = {ns}.setdefault(\"shortcut\", {{}})")
-            added = self.scope(fn, inst.shortcut, node.shortcut, env,
-                               _sub(p_in, "shortcut", _any(inst.shortcut, has_params)),
-                               _sub(s_in, "shortcut", _any(inst.shortcut, has_state)), ns_sc,
-                               fn.names.fresh("sc"))
+                fn.line(f'{ns_sc} = {ns}.setdefault("shortcut", {{}})')
+            added = self.scope(
+                fn,
+                inst.shortcut,
+                node.shortcut,
+                env,
+                _sub(p_in, "shortcut", _any(inst.shortcut, has_params)),
+                _sub(s_in, "shortcut", _any(inst.shortcut, has_state)),
+                ns_sc,
+                fn.names.fresh("sc"),
+            )
         added = self.convert(fn, added, main.layout, reuse=False)
         fn.comment("+ (the residual sum)")
         fn.line(f"{target} = {main.name} + {added.name}")
@@ -308,15 +343,18 @@ class Lowerer:
         return Var(target, main.layout, main.rank)
 
     # -- block calls ----------------------------------------------------------------------------
-    def call(self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str,
-             target: str) -> Var:
+    def call(
+        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
+    ) -> Var:
         bfn = self.block_function(inst, [v.layout for v in ins])
         args = ", ".join(v.name for v in ins)
         kwargs = "".join(f", {kw}={_literal(inst.bindings[s], fn)}" for s, kw in bfn.symbols)
         ns = f'{nsvar}["{inst.id}"]' if has_state(inst) else "_"
         p, s = _sub(pvar, inst.id, has_params(inst)), _sub(svar, inst.id, has_state(inst))
-        fn.line(f"{target}, {ns} = {bfn.name}({p}, {s}, {args}{kwargs}, train=train, "
-                f"key={fn.next_key()})")
+        fn.line(
+            f"{target}, {ns} = {bfn.name}({p}, {s}, {args}{kwargs}, train=train, "
+            f"key={fn.next_key()})"
+        )
         return Var(target, bfn.out_layout, len(inst.output.shape))
 
     def local_names(self) -> Namespace:
@@ -336,8 +374,10 @@ class Lowerer:
             args.append(local(node.name or "x"))
         symbols = {s: local(s) for s in symbols}
         fn = Fn(local, symbols, shapes=False)
-        env = {nid: Var(a, lay, len(t.shape))
-               for nid, a, lay, t in zip(block.body.inputs, args, layouts, inst.inputs)}
+        env = {
+            nid: Var(a, lay, len(t.shape))
+            for nid, a, lay, t in zip(block.body.inputs, args, layouts, inst.inputs)
+        }
         fn.line("ns = {}")
         first = block.body.inputs[0]
         reuse = block.body.g.out_degree(first) == 1  # the input is read once: `x = f(x)`
@@ -353,15 +393,18 @@ class Lowerer:
                 name = self.globals.fresh(f"{name}_v")
             kw = "".join(f"{k}, " for _, k in used)
             head = f"def {name}(p, s, {', '.join(args)}, *, {kw}train=False, key=None):"
-            doc = (f'{_INDENT}"""Block `{printable(block.name)}` of line {block.span.line}; '
-                   'returns (output, new state)."""')
+            doc = (
+                f'{_INDENT}"""Block `{printable(block.name)}` of line {block.span.line}; '
+                'returns (output, new state)."""'
+            )
             self.functions.append("\n".join([head, doc, *fn.lines]))
             self.blocks[key] = BlockFn(name, result.layout, used)
         return self.blocks[key]
 
     # -- ×N groups ------------------------------------------------------------------------------
-    def repeat(self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str,
-               target: str) -> Var:
+    def repeat(
+        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
+    ) -> Var:
         body = inst.node.body
         x = ins[0]
         p_all = _sub(pvar, inst.id, has_params(inst))
@@ -391,13 +434,18 @@ class Lowerer:
             if loop == "unrolled":
                 self.runtime.add("unrolled")
             extra = f", {count}" if loop == "unrolled" else ""
-            fn.line(f"{target}, {out} = {loop}({step}, {x.name}, "
-                    f"({p_c}, {s_c}, split_keys({fn.next_key()}, {count})){extra})")
+            fn.line(
+                f"{target}, {out} = {loop}({step}, {x.name}, "
+                f"({p_c}, {s_c}, split_keys({fn.next_key()}, {count})){extra})"
+            )
             collected.append(out)
             x = Var(target, x.layout, x.rank)
         if has_state(inst):
-            value = collected[0] if not several else (
-                "{" + ", ".join(f'"{i}": {r}' for i, r in enumerate(collected)) + "}")
+            value = (
+                collected[0]
+                if not several
+                else ("{" + ", ".join(f'"{i}": {r}' for i, r in enumerate(collected)) + "}")
+            )
             fn.line(f'{nsvar}["{inst.id}"] = {value}')
         return x
 

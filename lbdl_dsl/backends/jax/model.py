@@ -27,8 +27,7 @@ from lbdl_dsl.output import write_atomic
 class Model:
     """``init(key) -> (params, state)``; ``apply(params, state, *inputs, train, key)``."""
 
-    def __init__(self, compiled: Compiled, *, unroll: bool = False,
-                 dtype: str = "float32") -> None:
+    def __init__(self, compiled: Compiled, *, unroll: bool = False, dtype: str = "float32") -> None:
         self.compiled = compiled
         self.checked = compiled.checked
         self.source = generate(compiled, unroll=unroll, dtype=dtype)
@@ -57,8 +56,10 @@ class Model:
         out = {}
         for name, t in self.checked.inputs.items():
             shape = tuple(_int(d) for d in t.shape)
-            out[name] = (shape, "int32" if t.dtype == "int" else t.dtype.replace("float",
-                                                                                  "float32"))
+            out[name] = (
+                shape,
+                "int32" if t.dtype == "int" else t.dtype.replace("float", "float32"),
+            )
         return out
 
     @property
@@ -120,8 +121,9 @@ class Model:
         if set(got) != set(want):
             missing = sorted(set(want) - set(got))[:3]
             extra = sorted(set(got) - set(want))[:3]
-            raise ValueError(f"{path}: parameters do not match the model (missing {missing}, "
-                             f"unexpected {extra})")
+            raise ValueError(
+                f"{path}: parameters do not match the model (missing {missing}, unexpected {extra})"
+            )
         for k, (shape, _, _) in want.items():
             if tuple(got[k].shape) != tuple(shape):
                 raise ValueError(f"{path}: {k} has shape {got[k].shape}, expected {shape}")

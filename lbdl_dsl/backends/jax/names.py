@@ -37,7 +37,7 @@ class Code(str):
 
 
 def identifier(name: str) -> str:
-    """An ASCII identifier close to ``name`` (``Ŷ`` → ``Y_hat``-like ``Y``, ``self-att`` → ``self_att``)."""
+    """An ASCII identifier close to ``name``: ``Ŷ`` → ``Y``, ``self-att`` → ``self_att``."""
     text = unicodedata.normalize("NFKD", name)
     text = "".join(c for c in text if not unicodedata.combining(c))
     text = re.sub(r"\W+", "_", text.encode("ascii", "ignore").decode()).strip("_")

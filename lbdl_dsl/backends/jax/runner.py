@@ -38,8 +38,14 @@ class RunResult:
         ]
 
 
-def run(compiled: Compiled, *, batch: int = 2, unroll: bool = False,
-        dtype: str = "float32", repeat: int = 10) -> RunResult:
+def run(
+    compiled: Compiled,
+    *,
+    batch: int = 2,
+    unroll: bool = False,
+    dtype: str = "float32",
+    repeat: int = 10,
+) -> RunResult:
     model = Model(compiled, unroll=unroll, dtype=dtype)
     t0 = time.perf_counter()
     params, state = model.init(jax.random.key(0))
@@ -60,5 +66,12 @@ def run(compiled: Compiled, *, batch: int = 2, unroll: bool = False,
     if not isinstance(out, dict):
         out = {next(iter(model.outputs)): out}
     shapes = {k: tuple(v.shape) for k, v in out.items()}
-    return RunResult(shapes, init_s, compile_s, first_s, statistics.median(times), batch,
-                     str(jax.devices()[0].platform))
+    return RunResult(
+        shapes,
+        init_s,
+        compile_s,
+        first_s,
+        statistics.median(times),
+        batch,
+        str(jax.devices()[0].platform),
+    )

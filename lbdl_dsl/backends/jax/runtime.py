@@ -134,11 +134,14 @@ def conv(
     string understood by ``jax.lax.conv_general_dilated`` ("SAME" / "VALID").
     A PyTorch Conv weight (Cout, Cin // g, *k) converts with ``transpose(2, ..., 1, 0)``.
 
+    A pointwise convolution (1×1 kernel, no padding, one group: two thirds of ResNet-50's) is
+    computed as the matrix product it is, which XLA:CPU runs faster than a convolution.
+
     The gradients are `conv_input_grad` and `conv_weight_grad`, channels-last convolutions like
-    this one: JAX's own rule writes them with permuted dimension numbers, which XLA:CPU runs on
-    a slow path inside loops (jax-ml/jax#12868), and the body of a ×N group is a loop
-    (``jax.lax.scan``): ResNet-50's training step took ten times as long. Being a custom VJP,
-    the convolution supports reverse-mode differentiation only (not ``jax.jvp``).
+    this one (or matrix products): JAX's own rule writes them with permuted dimension numbers,
+    which XLA:CPU runs on a slow path inside loops (jax-ml/jax#12868), and the body of a ×N
+    group is a loop (``jax.lax.scan``): ResNet-50's training step took ten times as long. Being
+    a custom VJP, the convolution supports reverse-mode differentiation only (not ``jax.jvp``).
     """
     n = x.ndim - 2
     stride, dilation = tuple(stride), tuple(dilation)
@@ -149,6 +152,8 @@ def conv(
 
     @jax.custom_vjp
     def convolve(x, w):
+        if pointwise(w.shape, pads, groups):
+            return jnp.matmul(strided(x, stride), w.reshape(w.shape[n:]))
         return jax.lax.conv_general_dilated(
             x,
             w,
@@ -175,6 +180,17 @@ def conv(
     return y
 
 
+def pointwise(w_shape: tuple, pads, groups: int) -> bool:
+    """Whether a convolution is a matrix product: a 1×1 kernel, no padding, one group."""
+    spatial = w_shape[:-2]
+    return groups == 1 and all(k == 1 for k in spatial) and all(p == (0, 0) for p in pads)
+
+
+def strided(x: jax.Array, stride: tuple) -> jax.Array:
+    """Every ``stride``-th position of each spatial axis: where a 1×1 kernel lands."""
+    return jax.lax.slice(x, (0,) * x.ndim, x.shape, (1, *stride, 1))
+
+
 def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
     """The gradient of `conv` for its input: ``g`` convolved with the flipped kernel.
 
@@ -182,6 +198,13 @@ def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -
     dilation of ``g``, and the padding is what puts every input position under the window.
     """
     n = g.ndim - 2
+    if pointwise(w.shape, pads, groups):  # the product's transpose, spread back over the stride
+        dx = jnp.matmul(g, w.reshape(w.shape[n:]).T)
+        spread = [
+            (0, x_shape[1 + i] - (g.shape[1 + i] - 1) * stride[i] - 1, stride[i] - 1)
+            for i in range(n)
+        ]
+        return jax.lax.pad(dx, jnp.zeros((), dx.dtype), [(0, 0, 0), *spread, (0, 0, 0)])
     kernel = w.shape[:n]
     cin_g, cout_g = w.shape[n], w.shape[n + 1] // groups
     wt = w.reshape(*kernel, cin_g, groups, cout_g)
@@ -213,6 +236,10 @@ def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) 
     batch as input channels), the dilation becomes the stride and the stride the dilation.
     """
     n = x.ndim - 2
+    if pointwise(w_shape, pads, groups):
+        batch_and_space = tuple(range(n + 1))
+        dw = jax.lax.dot_general(strided(x, stride), g, ((batch_and_space,) * 2, ((), ())))
+        return dw.reshape(w_shape)
     xt = jnp.transpose(x, (n + 1, *range(1, n + 1), 0))  # (Cin, *S, B)
     gt = jnp.transpose(g, (*range(1, n + 1), 0, n + 1))  # (*S_out, B, Cout)
     padding = []

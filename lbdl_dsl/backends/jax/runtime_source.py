@@ -25,9 +25,7 @@ def _functions() -> dict[str, tuple[int, str, frozenset[str]]]:
     out = {}
     for i, d in enumerate(defs):
         src = "\n".join(lines[d.lineno - 1 : d.end_lineno])
-        called = {
-            n.id for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in names
-        } - {d.name}
+        called = {n.id for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in names} - {d.name}
         out[d.name] = (i, src, frozenset(called))
     return out
 

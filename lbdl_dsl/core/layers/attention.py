@@ -52,9 +52,7 @@ def _mha_macs(c: Ctx, t: Expr, d: Expr, s: Expr, dz: Expr, out: Expr) -> Expr:
 def _mha_call(e: Emit, q_in: str, kv_in: str, causal: bool) -> str:
     names = ["wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]
     p = ", ".join(f'"{n}": {e.param(n)}' for n in names if e.has_param(n))
-    return e.call(
-        "mha", q_in, kv_in, "{" + p + "}", e.hp["h"], causal, e.hp["p"], e.train, e.key()
-    )
+    return e.call("mha", q_in, kv_in, "{" + p + "}", e.hp["h"], causal, e.hp["p"], e.train, e.key())
 
 
 _ATT_HP = (
@@ -62,8 +60,12 @@ _ATT_HP = (
     HP("dqk", "size", None, "query and key dimension per head (default D/h)"),
     HP("dv", "size", None, "value dimension per head (default D/h)"),
     HP("bias", "bool", False, "biases on the projections (the book's have none; GPT-2's do)"),
-    HP("kbias", "bool", True, "with bias=true, a bias on the keys' projection too (Whisper's "
-       "has none)"),
+    HP(
+        "kbias",
+        "bool",
+        True,
+        "with bias=true, a bias on the keys' projection too (Whisper's has none)",
+    ),
     HP("p", "float", 0.0, "dropout on the attention weights"),
 )
 
@@ -242,8 +244,13 @@ FFW = Layer(
         HP("hidden", "size", None, "hidden dimension (default 4D)"),
         HP("p", "float", 0.1, "dropout after the second fc (PyTorch's transformer default)"),
         HP("bias", "bool", True, "biases on the two fc layers"),
-        HP("act", "choice", "gelu", "the activation (gelu-tanh: GPT-2's approximation)",
-           ("gelu", "gelu-tanh", "relu")),
+        HP(
+            "act",
+            "choice",
+            "gelu",
+            "the activation (gelu-tanh: GPT-2's approximation)",
+            ("gelu", "gelu-tanh", "relu"),
+        ),
         HP("eps", "float", 1e-5, "layernorm's epsilon"),
     ),
     shape=lambda c: c.rank(1, 2, 3),

@@ -178,7 +178,9 @@ def positive(ctx: Ctx, shape: Shape) -> Shape:
     for d in shape:
         v = d.as_int() if isinstance(d, Expr) else d
         if v is not None and v <= 0:
-            ctx.fail(f"`{ctx.op}` would produce the shape {fmt_shape(shape)}: sizes must be positive")
+            ctx.fail(
+                f"`{ctx.op}` would produce the shape {fmt_shape(shape)}: sizes must be positive"
+            )
     return shape
 
 

@@ -192,7 +192,9 @@ def _pool_shape(n: int, dilated: bool):
         if any(p[0] * 2 > ki for p, ki in zip(pads, k)):
             c.fail("padding must be at most half the kernel", hparam="p")
         c.hp["s"] = s
-        return positive(c, (x[0], *(conv_out(x[i + 1], k[i], s[i], pads[i], d[i]) for i in range(n))))
+        return positive(
+            c, (x[0], *(conv_out(x[i + 1], k[i], s[i], pads[i], d[i]) for i in range(n)))
+        )
 
     return rule
 

@@ -46,7 +46,10 @@ FC = Layer(
 
 def _embed_shape(c: Ctx) -> tuple:
     if c.dtypes and c.dtypes[0] != "int":
-        c.fail("`embed` needs token input (integers), got a float tensor", "declare `input X: T int<V>`")
+        c.fail(
+            "`embed` needs token input (integers), got a float tensor",
+            "declare `input X: T int<V>`",
+        )
     return (*c.x, c.hp["d"])
 
 

@@ -33,11 +33,23 @@ def _rnn(name: str, gates: int, doc: str) -> Layer:
     )
 
 
-RNN = _rnn("rnn", 1, "Elman recurrent layer: h_t = tanh(W_ih x_t + W_hh h_(t−1) + b); the "
-           "output is the sequence of hidden states.")
-LSTM = _rnn("lstm", 4, "Long short-term memory (Hochreiter & Schmidhuber 1997), gates i, f, g, o "
-            "as PyTorch orders them; the output is the sequence of hidden states.")
-GRU = _rnn("gru", 3, "Gated recurrent unit (Cho et al. 2014), gates r, z, n as PyTorch defines "
-           "them; the output is the sequence of hidden states.")
+RNN = _rnn(
+    "rnn",
+    1,
+    "Elman recurrent layer: h_t = tanh(W_ih x_t + W_hh h_(t−1) + b); the "
+    "output is the sequence of hidden states.",
+)
+LSTM = _rnn(
+    "lstm",
+    4,
+    "Long short-term memory (Hochreiter & Schmidhuber 1997), gates i, f, g, o "
+    "as PyTorch orders them; the output is the sequence of hidden states.",
+)
+GRU = _rnn(
+    "gru",
+    3,
+    "Gated recurrent unit (Cho et al. 2014), gates r, z, n as PyTorch defines "
+    "them; the output is the sequence of hidden states.",
+)
 
 LAYERS = (RNN, LSTM, GRU)

@@ -179,8 +179,11 @@ SPLIT = Layer(
     aliases=("chunk",),
     category="Tensor",
     doc="Part i of n equal parts along an axis (one box per part you keep).",
-    hparams=(HP("n", "size", 2, "number of parts"), HP("i", "size", 0, "which part"),
-             HP("axis", "axis", 0, "the axis")),
+    hparams=(
+        HP("n", "size", 2, "number of parts"),
+        HP("i", "size", 0, "which part"),
+        HP("axis", "axis", 0, "the axis"),
+    ),
     shape=_split_shape,
     lower=_split_lower,
     example=("16×64", "split n=2 i=1  8×64"),
