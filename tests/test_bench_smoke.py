@@ -1,0 +1,46 @@
+"""The benchmark's quick mode runs end to end and gives every row (bench/run.py --quick).
+
+The figures of tiny models mean nothing; what is checked is the code path the full benchmark
+takes: both models compiled by lbdl and built in Flax, compile, steady and first-output
+measurements, the Markdown table and the report written from it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flax")
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from bench import run  # noqa: E402
+
+pytestmark = pytest.mark.bench
+
+METRICS = [
+    "compile: forward (s)",
+    "compile: training step (s)",
+    "steady: forward (s)",
+    "steady: training step (s)",
+    "first output, Flax init eager (s)",
+    "first output, Flax init jitted (s)",
+]
+
+
+def test_quick_mode_gives_every_row(tmp_path: Path) -> None:
+    out = tmp_path / "performance.md"
+    rows = run.main(["--quick", "--out", str(out)])
+    models = [case.name for case in run.cases(quick=True)]
+    assert [(row.model, row.metric) for row in rows] == [(m, x) for m in models for x in METRICS]
+    for row in rows:
+        assert row.ours is not None and row.ours > 0, row
+        assert row.peer is not None and row.peer > 0, row
+    text = out.read_text(encoding="utf-8")
+    assert "| model | metric | ours | Flax | ratio |" in text
+    assert "python bench/run.py --quick" in text
+    assert text.count("target ≤") == len(rows)
