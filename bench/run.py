@@ -542,8 +542,9 @@ gradient, timed within a few per cent). What remains is structural:
   of each block are copied out of their stack. In a profile of the training step these took
   about 0.5 s (14 zero-fills, 360 dynamic-update-slices, 240 dynamic-slices); the unrolled
   peer has none of them. The forward pass pays only the weight copies. Unrolling
-  (`--unroll`) removes them but slices the stacks per block, and its gradient then compiles
-  for 20 s; the scan is what makes our compile time lower (below).
+  (`--unroll`) removes them but slices the stacks per block: its gradient compiles for 20 s
+  and runs slower still (splitting the stacks once with `lax.split` was tried: 18 s, and
+  slower). The scan is also what makes our compile time lower (below).
 - *The spec's GELU is the exact one*, the peer's GPT-2's tanh approximation: `specs/gpt2.lbdl`
   says the built-in `ffw` has no switch for it, but `ffw` now has `act=gelu-tanh`; `tlayer`
   (`specs/blocks/transformer.lbdl`) does not pass it on.
@@ -569,7 +570,8 @@ ResNet-50 59 against 33 (forward) and 521 against 273 (training step); GPT 19 ag
 - ResNet-50 has four short loops (2, 3, 5, 2 copies) and the peer's bottlenecks are already
   deduplicated, so the loops cost more than they save: compile time stays above the peer's.
   Unrolling is worse (the per-copy slices do not deduplicate: 2.4 s forward, 15 s training).
-- GPT's one loop of twelve saves XLA's passes over eleven blocks, but the 0.5 target
+- GPT's one loop of twelve saves XLA's passes over eleven blocks: the forward pass is at the
+  0.5 target (0.46 to 0.52 in three runs), the training step is not, because the target
   assumed a compile time proportional to the number of blocks. Measured on a quiet machine
   (training step): the peer takes 1.34, 1.36, 1.46 and 3.39 s for 1, 2, 4 and 12 blocks,
   ours 1.90, 1.80, 1.80 and 1.88 s. Our time does not grow with N, but one of our blocks
@@ -584,8 +586,9 @@ ResNet-50 59 against 33 (forward) and 521 against 273 (training step); GPT 19 ag
 loaded module (parse, check, generate, format with ruff in a subprocess, 25 to 35 ms, load),
 `init` (one `jax.random.normal` cut into parameters on the host), then the first call of the
 jitted `apply` (compilation and the run). Flax's eager `init` runs the model op by op and
-compiles every small operation it meets (140 compilations for a four-bottleneck ResNet);
-`jax.jit(init)` compiles one program that traces the whole model, initialisers included.
+compiles every small operation it meets (140 compilations for the four bottlenecks of
+`--quick`'s ResNet); `jax.jit(init)` compiles one program that traces the whole model,
+initialisers included.
 
 - `init_table` made its arrays with `jnp.asarray`, which in this JAX compiles a small program
   for every new shape: 48 compilations, about 1.2 s of the 1.9 s of ResNet-50's first `init`
@@ -594,7 +597,7 @@ compiles every small operation it meets (140 compilations for a four-bottleneck 
   threefry on XLA:CPU (about 24 ns of CPU each: 1.9 s of a 2.5 s `init` on a quiet machine;
   scaling the pieces on the host takes 0.45 s). The peer draws as many numbers, eagerly or
   jitted, so the 0.3 target, which assumes that Flax's time goes to running its model op by
-  op (true of ResNet-50: 140 small compilations), cannot be reached with the same generator.
+  op (true of ResNet-50), cannot be reached with the same generator.
   NumPy's is twice as fast on this CPU but would change the random stream, make `init`
   differ from `jax.jit(init)`, and be slower on an accelerator, so it was not used.
 - ResNet-50 against `jax.jit(init)` is at the target's edge: our forward pass compiles more
@@ -624,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> list[harness.Row]:
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
-        if "first output," in line or not line.startswith(" "):
+        if not line.startswith(" ") or ("first output, " in line and "(s)" not in line):
             parts.append(line)
 
     started = {c.name: FirstOutputs(c, quick=True) for c in cases(True)} if args.quick else {}

@@ -77,18 +77,46 @@ def test_layout_roundtrip():
     np.testing.assert_array_equal(np.asarray(rt.to_channels_first(y)), np.asarray(x))
 
 
-def test_initialisers():
-    key = jax.random.PRNGKey(0)
-    w = rt.init_fan_in(key, (400, 300), 400)
-    assert w.shape == (400, 300) and w.dtype == jnp.float32
-    assert abs(float(jnp.std(w)) - np.sqrt(1 / 400)) < 0.002
-    np.testing.assert_array_equal(np.asarray(w), np.asarray(rt.init_fan_in(key, (400, 300), 400)))
-    z = rt.init_zeros((3, 2), jnp.float32)
-    o = rt.init_ones((4,), jnp.float64)
-    assert z.dtype == jnp.float32 and not np.any(np.asarray(z))
-    assert o.dtype == jnp.float64 and np.all(np.asarray(o) == 1)
-    n = rt.init_normal(key, (500, 200), 0.02, jnp.float32)
-    assert n.dtype == jnp.float32 and abs(float(jnp.std(n)) - 0.02) < 0.001
+INIT_TABLE = {
+    "a/w": ((400, 300), "fan_in", 400.0),
+    "a/b": ((300,), "zeros", 0.0),
+    "n/scale": ((4,), "ones", 0.0),
+    "e/table": ((500, 200), "normal", 0.02),
+    "odd": ((3, 5), "fan_in", 3.0),
+    "empty": ((0, 4), "fan_in", 0.0),
+}
+
+
+def test_init_table_laws():
+    out = rt.init_table(jax.random.key(0), INIT_TABLE)
+    assert list(out) == list(INIT_TABLE)
+    for path, (shape, _, _) in INIT_TABLE.items():
+        assert out[path].shape == shape and out[path].dtype == jnp.float32, path
+    w, e = np.asarray(out["a/w"]), np.asarray(out["e/table"])
+    assert abs(w.std() - np.sqrt(1 / 400)) < 0.001 and abs(w.mean()) < 0.001
+    assert np.abs(w).max() <= np.sqrt(3 / 400) and np.abs(w).max() > 0.99 * np.sqrt(3 / 400)
+    assert abs(e.std() - 0.02) < 0.0005
+    assert not np.any(np.asarray(out["a/b"])) and np.all(np.asarray(out["n/scale"]) == 1)
+    assert np.unique(np.asarray(out["odd"])).size == 15  # its own numbers, not a neighbour's
+
+
+def test_init_table_is_a_function_of_the_key():
+    key = jax.random.key(0)
+    eager = rt.init_table(key, INIT_TABLE)
+
+    def same(a: dict, b: dict) -> bool:
+        return all(np.array_equal(np.asarray(a[p]), np.asarray(b[p])) for p in INIT_TABLE)
+
+    assert same(eager, rt.init_table(key, INIT_TABLE))
+    assert not same(eager, rt.init_table(jax.random.key(1), INIT_TABLE))
+    assert same(eager, jax.jit(lambda k: rt.init_table(k, INIT_TABLE))(key))
+    keys = jax.random.split(key, 2)
+    batched = jax.vmap(lambda k: rt.init_table(k, INIT_TABLE))(keys)
+    assert same({p: v[1] for p, v in batched.items()}, rt.init_table(keys[1], INIT_TABLE))
+    old_style = rt.init_table(jax.random.PRNGKey(0), INIT_TABLE)  # raw uint32 keys too
+    assert same(old_style, eager)
+    shapes = jax.eval_shape(lambda k: rt.init_table(k, INIT_TABLE), key)
+    assert {p: s.shape for p, s in shapes.items()} == {p: r[0] for p, r in INIT_TABLE.items()}
 
 
 @pytest.mark.parametrize("bias", [True, False])

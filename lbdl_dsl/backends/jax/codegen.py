@@ -13,7 +13,7 @@ from typing import Any
 
 from lbdl_dsl.backends.jax.lower import Fn, Lowerer, Var, printable
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, RESERVED, Namespace
-from lbdl_dsl.backends.jax.runtime_source import available, source_for
+from lbdl_dsl.backends.jax.runtime_source import available, bound_names, source_for
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.compiler.instance import Inst
 from lbdl_dsl.core.errors import LbdlError
@@ -91,7 +91,7 @@ def generate(compiled: Compiled, *, unroll: bool = False, dtype: str = "float32"
     program = compiled.program
     model = program.model
     graph = model.body
-    names = Namespace(RESERVED | LOCAL_RESERVED | available())
+    names = Namespace(RESERVED | LOCAL_RESERVED | available() | bound_names())
     for block in sorted(program.blocks):
         names(block)  # block functions keep their spec names; nothing else may take them
     low = Lowerer(program, compiled.sources, names, unroll)

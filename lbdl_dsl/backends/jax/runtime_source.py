@@ -34,6 +34,23 @@ def available() -> frozenset[str]:
     return frozenset(_functions())
 
 
+@functools.cache
+def bound_names() -> frozenset[str]:
+    """Every argument and local of the runtime's functions.
+
+    A block function of the same name at module level would be shadowed inside them (harmless
+    today, as none calls a block, but a trap), so block functions keep clear of these names.
+    """
+    tree = ast.parse(_RUNTIME.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))):
+        args = fn.args
+        out |= {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+        out |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    out |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return frozenset(out)
+
+
 def source_for(used: set[str]) -> str:
     """The functions in ``used`` and their dependencies, in the runtime's order."""
     table = _functions()

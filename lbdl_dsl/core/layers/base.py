@@ -60,7 +60,7 @@ class PSpec:
     """A trainable parameter or a state array: its shape and how it starts."""
 
     shape: Shape
-    init: str = "fan_in"  # "fan_in" (LeCun normal), "zeros", "ones", "normal", "embed"
+    init: str = "fan_in"  # "fan_in" (variance 1/fan_in), "zeros", "ones", "normal" (std), "embed"
     fan_in: Expr | int | None = None
     std: float = 1.0
 
