@@ -47,7 +47,8 @@ def bound_names() -> frozenset[str]:
         args = fn.args
         out |= {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
         out |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-    out |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    stores = (n for n in ast.walk(tree) if isinstance(n, ast.Name))
+    out |= {n.id for n in stores if isinstance(n.ctx, ast.Store)}
     return frozenset(out)
 
 
