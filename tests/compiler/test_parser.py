@@ -347,3 +347,28 @@ def test_trees_are_frozen_and_comparable() -> None:
     assert a == b and hash(a) == hash(b)
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.models[0].name = "n"  # type: ignore[misc]
+
+
+def test_the_parser_tables_are_cached_in_the_user_cache_folder(tmp_path, monkeypatch):
+    from lbdl_dsl.compiler import parser
+
+    text = "model m:\n  input X: 4\n  fc 2\n  output Y\n"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    try:
+        parser._lark.cache_clear()
+        first = parser.parse(text, "m.lbdl")
+        cached = tmp_path / "lbdl" / "parser.lark-cache"
+        assert cached.is_file() and cached.stat().st_size > 1000
+        parser._lark.cache_clear()
+        assert parser.parse(text, "m.lbdl") == first  # loaded from the file
+        cached.write_bytes(b"garbage\n")  # a broken file is rebuilt, silently
+        parser._lark.cache_clear()
+        assert parser.parse(text, "m.lbdl") == first
+        not_a_folder = tmp_path / "file"
+        not_a_folder.write_text("x")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(not_a_folder))
+        assert parser._cache_file() is False
+        parser._lark.cache_clear()
+        assert parser.parse(text, "m.lbdl") == first
+    finally:
+        parser._lark.cache_clear()

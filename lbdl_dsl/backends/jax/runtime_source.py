@@ -15,41 +15,44 @@ _RUNTIME = Path(__file__).with_name("runtime.py")
 
 
 @functools.cache
-def _functions() -> dict[str, tuple[int, str, frozenset[str]]]:
-    """name → (position, source, names of runtime functions it calls)."""
+def _parsed() -> tuple[dict[str, tuple[int, str, frozenset[str]]], frozenset[str]]:
+    """name → (position, source, runtime functions it calls); and every name a function binds.
+
+    The second part is every argument and local of the runtime's functions: a block function of
+    the same name at module level would be shadowed inside them (harmless today, as none calls
+    a block, but a trap), so block functions keep clear of these names.
+    """
     text = _RUNTIME.read_text(encoding="utf-8")
-    tree = ast.parse(text)
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    defs = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
     names = {d.name for d in defs}
     lines = text.splitlines()
-    out = {}
+    table, bound = {}, set()
     for i, d in enumerate(defs):
         src = "\n".join(lines[d.lineno - 1 : d.end_lineno])
-        called = {n.id for n in ast.walk(d) if isinstance(n, ast.Name) and n.id in names} - {d.name}
-        out[d.name] = (i, src, frozenset(called))
-    return out
+        called = set()
+        for n in ast.walk(d):
+            if isinstance(n, ast.Name):
+                if n.id in names:
+                    called.add(n.id)
+                if isinstance(n.ctx, ast.Store):
+                    bound.add(n.id)
+            elif isinstance(n, ast.arg):
+                bound.add(n.arg)
+        table[d.name] = (i, src, frozenset(called - {d.name}))
+    return table, frozenset(bound)
+
+
+def _functions() -> dict[str, tuple[int, str, frozenset[str]]]:
+    return _parsed()[0]
 
 
 def available() -> frozenset[str]:
     return frozenset(_functions())
 
 
-@functools.cache
 def bound_names() -> frozenset[str]:
-    """Every argument and local of the runtime's functions.
-
-    A block function of the same name at module level would be shadowed inside them (harmless
-    today, as none calls a block, but a trap), so block functions keep clear of these names.
-    """
-    tree = ast.parse(_RUNTIME.read_text(encoding="utf-8"))
-    out: set[str] = set()
-    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))):
-        args = fn.args
-        out |= {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
-        out |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-    stores = (n for n in ast.walk(tree) if isinstance(n, ast.Name))
-    out |= {n.id for n in stores if isinstance(n.ctx, ast.Store)}
-    return frozenset(out)
+    """Every argument and local of the runtime's functions (see ``_parsed``)."""
+    return _parsed()[1]
 
 
 def source_for(used: set[str]) -> str:
