@@ -28,7 +28,7 @@ from lbdl_dsl.compiler.graph import (
     Program,
     TensorSig,
 )
-from lbdl_dsl.compiler.hparams import check_symbols, default_value, normalise
+from lbdl_dsl.compiler.hparams import check_symbols, default_value, hyphenated, normalise
 from lbdl_dsl.compiler.imports import Loaded
 from lbdl_dsl.compiler.limits import MAX_REPEAT
 from lbdl_dsl.core.errors import LbdlError, Note, Span, did_you_mean
@@ -439,6 +439,9 @@ def _arg_value(value: ast.Value, scope: _Scope) -> HValue:
         return value.bare_name  # a word: a choice such as mode=bilinear
     if value.bare_name is not None and value.bare_name in scope.params:
         return ParamRef(value.bare_name, value.span)
+    word = hyphenated(value)
+    if word is not None and not set(word.split("-")) & scope.known:
+        return word  # act=gelu-tanh, unless its parts are sizes known here (D-K)
     return check_symbols(value, scope.known, "argument")
 
 

@@ -8,6 +8,7 @@ trust what they read. Values that name a block or model parameter stay symbolic 
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from lbdl_dsl.compiler import ast
@@ -80,8 +81,19 @@ def _as_sizes(value: ast.Value, key: str, known: set[str], n: int) -> tuple[Expr
     return (_as_size(value, key, known),) * max(n, 1)
 
 
+_HYPHENATED = re.compile(r"[A-Za-z_]\w*(?:-[A-Za-z_]\w*)+")
+
+
+def hyphenated(value: ast.Value) -> str | None:
+    """``gelu-tanh`` as the word it is: the grammar reads it as the difference of two names."""
+    if isinstance(value, ast.SizeExpr) and _HYPHENATED.fullmatch(value.text):
+        return value.text
+    return None
+
+
 def _as_choice(value: ast.Value, hp: HP, params: set[str]) -> HValue:
     word = value.value if isinstance(value, ast.Literal) else getattr(value, "bare_name", None)
+    word = word or hyphenated(value)
     if isinstance(word, str) and word in hp.choices:
         return word
     if isinstance(value, ast.SizeExpr) and word in params:

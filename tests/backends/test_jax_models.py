@@ -235,3 +235,27 @@ def test_run_flag_prints_shapes_and_times(capsys):
     out = capsys.readouterr().out
     assert "Y: (3, 2)" in out
     assert "compile" in out and "step" in out
+
+
+def test_words_and_flags_given_to_a_block_reach_its_code():
+    """`act=act` in a block called with relu and with gelu-tanh computes each, not one for both."""
+    block = "block b(act=gelu, bias=true) on X: T×D:\n  ffw hidden=8 act=act p=0\n"
+    block += "  fc bias=bias  T×D\n"
+    x = jax.random.normal(jax.random.key(1), (2, 4, 6))
+
+    def run(body: str, params=None) -> tuple:
+        text = f"{block}\nmodel m:\n  input X: 4×6\n{body}  output Y\n"
+        model = lbdl_dsl.compile("b.lbdl", text=text)
+        fresh, state = model.init(jax.random.key(0))
+        params = fresh if params is None else params
+        return model, params, np.asarray(model.apply(params, state, x)[0])
+
+    model, params, via_block = run("  b act=relu bias=false\n  b act=gelu-tanh\n")
+    assert "relu(" in model.source and "gelu(" in model.source
+    inline = "  ffw hidden=8 act=relu p=0\n  fc bias=false  4×6\n"
+    inline += "  ffw hidden=8 act=gelu-tanh p=0\n  fc  4×6\n"
+    same = {f"{op}_{i}": params[f"b_{i}"][f"{op}_0"] for op in ("ffw", "fc") for i in (0, 1)}
+    _, _, written_out = run(inline, same)
+    np.testing.assert_allclose(written_out, via_block, rtol=1e-6)
+    _, _, swapped = run("  b act=gelu-tanh bias=false\n  b act=relu\n", params)
+    assert not np.allclose(swapped, via_block)

@@ -289,3 +289,20 @@ def test_what_build_refuses_is_a_spec_error_not_a_crash(build) -> None:
         build("model m:\n  input X: 8\n  conv2 k=3\n")
     with pytest.raises(LbdlError, match="calls itself"):
         build("block a on C:\n  a\nmodel m:\n  input X: 8\n  a\n")
+
+
+def test_hyphenated_words_are_words(build, compile_text) -> None:
+    """`act=gelu-tanh` reads as one word, in a box and passed to a block; `D-K` stays a size."""
+    program = build("model m:\n  input X: 8×16\n  ffw hidden=64 act=gelu-tanh\n")
+    assert list(program.model.body.nodes())[1].hp["act"] == "gelu-tanh"
+    text = (
+        "block tl(F, act=gelu, K=1) on X: T×D:\n  ffw hidden=F act=act\n  fc  T×D-K\n\n"
+        "model m(D=16):\n  input X: 8×D\n  tl F=64 act=gelu-tanh K=2\n  output Y\n"
+    )
+    compiled = compile_text(text)
+    ffw = compiled.checked.root[0].body[0]
+    assert ffw.node.hp["act"] == ParamRef("act", ffw.node.hp["act"].span)
+    assert ffw.hp["act"] == "gelu-tanh"
+    assert [d.as_int() for d in compiled.checked.outputs["Y"].shape] == [8, 14]
+    with pytest.raises(LbdlError, match="is one of `gelu`, `gelu-tanh`, `relu`, not `gelu-tan`"):
+        compile_text("model m:\n  input X: 8×16\n  ffw hidden=64 act=gelu-tan\n")

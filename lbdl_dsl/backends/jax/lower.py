@@ -284,6 +284,8 @@ class Lowerer:
             hp = {k: self.plain(v, fn, used) for k, v in inst.hp.items()}
             if symbolic:
                 for key, raw in inst.node.hparams:
+                    if isinstance(inst.hp.get(key), (str, bool)):
+                        continue  # a word or a flag shapes the code: written as its value
                     code = self.symbolic(raw, fn, used)
                     if code is not None:
                         hp[key] = code
