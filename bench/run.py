@@ -25,6 +25,7 @@ the command and an analysis of each ratio, to ``docs/performance.md`` (``--out``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -434,6 +435,7 @@ def report(
     command: str,
     parts: Sequence[str],
     notes: str,
+    machine_lines: Sequence[str],
 ) -> str:
     """docs/performance.md: the table, the targets, the machine and command, the analysis."""
     lines = [
@@ -451,7 +453,7 @@ def report(
         "",
         "## Machine and command",
         "",
-        *machine(),
+        *machine_lines,
         notes,
         "",
         "```sh",
@@ -616,7 +618,17 @@ def main(argv: Sequence[str] | None = None) -> list[harness.Row]:
     parser.add_argument("--out", type=Path, help="where to write the report")
     parser.add_argument("--first-output", choices=FIRST_SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--case", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="rewrite the report from a run's saved figures (its .json) without measuring",
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        record = json.loads(args.render.read_text(encoding="utf-8"))
+        write(args.out or args.render.with_suffix(".md"), record)
+        return [harness.Row(**r) for r in record["rows"]]
     if args.first_output:  # a child of `first_output`
         case = next(c for c in cases(args.quick) if c.name == args.case)
         print(json.dumps(child(case, args.first_output)))
@@ -642,11 +654,33 @@ def main(argv: Sequence[str] | None = None) -> list[harness.Row]:
             f"- load average (1, 5, 15 min): {fmt_load(load)} at the start, "
             f"{fmt_load(os.getloadavg())} at the end; the run took {minutes:.0f} min"
         )
-        command = "python bench/run.py" + (" --quick" if args.quick else "")
-        kinds = {c.name: c.kind for c in cases(args.quick)}
-        Path(out).write_text(report(rows, kinds, command, parts, notes), encoding="utf-8")
-        print(f"wrote {out}", file=sys.stderr)
+        record = {
+            "rows": [dataclasses.asdict(r) for r in rows],
+            "kinds": {c.name: c.kind for c in cases(args.quick)},
+            "command": "python bench/run.py" + (" --quick" if args.quick else ""),
+            "parts": parts,
+            "notes": notes,
+            "machine": machine(),
+        }
+        write(Path(out), record)
     return rows
+
+
+def write(out: Path, record: dict) -> None:
+    """The report, and beside it (``.json``) the figures it was written from, so that
+    ``--render`` can rewrite the prose around the same measurements."""
+    rows = [harness.Row(**r) for r in record["rows"]]
+    text = report(
+        rows,
+        record["kinds"],
+        record["command"],
+        record["parts"],
+        record["notes"],
+        record["machine"],
+    )
+    out.write_text(text, encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
 
 
 def fmt_load(load: tuple[float, ...]) -> str:

@@ -44,3 +44,9 @@ def test_quick_mode_gives_every_row(tmp_path: Path) -> None:
     assert "| model | metric | ours | Flax | ratio |" in text
     assert "python bench/run.py --quick" in text
     assert text.count("target ≤") == len(rows)
+    # the figures are kept beside the report, which can be rewritten from them alone
+    saved = out.with_suffix(".json")
+    assert saved.is_file()
+    again = tmp_path / "again.md"
+    assert run.main(["--render", str(saved), "--out", str(again)]) == rows
+    assert again.read_text(encoding="utf-8") == text
