@@ -536,25 +536,28 @@ the runtime (`lbdl_dsl/backends/jax/runtime.py`), each measured on this machine:
 
 **GPT-2 small: forward {gpt_forward}, training step {gpt_train}.** The matrix products
 are the peer's, and a block costs the same on both sides (one block alone, forward and
-gradient, timed within a few per cent). What remains is structural:
+gradient, timed within a few per cent). The spec uses GPT-2's tanh GELU, as the peer does
+(`tlayer … act=gelu-tanh`; the exact one measured the same). What remains is the loop:
 
-- *The ×12 group is a `jax.lax.scan`.* Reverse mode through a scan stores each block's
-  residuals in stacked buffers and accumulates the stacked weight gradients: the buffers are
-  zero-filled, written by dynamic-update-slice and read back by dynamic-slice, and the weights
-  of each block are copied out of their stack. In a profile of the training step these took
-  about 0.5 s (14 zero-fills, 360 dynamic-update-slices, 240 dynamic-slices); the unrolled
-  peer has none of them. The forward pass pays only the weight copies. Unrolling
-  (`--unroll`) removes them but slices the stacks per block: its gradient compiles for 20 s
-  and runs slower still (splitting the stacks once with `lax.split` was tried: 18 s, and
-  slower). The scan is also what makes our compile time lower (below).
-- *The spec's GELU is the exact one*, the peer's GPT-2's tanh approximation: `specs/gpt2.lbdl`
-  says the built-in `ffw` has no switch for it, but `ffw` now has `act=gelu-tanh`; `tlayer`
-  (`specs/blocks/transformer.lbdl`) does not pass it on.
-- *q, k and v are three products* (six in the backward pass) where the peer fuses them into
-  one (the parameter table keeps `wq`, `wk`, `wv` apart). Concatenating the weights at run
-  time was measured and gained nothing: the copies cost what the fused product saves.
-- Tried and not kept: `jax.nn.dot_product_attention` in place of our attention (no gain,
-  slower to compile), layer norm with the scale folded (no gain).
+- *The ×12 group is a `jax.lax.scan`* (which the compile-time target asks for). Reverse mode
+  through a scan writes what the backward pass needs into stacked buffers and accumulates the
+  stacked weight gradients: zero-fills, dynamic-update-slices and dynamic-slices that an
+  unrolled model does not have, and the weights of each block are copied out of their stack
+  in both passes (on XLA:CPU a product does not read a slice in place). `scan_group` now
+  wraps the body in `jax.checkpoint` with a policy (`keep_products`) that keeps only the
+  outputs of matrix products without batch axes and of convolutions, and recomputes the norms,
+  activations and attention in the backward pass: that removed six of the stacked buffers
+  (4×128×3,072 values each per block) and brought the training step from 2.23 to 2.01 s
+  (interleaved, same machine), its compile from 1.4 to 1.3 s. What is left is the weights'
+  traffic: about 1 GB of copies per step, 5 to 10 % of it.
+- Tried and not kept: unrolling the scan (`unroll=2`: 2.67 s against 2.40 s; `unroll=12`:
+  3.3 s and 9 s to compile), `--unroll` (slices the stacks per block: 20 s to compile, and
+  slower), `dots_saveable` as the policy (the same within noise), `prevent_cse=False` (the
+  same), attention on (B, T, H, D) without transposes (within noise), q, k and v fused by
+  concatenating the weights at run time (the copies cost what the fused product saves),
+  `jax.nn.dot_product_attention` (no gain, slower to compile), layer norm with the scale
+  folded (no gain). Causal attention no longer zeroes masked weights a second time after the
+  softmax (only a user's mask can empty a row).
 
 ### Compile time
 
@@ -563,49 +566,51 @@ GPT-2 small: forward {gpt_compile_forward}, training step {gpt_compile_train}.**
 XLA:CPU emits each distinct kernel once: the identical kernels of an unrolled model (the
 peer's twelve GPT blocks, its 3 + 4 + 6 + 3 bottlenecks) are compiled once, so a loop saves
 little code generation. What a loop saves is XLA's passes over the copies and the tracing of
-Flax's modules (0.3 s of the peer's GPT forward, 0.9 s of its training step, against our
-0.02 to 0.05 and 0.1 to 0.3 s). What it adds is its machinery: slices of the stacked
-parameters, stacked residuals and gradients, the loop itself. Counted in LLVM modules:
-ResNet-50 59 against 33 (forward) and 521 against 273 (training step); GPT 19 against 17 and
-125 against 76.
+Flax's modules; what it adds is its machinery: slices of the stacked parameters, stacked
+residuals and gradients, the loop itself. Split into tracing, lowering and XLA's compilation
+(training step, one sample each): ResNet-50 ours 0.62 + 0.25 + 5.54 s, the peer's
+0.85 + 0.30 + 4.49 s; GPT ours 0.13 + 0.08 + 1.34 s, the peer's 0.69 + 0.13 + 1.92 s.
+Our programs are smaller (5,284 and 1,250 lines of StableHLO against 7,762 and 5,897) but
+XLA spends longer on ResNet-50's loops.
 
 - ResNet-50 has four short loops (2, 3, 5, 2 copies) and the peer's bottlenecks are already
-  deduplicated, so the loops cost more than they save: compile time stays above the peer's.
-  Unrolling is worse (the per-copy slices do not deduplicate: 2.4 s forward, 15 s training).
+  deduplicated, so the loops cost more than they save. Unrolling is worse (the per-copy
+  slices are fused into their consumers, which then differ from copy to copy: 1.69 s forward
+  and 10.6 s training step against the scan's 1.02 and 7.43 s in one run; with an
+  optimisation barrier after the slices, 2.15 and 12.7 s). JAX's own convolution gradient
+  outside the loops (the custom one only inside) saved about 0.5 s of the training step's
+  compile in one interleaved run, within the noise of another, and was not kept. The forward
+  pass's ratio moves most from run to run (the peer's compile took 0.73 to 1.09 s today).
 - GPT's one loop of twelve saves XLA's passes over eleven blocks: the forward pass is at the
-  0.5 target (0.46 to 0.52 in three runs), the training step is not, because the target
-  assumed a compile time proportional to the number of blocks. Measured on a quiet machine
-  (training step): the peer takes 1.34, 1.36, 1.46 and 3.39 s for 1, 2, 4 and 12 blocks,
-  ours 1.90, 1.80, 1.80 and 1.88 s. Our time does not grow with N, but one of our blocks
-  costs more than one of the peer's (the exact GELU, three projections, the loop's
-  machinery), and the fixed part (embedding, the 50,257-way output and its loss, the
-  optimiser's update of 124M parameters) is common to both.
+  0.5 target, the training step is not, because the target assumed a compile time
+  proportional to the number of blocks. The peer takes 1.34, 1.36, 1.46 and 3.39 s for 1, 2,
+  4 and 12 blocks; ours, for N = 1 (no loop), 2 and 12: 1.2, 1.6 and 1.9 s. Our time does not
+  grow with N, but the loop's machinery costs 0.4 to 0.6 s, and the fixed part (embedding,
+  the 50,257-way output and its loss, the optimiser's update of 124M parameters) is common to
+  both: 0.5× the peer's twelve blocks is about what the peer needs for one.
 
 ### Time to first output
 
 **ResNet-50: {resnet50_first_eager} against Flax's eager `init`, {resnet50_first_jit} against
 `jax.jit(init)`; GPT-2 small: {gpt_first_eager} and {gpt_first_jit}.** Ours: the spec to a
 loaded module (parse, check, generate, format with ruff in a subprocess, 25 to 35 ms, load),
-`init` (one `jax.random.normal` cut into parameters on the host), then the first call of the
-jitted `apply` (compilation and the run). Flax's eager `init` runs the model op by op and
-compiles every small operation it meets (140 compilations for the four bottlenecks of
-`--quick`'s ResNet); `jax.jit(init)` compiles one program that traces the whole model,
-initialisers included.
+`init`, then the first call of the jitted `apply` (compilation and the run). Flax's eager
+`init` runs the model op by op and compiles every small operation it meets;
+`jax.jit(init)` compiles one program that traces the whole model, initialisers included.
 
-- `init_table` made its arrays with `jnp.asarray`, which in this JAX compiles a small program
-  for every new shape: 48 compilations, about 1.2 s of the 1.9 s of ResNet-50's first `init`
-  in a fresh process. It now uses `jax.device_put`: 4 compilations, 0.8 s.
-- GPT's first output is dominated by its `init`, and that by drawing 124M numbers with
-  threefry on XLA:CPU (about 24 ns of CPU each: 1.9 s of a 2.5 s `init` on a quiet machine;
-  scaling the pieces on the host takes 0.45 s). The peer draws as many numbers, eagerly or
-  jitted, so the 0.3 target, which assumes that Flax's time goes to running its model op by
-  op (true of ResNet-50), cannot be reached with the same generator.
-  NumPy's is twice as fast on this CPU but would change the random stream, make `init`
-  differ from `jax.jit(init)`, and be slower on an accelerator, so it was not used.
-- ResNet-50 against `jax.jit(init)` is at the target's edge: our forward pass compiles more
-  slowly than the peer's (above), which costs what our faster `init` saves.
-- What lbdl does before `init`: 0.2 to 0.6 s in a fresh process, a third of it building the
-  lark parser (lark's `cache=True` would save it).
+- `init` compiles nothing: `init_arrays` draws every random parameter with NumPy's PCG64 in
+  one call into one 64-byte-aligned buffer, scales each piece in place (uniform laws with
+  the variance of the LeCun or the stated normal), and `jax.device_put` hands the pieces to
+  the CPU device without a copy. GPT-2's 124M numbers take 0.4 s warm and 0.7 to 0.9 s in a
+  fresh process (the first touch of 500 MB), against 1.8 s with JAX's threefry normal. Under
+  `jax.jit`, `vmap` or `eval_shape` the same function runs as a host callback, so a jitted
+  `init` gives the same numbers (tested).
+- What is left of GPT's first output is the first forward pass (0.3 s to compile, 0.6 s to
+  run a batch of 4×128 through 124M parameters, as the peer's) and the draw: against the
+  jitted peer the ratio sits at the 0.3 line, run to run.
+- The lark parser's tables are cached in the user's cache folder (`~/.cache/lbdl`): building
+  them took 50 ms of every process (`lbdl-compile --check specs/resnet50.lbdl`: 0.30 s
+  instead of 0.45 s).
 """
 
 
