@@ -118,6 +118,8 @@ def test_init_table_is_a_function_of_the_key():
     assert same({p: v[1] for p, v in batched.items()}, rt.init_table(keys[1], INIT_TABLE))
     old_style = rt.init_table(jax.random.PRNGKey(0), INIT_TABLE)  # raw uint32 keys too
     assert same(old_style, eager)
+    with pytest.raises(ValueError, match="init takes one key, not"):
+        rt.init_table(keys, INIT_TABLE)
     shapes = jax.eval_shape(lambda k: rt.init_table(k, INIT_TABLE), key)
     assert {p: s.shape for p, s in shapes.items()} == {p: r[0] for p, r in INIT_TABLE.items()}
 

@@ -843,7 +843,10 @@ def init_table(key, table: dict) -> dict:
     numbers of an eager one.
     """
     if not isinstance(key, jax.core.Tracer):
-        arrays = [jax.device_put(a) for a in init_arrays(jax.random.key_data(key), table)]
+        data = jax.random.key_data(key)
+        if data.ndim != 1:
+            raise ValueError(f"init takes one key, not {data.shape[:-1]} of them: vmap it")
+        arrays = [jax.device_put(a) for a in init_arrays(data, table)]
     else:
         shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
         arrays = jax.pure_callback(
