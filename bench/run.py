@@ -574,12 +574,21 @@ Our programs are smaller (5,284 and 1,250 lines of StableHLO against 7,762 and 5
 XLA spends longer on ResNet-50's loops.
 
 - ResNet-50 has four short loops (2, 3, 5, 2 copies) and the peer's bottlenecks are already
-  deduplicated, so the loops cost more than they save. Unrolling is worse (the per-copy
-  slices are fused into their consumers, which then differ from copy to copy: 1.69 s forward
-  and 10.6 s training step against the scan's 1.02 and 7.43 s in one run; with an
-  optimisation barrier after the slices, 2.15 and 12.7 s). JAX's own convolution gradient
-  outside the loops (the custom one only inside) saved about 0.5 s of the training step's
-  compile in one interleaved run, within the noise of another, and was not kept. The forward
+  deduplicated, so the loops cost more than they save. In the forward pass the cost is the
+  stacked parameters: XLA:CPU emits 59 kernels for ours against the peer's 33 (0.38 + 0.63 s
+  of code generation and LLVM against 0.18 + 0.29 s), because every loop body slices its 15
+  parameters out of their stacks, and the slices either become kernels of their own (the
+  weights) or are fused into the norms, which then differ from group to group. Fed one
+  copy's parameters unstacked (an experiment: same loops, no slices), XLA's compile of our
+  forward pass drops from 0.94 to 0.59 s, the peer's being 0.61 s; removing the loops but
+  keeping the slices, or the dynamic slices but keeping static ones, changes nothing. So the
+  forward target conflicts with the stacked parameters that the scan needs; per-copy
+  parameters for short groups would meet it, at the price of a pytree whose shape depends on
+  N. In the training step the stacks are not the cost (unstacked: 6.0 s against 5.8 s; the
+  peer 4.1 s): the loops' backward pass is, and neither JAX's own convolution gradient (6.0 s)
+  nor dropping the checkpoint helps. Unrolling is worse (the per-copy slices are fused into
+  their consumers: 1.69 s forward and 10.6 s training step against the scan's 1.02 and 7.43 s
+  in one run; with an optimisation barrier after the slices, 2.15 and 12.7 s). The forward
   pass's ratio moves most from run to run (the peer's compile took 0.73 to 1.09 s today).
 - GPT's one loop of twelve saves XLA's passes over eleven blocks: the forward pass is at the
   0.5 target, the training step is not, because the target assumed a compile time
