@@ -129,11 +129,7 @@ class Walker:
             tall=tall,
             tooltip=labels.tooltip(path, inst),
         )
-        into.append(element)
-        if element.look == FAIL:
-            self.sites.append(Site(element, node.span))
-        self.connect(srcs, path, element.look)
-        return path
+        return self.place(element, node, srcs, path, into)
 
     def draw_layer(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
@@ -143,10 +139,14 @@ class Walker:
             return self.box(node, inst, srcs, path, into, layer is not None and layer.composite)
         look = look_of(inst, len(srcs))
         plus = Plus(path, PLAIN if look == PARAM else look, labels.tooltip(path, inst))
-        into.append(plus)
-        if plus.look == FAIL:
-            self.sites.append(Site(plus, node.span))
-        self.connect(srcs, path, plus.look)
+        return self.place(plus, node, srcs, path, into)
+
+    def place(self, item: Box | Plus, node: Node, srcs: Srcs, path: str, into: list[Item]) -> str:
+        """Add a drawn box or `+` with its incoming edges; a failing one marks its site."""
+        into.append(item)
+        if item.look == FAIL:
+            self.sites.append(Site(item, node.span))
+        self.connect(srcs, path, item.look)
         return path
 
     def draw_call(
