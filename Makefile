@@ -36,6 +36,7 @@ docs: setup
 
 bench: setup
 	$(PY) bench/run.py
+	$(PY) bench/kernels.py
 
 fuzz: setup
 	$(PY) bench/fuzz.py --cases 100000

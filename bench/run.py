@@ -574,22 +574,24 @@ Our programs are smaller (5,284 and 1,250 lines of StableHLO against 7,762 and 5
 XLA spends longer on ResNet-50's loops.
 
 - ResNet-50 has four short loops (2, 3, 5, 2 copies) and the peer's bottlenecks are already
-  deduplicated, so the loops cost more than they save. In the forward pass the cost is the
-  stacked parameters: XLA:CPU emits 59 kernels for ours against the peer's 33 (0.38 + 0.63 s
-  of code generation and LLVM against 0.18 + 0.29 s), because every loop body slices its 15
-  parameters out of their stacks, and the slices either become kernels of their own (the
-  weights) or are fused into the norms, which then differ from group to group. Fed one
-  copy's parameters unstacked (an experiment: same loops, no slices), XLA's compile of our
-  forward pass drops from 0.94 to 0.59 s, the peer's being 0.61 s; removing the loops but
-  keeping the slices, or the dynamic slices but keeping static ones, changes nothing. So the
-  forward target conflicts with the stacked parameters that the scan needs; per-copy
-  parameters for short groups would meet it, at the price of a pytree whose shape depends on
-  N. In the training step the stacks are not the cost (unstacked: 6.0 s against 5.8 s; the
-  peer 4.1 s): the loops' backward pass is, and neither JAX's own convolution gradient (6.0 s)
-  nor dropping the checkpoint helps. Unrolling is worse (the per-copy slices are fused into
-  their consumers: 1.69 s forward and 10.6 s training step against the scan's 1.02 and 7.43 s
-  in one run; with an optimisation barrier after the slices, 2.15 and 12.7 s). The forward
-  pass's ratio moves most from run to run (the peer's compile took 0.73 to 1.09 s today).
+  deduplicated, so the loops cost more than they save. `python bench/kernels.py` counts the
+  kernels in XLA's optimised programs: forward, 100 kernels of which 77 distinct for ours
+  against the peer's 145 of which 48; training step, 922 / 512 against 1,427 / 325; and
+  XLA's compile follows the distinct ones (1.01 against 0.62 s, 6.17 against 4.76 s). Forty
+  small kernels of one shape compile in 0.07 s, of forty shapes in 0.50 s. The stacks make
+  the extra shapes: every loop body reads its 15 parameters out of their stacks, and each
+  read is a kernel of its own shape (the weights) or is fused into a norm that then differs
+  from group to group; in the training step, the stacked gradients are written back, the
+  saved values are stacked, and the optimiser's updates run over stacked shapes that are
+  all different ((2, 64), (3, 128), (5, 256)... where the peer's 161 parameters share a few
+  shapes: 55 of our distinct kernels are such updates). Fed one copy's parameters unstacked
+  (an experiment: same loops, no slices), XLA's compile of our forward pass drops from 0.94
+  to 0.59 s, the peer's being 0.61 s. Per-copy parameters without loops (an experiment:
+  each copy its own subtree) tie with the peer, 1.02 forward and 0.94 training step in one
+  run, at the price of the scan and of a pytree whose shape depends on N. Unrolling over the
+  stacks is worse (static slices are kernels too, one per copy: 1.63 s forward and 9.5 s
+  training step against the peer's 0.79 and 5.8 s). The forward pass's ratio moves most
+  from run to run (the peer's compile took 0.45 to 1.09 s on this machine).
 - GPT's one loop of twelve saves XLA's passes over eleven blocks: the forward pass is at the
   0.5 target, the training step is not, because the target assumed a compile time
   proportional to the number of blocks. The peer takes 1.34, 1.36, 1.46 and 3.39 s for 1, 2,
@@ -602,24 +604,29 @@ XLA spends longer on ResNet-50's loops.
 
 **ResNet-50: {resnet50_first_eager} against Flax's eager `init`, {resnet50_first_jit} against
 `jax.jit(init)`; GPT-2 small: {gpt_first_eager} and {gpt_first_jit}.** Ours: the spec to a
-loaded module (parse, check, generate, format with ruff in a subprocess, 25 to 35 ms, load),
+loaded module (parse, check, generate, format with ruff, load),
 `init`, then the first call of the jitted `apply` (compilation and the run). Flax's eager
 `init` runs the model op by op and compiles every small operation it meets;
 `jax.jit(init)` compiles one program that traces the whole model, initialisers included.
 
-- `init` compiles nothing: `init_arrays` draws every random parameter with NumPy's PCG64 in
-  one call into one 64-byte-aligned buffer, scales each piece in place (uniform laws with
-  the variance of the LeCun or the stated normal), and `jax.device_put` hands the pieces to
-  the CPU device without a copy. GPT-2's 124M numbers take 0.4 s warm and 0.7 to 0.9 s in a
-  fresh process (the first touch of 500 MB), against 1.8 s with JAX's threefry normal. Under
+- `init` compiles nothing: `init_arrays` draws every random parameter from one NumPy PCG64
+  stream into one 64-byte-aligned buffer, a megabyte at a time, scaling each megabyte while
+  it is in the cache (uniform laws with the variance of the LeCun or the stated normal), and
+  `jax.device_put` hands the pieces to the CPU device without a copy. GPT-2's 124M numbers
+  take 0.3 s of drawing (PCG64 is NumPy's fastest generator here: SFC64 0.36 s, Philox
+  0.42 s) and 0.5 to 0.7 s in a fresh process (the first touch of 500 MB), against 1.8 s
+  with JAX's threefry normal; scaling in cache saved 0.03 to 0.14 s of that. Under
   `jax.jit`, `vmap` or `eval_shape` the same function runs as a host callback, so a jitted
   `init` gives the same numbers (tested).
 - What is left of GPT's first output is the first forward pass (0.3 s to compile, 0.6 s to
   run a batch of 4×128 through 124M parameters, as the peer's) and the draw: against the
   jitted peer the ratio sits at the 0.3 line, run to run.
-- The lark parser's tables are cached in the user's cache folder (`~/.cache/lbdl`): building
-  them took 50 ms of every process (`lbdl-compile --check specs/resnet50.lbdl`: 0.30 s
-  instead of 0.45 s).
+- The user's cache folder (`~/.cache/lbdl`, `lbdl_dsl/core/cache.py`) keeps what every
+  process used to make again: the lark parser's tables (50 ms; `lbdl-compile --check
+  specs/resnet50.lbdl` 0.30 s instead of 0.45 s) and ruff's formatting of a generated module
+  (40 ms, a subprocess), by the hash of the text and ruff's version. Building GPT-2 from its
+  spec takes 0.07 s with both cached, 0.2 s without; the first sample of each run pays the
+  formatting, the median does not.
 """
 
 

@@ -50,3 +50,20 @@ def test_quick_mode_gives_every_row(tmp_path: Path) -> None:
     again = tmp_path / "again.md"
     assert run.main(["--render", str(saved), "--out", str(again)]) == rows
     assert again.read_text(encoding="utf-8") == text
+
+
+def test_kernel_counts_see_equal_bodies_as_one() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from bench import kernels
+
+    def twice(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return jnp.tanh(a @ a) * 2.0, jnp.tanh(b @ b) * 2.0
+
+    same = (jax.ShapeDtypeStruct((8, 8), jnp.float32),) * 2
+    other = (same[0], jax.ShapeDtypeStruct((16, 16), jnp.float32))
+    n_same, distinct_same, _ = kernels.count(twice, same)
+    n_other, distinct_other, _ = kernels.count(twice, other)
+    assert n_same == n_other >= 2
+    assert distinct_same < distinct_other <= n_other

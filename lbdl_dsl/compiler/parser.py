@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
 from fractions import Fraction
 from importlib import resources
@@ -31,6 +30,7 @@ from lark.indenter import Indenter
 
 from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.limits import MAX_NESTING, MAX_SOURCE_BYTES
+from lbdl_dsl.core import cache
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.symbolic import Expr, sym
 
@@ -59,15 +59,9 @@ def _cache_file() -> str | bool:
 
     Building the LALR tables takes about 50 ms, a tenth of `lbdl-compile --check`. Lark stamps
     the file with the grammar's hash and its own version and rebuilds a stale or broken one.
-    The file lives in the user's own cache folder (like Python's ``__pycache__``), never in a
-    shared temporary folder.
     """
-    try:
-        folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lbdl"
-        folder.mkdir(parents=True, exist_ok=True)
-    except (OSError, RuntimeError):  # no home, a read-only or odd file system
-        return False
-    return str(folder / "parser.lark-cache") if os.access(folder, os.W_OK) else False
+    where = cache.folder()
+    return False if where is None else str(where / "parser.lark-cache")
 
 
 @functools.cache
