@@ -167,19 +167,10 @@ class Lowerer:
         return lines[span.line - 1].strip() if 0 < span.line <= len(lines) else ""
 
     # -- one graph ------------------------------------------------------------------------------
-    def scope(
-        self,
-        fn: Fn,
-        insts: list[Inst],
-        graph: Graph,
-        env: dict[str, Var],
-        pvar: str,
-        svar: str,
-        nsvar: str,
-        chain: str,
-    ) -> Var:
-        """Emit one graph's boxes; ``env`` gives its input nodes' values."""
-        return self.values(fn, insts, graph, env, pvar, svar, nsvar, chain)[graph.result]
+    def scope(self, fn: Fn, insts: list[Inst], graph: Graph, env: dict[str, Var], *names) -> Var:
+        """Emit one graph's boxes and return its result; ``env`` gives its input nodes' values,
+        ``names`` the variables `values` takes (parameters, state, new state, chain)."""
+        return self.values(fn, insts, graph, env, *names)[graph.result]
 
     def values(
         self,
