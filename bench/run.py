@@ -584,7 +584,8 @@ XLA spends longer on ResNet-50's loops.
   from group to group; in the training step, the stacked gradients are written back, the
   saved values are stacked, and the optimiser's updates run over stacked shapes that are
   all different ((2, 64), (3, 128), (5, 256)... where the peer's 161 parameters share a few
-  shapes: 55 of our distinct kernels are such updates). Fed one copy's parameters unstacked
+  shapes: of our 55 distinct products-and-sums the peer has no twin of, most update the
+  optimiser's state or batchnorm's running averages). Fed one copy's parameters unstacked
   (an experiment: same loops, no slices), XLA's compile of our forward pass drops from 0.94
   to 0.59 s, the peer's being 0.61 s. Per-copy parameters without loops (an experiment:
   each copy its own subtree) tie with the peer, 1.02 forward and 0.94 training step in one
