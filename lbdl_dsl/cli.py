@@ -30,12 +30,20 @@ def _parser() -> argparse.ArgumentParser:
         description="Compile a neural architecture written as The Little Book of Deep Learning "
         "draws it: check its shapes, count it, draw it, and lower it to JAX.",
     )
-    p.add_argument("spec", help="the .lbdl file")
+    add_spec_arguments(p)
     p.add_argument(
         "--check",
         action="store_true",
         help="parse, build and check only; print the summary and write nothing",
     )
+    add_summary_arguments(p)
+    add_build_arguments(p)
+    return p
+
+
+def add_spec_arguments(p: argparse.ArgumentParser) -> None:
+    """The spec and its ``--set`` overrides: every verb that reads a spec takes these."""
+    p.add_argument("spec", help="the .lbdl file")
     p.add_argument(
         "--set",
         nargs="+",
@@ -43,6 +51,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K=V",
         help="override model parameters or give input symbols values (N=24 D=1024)",
     )
+
+
+def add_summary_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--depth",
+        default="1",
+        help="summary depth: a number or `all` (default 1, the figure's boxes)",
+    )
+
+
+def add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--output",
@@ -54,12 +74,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FORMATS",
         help=f"comma-separated: {','.join(ALL_FORMATS)} "
         f"(default without --check: {','.join(DEFAULT_FORMATS)})",
-    )
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument(
-        "--depth",
-        default="1",
-        help="summary depth: a number or `all` (default 1, the figure's boxes)",
     )
     p.add_argument(
         "--expand",
@@ -80,7 +94,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--unroll", action="store_true", help="lower ×N groups as loops instead of jax.lax.scan"
     )
-    return p
 
 
 def _overrides(items: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
@@ -105,7 +118,11 @@ def _formats(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    return run_namespace(parser.parse_args(argv), parser)
+
+
+def run_namespace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run a parsed ``lbdl-compile`` (or ``lbdl check``/``lbdl build``) command line."""
     overrides = _overrides(args.set, parser)
     formats = _formats(args, parser)
     depth = None if args.depth == "all" else _int_arg(args.depth, "--depth", parser)

@@ -1,0 +1,20 @@
+"""``lbdl build SPEC``: check, then write the figure, the JAX module and the summary."""
+
+from __future__ import annotations
+
+import argparse
+
+from lbdl_dsl import cli
+
+HELP = "check a spec and write its artefacts (figure, JAX module, summary JSON)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    cli.add_spec_arguments(p)
+    cli.add_summary_arguments(p)
+    cli.add_build_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    args.check = False
+    return cli.run_namespace(args, args.parser)
