@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _overrides(items: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
+def parse_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -123,14 +124,30 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_namespace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run a parsed ``lbdl-compile`` (or ``lbdl check``/``lbdl build``) command line."""
-    overrides = _overrides(args.set, parser)
+    overrides = parse_overrides(args.set, parser)
     formats = _formats(args, parser)
     depth = None if args.depth == "all" else _int_arg(args.depth, "--depth", parser)
+
+    def partial(err: CheckFailed) -> None:
+        _partial_diagram(err.compiled, args, formats)
+
+    return guarded(lambda: _run(args, overrides, formats, depth), args.spec, partial)
+
+
+def guarded(
+    work: Callable[[], int],
+    label: str,
+    on_check_failed: Callable[[CheckFailed], None] | None = None,
+) -> int:
+    """Run ``work`` with the command line's promise: a user's error is exit 1 with its message
+    and never a traceback; our own bug is exit 3 with a short note (``LBDL_DEBUG=1`` shows it).
+    Every verb goes through here, so they all keep the promise the same way."""
     try:
-        return _run(args, overrides, formats, depth)
+        return work()
     except CheckFailed as err:
         print(err.render(err.compiled.sources), file=sys.stderr)
-        _partial_diagram(err.compiled, args, formats)
+        if on_check_failed is not None:
+            on_check_failed(err)
         return 1
     except LbdlError as err:
         sources = getattr(err, "sources", None)
@@ -142,7 +159,7 @@ def run_namespace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         if os.environ.get("LBDL_DEBUG"):
             raise
         print(
-            f"{args.spec}: internal error: {type(exc).__name__}: {exc}\n"
+            f"{label}: internal error: {type(exc).__name__}: {exc}\n"
             "hint: this is a bug in lbdl, not in your spec; rerun with LBDL_DEBUG=1 and "
             "report the traceback",
             file=sys.stderr,

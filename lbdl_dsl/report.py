@@ -45,6 +45,11 @@ def _label(inst: Inst) -> str:
     return " ".join([node.op, *shown])
 
 
+def box_label(inst: Inst) -> str:
+    """A box as the summary and the figure write it (the one formatter for both)."""
+    return _label(inst)
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, tuple):
         return (

@@ -12,4 +12,5 @@ from __future__ import annotations
 VERBS: dict[str, str] = {
     "check": "check",
     "build": "build",
+    "diff": "diff",
 }

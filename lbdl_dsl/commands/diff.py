@@ -1,0 +1,44 @@
+"""``lbdl diff A.lbdl B.lbdl``: what changed between two architectures, box by box."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lbdl_dsl import cli
+
+HELP = "compare two specs: changed boxes, Δ shapes, Δ parameters, Δ MACs, carried weights"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", help="the first .lbdl file")
+    p.add_argument("b", help="the second .lbdl file")
+    p.add_argument("--set", nargs="+", default=[], metavar="K=V", help="overrides for both")
+    p.add_argument("--set-a", nargs="+", default=[], metavar="K=V", help="overrides for A only")
+    p.add_argument("--set-b", nargs="+", default=[], metavar="K=V", help="overrides for B only")
+    p.add_argument("--json", action="store_true", help="print the diff as one JSON object")
+    p.add_argument("--carried", action="store_true", help="list the weights B can take from A")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lbdl_dsl import diff
+    from lbdl_dsl.compiler.driver import compile_spec
+
+    both = cli.parse_overrides(args.set, args.parser)
+    over_a = both | cli.parse_overrides(args.set_a, args.parser)
+    over_b = both | cli.parse_overrides(args.set_b, args.parser)
+
+    def work() -> int:
+        a = compile_spec(args.a, overrides=over_a)
+        b = compile_spec(args.b, overrides=over_b)
+        result = diff.diff(a.checked, b.checked)
+        if args.json:
+            sys.stdout.write(json.dumps(diff.to_json(result), indent=2, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(diff.render(result))
+            if args.carried:
+                sys.stdout.write("".join(f"  {p}\n" for p in result.carried))
+        return 0
+
+    return cli.guarded(work, args.b)

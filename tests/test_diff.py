@@ -1,0 +1,130 @@
+"""``lbdl diff``: alignment, exact sums, carried weights, goldens and the command line.
+
+The property that makes a diff trustworthy is checked on every ordered pair of the spec library:
+the changes add up, exactly and as formulas, to totals(B) − totals(A), and a spec compared with
+itself has no change. Goldens pin the text of the three pairs the issue names; a change made on
+purpose is accepted with ``LBDL_ACCEPT=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from lbdl_dsl import diff, main
+from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.compiler.infer import Checked
+from lbdl_dsl.core.symbolic import Expr, total
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "golden" / "diff"
+ACCEPT = os.environ.get("LBDL_ACCEPT") == "1"
+SPECS = sorted(p.name for p in (REPO / "specs").glob("*.lbdl"))
+PAIRS = {
+    "resnet50-resnet101": (["specs/resnet50.lbdl", "specs/resnet101.lbdl"], []),
+    "gpt2-gpt2-medium": (
+        ["specs/gpt2.lbdl", "specs/gpt2.lbdl"],
+        ["--set-b", "N=24", "D=1024", "H=16"],
+    ),
+    "vit-postnorm": (["specs/vit.lbdl", "tests/fixtures/diff/vit-postnorm.lbdl"], []),
+}
+
+
+@cache
+def checked(name: str) -> Checked:
+    result = compile_spec(REPO / "specs" / name).checked
+    assert result is not None and result.ok
+    return result
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_a_spec_against_itself_has_no_change(name: str) -> None:
+    d = diff.diff(checked(name), checked(name))
+    assert d.empty and all(v == Expr.lift(0) for v in d.delta.values())
+    assert "no difference" in diff.render(d)
+
+
+@pytest.mark.parametrize("name_a", SPECS)
+def test_changes_add_up_to_the_difference_of_totals(name_a: str) -> None:
+    a = checked(name_a)
+    for name_b in SPECS:
+        b = checked(name_b)
+        d = diff.diff(a, b)
+        for k in diff.COUNTS:
+            assert total(c.delta[k] for c in d.changes) == b.totals[k] - a.totals[k], (
+                name_a,
+                name_b,
+                k,
+            )
+
+
+def test_a_deeper_stack_is_one_changed_group() -> None:
+    d = diff.diff(checked("resnet50.lbdl"), checked("resnet101.lbdl"))
+    assert [(c.status, c.label_a, c.label_b) for c in d.changes] == [
+        ("changed", "resblock ×5", "resblock ×22")
+    ]
+    assert d.delta["params"] == Expr.lift(44_549_160 - 25_557_032)
+
+
+def test_carried_weights_are_those_with_the_same_path_and_shape() -> None:
+    a, b = checked("resnet50.lbdl"), checked("resnet101.lbdl")
+    d = diff.diff(a, b)
+    shapes_a, shapes_b = dict(diff.parameter_shapes(a)), dict(diff.parameter_shapes(b))
+    assert set(d.carried) == {p for p in shapes_b if shapes_a.get(p) == shapes_b[p]}
+    assert "repeat_2/resblock_0/residual_0/conv_2d_0/w" not in d.carried  # 5 vs 22 copies
+    assert "conv_2d_0/w" in d.carried and len(d.carried) < len(shapes_b)
+
+
+@pytest.mark.parametrize("name", ["lenet.lbdl", "resnet18.lbdl", "gpt.lbdl", "unet.lbdl"])
+def test_parameter_paths_are_the_generated_modules(name: str) -> None:
+    pytest.importorskip("jax")
+    from lbdl_dsl.backends.jax.codegen import generate
+
+    compiled = compile_spec(REPO / "specs" / name, overrides={"T": 8} if "gpt" in name else {})
+    namespace: dict[str, object] = {}
+    exec(compile(generate(compiled), name, "exec"), namespace)  # our own generated code
+    table = namespace["PARAMS"]
+    assert isinstance(table, dict)
+    ours = dict(diff.parameter_shapes(compiled.checked))
+    assert set(ours) == set(table)
+    for path, (shape, _, _) in table.items():
+        assert len(ours[path]) == len(shape), path
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_diff_text_matches_its_golden(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files, extra = PAIRS[name]
+    monkeypatch.chdir(REPO)
+    assert main.main(["diff", *files, *extra]) == 0
+    text = capsys.readouterr().out
+    golden = GOLDEN / f"{name}.txt"
+    if ACCEPT:
+        golden.write_text(text, "utf-8")
+    assert text == golden.read_text("utf-8")
+
+
+def test_json_carries_the_same_figures(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    assert (
+        main.main(["diff", "specs/gpt2.lbdl", "specs/gpt2.lbdl", "--set-b", "N=24", "--json"]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["delta"]["params"] == 12 * 7_087_872
+    assert [c["status"] for c in data["changes"]] == ["changed"]
+    assert data["changes"][0]["a"]["box"].endswith("×12")
+
+
+def test_a_bad_spec_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.lbdl"
+    bad.write_text("model m:\n  input X: 4\n  fc 8   9\n  output Y\n", "utf-8")
+    assert main.main(["diff", str(REPO / "specs" / "mlp.lbdl"), str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:3:" in err and "Traceback" not in err
