@@ -15,7 +15,9 @@ import optax
 import pytest
 
 import lbdl_dsl
+from lbdl_dsl.backends.jax import weights
 from lbdl_dsl.cli import main
+from lbdl_dsl.core.errors import LbdlError
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "specs").glob("*.lbdl"))
@@ -212,18 +214,47 @@ def test_generated_code_mirrors_the_spec():
     assert "jax.lax.scan" in src and "= scan_group(" in src
 
 
-def test_parameters_round_trip_through_a_file(tmp_path):
-    model = lbdl_dsl.compile(str(REPO / "specs" / "lenet.lbdl"))
+@pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
+def test_parameters_round_trip_through_a_file(tmp_path, suffix):
+    model = lbdl_dsl.compile(str(REPO / "specs" / "resnet18.lbdl"), L1=1, L2=1, L3=1, L4=1)
     params, state = model.init(jax.random.key(0))
-    path = model.save(tmp_path / "lenet.npz", params, state)
+    path = model.save(tmp_path / f"resnet18{suffix}", params, state)
     loaded, loaded_state = model.load(path)
     assert jax.tree.structure(loaded) == jax.tree.structure(params)
-    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded)):
+    assert jax.tree.structure(loaded_state) == jax.tree.structure(state)
+    for a, b in zip(jax.tree.leaves((params, state)), jax.tree.leaves((loaded, loaded_state))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert sorted(np.load(path).files)[0].startswith("params/conv_2d_0/")
+    keys = sorted(weights.read(path))
+    assert "params/conv_2d_0/w" in keys and any(k.startswith("state/") for k in keys)
     other = lbdl_dsl.compile(str(REPO / "specs" / "mlp.lbdl"))
-    with pytest.raises(ValueError, match="do not match"):
+    with pytest.raises(LbdlError, match="do not fit this model") as err:
         other.load(path)
+    assert "missing parameter `fc_1/w` (25, 10)" in str(err.value)
+
+
+def test_safetensors_files_are_plain_safetensors(tmp_path):
+    from safetensors import safe_open
+
+    model = lbdl_dsl.compile(str(REPO / "specs" / "mlp.lbdl"))
+    params, state = model.init(jax.random.key(0))
+    path = model.save(tmp_path / "mlp.safetensors", params, state)
+    with safe_open(str(path), framework="numpy") as f:
+        assert set(f.keys()) == {f"params/{k}" for k in model.module["PARAMS"]}
+        w = f.get_tensor("params/fc_0/w")
+    np.testing.assert_array_equal(w, np.asarray(params["fc_0"]["w"]))
+
+
+def test_a_weights_file_of_the_wrong_shape_is_refused_with_every_difference(tmp_path):
+    small = lbdl_dsl.compile(str(REPO / "specs" / "mlp.lbdl"))
+    params, _ = small.init(jax.random.key(0))
+    params["fc_0"]["w"] = params["fc_0"]["w"][:, :3]
+    path = small.save(tmp_path / "bad.safetensors", params)
+    with pytest.raises(LbdlError) as err:
+        small.load(path)
+    assert "`fc_0/w` has shape" in str(err.value)
+    (tmp_path / "junk.safetensors").write_bytes(b"not a file")
+    with pytest.raises(LbdlError, match="not a readable"):
+        small.load(tmp_path / "junk.safetensors")
 
 
 def test_parameter_paths_are_stable_and_readable():

@@ -8,20 +8,18 @@ from the spec: every spec-provided name in it went through the sanitising namesp
 from __future__ import annotations
 
 import functools
-import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from lbdl_dsl.backends.jax import weights
 from lbdl_dsl.backends.jax.codegen import generate
 from lbdl_dsl.backends.jax.runtime import unflatten
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.core.symbolic import Expr
-from lbdl_dsl.output import write_atomic
 
 
 class Model:
@@ -103,31 +101,18 @@ class Model:
 
     # -- parameters on disk ---------------------------------------------------------------------
     def save(self, path: str | Path, params: Any, state: Any = None) -> Path:
-        """Parameters (and state) to an ``.npz`` file whose keys are the pytree paths."""
-        flat = {f"params/{k}": v for k, v in _flatten(params).items()}
-        flat |= {f"state/{k}": v for k, v in _flatten(state or {}).items()}
-        buffer = io.BytesIO()
-        np.savez(buffer, **{k: np.asarray(v) for k, v in flat.items()})
-        return write_atomic(Path(path), buffer.getvalue())
+        """Parameters (and state) to ``.safetensors`` (or ``.npz``), keyed by their paths."""
+        return weights.save(path, params, state)
 
     def load(self, path: str | Path) -> tuple[Any, Any]:
-        """(params, state) from a file written by `save`, checked against the model's shapes."""
-        with np.load(Path(path)) as data:
-            flat = {k: jnp.asarray(data[k]) for k in data.files}
-        params = unflatten({k[7:]: v for k, v in flat.items() if k.startswith("params/")})
-        state = unflatten({k[6:]: v for k, v in flat.items() if k.startswith("state/")})
-        want = self.module["PARAMS"]
-        got = _flatten(params)
-        if set(got) != set(want):
-            missing = sorted(set(want) - set(got))[:3]
-            extra = sorted(set(got) - set(want))[:3]
-            raise ValueError(
-                f"{path}: parameters do not match the model (missing {missing}, unexpected {extra})"
-            )
-        for k, (shape, _, _) in want.items():
-            if tuple(got[k].shape) != tuple(shape):
-                raise ValueError(f"{path}: {k} has shape {got[k].shape}, expected {shape}")
-        return params, state
+        """(params, state) from a file written by `save`, `lbdl train` or `lbdl import`.
+
+        Every path and shape is checked against the model first; a file of another model (or of
+        this one with other ``--set`` values) is refused with the list of differences.
+        """
+        params, state = weights.load_checked(path, self.module["PARAMS"], self.module["STATE"])
+        as_jax = {k: jnp.asarray(v) for k, v in params.items()}
+        return unflatten(as_jax), unflatten({k: jnp.asarray(v) for k, v in state.items()})
 
 
 def _int(d: Expr | None) -> int:
@@ -135,14 +120,3 @@ def _int(d: Expr | None) -> int:
     if v is None:
         raise ValueError(f"the size {d} is symbolic; give it a value when compiling")
     return int(v)
-
-
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in (tree or {}).items():
-        path = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out |= _flatten(v, f"{path}/")
-        else:
-            out[path] = v
-    return out

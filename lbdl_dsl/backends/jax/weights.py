@@ -1,0 +1,134 @@
+"""Parameters on disk: one flat table of arrays whose keys are the model's parameter paths.
+
+Two containers, one convention. A file holds ``params/<path>`` for each trainable array and
+``state/<path>`` for each state array (batchnorm's running averages), where ``<path>`` is the
+key of the generated module's ``PARAMS``/``STATE`` table (``repeat_0/tlayer_0/ffw_0/w1``).
+``.safetensors`` is the default, readable by any safetensors reader and loaded lazily;
+``.npz`` is kept for files written before. Loading checks every path and shape against the
+model before anything is handed back, and reports every difference at once.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.output import write_atomic
+
+FORMATS = (".safetensors", ".npz")
+
+
+def flatten(tree: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": x}}`` → ``{"a/b": x}``: the nested dictionaries of init, as paths."""
+    out: dict[str, Any] = {}
+    for k, v in (tree or {}).items():
+        path = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out |= flatten(v, f"{path}/")
+        else:
+            out[path] = v
+    return out
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of `flatten`."""
+    out: dict[str, Any] = {}
+    for path, v in flat.items():
+        *parents, leaf = path.split("/")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = v
+    return out
+
+
+def _format(path: Path) -> str:
+    if path.suffix not in FORMATS:
+        raise LbdlError(
+            f"{path}: unknown weights format `{path.suffix or '(no suffix)'}`",
+            None,
+            hint="use a .safetensors file (or .npz)",
+        )
+    return path.suffix
+
+
+def save(path: str | Path, params: Any, state: Any = None) -> Path:
+    """Write ``params`` (and ``state``) to ``path``, atomically; the suffix picks the format."""
+    path = Path(path)
+    fmt = _format(path)
+    flat = {f"params/{k}": np.ascontiguousarray(v) for k, v in flatten(params).items()}
+    flat |= {f"state/{k}": np.ascontiguousarray(v) for k, v in flatten(state).items()}
+    if fmt == ".safetensors":
+        from safetensors.numpy import save as st_save
+
+        data = st_save(flat, metadata={"format": "lbdl", "layout": "params/<path>, state/<path>"})
+    else:
+        buffer = io.BytesIO()
+        np.savez(buffer, **flat)
+        data = buffer.getvalue()
+    return write_atomic(path, data)
+
+
+def read(path: str | Path) -> dict[str, np.ndarray]:
+    """Every array of a weights file, by key, as NumPy arrays."""
+    path = Path(path)
+    fmt = _format(path)
+    from safetensors import SafetensorError
+
+    try:
+        if fmt == ".safetensors":
+            from safetensors.numpy import load_file
+
+            return dict(load_file(str(path)))
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise LbdlError(f"{path}: no such file") from None
+    except (OSError, ValueError, SafetensorError) as exc:  # a truncated or foreign file
+        raise LbdlError(
+            f"{path}: not a readable {fmt} weights file ({exc})",
+            None,
+            hint="was it written completely, and by lbdl (`model.save`, `lbdl train`)?",
+        ) from None
+
+
+def split(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(params, state) by path, from the keys of a file."""
+    params = {k[len("params/") :]: v for k, v in flat.items() if k.startswith("params/")}
+    state = {k[len("state/") :]: v for k, v in flat.items() if k.startswith("state/")}
+    return params, state
+
+
+def mismatches(
+    got: Mapping[str, Any], want: Mapping[str, tuple[tuple[int, ...], Any, Any]], what: str
+) -> list[str]:
+    """Every difference between arrays read and a module's table, as lines to report."""
+    lines = [f"missing {what} `{k}` {tuple(want[k][0])}" for k in sorted(set(want) - set(got))]
+    lines += [f"unexpected {what} `{k}`" for k in sorted(set(got) - set(want))]
+    for k in sorted(set(got) & set(want)):
+        shape, expected = tuple(np.shape(got[k])), tuple(want[k][0])
+        if shape != expected:
+            lines.append(f"{what} `{k}` has shape {shape}, the model needs {expected}")
+    return lines
+
+
+def load_checked(
+    path: str | Path, params_table: Mapping[str, Any], state_table: Mapping[str, Any]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Flat (params, state) from ``path``, refused unless they fit the tables exactly."""
+    params, state = split(read(path))
+    problems = mismatches(params, params_table, "parameter")
+    problems += mismatches(state, state_table, "state array")
+    if problems:
+        more = [f"... and {len(problems) - 12} more"] if len(problems) > 12 else []
+        raise LbdlError(
+            f"{path}: the weights do not fit this model:\n  " + "\n  ".join(problems[:12] + more),
+            None,
+            hint="was it saved from another spec, or with other --set values?",
+        )
+    return params, state
