@@ -79,9 +79,10 @@ def test_layout_roundtrip():
 
 INIT_TABLE = {
     "a/w": ((400, 300), "fan_in", 400.0),
-    "a/b": ((300,), "zeros", 0.0),
-    "n/scale": ((4,), "ones", 0.0),
-    "e/table": ((500, 200), "normal", 0.02),
+    "a/b": ((300,), "const", 0.0),
+    "n/scale": ((4,), "const", 1.0),
+    "ls/gamma": ((6,), "const", 1e-6),
+    "e/table": ((500, 200), "std", 0.02),
     "odd": ((3, 5), "fan_in", 3.0),
     "empty": ((0, 4), "fan_in", 0.0),
 }
@@ -97,9 +98,10 @@ def test_init_table_laws():
     assert np.abs(w).max() <= np.sqrt(3 / 400) and np.abs(w).max() > 0.99 * np.sqrt(3 / 400)
     assert abs(e.std() - 0.02) < 0.0005
     assert not np.any(np.asarray(out["a/b"])) and np.all(np.asarray(out["n/scale"]) == 1)
+    assert np.all(np.asarray(out["ls/gamma"]) == np.float32(1e-6))
     assert np.unique(np.asarray(out["odd"])).size == 15  # its own numbers, not a neighbour's
     arrays = rt.init_arrays(jax.random.key_data(jax.random.key(0)), INIT_TABLE)
-    drawn = [a for a, row in zip(arrays, INIT_TABLE.values()) if row[1] in ("fan_in", "normal")]
+    drawn = [a for a, row in zip(arrays, INIT_TABLE.values()) if row[1] in ("fan_in", "std")]
     assert all(a.ctypes.data % 64 == 0 for a in drawn if a.size)  # device_put need not copy
 
 

@@ -21,10 +21,25 @@ from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.compiler.instance import Inst
 from lbdl_dsl.core import cache
 from lbdl_dsl.core.errors import LbdlError
-from lbdl_dsl.core.layers.base import PSpec, fmt_shape
+from lbdl_dsl.core.layers.base import Const, FanIn, Init, PSpec, Std, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, sym
 
 _DTYPES = {"float32": "jnp.float32", "bfloat16": "jnp.bfloat16"}
+
+
+def init_row(init: Init) -> tuple[str, float]:
+    """An initialiser as a row of the module's tables, which the runtime's `init_arrays` reads."""
+    match init:
+        case FanIn(fan=fan):
+            value = fan.as_int() if isinstance(fan, Expr) else fan
+            if value is None:
+                raise ValueError(f"fan-in {fan} has no value")
+            return "fan_in", float(value)
+        case Std(std=std):
+            return "std", float(std)
+        case Const(value=value):
+            return "const", float(value)
+    raise AssertionError(init)
 
 
 def param_table(compiled: Compiled) -> tuple[list[tuple], list[tuple]]:
@@ -44,14 +59,7 @@ def param_table(compiled: Compiled) -> tuple[list[tuple], list[tuple]]:
                     hint=f"give {', '.join(sorted(d.free_symbols))} a value (--set) to build it",
                 )
             shape.append(v)
-        if spec.init == "fan_in":
-            fan = spec.fan_in.as_int() if isinstance(spec.fan_in, Expr) else spec.fan_in
-            scale: float = float(fan)
-        elif spec.init in ("normal", "embed"):
-            scale = 0.02 if spec.init == "embed" else spec.std
-        else:
-            scale = 0.0
-        how = "normal" if spec.init == "embed" else spec.init
+        how, scale = init_row(spec.init)
         return (path, (*stack, *shape), how, scale)
 
     def visit(insts: list[Inst], prefix: str, stack: tuple[int, ...]) -> None:
@@ -174,8 +182,8 @@ COMPUTE = {compute}
     )
     parts = [
         header,
-        _table("PARAMS", params_rows, "path: (shape, initialiser, fan-in or std)"),
-        _table("STATE", state_rows, "path: (shape, initialiser, unused)"),
+        _table("PARAMS", params_rows, "path: (shape, initialiser, its fan-in, std or value)"),
+        _table("STATE", state_rows, "path: (shape, initialiser, its value)"),
         init_fn,
         *low.functions,
         apply_fn,

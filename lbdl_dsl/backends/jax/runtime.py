@@ -54,18 +54,18 @@ def to_channels_first(x: jax.Array) -> jax.Array:
 
 
 def init_arrays(key_data, table: dict) -> list:
-    """NumPy arrays for a table of ``path: (shape, how, scale)``, from the words of a key.
+    """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
-    "fan_in": uniform with variance 1/fan_in (LeCun's scaling, as Flax's default, from the
-    uniform law PyTorch and Keras draw from); "normal": uniform with standard deviation
-    ``scale`` (embeddings); "zeros" and "ones" as named. Uniform, and drawn by NumPy's PCG64
+    "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
+    uniform law PyTorch and Keras draw from); "std": uniform with standard deviation ``arg``
+    (embeddings); "const": every value ``arg``. Uniform, and drawn by NumPy's PCG64
     from one stream, because JAX's threefry normal spent 1.8 s of CPU on GPT-2's 124M numbers
     where this takes 0.4 s; a megabyte at a time, so that each number is scaled while it is
     still in the cache. Pieces start on 64-byte boundaries of one buffer, so that
     ``jax.device_put`` can hand them to the CPU device without copying.
     """
     entropy = [int(w) for w in np.asarray(key_data, np.uint32).ravel()]
-    random = ("fan_in", "normal")
+    random = ("fan_in", "std")
     sizes = [int(np.prod(shape)) if how in random else 0 for shape, how, _ in table.values()]
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     raw = np.empty(starts[-1] + 16, np.float32)
@@ -75,7 +75,7 @@ def init_arrays(key_data, table: dict) -> list:
     out = []
     for (shape, how, scale), start, n in zip(table.values(), starts, sizes):
         if not n:
-            out.append(np.full(shape, float(how == "ones"), np.float32))
+            out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
         bound = np.float32(np.sqrt(3.0 / scale) if how == "fan_in" else np.sqrt(3.0) * scale)
         piece = noise[start : start + n]

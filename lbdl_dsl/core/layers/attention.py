@@ -7,7 +7,7 @@ stable names; their inside is the book's: pre-norm, the operator, the residual s
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, Ctx, Emit, Layer, PSpec, numel
+from lbdl_dsl.core.layers.base import HP, ONES, ZEROS, Ctx, Emit, FanIn, Layer, PSpec, numel
 from lbdl_dsl.core.symbolic import Expr
 
 
@@ -26,17 +26,17 @@ def _heads(c: Ctx, d: Expr) -> tuple[int, Expr, Expr]:
 def _mha_specs(c: Ctx, d: Expr, dz: Expr, out: Expr, prefix: str = "") -> dict[str, PSpec]:
     h, dqk, dv = _heads(c, d)
     specs = {
-        "wq": PSpec((d, h * dqk), "fan_in", d),
-        "wk": PSpec((dz, h * dqk), "fan_in", dz),
-        "wv": PSpec((dz, h * dv), "fan_in", dz),
-        "wo": PSpec((h * dv, out), "fan_in", h * dv),
+        "wq": PSpec((d, h * dqk), FanIn(d), ("embed", "heads")),
+        "wk": PSpec((dz, h * dqk), FanIn(dz), ("embed", "heads")),
+        "wv": PSpec((dz, h * dv), FanIn(dz), ("embed", "heads")),
+        "wo": PSpec((h * dv, out), FanIn(h * dv), ("heads", "embed")),
     }
     if c.hp.get("bias"):
         specs |= {
-            "bq": PSpec((h * dqk,), "zeros"),
-            "bk": PSpec((h * dqk,), "zeros"),
-            "bv": PSpec((h * dv,), "zeros"),
-            "bo": PSpec((out,), "zeros"),
+            "bq": PSpec((h * dqk,), ZEROS, ("heads",)),
+            "bk": PSpec((h * dqk,), ZEROS, ("heads",)),
+            "bv": PSpec((h * dv,), ZEROS, ("heads",)),
+            "bo": PSpec((out,), ZEROS, ("embed",)),
         }
         if not c.hp.get("kbias", True):  # Whisper: every projection but the keys'
             del specs["bk"]
@@ -147,7 +147,7 @@ ATTENTION = Layer(
 
 
 def _ln_specs(d: Expr) -> dict[str, PSpec]:
-    return {"ln_scale": PSpec((d,), "ones"), "ln_bias": PSpec((d,), "zeros")}
+    return {"ln_scale": PSpec((d,), ONES, ("norm",)), "ln_bias": PSpec((d,), ZEROS, ("norm",))}
 
 
 def _block_shape(c: Ctx) -> tuple:
@@ -210,12 +210,12 @@ def _ffw_hidden(c: Ctx) -> Expr:
 
 def _ffw_params(c: Ctx) -> dict[str, PSpec]:
     d, hidden = c.x[-1], _ffw_hidden(c)
-    out = _ln_specs(d) | {"w1": PSpec((d, hidden), "fan_in", d)}
+    out = _ln_specs(d) | {"w1": PSpec((d, hidden), FanIn(d), ("embed", "mlp"))}
     if c.hp["bias"]:
-        out["b1"] = PSpec((hidden,), "zeros")
-    out["w2"] = PSpec((hidden, d), "fan_in", hidden)
+        out["b1"] = PSpec((hidden,), ZEROS, ("mlp",))
+    out["w2"] = PSpec((hidden, d), FanIn(hidden), ("mlp", "embed"))
     if c.hp["bias"]:
-        out["b2"] = PSpec((d,), "zeros")
+        out["b2"] = PSpec((d,), ZEROS, ("embed",))
     return out
 
 

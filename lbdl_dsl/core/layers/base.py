@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, Union
 
 from lbdl_dsl.core.symbolic import Expr
 
@@ -56,13 +56,68 @@ class HP:
 
 
 @dataclass(frozen=True)
+class FanIn:
+    """Uniform with variance 1/fan (LeCun's scaling, Flax's default; PyTorch's uniform law)."""
+
+    fan: Expr | int
+
+    def describe(self) -> str:
+        return f"uniform, std √(1/{self.fan})"
+
+
+@dataclass(frozen=True)
+class Std:
+    """Uniform with standard deviation ``std`` (embeddings, learned positions: 0.02)."""
+
+    std: float
+
+    def describe(self) -> str:
+        return f"uniform, std {self.std}"
+
+
+@dataclass(frozen=True)
+class Const:
+    """Every value ``value``: zeros for biases, ones for scales, 1e-6 for a layer scale."""
+
+    value: float
+
+    def describe(self) -> str:
+        return {0.0: "zeros", 1.0: "ones"}.get(self.value, f"constant {self.value}")
+
+
+Init = Union[FanIn, Std, Const]
+"""How a parameter starts: one small family; the JAX runtime's `init_arrays` interprets it."""
+
+ZEROS, ONES = Const(0.0), Const(1.0)
+
+ROLES: dict[str, str] = {
+    "in": "the input features of a generic fc or convolution",
+    "out": "the output features of a generic fc or convolution",
+    "embed": "the model's width D (a transformer's residual stream, an embedding's dimension)",
+    "heads": "query heads × their dimension (attention projections)",
+    "kv": "key/value heads × their dimension (attention projections)",
+    "mlp": "a feed-forward block's hidden width",
+    "vocab": "the rows of a token embedding",
+    "positions": "the rows of a learned position table",
+    "kernel": "a spatial axis of a convolution kernel",
+    "norm": "the features a normalisation scales and shifts",
+    "hidden": "a recurrent layer's hidden state",
+    "layers": "the copies of a ×N group, stacked (added by the parameter table, not by entries)",
+}
+"""The logical role of each parameter axis: what sharding rules map to mesh axes."""
+
+
+@dataclass(frozen=True)
 class PSpec:
-    """A trainable parameter or a state array: its shape and how it starts."""
+    """A trainable parameter or a state array: its shape, how it starts, its axes' roles."""
 
     shape: Shape
-    init: str = "fan_in"  # "fan_in" (variance 1/fan_in), "zeros", "ones", "normal" (std), "embed"
-    fan_in: Expr | int | None = None
-    std: float = 1.0
+    init: Init
+    roles: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.roles) != len(self.shape) or not set(self.roles) <= ROLES.keys():
+            raise ValueError(f"roles {self.roles} do not fit the shape {self.shape}")
 
 
 @dataclass

@@ -11,8 +11,10 @@ from math import prod
 
 from lbdl_dsl.core.layers.base import (
     HP,
+    ZEROS,
     Ctx,
     Emit,
+    FanIn,
     Layer,
     PSpec,
     conv_out,
@@ -62,9 +64,10 @@ def _conv_shape(n: int):
 def _conv_params(c: Ctx) -> dict[str, PSpec]:
     k, g = ints(c.hp["k"]), c.const("g")
     cin = c.x[0] / g
-    out = {"w": PSpec((*k, cin, c.hp["c"]), "fan_in", cin * prod(k))}
+    roles = ("kernel",) * len(k) + ("in", "out")
+    out = {"w": PSpec((*k, cin, c.hp["c"]), FanIn(cin * prod(k)), roles)}
     if c.hp["bias"]:
-        out["b"] = PSpec((c.hp["c"],), "zeros")
+        out["b"] = PSpec((c.hp["c"],), ZEROS, ("out",))
     return out
 
 
@@ -133,9 +136,10 @@ def _tconv_shape(n: int):
 
 def _tconv_params(c: Ctx) -> dict[str, PSpec]:
     k, g = ints(c.hp["k"]), c.const("g")
-    out = {"w": PSpec((*k, c.x[0], c.hp["c"] / g), "fan_in", c.x[0] * prod(k))}
+    roles = ("kernel",) * len(k) + ("in", "out")
+    out = {"w": PSpec((*k, c.x[0], c.hp["c"] / g), FanIn(c.x[0] * prod(k)), roles)}
     if c.hp["bias"]:
-        out["b"] = PSpec((c.hp["c"],), "zeros")
+        out["b"] = PSpec((c.hp["c"],), ZEROS, ("out",))
     return out
 
 

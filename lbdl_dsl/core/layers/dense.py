@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, Ctx, Emit, Layer, PSpec, numel
+from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, Emit, FanIn, Layer, PSpec, Std, numel
 from lbdl_dsl.core.symbolic import Expr
 
 
@@ -13,9 +13,9 @@ def _fc_shape(c: Ctx) -> tuple:
 
 def _fc_params(c: Ctx) -> dict[str, PSpec]:
     d_in, d_out = c.x[-1], c.hp["out"]
-    out = {"w": PSpec((d_in, d_out), "fan_in", d_in)}
+    out = {"w": PSpec((d_in, d_out), FanIn(d_in), ("in", "out"))}
     if c.hp["bias"]:
-        out["b"] = PSpec((d_out,), "zeros")
+        out["b"] = PSpec((d_out,), ZEROS, ("out",))
     return out
 
 
@@ -63,7 +63,7 @@ def _embed_n(c: Ctx) -> Expr:
 
 
 def _embed_params(c: Ctx) -> dict[str, PSpec]:
-    return {"table": PSpec((_embed_n(c), c.hp["d"]), "embed")}
+    return {"table": PSpec((_embed_n(c), c.hp["d"]), Std(0.02), ("vocab", "embed"))}
 
 
 EMBED = Layer(
@@ -97,7 +97,7 @@ POS_ENC = Layer(
 
 def _pos_embed_params(c: Ctx) -> dict[str, PSpec]:
     length = c.hp.get("len") or c.x[0]
-    return {"table": PSpec((length, c.x[1]), "normal", std=0.02)}
+    return {"table": PSpec((length, c.x[1]), Std(0.02), ("positions", "embed"))}
 
 
 POS_EMBED = Layer(
@@ -120,7 +120,7 @@ CLS_TOKEN = Layer(
     category="Dense",
     doc="One trainable vector E0 concatenated in front of a T×D sequence (ViT's class token).",
     shape=lambda c: (c.rank(2, what="T×D sequence")[0] + 1, c.x[1]),
-    params=lambda c: {"e0": PSpec((c.x[1],), "normal", std=0.02)},
+    params=lambda c: {"e0": PSpec((c.x[1],), Std(0.02), ("embed",))},
     lower=lambda e: e.call("prepend_token", e.x[0], e.param("e0")),
     example=("16×64", "cls-token  17×64"),
 )

@@ -7,7 +7,7 @@ scalar kept as its logarithm, CLIP's temperature on the similarity of its two em
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import Emit, Layer, PSpec
+from lbdl_dsl.core.layers.base import ZEROS, Emit, Layer, PSpec
 
 
 def _relu6_lower(e: Emit) -> str:
@@ -35,7 +35,7 @@ SCALE = Layer(
     doc="Multiplies every value by exp(s), s one trainable scalar (CLIP's learned temperature "
     "on its similarity matrix). s starts at 0 (a scale of 1): CLIP's log(1/0.07) is not an "
     "initialiser the registry has.",
-    params=lambda c: {"log_s": PSpec((), "zeros")},
+    params=lambda c: {"log_s": PSpec((), ZEROS, ())},
     lower=_scale_lower,
     layout="any",
     example=("8×8", "scale"),

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, Ctx, Emit, Layer, PSpec
+from lbdl_dsl.core.layers.base import HP, ONES, ZEROS, Ctx, Emit, Layer, PSpec
 
 
 def _bn_params(c: Ctx) -> dict[str, PSpec]:
-    return {"scale": PSpec((c.x[0],), "ones"), "bias": PSpec((c.x[0],), "zeros")}
+    return {"scale": PSpec((c.x[0],), ONES, ("norm",)), "bias": PSpec((c.x[0],), ZEROS, ("norm",))}
 
 
 def _bn_state(c: Ctx) -> dict[str, PSpec]:
-    return {"mean": PSpec((c.x[0],), "zeros"), "var": PSpec((c.x[0],), "ones")}
+    return {"mean": PSpec((c.x[0],), ZEROS, ("norm",)), "var": PSpec((c.x[0],), ONES, ("norm",))}
 
 
 def _bn_lower(e: Emit) -> str:
@@ -63,7 +63,10 @@ def _ln_axes(c: Ctx) -> int:
 
 def _ln_params(c: Ctx) -> dict[str, PSpec]:
     shape = c.x[len(c.x) - _ln_axes(c) :]
-    return {"scale": PSpec(shape, "ones"), "bias": PSpec(shape, "zeros")}
+    return {
+        "scale": PSpec(shape, ONES, ("norm",) * len(shape)),
+        "bias": PSpec(shape, ZEROS, ("norm",) * len(shape)),
+    }
 
 
 def _ln_shape(c: Ctx) -> tuple:
@@ -127,7 +130,7 @@ RMSNORM = Layer(
     "centring).",
     hparams=(HP("eps", "float", 1e-6, "added to the mean square"),),
     shape=lambda c: c.rank(1, 2, 3),
-    params=lambda c: {"scale": PSpec((c.x[-1],), "ones")},
+    params=lambda c: {"scale": PSpec((c.x[-1],), ONES, ("norm",))},
     lower=lambda e: e.call("rms_norm", e.x[0], e.param("scale"), e.hp["eps"]),
     example=("16×64", "rmsnorm"),
 )

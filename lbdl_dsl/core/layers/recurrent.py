@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, Ctx, Emit, Layer, PSpec
+from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, Emit, FanIn, Layer, PSpec
 
 
 def _rnn(name: str, gates: int, doc: str) -> Layer:
     def params(c: Ctx) -> dict[str, PSpec]:
         d, h = c.x[1], c.hp["h"]
         return {
-            "w_ih": PSpec((d, gates * h), "fan_in", d),
-            "w_hh": PSpec((h, gates * h), "fan_in", h),
-            "b_ih": PSpec((gates * h,), "zeros"),
-            "b_hh": PSpec((gates * h,), "zeros"),
+            "w_ih": PSpec((d, gates * h), FanIn(d), ("in", "hidden")),
+            "w_hh": PSpec((h, gates * h), FanIn(h), ("hidden", "hidden")),
+            "b_ih": PSpec((gates * h,), ZEROS, ("hidden",)),
+            "b_hh": PSpec((gates * h,), ZEROS, ("hidden",)),
         }
 
     def lower(e: Emit) -> str:
