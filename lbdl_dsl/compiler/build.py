@@ -40,8 +40,9 @@ _COUNTED = ("params", "state", "macs")
 
 def slug(op: str) -> str:
     """An identifier-safe form of a layer or block name, for node ids."""
-    if op == "+":
-        return "add"
+    layer = lookup(op)
+    if layer is not None and layer.ident is not None:
+        op = layer.ident
     return re.sub(r"\W+", "_", op).strip("_") or "node"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from lbdl_dsl.compiler.graph import Node, Program
 from lbdl_dsl.core.errors import Diagnostic, Span
-from lbdl_dsl.core.layers.base import PSpec, fmt_shape
+from lbdl_dsl.core.layers.base import Attrs, PSpec, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, total
 
 Shape = tuple[Expr, ...]
@@ -50,7 +50,8 @@ class Inst:
     node: Node
     inputs: list[Tensor]
     output: Tensor | None = None  # None when this box (or one above it) failed
-    hp: dict[str, Any] = field(default_factory=dict)
+    hp: dict[str, Any] = field(default_factory=dict)  # hyper-parameters, as resolved here
+    attrs: Attrs | None = None  # a layer's record, what backends read
     params: dict[str, PSpec] = field(default_factory=dict)  # own trainable parameters
     state: dict[str, PSpec] = field(default_factory=dict)
     macs: Expr = field(default_factory=Expr)

@@ -208,9 +208,10 @@ def test_emitted_module_is_the_model(tmp_path):
 def test_generated_code_mirrors_the_spec():
     model = lbdl_dsl.compile(str(REPO / "specs" / "resnet50.lbdl"), H=64, W=64)
     src = model.source
-    assert src.count("\ndef dresblock(") == 1 and src.count("\ndef resblock(") == 1
-    assert "# line 10: conv-2d k=7 s=2 p=3 bias=false" in src
-    assert "S=2" in src  # the block's symbol is an argument of its one function
+    assert src.count("\ndef resblock(") == 1  # one body for the four stages' widths
+    assert "\ndef dresblock(" in src and "\ndef dresblock_v(" in src  # strides 1 and 2
+    assert "# resnet50.lbdl:10: conv-2d k=7 s=2 p=3 bias=false" in src
+    assert "stride=(2, 2), padding=((3, 3), (3, 3))" in src
     assert "jax.lax.scan" in src and "= scan_group(" in src
 
 

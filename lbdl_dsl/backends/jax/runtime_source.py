@@ -42,6 +42,35 @@ def _parsed() -> tuple[dict[str, tuple[int, str, frozenset[str]]], frozenset[str
     return table, frozenset(bound)
 
 
+@functools.cache
+def defaults(name: str) -> dict[str, object]:
+    """The keyword defaults of runtime function ``name`` that are plain literals: a call need
+    not write an argument equal to its default (``stride=(1, 1)``, ``eps=1e-05``)."""
+    text = _RUNTIME.read_text(encoding="utf-8")
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            args = node.args
+            out: dict[str, object] = {}
+            positional = args.posonlyargs + args.args
+            for arg, default in zip(positional[len(positional) - len(args.defaults) :], args.defaults):
+                out[arg.arg] = _literal(default)
+            for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+                if default is not None:
+                    out[arg.arg] = _literal(default)
+            return {k: v for k, v in out.items() if v is not _NOT_LITERAL}
+    return {}
+
+
+_NOT_LITERAL = object()
+
+
+def _literal(node: ast.expr) -> object:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return _NOT_LITERAL
+
+
 def _functions() -> dict[str, tuple[int, str, frozenset[str]]]:
     return _parsed()[0]
 
