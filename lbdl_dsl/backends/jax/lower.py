@@ -23,6 +23,7 @@ from typing import Any
 from lbdl_dsl.backends.jax.lowering import LOWERINGS
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, size_code
 from lbdl_dsl.backends.jax.runtime_source import defaults
+from lbdl_dsl.compiler import composite
 from lbdl_dsl.compiler.graph import Graph, Program
 from lbdl_dsl.compiler.instance import Inst
 from lbdl_dsl.core.errors import LbdlError, Span
@@ -245,7 +246,7 @@ class Lowerer:
 
     def where(self, span: Span) -> str:
         """``resnet.lbdl:13: conv-2d k=7 s=2``: the file's name (never its path) and line."""
-        lines = self.sources.get(span.file, "").splitlines()
+        lines = (self.sources.get(span.file) or composite.SOURCES.get(span.file, "")).splitlines()
         text = lines[span.line - 1].strip() if 0 < span.line <= len(lines) else ""
         return f"{PurePath(span.file).name}:{span.line}: {text}"
 
@@ -272,6 +273,12 @@ class Lowerer:
         order = [nid for nid in graph.order() if nid in by_id]
         labels = {nid: name for name, nid in sorted(graph.names.items())}
         values = dict(env)
+        # an input of the scope that a later box still reads must not be overwritten
+        position = {nid: pos for pos, nid in enumerate(order)}
+        read_until = {
+            var.name: max((position.get(v, -1) for _, v in graph.g.out_edges(nid)), default=-1)
+            for nid, var in env.items()
+        }
         for pos, nid in enumerate(order):
             inst = by_id[nid]
             uses = list(graph.g.out_edges(nid, data="port"))
@@ -280,7 +287,9 @@ class Lowerer:
             last = nid == graph.result and not uses
             label = labels.get(nid)
             named = label is not None or nid in keep
-            target = chain if (single or last) and not named else fn.names.fresh(label or inst.id)
+            free = read_until.get(chain, -1) <= pos
+            reuse = (single or last) and not named and free
+            target = chain if reuse else fn.names.fresh(label or inst.id)
             ins = [values[u] for u in graph.preds(nid)]
             values[nid] = self.box(fn, inst, ins, d, target)
         return values
@@ -300,6 +309,10 @@ class Lowerer:
 
     # -- layers ---------------------------------------------------------------------------------
     def layer(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+        if inst.inside is not None:  # a composite: its primitives, inline
+            inner = d.sub(inst.id, has_params(inst), has_state(inst))
+            env = dict(zip(inst.inside.body.inputs, ins))
+            return self.scope(fn, inst.body, inst.inside.body, env, inner, target)
         layer = lookup(inst.node.op)
         want = layer.layout
         if want == "any":

@@ -52,7 +52,8 @@ def defaults(name: str) -> dict[str, object]:
             args = node.args
             out: dict[str, object] = {}
             positional = args.posonlyargs + args.args
-            for arg, default in zip(positional[len(positional) - len(args.defaults) :], args.defaults):
+            with_defaults = positional[len(positional) - len(args.defaults) :]
+            for arg, default in zip(with_defaults, args.defaults):
                 out[arg.arg] = _literal(default)
             for arg, default in zip(args.kwonlyargs, args.kw_defaults):
                 if default is not None:

@@ -8,20 +8,19 @@ stable names; their inside is the book's: pre-norm, the operator, the residual s
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from lbdl_dsl.core.layers.activation import gelu_ref
 from lbdl_dsl.core.layers.base import (
     HP,
-    ONES,
     ZEROS,
     Attrs,
     Ctx,
     FanIn,
     Layer,
     PSpec,
-    numel,
     numpy,
 )
 from lbdl_dsl.core.layers.dense import dense_ref
@@ -144,11 +143,6 @@ def mha_ref(x: Any, z: Any, p: dict, a: HeadsAttrs, prefix: str = "") -> Any:
     return np.asarray(proj(o, "o"))
 
 
-def _pre_norm_ref(xs: list, p: dict, a: HeadsAttrs) -> Any:
-    h = layernorm_ref(xs[0], p["ln_scale"], p["ln_bias"], a.eps, 1)
-    return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p, a)
-
-
 _ATT_HP = (
     HP("h", "size", doc="number of heads"),
     HP("dqk", "size", None, "query and key dimension per head (default D/h)"),
@@ -234,8 +228,32 @@ ATTENTION = Layer(
 )
 
 
-def _ln_specs(d: Expr) -> dict[str, PSpec]:
-    return {"ln_scale": PSpec((d,), ONES, ("norm",)), "ln_bias": PSpec((d,), ZEROS, ("norm",))}
+def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
+    """The hyper-parameters a composite passes on to a box of its inside: those it has."""
+    return [n for n in names if hp.get(n) is not None]
+
+
+_MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
+
+
+def _att_inside(cross: bool):
+    def inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
+        passed = _given(hp, _MHA_PASSED)
+        args = "".join(f" {n}={n}" for n in passed)
+        on = "X: T×D, Z: S×E" if cross else "X: T×D"
+        return (
+            f"block inside({', '.join([*passed, 'eps'])}) on {on}:\n"
+            "  layernorm eps=eps -> ln\n"
+            f"  mha{'(Z)' if cross else ''}{args} -> att\n"
+            "  +(X)\n"
+        )
+
+    return inside
+
+
+def _pre_norm_ref(xs: list, p: dict, a: HeadsAttrs) -> Any:
+    h = layernorm_ref(xs[0], p["ln"]["scale"], p["ln"]["bias"], a.eps, 1)
+    return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p["att"], a)
 
 
 SELF_ATT = Layer(
@@ -250,10 +268,9 @@ SELF_ATT = Layer(
         HP("eps", "float", 1e-5, "layernorm's epsilon"),
     ),
     resolve=_heads_attrs,
-    params=lambda c: _ln_specs(c.x[1]) | _mha_specs(c, c.x[1], c.x[1], c.x[1]),
-    macs=lambda c: _mha_macs(c, c.x[0], c.x[1], c.x[0], c.x[1], c.x[1]),
-    inside="composite",
+    inside=_att_inside(cross=False),
     example=("16×64", "self-att h=4 causal=true"),
+    cases=(("5×8", "self-att h=2 bias=true kbias=false"),),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )
 
@@ -267,9 +284,7 @@ CROSS_ATT = Layer(
     hparams=(*_ATT_HP, HP("eps", "float", 1e-5, "layernorm's epsilon")),
     arity=(2, 2),
     resolve=_heads_attrs,
-    params=lambda c: _ln_specs(c.x[1]) | _mha_specs(c, c.x[1], c.ins[1][1], c.x[1]),
-    macs=lambda c: _mha_macs(c, c.x[0], c.x[1], c.ins[1][0], c.ins[1][1], c.x[1]),
-    inside="composite",
+    inside=_att_inside(cross=True),
     example=("16×64", "cross-att(Z) h=4"),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )
@@ -282,23 +297,30 @@ def _ffw_attrs(c: Ctx) -> FfwAttrs:
     return FfwAttrs(hidden, c.hp["p"], c.hp["bias"], c.hp["act"], c.hp["eps"])
 
 
-def _ffw_params(c: Ctx) -> dict[str, PSpec]:
-    d, hidden = c.x[-1], c.a.hidden
-    out = _ln_specs(d) | {"w1": PSpec((d, hidden), FanIn(d), ("embed", "mlp"))}
-    if c.a.bias:
-        out["b1"] = PSpec((hidden,), ZEROS, ("mlp",))
-    out["w2"] = PSpec((hidden, d), FanIn(hidden), ("mlp", "embed"))
-    if c.a.bias:
-        out["b2"] = PSpec((d,), ZEROS, ("embed",))
-    return out
+_ACT = {"gelu": "gelu", "gelu-tanh": "gelu approximate=true", "relu": "relu"}
+
+
+def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
+    pattern = "×".join(["A", "B"][: ranks[0] - 1] + ["D"])
+    hidden = "hidden" if hp.get("hidden") is not None else "4D"
+    params = ["hidden"] if hp.get("hidden") is not None else []
+    return (
+        f"block inside({', '.join([*params, 'bias', 'p', 'eps'])}) on X: {pattern}:\n"
+        "  layernorm eps=eps -> ln\n"
+        f"  fc out={hidden} bias=bias -> fc1\n"
+        f"  {_ACT[hp['act']]}\n"
+        "  fc out=D bias=bias -> fc2\n"
+        "  dropout p=p\n"
+        "  +(X)\n"
+    )
 
 
 def _ffw_ref(xs: list, p: dict, s: dict, a: FfwAttrs) -> Any:
     np = numpy()
-    h = layernorm_ref(xs[0], p["ln_scale"], p["ln_bias"], a.eps, 1)
-    h = dense_ref(h, p["w1"], p.get("b1"))
+    h = layernorm_ref(xs[0], p["ln"]["scale"], p["ln"]["bias"], a.eps, 1)
+    h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))
     h = np.maximum(h, 0.0) if a.act == "relu" else gelu_ref(h, a.act == "gelu-tanh")
-    return xs[0] + dense_ref(h, p["w2"], p.get("b2"))
+    return xs[0] + dense_ref(h, p["fc2"]["w"], p["fc2"].get("b"))
 
 
 FFW = Layer(
@@ -321,9 +343,7 @@ FFW = Layer(
         HP("eps", "float", 1e-5, "layernorm's epsilon"),
     ),
     resolve=_ffw_attrs,
-    params=_ffw_params,
-    macs=lambda c: 2 * numel(c.x[:-1]) * c.x[-1] * c.a.hidden,
-    inside="composite",
+    inside=_ffw_inside,
     stochastic=True,
     example=("16×64", "ffw hidden=256"),
     cases=(("6×8", "ffw act=gelu-tanh bias=false"), ("6×8", "ffw act=relu hidden=5")),

@@ -13,7 +13,7 @@ table with one row per entry; a test checks that the table covers the registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from math import prod
 from typing import Any, NoReturn, Union
@@ -202,6 +202,26 @@ def resolve_axis(c: Ctx, name: str = "axis") -> int:
     return a % len(c.x)
 
 
+class Numbers:
+    """An `Attrs` record with every known size as a Python number: what a NumPy reference
+    reads (``reference(xs, params, state, Numbers(attrs))``)."""
+
+    def __init__(self, attrs: Attrs | None) -> None:
+        self._attrs = attrs
+
+    def __getattr__(self, name: str) -> Any:
+        return _number(getattr(self._attrs, name))
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, Expr) and value.is_const:
+        v = value.const_value
+        return int(v) if v.denominator == 1 else float(v)
+    if isinstance(value, tuple):
+        return tuple(_number(v) for v in value)
+    return value
+
+
 def _attr_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -231,7 +251,7 @@ class Layer:
     layout: str = "cf"  # "cf": spec layout; "cl": channels-last spatial; "any": elementwise
     out_layout: str | None = None  # the output's layout when it differs from `layout`
     spatial: int = 0  # spatial axes, for `sizes` hyper-parameters (k=3 → (3, 3) when 2)
-    inside: str | None = None  # a composite's boxes, in the language (see `composite`)
+    inside: Callable[[Mapping[str, Any], tuple[int, ...]], str] | None = None  # a composite
     rf: bool = False  # a receptive field passes through (the map keeps its spatial axes)
     window: Callable[[Ctx], tuple[int, int, int] | None] = lambda c: None  # k, s, d for RF
     ties: tuple[tuple[str, dict[str, tuple[str, bool]]], ...] = ()  # (op, {mine: (theirs, T)})

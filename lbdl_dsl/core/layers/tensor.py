@@ -72,7 +72,7 @@ def _reshape_attrs(c: Ctx) -> ReshapeAttrs:
 
 
 def _reshape_ref(xs: list, p: dict, s: dict, a: ReshapeAttrs) -> Any:
-    return xs[0].reshape(xs[0].shape[0], *(int(d.as_int()) for d in a.to))
+    return xs[0].reshape(xs[0].shape[0], *a.to)
 
 
 RESHAPE = Layer(
@@ -189,7 +189,7 @@ def _slice_shape(c: Ctx) -> tuple:
 
 
 def _slice_ref(xs: list, p: dict, s: dict, a: SliceAttrs) -> Any:
-    return _index(xs, a.axis, slice(int(a.start.as_int()), int(a.stop.as_int())))
+    return _index(xs, a.axis, slice(a.start, a.stop))
 
 
 SLICE = Layer(

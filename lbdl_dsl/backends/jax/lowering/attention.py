@@ -38,38 +38,7 @@ def attention(e: Emit) -> str:
     return f"{e.call('attention', q, k, v, *mask, **switches)}[:, 0]"
 
 
-def pre_norm(cross: bool) -> Lowering:
-    def lower(e: Emit) -> str:
-        x = e.x[0]
-        norm = e.call("layer_norm", x, e.param("ln_scale"), e.param("ln_bias"), eps=e.a.eps)
-        h = e.bind(norm, "h")
-        y = e.bind(_mha(e, h, e.x[1] if cross else h), "att")
-        return f"{x} + {y}"
-
-    return lower
-
-
-def ffw(e: Emit) -> str:
-    a, x = e.a, e.x[0]
-    norm = e.call("layer_norm", x, e.param("ln_scale"), e.param("ln_bias"), eps=a.eps)
-    h = e.bind(norm, "h")
-    b1 = [e.param("b1")] if e.has_param("b1") else []
-    b2 = [e.param("b2")] if e.has_param("b2") else []
-    h = e.bind(e.call("dense", h, e.param("w1"), *b1), "h")
-    if a.act == "relu":
-        act = e.call("relu", h)
-    else:
-        act = e.call("gelu", h, approximate=True) if a.act == "gelu-tanh" else e.call("gelu", h)
-    h = e.bind(e.call("dense", act, e.param("w2"), *b2), "h")
-    if a.dropout:
-        h = e.bind(e.call("dropout", h, a.dropout, train=e.train, key=e.key()), "h")
-    return f"{x} + {h}"
-
-
 LOWER: dict[str, Lowering] = {
     "attention": attention,
     "mha": mha,
-    "self-att": pre_norm(cross=False),
-    "cross-att": pre_norm(cross=True),
-    "ffw": ffw,
 }
