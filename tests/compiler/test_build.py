@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from lbdl_dsl.compiler.driver import Compiled, compile_spec
-from lbdl_dsl.compiler.graph import Graph, ParamRef, Program, verify, walk
+from lbdl_dsl.compiler.graph import CountAssert, Graph, ParamRef, Program, ShapeAssert, verify, walk
+from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers import LAYERS
 from lbdl_dsl.core.symbolic import Expr, sym
@@ -48,7 +49,7 @@ def edges(graph: Graph, node_id: str) -> list[str]:
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.name)
 def test_every_spec_builds_into_a_graph_that_verifies(spec: Path) -> None:
     compiled = compile_spec(spec, stop_after="build")
-    assert compiled.program is not None and compiled.checked is None
+    assert isinstance(compiled, Built) and compiled.parsed.file == str(spec)
     verify(compiled.program, set(LAYERS))
     for _, node in walk(compiled.program.model.body, compiled.program.blocks):
         assert node.span.file  # every node points back into a file
@@ -256,12 +257,10 @@ def test_assertions_are_kept_on_the_model_graph(build) -> None:
         "  assert macs == 32\n"
     )
     asserts = program.model.body.asserts
-    assert [a[:4] for a in asserts if a[0] == "count"] == [
-        ("count", "params", "<=", 1000),
-        ("count", "macs", "==", 32),
-    ]
-    (shape,) = [a for a in asserts if a[0] == "shape"]
-    assert shape[1] == "h" and shape[2].dims == (Expr.lift(4),)
+    counts = [(a.quantity, a.op, a.bound) for a in asserts if isinstance(a, CountAssert)]
+    assert counts == [("params", "<=", 1000), ("macs", "==", 32)]
+    (shape,) = [a for a in asserts if isinstance(a, ShapeAssert)]
+    assert shape.node == "h" and shape.annotation.dims == (Expr.lift(4),) and shape.name == "h"
 
 
 def test_named_boxes_keep_their_names_and_others_skip_them(build) -> None:
