@@ -15,6 +15,7 @@ import pytest
 
 from lbdl_dsl.compiler.driver import Compiled, compile_spec
 from lbdl_dsl.compiler.graph import CountAssert, Graph, ParamRef, Program, ShapeAssert, verify, walk
+from lbdl_dsl.compiler.paths import arrays
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers import LAYERS
@@ -319,3 +320,23 @@ def test_hyphenated_words_are_words(build, compile_text) -> None:
     assert [d.as_int() for d in compiled.checked.outputs["Y"].shape] == [8, 14]
     with pytest.raises(LbdlError, match="is one of `gelu`, `gelu-tanh`, `relu`, not `gelu-tan`"):
         compile_text("model m:\n  input X: 8×16\n  ffw hidden=64 act=gelu-tan\n")
+
+
+def test_a_box_added_in_one_scope_renames_no_box_of_another() -> None:
+    """Positional names count per scope, so weights saved before an edit still load."""
+    before = """model m(D=8):
+  input X: T×D
+  fc out=D
+  residual:
+    fc out=D
+    relu
+  output Y
+"""
+    after = before.replace("  fc out=D\n  residual:", "  fc out=D\n  fc out=D\n  residual:")
+    def paths(text: str) -> set[str]:
+        return {a.path for a in arrays(compile_spec(text, file="m.lbdl").root)}
+
+    old, new = paths(before), paths(after)
+    inner = {p for p in old if p.count("/") > 1}
+    assert inner and inner <= new
+    assert new - old == {"fc_1/w", "fc_1/b"}
