@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             clip=args.clip,
             weight_decay=args.weight_decay,
             eval_every=args.eval_every,
+            eval_samples=args.eval_samples,
             save_every=args.save_every,
             keep=args.keep,
             log_every=args.log_every,

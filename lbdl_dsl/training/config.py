@@ -59,6 +59,7 @@ class TrainConfig:
     clip: float | None = None
     weight_decay: float | None = None  # None: the optimiser's own default (adamw: 1e-4)
     eval_every: int | None = None
+    eval_samples: int | None = None  # None: the whole evaluation split
     save_every: int | None = None
     keep: int = 3
     log_every: int = 10
@@ -140,9 +141,10 @@ def _number_problems(c: TrainConfig) -> list[tuple[str, str]]:
         out.append((f"--clip must be a norm > 0, got {c.clip}", "e.g. --clip 1.0"))
     if c.weight_decay is not None and not (math.isfinite(c.weight_decay) and c.weight_decay >= 0):
         out.append((f"--weight-decay must be ≥ 0, got {c.weight_decay}", "e.g. 0.01"))
-    for flag, value in (("--eval-every", c.eval_every), ("--save-every", c.save_every)):
+    every = (("--eval-every", c.eval_every), ("--save-every", c.save_every))
+    for flag, value in (*every, ("--eval-samples", c.eval_samples)):
         if value is not None and value < 1:
-            out.append((f"{flag} must be a number of steps ≥ 1, got {value}", "or leave it out"))
+            out.append((f"{flag} must be ≥ 1, got {value}", "or leave it out"))
     if c.keep < 1:
         out.append((f"--keep must be ≥ 1 checkpoint, got {c.keep}", "e.g. --keep 3"))
     if c.log_every < 1:

@@ -140,8 +140,8 @@ def open_data(spec: str, sig: Signature, task: Task, seed: int) -> Data:
     raise LbdlError(
         f"--data: unknown data `{spec}`",
         None,
-        hint=(hint + "; " if hint else "")
-        + f"built in: {', '.join(BUILTIN)}; or a file: .npz arrays, .txt text",
+        hint=(hint + " " if hint else "")
+        + f"Built in: {', '.join(BUILTIN)}; or a file: .npz arrays, .txt text",
     )
 
 
@@ -165,8 +165,8 @@ def _digits(sig: Signature, task: Task, seed: int) -> Data:
     order = np.random.default_rng(0).permutation(len(labels))  # one split for every --seed
     test, train = order[:360], order[360:]
     port = _single_input(sig, "digits")
-    x = _fit_input(port, images, "`digits` images", reshape_ok=True)
-    y = _fit_target(task, labels, "digits", "labels 0-9")
+    x = _fit_input(port, images, "digits", "each image", reshape_ok=True)
+    y = _fit_target(task, labels, "digits", "(labels 0-9)")
     return Data(
         "digits",
         ArrayData({port.name: x[train]}, None if y is None else y[train]),
@@ -296,7 +296,7 @@ def _npz_split(arrays: dict[str, np.ndarray], suffix: str, path: Path, sig, task
                 hint=f"the file holds: {', '.join(sorted(arrays)) or 'nothing'}; name the "
                 f"inputs as the spec does and the targets `y`",
             )
-        inputs[name] = _fit_input(port, arrays[found], f"`{found}` in {path.name}")
+        inputs[name] = _fit_input(port, arrays[found], str(path), f"each sample of `{found}`")
     target_names = [t + suffix for t in TARGET_NAMES]
     found = next((n for n in target_names if n in arrays), None)
     if found is None and task.target_dtype is not None:
@@ -305,7 +305,7 @@ def _npz_split(arrays: dict[str, np.ndarray], suffix: str, path: Path, sig, task
             None,
             hint=f"add the targets as `y{suffix}`, {_shape_words(task.target_shape)} per sample",
         )
-    y = None if found is None else _fit_target(task, arrays[found], f"{path.name}", f"`{found}`")
+    y = None if found is None else _fit_target(task, arrays[found], str(path), f"`{found}`")
     lengths = {len(a) for a in inputs.values()} | ({len(y)} if y is not None else set())
     if len(lengths) > 1:
         raise LbdlError(
@@ -324,6 +324,10 @@ def _shape_words(shape: tuple[int, ...]) -> str:
     return "×".join(map(str, shape)) if shape else "one value"
 
 
+def _axes(n: int) -> str:
+    return f"{n} axis" if n == 1 else f"{n} axes"
+
+
 def _single_input(sig: Signature, label: str) -> Port:
     if len(sig.inputs) != 1:
         raise LbdlError(
@@ -335,24 +339,25 @@ def _single_input(sig: Signature, label: str) -> Port:
     return next(iter(sig.inputs.values()))
 
 
-def _fit_input(port: Port, array: np.ndarray, what: str, *, reshape_ok: bool = False):
+def _fit_input(port: Port, array: np.ndarray, label: str, what: str, *, reshape_ok: bool = False):
     per = tuple(array.shape[1:])
     if per != port.shape:
         if reshape_ok and math.prod(per) == math.prod(port.shape):
             array = array.reshape(len(array), *port.shape)
         else:
-            raise _shape_error(port, per, what)
+            raise _shape_error(port, per, label, what)
     if port.dtype == "int32":
         if array.dtype.kind not in "iu":
             raise LbdlError(
-                f"{what} holds {array.dtype} values; the spec's input {port.name} takes tokens",
+                f"--data {label}: {what} holds {array.dtype} values; the spec's input "
+                f"{port.name} takes tokens",
                 None,
                 hint=f"store integer tokens in 0..{(port.vocab or 1) - 1}",
             )
         if array.size and (array.min() < 0 or (port.vocab and array.max() >= port.vocab)):
             raise LbdlError(
-                f"{what} holds tokens from {array.min()} to {array.max()}; the spec's input "
-                f"{port.name} takes 0..{(port.vocab or 1) - 1}",
+                f"--data {label}: {what} holds tokens from {array.min()} to {array.max()}; the "
+                f"spec's input {port.name} takes 0..{(port.vocab or 1) - 1}",
                 None,
                 hint=f"a larger vocabulary: --set V={int(array.max()) + 1}",
             )
@@ -360,22 +365,22 @@ def _fit_input(port: Port, array: np.ndarray, what: str, *, reshape_ok: bool = F
     if port.dtype == "bool":
         return array.astype(bool)
     if array.dtype.kind not in "fiub":
-        raise LbdlError(f"{what} holds {array.dtype} values, not numbers", None)
+        raise LbdlError(f"--data {label}: {what} holds {array.dtype} values, not numbers", None)
     return array.astype(np.float32)
 
 
-def _shape_error(port: Port, per: tuple[int, ...], what: str) -> LbdlError:
+def _shape_error(port: Port, per: tuple[int, ...], label: str, what: str) -> LbdlError:
     got, want = _shape_words(per), port.shape_text
     if len(per) != len(port.shape):
         detail = (
-            f"{what} is {got} per sample ({len(per)} axes); the spec's input {port.name} is "
-            f"{want} ({len(port.shape)} axes)"
+            f"{what} is {got} ({_axes(len(per))}); the spec's input {port.name} is {want} "
+            f"({_axes(len(port.shape))})"
         )
     else:
         axis = next(i for i, (a, b) in enumerate(zip(per, port.shape)) if a != b)
         detail = (
             f"axis {axis + 1} of {what} is {per[axis]}; the spec's input {port.name} needs "
-            f"{port.shape[axis]} there ({want} per sample, the data is {got})"
+            f"{port.shape[axis]} there ({want}; the data's is {got})"
         )
     same = math.prod(per) == math.prod(port.shape)
     hint = (
@@ -385,7 +390,7 @@ def _shape_error(port: Port, per: tuple[int, ...], what: str) -> LbdlError:
         if same
         else "change the spec's input (or its --set values) or the data"
     )
-    return LbdlError(f"the data does not fit the spec: {detail}", None, hint=hint)
+    return LbdlError(f"--data {label}: {detail}", None, hint=hint)
 
 
 def _fit_target(task: Task, array: np.ndarray, label: str, what: str) -> np.ndarray | None:
@@ -396,14 +401,14 @@ def _fit_target(task: Task, array: np.ndarray, label: str, what: str) -> np.ndar
     if task.target_dtype == "int32":
         if array.dtype.kind not in "iu":
             raise LbdlError(
-                f"{label}: the targets {what} are {array.dtype}; the task, {task.describe()}, "
-                "needs integer labels",
+                f"--data {label}: the targets {what} are {array.dtype}; the task, "
+                f"{task.describe()}, needs integer labels",
                 None,
                 hint="store class indices, or use --task mse for real-valued targets",
             )
         if per != want:
             raise LbdlError(
-                f"{label}: the targets {what} are {_shape_words(per)} per sample; the task, "
+                f"--data {label}: the targets {what} are {_shape_words(per)} per sample; the task, "
                 f"{task.describe()}, needs {_shape_words(want)}",
                 None,
                 hint="one integer label per sample (per position for sequence outputs)",
@@ -411,7 +416,7 @@ def _fit_target(task: Task, array: np.ndarray, label: str, what: str) -> np.ndar
         top = int(array.max()) if array.size else 0
         if array.size and (array.min() < 0 or top >= (task.classes or 0)):
             raise LbdlError(
-                f"{label}: the labels {what} go from {array.min()} to {top}; output "
+                f"--data {label}: the labels {what} go from {array.min()} to {top}; output "
                 f"{task.output.name} has {task.classes} classes",
                 None,
                 hint=f"the spec's last `fc` needs {top + 1} outputs",
@@ -419,13 +424,13 @@ def _fit_target(task: Task, array: np.ndarray, label: str, what: str) -> np.ndar
         return array.astype(np.int32)
     if array.dtype.kind in "iu" and per != want:
         raise LbdlError(
-            f"{label}: the targets {what} look like labels; the task is {task.describe()}",
+            f"--data {label}: the targets {what} look like labels; the task is {task.describe()}",
             None,
             hint="for class labels use --task classify with an output of one score per class",
         )
     if per != want:
         raise LbdlError(
-            f"{label}: the targets {what} are {_shape_words(per)} per sample; output "
+            f"--data {label}: the targets {what} are {_shape_words(per)} per sample; output "
             f"{task.output.name} is {task.output.shape_text}",
             None,
             hint="give targets of the output's shape, or choose another --target or --task",

@@ -86,12 +86,16 @@ class Loader:
         return Position(step // self.steps_per_epoch, step % self.steps_per_epoch)
 
 
-def eval_batches(dataset: Dataset, batch_size: int):
-    """The whole of ``dataset`` in order, in batches padded to ``batch_size`` (so the eval step
-    compiles once), each with a weight per row: 1 for a real sample, 0 for padding."""
+def eval_batches(dataset: Dataset, batch_size: int, limit: int | None = None):
+    """The evaluation samples in order, in batches padded to ``batch_size`` (so the eval step
+    compiles once), each with a weight per row: 1 for a real sample, 0 for padding. With
+    ``limit``, that many samples spread evenly over the split (a long text's windows)."""
     n = len(dataset)
-    for start in range(0, n, batch_size):
-        rows = np.arange(start, min(start + batch_size, n))
+    chosen = (
+        np.arange(n) if limit is None or limit >= n else np.linspace(0, n - 1, limit).astype(int)
+    )
+    for start in range(0, len(chosen), batch_size):
+        rows = chosen[start : start + batch_size]
         real = len(rows)
         rows = np.concatenate([rows, np.full(batch_size - real, rows[-1])])
         weights = (np.arange(batch_size) < real).astype(np.float32)

@@ -307,7 +307,9 @@ class _Loop:
         sums: dict[str, float] = {}
         count = 0.0
         assert self.data.test is not None
-        for batch, weights in eval_batches(self.data.test, self.config.batch):
+        for batch, weights in eval_batches(
+            self.data.test, self.config.batch, self.config.eval_samples
+        ):
             out = jax.device_get(self.eval_step(ts.params, ts.state, batch, weights))
             count += float(weights.sum())
             for key, value in out.items():
