@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--eval-every", type=int, metavar="K", help="evaluate every K steps (and at the end)"
     )
     g.add_argument(
+        "--eval-samples", type=int, metavar="N", help="evaluate on N samples (default: all)"
+    )
+    g.add_argument(
         "--save-every", type=int, metavar="K", help="checkpoint every K steps (and at the end)"
     )
     g.add_argument("--keep", type=int, default=3, metavar="K", help="checkpoints kept (3)")

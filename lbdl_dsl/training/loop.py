@@ -214,7 +214,8 @@ class _Loop:
                     self.position = self.loader.advance(self.position)
                     step += 1
                     pending.append(metrics)
-                    if self._due(step, self.config.log_every) or self.stop.requested:
+                    last = step == self.total or self.stop.requested
+                    if self._due(step, self.config.log_every) or last:
                         self._flush(step, pending)
                     if self.data.test is not None and self._due(step, self.config.eval_every):
                         self._flush(step, pending)

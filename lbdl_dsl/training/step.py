@@ -65,7 +65,7 @@ def make_train_step(
         updates, opt_state = tx.update(grads, ts.opt_state, ts.params)
         params = optax.apply_updates(ts.params, updates)
         metrics = {k: jnp.mean(v) for k, v in per.items()}
-        metrics |= {"loss": loss, "grad_norm": optax.global_norm(grads), "lr": lr(ts.step)}
+        metrics |= {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": lr(ts.step)}
         return TrainState(ts.step + 1, params, new_state, opt_state, ts.key), metrics
 
     return jax.jit(train_step, donate_argnums=0)
