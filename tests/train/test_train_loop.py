@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 from safetensors.numpy import load_file
-from train_helpers import TINY_CNN, TINY_MLP, assert_golden
+from train_helpers import TINY_BN, TINY_CNN, TINY_MLP, assert_golden
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax.weights import flatten
@@ -43,7 +43,7 @@ def losses(run_dir: Path) -> list[tuple[str, int, float]]:
 
 
 def test_records_files_and_weights(spec_file, quiet_train, tmp_path: Path) -> None:
-    spec = spec_file(TINY_CNN)
+    spec = spec_file(TINY_BN)
     result = quiet_train(spec, "synthetic", steps=12, log_every=3, eval_every=6, **SMALL)
     run = result.run_dir
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -71,7 +71,7 @@ def test_records_files_and_weights(spec_file, quiet_train, tmp_path: Path) -> No
 
 
 def test_batchnorm_running_averages_are_updated(spec_file, quiet_train) -> None:
-    spec = spec_file(TINY_CNN)
+    spec = spec_file(TINY_BN)
     result = quiet_train(spec, "synthetic", steps=3, **SMALL)
     _, initial = result.model.init(jax.random.PRNGKey(0))
     for path, value in leaves(result.state).items():
@@ -99,7 +99,7 @@ def test_dropout_draws_a_new_mask_every_step(spec_file) -> None:
     first, second, again = _losses_of_two_steps(spec_file(TINY_CNN))
     assert first != second  # a new key for step 1
     assert first == again  # the same key for step 0, every time
-    no_dropout = spec_file(TINY_CNN.replace("  dropout p=0.25\n", ""), "plain.lbdl")
+    no_dropout = spec_file(TINY_BN, "plain.lbdl")
     first, second, _ = _losses_of_two_steps(no_dropout)
     assert first == second
 
@@ -128,7 +128,7 @@ def test_resume_after_an_interrupt_is_bitwise(spec_file, quiet_train) -> None:
 def test_steps_then_more_steps_with_the_cli(spec_file, tmp_path: Path, capsys) -> None:
     from lbdl_dsl import main
 
-    spec = str(spec_file(TINY_CNN))
+    spec = str(spec_file(TINY_BN))
     common = ["train", spec, "--data", "synthetic", "--batch", "8", "--eval-samples", "8"]
     assert main.main([*common, "--steps", "20", "-o", str(tmp_path / "whole")]) == 0
     assert main.main([*common, "--steps", "10", "-o", str(tmp_path / "cut")]) == 0
@@ -214,6 +214,7 @@ def test_a_gpt_learns_characters_in_50_steps(quiet_train) -> None:
     assert result.eval["perplexity"] < 12  # guessing among the 35 characters would be 35
 
 
+@pytest.mark.slow
 def test_an_encoder_decoder_with_two_inputs_trains_on_synthetic_data(quiet_train) -> None:
     result = quiet_train(
         REPO / "specs" / "transformer.lbdl",
