@@ -92,6 +92,8 @@ class PlainDisplay:
     def show(self, record: Record) -> None:
         width = len(str(self.total))
         head = f"{record['kind']:<5} step {record['step']:>{width}}/{self.total}"
+        if "epoch" in record:
+            head += f"  epoch {record['epoch']:.2f}"
         tail = ""
         if "samples_per_s" in record:
             tail = f"  {record['samples_per_s']:,.0f} samples/s  eta {_clock(record['eta'])}"
