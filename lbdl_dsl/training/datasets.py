@@ -90,7 +90,7 @@ class Synthetic:
 
     def _sample(self, index: int) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
         rng = np.random.default_rng([self.seed, self.split, int(index)])
-        inputs = {}
+        inputs: dict[str, np.ndarray] = {}
         for name, port in self.sig.inputs.items():
             if port.dtype == "int32":
                 inputs[name] = rng.integers(0, port.vocab or 2, port.shape, dtype=np.int32)
@@ -99,7 +99,7 @@ class Synthetic:
             else:
                 inputs[name] = rng.standard_normal(port.shape, dtype=np.float32)
         task = self.task
-        target = None
+        target: np.ndarray | None = None
         if task.kind == "next-token":
             source = inputs[task.source or ""]
             nxt = rng.integers(0, task.classes or 2, (1,), dtype=np.int32)
@@ -115,8 +115,9 @@ class Synthetic:
         batch: Batch = {
             "inputs": {k: np.stack([s[0][k] for s in samples]) for k in self.sig.inputs}
         }
-        if samples[0][1] is not None:
-            batch["target"] = np.stack([s[1] for s in samples])
+        targets = [s[1] for s in samples if s[1] is not None]
+        if targets:
+            batch["target"] = np.stack(targets)
         return batch
 
 

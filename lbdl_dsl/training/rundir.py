@@ -87,7 +87,7 @@ def check_claim(run_dir: Path, config: TrainConfig, digest: str) -> dict[str, An
             f"{run_dir}: --resume continues the same run, and this command differs from it:\n  "
             + "\n  ".join(differences),
             None,
-            hint="only --steps/--epochs, --eval-every, --save-every, --keep and --log-every may "
-            "change; train into another folder with -o for anything else",
+            hint="only --steps or --epochs, --eval-every, --eval-samples, --save-every, --keep "
+            "and --log-every may change; train into another folder with -o for anything else",
         )
     return old

@@ -56,3 +56,26 @@ def test_resuming_may_change_the_length_but_not_what_is_computed() -> None:
     )
     now = TrainConfig(**(BASE | {"lr": 0.1}), overrides={"N": 3})
     assert now.differences(then) == ["--set: N=2 then, N=3 now", "--lr: 0.001 then, 0.1 now"]
+
+
+def test_lbdl_check_and_import_lbdl_dsl_load_nothing_of_training() -> None:
+    """The train verb's flags are built for `lbdl --help`, but JAX, optax and orbax are only
+    imported when a run starts: `lbdl check` stays as fast as `lbdl-compile --check`."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    probe = (
+        "import sys\n"
+        "import lbdl_dsl\n"
+        "from lbdl_dsl import main\n"
+        "code = main.main(['check', 'specs/digits-cnn.lbdl'])\n"
+        "names = ('jax', 'optax', 'orbax', 'sklearn', 'matplotlib')\n"
+        "heavy = [m for m in names if m in sys.modules]\n"
+        "print('RESULT', code, callable(lbdl_dsl.train), heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=repo, timeout=60
+    )
+    assert "RESULT 0 True []" in result.stderr, result.stderr
