@@ -135,7 +135,7 @@ def test_steps_then_more_steps_with_the_cli(spec_file, tmp_path: Path, capsys) -
     assert main.main([*common, "--steps", "20", "-o", str(tmp_path / "cut"), "--resume"]) == 0
     out = capsys.readouterr().out
     assert "resuming from the checkpoint of step 10" in out
-    assert "train step 20/20  loss" in out and "test: accuracy" in out
+    assert "train step 20/20  epoch" in out and "test: accuracy" in out
     a = load_file(str(tmp_path / "whole" / "params.safetensors"))
     b = load_file(str(tmp_path / "cut" / "params.safetensors"))
     assert all(a[k].tobytes() == b[k].tobytes() for k in a) and a.keys() == b.keys()
@@ -214,16 +214,29 @@ def test_a_gpt_learns_characters_in_50_steps(quiet_train) -> None:
     assert result.eval["perplexity"] < 12  # guessing among the 35 characters would be 35
 
 
-@pytest.mark.slow
-def test_an_encoder_decoder_with_two_inputs_trains_on_synthetic_data(quiet_train) -> None:
+PAIR = """\
+model pair(C=3):
+  input A: 4
+  fc 8
+  -> a
+  input B: 2×3
+  reshape 6
+  fc 8
+  concat(a)   16
+  relu
+  fc C
+  output Y
+"""
+
+
+def test_two_inputs_from_named_arrays_in_bfloat16(spec_file, quiet_train, tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(40, 4)), rng.normal(size=(40, 2, 3))
+    y = (a[:, 0] > 0).astype(np.int32) + (b[:, 0, 0] > 0)
+    np.savez(tmp_path / "pair.npz", A=a, B=b, y=y, A_test=a[:8], B_test=b[:8], y_test=y[:8])
     result = quiet_train(
-        REPO / "specs" / "transformer.lbdl",
-        "synthetic",
-        overrides={"N": 1, "D": 16, "H": 2, "F": 32, "V": 20, "T": 6, "S": 5},
-        steps=3,
-        dtype="bfloat16",
-        **SMALL,
+        spec_file(PAIR), str(tmp_path / "pair.npz"), steps=4, batch=8, dtype="bfloat16"
     )
-    assert result.task.kind == "next-token" and result.task.source == "Y"
+    assert result.task.kind == "classify" and result.eval["samples"] == 8
     assert np.isfinite(result.train["loss"]) and result.train["loss"] > 0
     assert all(v.dtype == np.float32 for v in leaves(result.params).values())
