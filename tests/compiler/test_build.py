@@ -333,6 +333,7 @@ def test_a_box_added_in_one_scope_renames_no_box_of_another() -> None:
   output Y
 """
     after = before.replace("  fc out=D\n  residual:", "  fc out=D\n  fc out=D\n  residual:")
+
     def paths(text: str) -> set[str]:
         return {a.path for a in arrays(compile_spec(text, file="m.lbdl").root)}
 
