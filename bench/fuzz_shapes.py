@@ -5,8 +5,8 @@ block input named on the block's first line and overwritten by the flowing tenso
 broadcast of a 4×8 tensor with an 8-vector that put the batch axis in front of both). This
 fuzzer closes the class. It writes random specs from the patterns that matter (names with
 ``-> n``, ``from n``, ``+(n)`` and ``mul(n)`` across ranks, broadcasts against lower ranks and
-sizes of 1, blocks whose first line names their input, block calls repeated ``×N``, ``×N:``
-frames, several outputs) while computing the shape every output must have, then compares three
+sizes of 1, convolutions (channels-last in the generated code) between them, blocks whose first
+line names their input, block calls repeated ``×N``, ``×N:`` frames, several outputs) while computing the shape every output must have, then compares three
 answers: the generator's, the checker's (`Model.outputs`), and `jax.eval_shape` of the generated
 module's ``init`` and ``apply``, which traces without compiling. Any difference is a finding.
 
@@ -159,6 +159,13 @@ class _Gen:
         if r < 0.42 and len(shape) >= 2:
             self.lines.append("  mean")
             return shape[1:]
+        if r < 0.50 and len(shape) == 3:
+            # a convolution runs channels-last in the generated code: what follows must see
+            # the spec's layout again wherever it mixes ranks
+            c = rng.randint(1, 4)
+            k = rng.choice(["k=1", "k=3 p=1"])
+            self.lines.append(f"  conv-2d {k}  {_fmt((c, *shape[1:]))}")
+            return (c, *shape[1:])
         if r < 0.55:
             self.name(shape)
             return shape

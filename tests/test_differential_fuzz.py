@@ -65,7 +65,7 @@ def test_seeded_cases_agree() -> None:
 def test_the_cases_cover_the_patterns() -> None:
     """The generator writes what it claims to, so that the agreement above means something."""
     seen: Counter[str] = Counter()
-    patterns = ("-> x_in", "from n", "mul(", "+(", "+(V)", "slice", "mean", ":\n    ")
+    patterns = ("-> x_in", "from n", "mul(", "+(", "+(V)", "slice", "mean", "conv-2d", ":\n    ")
     for seed in range(CASES):
         case = fuzz_shapes.generate(seed)
         for pattern in patterns:
