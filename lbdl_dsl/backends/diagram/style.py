@@ -30,6 +30,7 @@ BOX_PAD = 10  # room left and right of the widest name
 BOX_HEIGHT = 20  # a plain layer
 TALL_HEIGHT = 34  # a composite box (resblock, self-att, ffw): the book draws them taller
 GAP = 9  # between the box and its hyper-parameters
+WIRE_GAP = 4  # between a tensor read by name (on the left) and its box
 SHAPE_GAP = 14  # between the hyper-parameters and the shape column
 PLUS_SIZE = 0.24  # the diameter of a `+` node, in inches
 MESSAGE_WIDTH = 56  # characters per line of an error message beside its box
