@@ -94,7 +94,7 @@ def check_block(program: Program, block: Block, env: dict[str, Any]) -> Checked:
     exprs = {k: v for k, v in env.items() if isinstance(v, Expr)}
     body = block.body
     ins: dict[str, Tensor] = {}
-    tensors = []
+    tensors: list[Tensor | None] = []
     for nid, sig in zip(body.inputs, block.inputs, strict=True):
         dims = tuple(d.subs(exprs) for d in sig.dims)
         t = Tensor(dims, made_by=f"the input of block `{block.name}`", span=sig.span)
@@ -109,7 +109,7 @@ def check_block(program: Program, block: Block, env: dict[str, Any]) -> Checked:
         sub = compute_totals(inst, memo)
         for k in totals:
             totals[k] = totals[k] + sub[k]
-    free = sorted({s for t in tensors for d in t.shape for s in d.free_symbols})
+    free = sorted({s for t in ins.values() for d in t.shape for s in d.free_symbols})
     return Checked(
         program,
         env,

@@ -164,7 +164,7 @@ class Walker:
 
     def draw_layer(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
-    ) -> str:
+    ) -> str | None:
         if node.op != "+":
             layer = lookup(node.op)
             composite = layer is not None and layer.composite
