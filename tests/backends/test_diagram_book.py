@@ -20,7 +20,7 @@ import pytest
 from lbdl_dsl import cli
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import run_dot
-from lbdl_dsl.backends.diagram.scene import ACROSS, UP, Box, Frame, Item, Scene, Terminal
+from lbdl_dsl.backends.diagram.scene import ACROSS, UP, Box, Frame, Item, Plus, Scene, Terminal
 from lbdl_dsl.compiler.blockdef import BlockCompiled, compile_block
 from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec
 from lbdl_dsl.core.errors import LbdlError
@@ -338,3 +338,21 @@ def test_the_cli_draws_a_block_and_the_build_verb_too(tmp_path: Path) -> None:
         == 0
     )
     assert "C/4×H×W" in (out / "resblock.dot").read_text("utf-8")
+
+
+def test_a_width_given_as_a_hyperparameter_is_written_once_at_the_right(compile_text) -> None:
+    (fc,) = diagram.scene(compile_text("model m:\n  input X: 8\n  fc out=16\n")).boxes()
+    assert (fc.hparams, fc.shape) == ("", "16")
+
+
+def test_a_residual_written_with_a_plus_bypasses_its_group(compile_text) -> None:
+    compiled = compile_text(
+        "block b on X: D:\n  layernorm\n  fc D\n  +(X)\n"
+        "model m:\n  input X: 8\n  fc 8\n  b\n  relu\n"
+    )
+    scene = diagram.scene(compiled, expand="all")
+    (plus,) = [e.id for e in scene.elements().values() if isinstance(e, Plus)]
+    into_plus = [(e.kind, e.label) for e in scene.edges if e.dst == plus]
+    assert sorted(into_plus) == [("bypass", ""), ("main", "")]
+    closed = diagram.scene(compiled)
+    assert not [e for e in closed.edges if e.kind == "bypass"]

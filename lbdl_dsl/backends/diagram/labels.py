@@ -73,15 +73,18 @@ def hparams_text(
     hide: Collection[str] = (),
 ) -> str:
     """The blue text: the hyper-parameters (or block arguments) the spec wrote, with the values
-    resolved at this use, less those at their default and those in ``hide`` (a convention of
-    the figure, written once under it)."""
+    resolved at this use, less those at their default, those the shape column says (``fc
+    out=2048`` is ``fc`` with T×2048 at its right) and those in ``hide`` (a convention of the
+    figure, written once under it)."""
     values: Mapping[str, Any] = {}
     if inst is not None:
         values = inst.bindings if node.kind == "call" else inst.hp
     defaults = _defaults(node, block, values)
+    layer = lookup(node.op) if node.kind == "layer" else None
+    widths = {name for name, _ in layer.from_annotation} if layer is not None else set()
     parts = []
     for key, raw in node.hparams:
-        if key not in node.explicit or key in hide:
+        if key not in node.explicit or key in hide or key in widths:
             continue
         text = fmt_value(values.get(key, raw))
         if defaults.get(key) != text:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from lbdl_dsl.backends.diagram.scene import (
     ACROSS,
+    BYPASS,
     FAN,
     MAIN,
     SIDE,
@@ -35,6 +36,7 @@ from lbdl_dsl.backends.diagram.scene import (
     Edge,
     Frame,
     Item,
+    Plus,
     Scene,
     Stub,
     Terminal,
@@ -45,6 +47,7 @@ MIN_SKIPS = 2  # nested skips that make a figure a U
 
 def arrange(scene: Scene) -> None:
     """Set the routes, rows and arrow names of ``scene`` (see the module doc)."""
+    _explicit_residuals(scene)
     unit = _units(scene)
     u_skips = _u_shape(scene, unit)
     _side_outputs(scene)
@@ -214,6 +217,28 @@ def _last_id(item: Item) -> str:
     while isinstance(item, Frame) and item.items:
         item = item.items[-1]
     return item.id
+
+
+# -- residuals written out ----------------------------------------------------------------------
+
+
+def _explicit_residuals(scene: Scene) -> None:
+    """``+(X)`` at the end of a group that starts from X (a composite's inside, a block written
+    without ``residual:``) is a residual: its arrow bypasses the group's boxes on the left into
+    the `+`, unnamed, as a ``residual:`` group's does."""
+    frames = _frames(scene)
+    kinds = scene.elements()
+    for edge in scene.edges:
+        if edge.kind != SIDE or not isinstance(kinds.get(edge.dst), Plus):
+            continue
+        here = frames.get(edge.dst, ())
+        starts = [
+            e
+            for e in scene.edges
+            if e.src == edge.src and e.kind == MAIN and frames.get(e.dst, ()) == here
+        ]
+        if starts and here:
+            edge.kind, edge.label = BYPASS, ""
 
 
 # -- outputs, heads and names ---------------------------------------------------------------------
