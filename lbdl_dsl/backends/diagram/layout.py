@@ -34,6 +34,7 @@ from lbdl_dsl.backends.diagram.scene import (
     UP,
     Box,
     Edge,
+    Fork,
     Frame,
     Item,
     Plus,
@@ -223,12 +224,13 @@ def _last_id(item: Item) -> str:
 
 
 def _explicit_residuals(scene: Scene) -> None:
-    """``+(X)`` at the end of a group that starts from X (a composite's inside, a block written
-    without ``residual:``) is a residual: its arrow bypasses the group's boxes on the left into
-    the `+`, unnamed, as a ``residual:`` group's does."""
+    """``+(X)`` at the end of a frame that starts from X (a composite's inside, a block written
+    without ``residual:``) is a residual: X splits at a dot inside the frame, as a ``residual:``
+    group's input does, and its arrow bypasses the frame's boxes on the left into the `+`,
+    unnamed."""
     frames = _frames(scene)
     kinds = scene.elements()
-    for edge in scene.edges:
+    for edge in list(scene.edges):
         if edge.kind != SIDE or not isinstance(kinds.get(edge.dst), Plus):
             continue
         here = frames.get(edge.dst, ())
@@ -237,8 +239,15 @@ def _explicit_residuals(scene: Scene) -> None:
             for e in scene.edges
             if e.src == edge.src and e.kind == MAIN and frames.get(e.dst, ()) == here
         ]
-        if starts and here:
-            edge.kind, edge.label = BYPASS, ""
+        frame = kinds.get(here[-1]) if here else None
+        if len(starts) != 1 or not isinstance(frame, Frame):
+            continue
+        fork = Fork(f"{here[-1]}/fork")
+        frame.items.insert(0, fork)
+        scene.edges.insert(scene.edges.index(starts[0]), Edge(edge.src, fork.id, MAIN))
+        starts[0].src = fork.id
+        edge.src, edge.kind, edge.label = fork.id, BYPASS, ""
+        frames[fork.id] = here
 
 
 # -- outputs, heads and names ---------------------------------------------------------------------
