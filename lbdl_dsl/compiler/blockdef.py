@@ -21,44 +21,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lbdl_dsl.compiler import build as _build
-from lbdl_dsl.compiler.driver import Compiled, _as_env_value
+from lbdl_dsl.compiler.build import build_blocks
 from lbdl_dsl.compiler.graph import Block, Model, ParamRef, Program, verify
 from lbdl_dsl.compiler.imports import load, read_spec
 from lbdl_dsl.compiler.infer import Checker, _subs
 from lbdl_dsl.compiler.instance import Checked, Inst, Tensor, compute_totals
-from lbdl_dsl.core.errors import LbdlError, Note, Span, did_you_mean
-from lbdl_dsl.core.layers import LAYERS, lookup
+from lbdl_dsl.compiler.stages import Built, Parsed
+from lbdl_dsl.compiler.values import setting
+from lbdl_dsl.core.errors import LbdlError, Span, did_you_mean
+from lbdl_dsl.core.layers import LAYERS
 from lbdl_dsl.core.symbolic import Expr, sym
 
 
-@dataclass
-class BlockCompiled(Compiled):
-    """A `Compiled` whose model is one block's body (``program.model``), checked on its own.
+@dataclass(frozen=True)
+class BlockCompiled(Checked):
+    """A `Checked` whose model is one block's body (``program.model``), checked on its own.
 
     ``unchecked`` lists the block parameters left as symbols that some box needed as a number;
     those boxes and what follows them are drawn from their declarations."""
 
     block: Block | None = None
     unchecked: tuple[str, ...] = ()
-
-
-def _blocks(loaded: Any) -> dict[str, Block]:
-    """Every block of the loaded files, refused as `build` refuses them."""
-    asts: dict[str, Any] = {}
-    for module in loaded.modules:
-        for b in module.blocks:
-            if lookup(b.name) is not None:
-                raise LbdlError(f"block `{b.name}` has the name of a built-in layer", b.name_span)
-            if b.name in asts:
-                raise LbdlError(
-                    f"block `{b.name}` is defined twice",
-                    b.name_span,
-                    notes=[Note("first defined here", asts[b.name].name_span)],
-                )
-            asts[b.name] = b
-    builder = _build._Builder(asts)
-    return {name: _build._build_block(builder, b) for name, b in asts.items()}
 
 
 def _env(block: Block, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -68,10 +51,11 @@ def _env(block: Block, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[
     pattern = {s for sig in block.inputs for d in sig.dims for s in d.free_symbols}
     for key, value in overrides.items():
         if key in pattern:
-            env[key] = _as_env_value(value)
+            env[key] = setting(key, value, None, f"--set {key}={value}", size=True)
     for p in block.params:
         if p.name in overrides:
-            env[p.name] = _as_env_value(overrides[p.name])
+            value = overrides[p.name]
+            env[p.name] = setting(p.name, value, p.default, f"--set {p.name}={value}")
         elif p.default is not None:
             env[p.name] = _subs(p.default, env) if isinstance(p.default, Expr) else p.default
         else:
@@ -127,7 +111,7 @@ def compile_block(path: str | Path, name: str, overrides: dict[str, Any] | None 
     """The block ``name`` of the file at ``path``, built and checked on its own."""
     file = str(path)
     loaded = load(read_spec(file), file)
-    blocks = _blocks(loaded)
+    blocks = build_blocks(loaded.modules)
     if name not in blocks:
         known = sorted(blocks)
         raise LbdlError(
@@ -143,7 +127,9 @@ def compile_block(path: str | Path, name: str, overrides: dict[str, Any] | None 
     env, free = _env(block, dict(overrides or {}))
     checked = check_block(program, block, env)
     stopped = _stopped_by(checked, free) if checked.diagnostics and free else ()
-    out = BlockCompiled(file, loaded, program, checked, block, stopped)
+    built = Built(Parsed(file, loaded), program)
+    fields = {f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)}
+    out = BlockCompiled(**{**fields, "built": built}, block=block, unchecked=stopped)
     if checked.diagnostics and not stopped:
         from lbdl_dsl.compiler.driver import CheckFailed
 
@@ -183,7 +169,7 @@ def _stopped_by(checked: Checked, free: list[str]) -> tuple[str, ...]:
             and i.node.span.file == span.file
             and i.node.span.line <= span.line <= i.node.span.end_line
         ]
-        params = set().union(*(uses(v) for i in at for _, v in i.node.hparams))
+        params = set().union(*(uses(v) for i in at for _, v in getattr(i.node, "hparams", ())))
         if not params:
             return ()
         found.update(params)

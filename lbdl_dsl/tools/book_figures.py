@@ -118,15 +118,20 @@ instead of on each box (the book writes none).""",
         "The three transformer blocks",
         "specs/transformer_blocks.lbdl",
         """\
-Today this draws the three blocks closed, as Figs. 5.7 and 5.8 show them: self-att h=8
-causal=True, cross-att h=8 with Z from the side, ffw. The book's Fig. 5.6 is their inside
-(layernorm, the Q, K and V projections, the attention and its heads, the output projection, the
-`+`; the feed-forward's layernorm, fc, gelu, fc, dropout, `+`). The diagram opens a composite
-box whose checked instance carries its inside exactly as it opens a block call; the registry's
-declared decomposition of `self-att`, `cross-att` and `ffw` is the missing piece, and this same
-command will draw the figure once it lands.""",
+Each block opened into the boxes its registry entry declares, as the book's Fig. 5.6 draws them.
+Matches: `ffw` is layernorm, fc to 4D (T×2048), gelu, fc back to D (T×512), dropout, and the `+`
+with the block's input; `self-att` is layernorm, mha, `+`; `cross-att` is layernorm on X, mha
+with Z coming in from the side for the keys and values, `+` with X. Each residual splits at a
+dot at the top of its frame and its bypass runs down the left into the `+`; the frames' titles
+carry what the spec wrote (self-att h=8 causal=True, cross-att h=8), written once, not again on
+the boxes inside.
+Differs: the book stacks the feed-forward block on top and the two attention blocks side by
+side under it, three separate pictures; here they are drawn in the order the spec chains them
+(self-att, cross-att, ffw), one under the other. The book draws three arrows Q, K, V into a
+taller mha; here mha is one box with one arrow in (and Z's arrow for cross-attention), since
+the projections are inside mha (its parameters wq, wk, wv, wo). Z's arrow crosses the
+cross-attention's bypass.""",
         expand="all",
-        pending="the registry's decomposition of self-att, cross-att and ffw",
     ),
     BookFigure(
         "5.7",

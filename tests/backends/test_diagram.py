@@ -216,7 +216,7 @@ def test_a_residual_bypasses_its_boxes_into_a_plus(compile_text) -> None:
     main_in = [e.src for e in scene.edges if e.dst == plus.id and e.kind != BYPASS]
     assert main_in == ["residual_0/relu_0"]
     dot = diagram.to_dot(compiled)
-    assert '"residual_0/fork" -> "residual_0/+":w' in dot
+    assert '"residual_0/fork":w -> "residual_0/+":w' in dot
     assert 'shape=circle, label="+"' in dot
 
 
@@ -237,7 +237,7 @@ def test_a_skip_connection_is_an_arrow_from_where_the_tensor_is_made(compile_tex
     )
     skips = [e for e in diagram.scene(compiled).edges if e.kind == SIDE]
     # `a` only wires one box to the next: the arrow says it, so its name is not written
-    assert [(e.src, e.dst, e.name, e.label) for e in skips] == [("relu_0", "concat_0", "a", "")]
+    assert [(e.src, e.dst, e.name, e.label) for e in skips] == [("a", "concat_0", "a", "")]
 
 
 def test_two_streams_stand_side_by_side_and_z_crosses_over() -> None:

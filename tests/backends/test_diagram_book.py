@@ -20,7 +20,18 @@ import pytest
 from lbdl_dsl import cli
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import run_dot
-from lbdl_dsl.backends.diagram.scene import ACROSS, UP, Box, Frame, Item, Plus, Scene, Terminal
+from lbdl_dsl.backends.diagram.scene import (
+    ACROSS,
+    BYPASS,
+    SIDE,
+    UP,
+    Box,
+    Frame,
+    Item,
+    Plus,
+    Scene,
+    Terminal,
+)
 from lbdl_dsl.compiler.blockdef import BlockCompiled, compile_block
 from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec
 from lbdl_dsl.core.errors import LbdlError
@@ -188,13 +199,28 @@ def test_expand_names_composites_and_says_what_it_can_open() -> None:
     assert "self-att" in (info.value.diagnostics[0].hint or "")
 
 
-@pytest.mark.xfail(strict=False, reason="needs composite decomposition")
 def test_a_composite_box_opens_like_a_block_call() -> None:
     scene = diagram.scene(spec("transformer_blocks"), expand="all")
     opened = [f for f in frames(scene.items) if f.kind == "block"]
-    assert [f.title for f in opened] == ["self-att", "cross-att", "ffw"]
-    inside = [b.name for b in opened[0].items if isinstance(b, Box)]
-    assert "layernorm" in inside and "self-att" not in inside
+    assert [(f.title, f.hparams) for f in opened] == [
+        ("self-att", "h=8 causal=True"),
+        ("cross-att", "h=8"),
+        ("ffw", ""),
+    ]
+    inside = [[b.name for b in f.items if isinstance(b, Box)] for f in opened]
+    assert inside == [
+        ["layernorm", "mha"],
+        ["layernorm", "mha"],
+        ["layernorm", "fc", "gelu", "fc", "dropout"],
+    ]
+    # what the composite passes on is written once, on its frame, not again on its boxes
+    assert not [b.hparams for f in opened for b in f.items if isinstance(b, Box) and b.hparams]
+    # each closes with its residual sum, fed by the bypass from a dot at the frame's top
+    assert [sum(isinstance(b, Plus) for b in f.items) for f in opened] == [1, 1, 1]
+    assert len([e for e in scene.edges if e.kind == BYPASS]) == 3
+    # Z comes into cross-attention's mha from the side
+    z = [e for e in scene.edges if e.src == "input:Z"]
+    assert [(e.dst, e.kind) for e in z] == [("cross_att_0/att", SIDE)]
     assert diagram.to_dot(spec("transformer_blocks")) != diagram.to_dot(
         spec("transformer_blocks"), "all"
     )

@@ -18,20 +18,22 @@ from lbdl_dsl.backends.diagram.run_dot import render
 from lbdl_dsl.backends.diagram.scene import Scene
 from lbdl_dsl.backends.diagram.walk import Walker
 from lbdl_dsl.compiler.blockdef import BlockCompiled
-from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.compiler.instance import Checked
+from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
 
 
-def scene(compiled: Compiled, expand: str | None = None) -> Scene:
-    """What `to_dot` draws, before it is written: for tests and other writers. A block
-    compiled on its own (`compile_block`) is drawn as its body, between its input pattern and
-    its result."""
+def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
+    """What `to_dot` draws, before it is written: for tests and other writers. A `Built`
+    program (no shapes yet) is drawn from its graphs alone; a block checked on its own
+    (`compile_block`) is drawn as its body, between its input pattern and its result."""
     program = compiled.program
     if program is None:
         raise LbdlError("nothing to draw: the spec did not get past building its graph")
+    checked = compiled if isinstance(compiled, Checked) else None
     expansion = _expand.parse(expand, program.blocks)
     found = conventions.find(program.model.body, program.blocks)
-    walker = Walker(program, compiled.checked, expansion, found)
+    walker = Walker(program, checked, expansion, found)
     unchecked = compiled.unchecked if isinstance(compiled, BlockCompiled) else ()
     walker.sketch = bool(unchecked)
     out = Scene(program.model.name)
@@ -42,13 +44,13 @@ def scene(compiled: Compiled, expand: str | None = None) -> Scene:
             f"{names} without a value: shapes past the first box that needs one are the "
             f"block's annotations, unchecked (--set {unchecked[0]}=2 checks them)"
         )
-    elif compiled.checked is not None:
-        out.note = failures.attach(walker.sites, compiled.checked.diagnostics)
+    elif checked is not None:
+        out.note = failures.attach(walker.sites, checked.diagnostics)
     layout.arrange(out)
     return out
 
 
-def to_dot(compiled: Compiled, expand: str | None = None) -> str:
+def to_dot(compiled: Built | Checked, expand: str | None = None) -> str:
     """The DOT document of ``compiled``'s model; ``expand`` opens block calls (see `expand`)."""
     return _dot.write(scene(compiled, expand))
 

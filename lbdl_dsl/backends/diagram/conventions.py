@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from lbdl_dsl.backends.diagram.labels import book_name, fmt_value
-from lbdl_dsl.compiler.graph import Block, Graph, Node, ParamRef
+from lbdl_dsl.compiler.graph import Block, Graph, Node, ParamRef, RepeatNode, ResidualNode
 from lbdl_dsl.core.layers import lookup
 
 _MIN_BOXES = 2
@@ -52,9 +52,8 @@ def _uses(roots: Iterable[Graph], blocks: dict[str, Block]) -> list[_Use]:
                 readers = [graph.node(v) for v in graph.g.successors(node.id)]
                 next_op = readers[0].op if len(readers) == 1 and readers[0].kind == "layer" else ""
                 out.append(_Use(node, next_op))
-            for sub in (node.body, node.shortcut):
-                if sub is not None:
-                    visit(sub)
+            for sub in _subgraphs(node):
+                visit(sub)
             if node.kind == "call" and node.op in blocks and node.op not in seen:
                 seen.add(node.op)
                 visit(blocks[node.op].body)
@@ -64,11 +63,20 @@ def _uses(roots: Iterable[Graph], blocks: dict[str, Block]) -> list[_Use]:
     return out
 
 
+def _subgraphs(node: Node) -> list[Graph]:
+    """The graphs a group holds: a frame's body, a residual's body and shortcut."""
+    if isinstance(node, RepeatNode):
+        return [node.body]
+    if isinstance(node, ResidualNode):
+        return [node.body] + ([node.shortcut] if node.shortcut is not None else [])
+    return []
+
+
 def _written(node: Node) -> dict[str, str]:
     return {
         k: fmt_value(v)
-        for k, v in node.hparams
-        if k in node.explicit and not isinstance(v, ParamRef) and v is not None
+        for k, v in getattr(node, "hparams", ())
+        if k in getattr(node, "explicit", ()) and not isinstance(v, ParamRef) and v is not None
     }
 
 
@@ -90,7 +98,7 @@ def find(root: Graph, blocks: dict[str, Block]) -> Conventions:
 def _convention(out: Conventions, op: str, key: str, uses: list[_Use]) -> None:
     """Record ``key`` as a convention of ``op`` if every box, or every box before one kind of
     box, writes it with one value."""
-    values = {fmt_value(v) for u in uses for k, v in u.node.hparams if k == key}
+    values = {fmt_value(v) for u in uses for k, v in getattr(u.node, "hparams", ()) if k == key}
     written = [u for u in uses if key in _written(u.node)]
     value = _written(written[0].node)[key]
     if len(uses) >= _MIN_BOXES and len(written) == len(uses) and values == {value}:

@@ -23,6 +23,7 @@ from lbdl_dsl.backends.diagram.labels import wrap
 from lbdl_dsl.backends.diagram.scene import (
     ACROSS,
     BRANCH,
+    BYPASS,
     FAIL,
     FAN,
     MAIN,
@@ -304,6 +305,10 @@ def edge_stmt(edge: Edge, kinds: dict[str, type], texts: set[str] | None = None)
         pairs += [("dir", "back"), ("weight", str(S.MAIN_WEIGHT))]
     else:
         tail = _end(edge.src, kinds, "s")
+        if edge.kind == BYPASS and kinds[edge.src] is Fork:
+            # A residual's input leaves its dot leftwards, so that its bypass stays on the left
+            # of the boxes even where a side input (Z into cross-attention) comes in across it.
+            tail = f"{q(edge.src)}:w"
         if edge.kind in (MAIN, BRANCH, FAN):
             head = _end(edge.dst, kinds, "n")
         elif kinds[edge.dst] is Plus:

@@ -83,8 +83,8 @@ def hparams_text(
     layer = lookup(node.op) if node.kind == "layer" else None
     widths = {name for name, _ in layer.from_annotation} if layer is not None else set()
     parts = []
-    for key, raw in node.hparams:
-        if key not in node.explicit or key in hide or key in widths:
+    for key, raw in getattr(node, "hparams", ()):
+        if key not in getattr(node, "explicit", ()) or key in hide or key in widths:
             continue
         text = fmt_value(values.get(key, raw))
         if defaults.get(key) != text:
@@ -151,7 +151,8 @@ def declares_params(node: Node, blocks: Mapping[str, Block]) -> bool:
         if n.kind == "call":
             block = blocks.get(n.op)
             return block is not None and n.op not in seen and graph_has(block.body, seen | {n.op})
-        return any(graph_has(g, seen) for g in (n.body, n.shortcut) if g is not None)
+        groups = (getattr(n, "body", None), getattr(n, "shortcut", None))
+        return any(graph_has(g, seen) for g in groups if g is not None)
 
     return visit(node, frozenset())
 

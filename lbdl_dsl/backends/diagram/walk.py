@@ -37,7 +37,15 @@ from lbdl_dsl.backends.diagram.scene import (
     Scene,
     Terminal,
 )
-from lbdl_dsl.compiler.graph import Graph, Node, Program
+from lbdl_dsl.compiler.graph import (
+    Graph,
+    InputNode,
+    Node,
+    ParamRef,
+    Program,
+    RepeatNode,
+    ResidualNode,
+)
 from lbdl_dsl.compiler.instance import Checked, Inst
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.layers import lookup
@@ -83,6 +91,9 @@ class Walker:
         # A block drawn on its own whose parameters have no value: what could not be checked
         # is drawn from its declaration (its annotation), not as an error.
         self.sketch = False
+        # The parameters of the open composites (self-att, ffw) the walk is inside: their boxes
+        # take the composite's hyper-parameters, which its frame's title already writes.
+        self.passed: list[frozenset[str]] = []
 
     def look_of(self, node: Node, inst: Inst | None, n_inputs: int) -> str:
         look = look_of(inst, n_inputs)
@@ -160,7 +171,10 @@ class Walker:
 
     def hparams(self, node: Node, inst: Inst | None) -> str:
         block = self.program.blocks.get(node.op) if node.kind == "call" else None
-        return labels.hparams_text(node, inst, block, self.conventions.hide(node))
+        hide = set(self.conventions.hide(node))
+        if self.passed:
+            hide |= {k for k, v in getattr(node, "hparams", ()) if _passed(v, self.passed[-1])}
+        return labels.hparams_text(node, inst, block, hide)
 
     def draw_layer(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
@@ -173,7 +187,11 @@ class Walker:
             inside = getattr(inst, "inside", None) if composite else None
             if inside is not None and self.expansion.wants(node.op, depth):
                 title = labels.book_name(node.op)
-                return self.open_block(node, inst, srcs, path, depth, into, inside.body, title)
+                self.passed.append(frozenset(p.name for p in inside.params))
+                try:
+                    return self.open_block(node, inst, srcs, path, depth, into, inside.body, title)
+                finally:
+                    self.passed.pop()
             return self.box(node, inst, srcs, path, into, composite)
         look = self.look_of(node, inst, len(srcs))
         plus = Plus(path, PLAIN if look == PARAM else look, labels.tooltip(path, inst))
@@ -224,6 +242,7 @@ class Walker:
     def draw_repeat(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
     ) -> str | None:
+        assert isinstance(node, RepeatNode)
         count = inst.hp.get("count", node.count) if inst is not None else node.count
         copies = inst.copies if inst is not None else []
         failed = inst is not None and inst.output is None
@@ -246,6 +265,7 @@ class Walker:
     def draw_residual(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
     ) -> str:
+        assert isinstance(node, ResidualNode)
         assert node.body is not None  # `verify` guarantees every group a body
         plus = Plus(f"{path}/+", tooltip=path)
         before = len(self.sites)
@@ -332,7 +352,7 @@ class Walker:
 
 def _declared(node: Node) -> str:
     """An input's shape as the spec declares it, for a program that was never checked."""
-    if node.annotation is None:
+    if node.annotation is None or not isinstance(node, InputNode):
         return ""
     if node.dtype == "int":
         return f"{node.annotation.text} int" + (f"<{node.vocab}>" if node.vocab else "")
@@ -417,3 +437,13 @@ def _names(graph: Graph) -> dict[str, str]:
         if node.name:
             out.setdefault(nid, node.name)
     return out
+
+
+def _passed(value: object, params: frozenset[str]) -> bool:
+    """Whether a written value is one of ``params`` passed on (``causal=causal``, ``h=h``)."""
+    if isinstance(value, ParamRef):
+        return value.name in params
+    if isinstance(value, Expr):
+        names = value.free_symbols
+        return bool(names) and names <= params
+    return False
