@@ -127,9 +127,9 @@ carry what the spec wrote (self-att h=8 causal=True, cross-att h=8), written onc
 the boxes inside.
 Differs: the book stacks the feed-forward block on top and the two attention blocks side by
 side under it, three separate pictures; here they are drawn in the order the spec chains them
-(self-att, cross-att, ffw), one under the other. The book draws three arrows Q, K, V into a
-taller mha; here mha is one box with one arrow in (and Z's arrow for cross-attention), since
-the projections are inside mha (its parameters wq, wk, wv, wo). Z's arrow crosses the
+(self-att, cross-att, ffw), one under the other. mha is tall, as the book draws a box with an
+inner structure, but takes one arrow (and Z's, for cross-attention) where the book draws three,
+Q, K and V: their projections are inside mha (its parameters wq, wk, wv, wo). Z's arrow crosses the
 cross-attention's bypass.""",
         expand="all",
     ),

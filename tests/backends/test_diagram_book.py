@@ -213,6 +213,11 @@ def test_a_composite_box_opens_like_a_block_call() -> None:
         ["layernorm", "mha"],
         ["layernorm", "fc", "gelu", "fc", "dropout"],
     ]
+    # mha has an inner structure (heads, projections): the book draws it tall
+    assert [b.tall for f in opened for b in f.items if isinstance(b, Box) and b.name == "mha"] == [
+        True,
+        True,
+    ]
     # what the composite passes on is written once, on its frame, not again on its boxes
     assert not [b.hparams for f in opened for b in f.items if isinstance(b, Box) and b.hparams]
     # each closes with its residual sum, fed by the bypass from a dot at the frame's top

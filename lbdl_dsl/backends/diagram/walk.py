@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from lbdl_dsl.backends.diagram import labels, wires
+from lbdl_dsl.backends.diagram import style as S
 from lbdl_dsl.backends.diagram.conventions import Conventions
 from lbdl_dsl.backends.diagram.expand import Expansion
 from lbdl_dsl.backends.diagram.scene import (
@@ -192,7 +193,8 @@ class Walker:
                     return self.open_block(node, inst, srcs, path, depth, into, inside.body, title)
                 finally:
                     self.passed.pop()
-            return self.box(node, inst, srcs, path, into, composite)
+            tall = composite or node.op in S.TALL_PRIMITIVES
+            return self.box(node, inst, srcs, path, into, tall)
         look = self.look_of(node, inst, len(srcs))
         plus = Plus(path, PLAIN if look == PARAM else look, labels.tooltip(path, inst))
         return self.place(plus, node, srcs, path, into)
