@@ -231,6 +231,15 @@ def test_a_composite_box_opens_like_a_block_call() -> None:
     )
 
 
+def test_a_composite_opened_inside_an_open_block_keeps_what_the_block_passes_it() -> None:
+    # tlayer passes causal=causal to self-att: its frame writes the value, its mha does not
+    scene = diagram.scene(spec("gpt"), expand="all")
+    opened = {f.title: f for f in frames(scene.items) if f.kind == "block"}
+    assert opened["self-att"].hparams == "h=12 causal=True"
+    assert opened["ffw"].hparams == "hidden=3072"
+    assert [b.hparams for b in opened["self-att"].items if isinstance(b, Box)] == ["", ""]
+
+
 def test_a_failing_block_keeps_the_fill_of_a_box_with_weights(
     compile_text: Callable[..., Compiled],
 ) -> None:

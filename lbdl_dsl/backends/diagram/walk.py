@@ -188,11 +188,10 @@ class Walker:
             inside = getattr(inst, "inside", None) if composite else None
             if inside is not None and self.expansion.wants(node.op, depth):
                 title = labels.book_name(node.op)
-                self.passed.append(frozenset(p.name for p in inside.params))
-                try:
-                    return self.open_block(node, inst, srcs, path, depth, into, inside.body, title)
-                finally:
-                    self.passed.pop()
+                passed = frozenset(p.name for p in inside.params)
+                return self.open_block(
+                    node, inst, srcs, path, depth, into, inside.body, title, passed
+                )
             tall = composite or node.op in S.TALL_PRIMITIVES
             return self.box(node, inst, srcs, path, into, tall)
         look = self.look_of(node, inst, len(srcs))
@@ -225,19 +224,27 @@ class Walker:
         into: list[Item],
         body: Graph,
         title: str,
+        passed: frozenset[str] | None = None,
     ) -> str | None:
-        """A block call, or a composite box, drawn open: its body inside a solid frame."""
+        """A block call, or a composite box, drawn open: its body inside a solid frame.
+        ``passed`` are a composite's parameters, written on its frame and not inside it."""
         frame = Frame(f"cluster:{path}", "block", title, self.hparams(node, inst))
         into.append(frame)
         before = len(self.sites)
-        result = self.result(
-            body,
-            inst.body if inst else [],
-            [s for s, _ in srcs],
-            f"{path}/",
-            depth + 1,
-            frame.items,
-        )
+        if passed is not None:
+            self.passed.append(passed)
+        try:
+            result = self.result(
+                body,
+                inst.body if inst else [],
+                [s for s, _ in srcs],
+                f"{path}/",
+                depth + 1,
+                frame.items,
+            )
+        finally:
+            if passed is not None:
+                self.passed.pop()
         self.settle(frame, inst, len(srcs), before, node)
         return result
 
