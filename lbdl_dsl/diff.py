@@ -314,3 +314,22 @@ def to_json(d: Diff) -> dict[str, object]:
         "carried": list(d.carried),
         "parameter_arrays_b": d.params_b,
     }
+
+
+ADDED_FILL = "#a8dc98"
+CHANGED_FILL = "#f2b45a"
+REMOVED_FILL = "#ffffff"
+
+
+def colours(d: Diff) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+    """B's boxes coloured by what happened to them (instance path → fill), and the legend; what
+    A had and B has not cannot be drawn on B, so the legend names it."""
+    fills: dict[str, str] = {}
+    for c in d.changes:
+        if c.path_b is not None:
+            fills[c.path_b] = ADDED_FILL if c.status == "added" else CHANGED_FILL
+    legend = [("added in B", ADDED_FILL), ("changed", CHANGED_FILL)]
+    removed = [f"{c.label_a} (A:{c.line_a})" for c in d.changes if c.status == "removed"]
+    if removed:
+        legend.append(("removed: " + ", ".join(removed), REMOVED_FILL))
+    return fills, tuple(legend)
