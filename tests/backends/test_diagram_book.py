@@ -360,7 +360,7 @@ def test_block_errors_name_the_block_and_the_flag(tmp_path: Path, capsys) -> Non
     assert cli.main([spec_path, "--block", "resblok", "-o", str(tmp_path)]) == 1
     with pytest.raises(SystemExit) as exit_info:
         cli.main([spec_path, "--block", "resblock", "--emit", "py", "-o", str(tmp_path)])
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 1  # a bad flag value, like any bad input
     assert "--block writes a figure" in capsys.readouterr().err
 
 
@@ -396,3 +396,15 @@ def test_a_residual_written_with_a_plus_bypasses_its_group(compile_text) -> None
     assert sorted(into_plus) == [("bypass", ""), ("main", "")]
     closed = diagram.scene(compiled)
     assert not [e for e in closed.edges if e.kind == "bypass"]
+
+
+@needs_dot
+def test_painted_swatches_and_the_conventions_share_the_space_under_the_figure() -> None:
+    from lbdl_dsl.backends.diagram import dot
+    from lbdl_dsl.backends.diagram.paint import paint
+
+    scene = paint(diagram.scene(spec("resnet50")), {"fc_0": "#a8dca8"}, (("added", "#a8dca8"),))
+    text = dot.write(scene)
+    assert "added" in text and "bias=False on every conv-2d" in text
+    assert text.count('BGCOLOR="#a8dca8"') == 2  # the box and its swatch
+    assert b"<svg" in diagram.render(text, "svg")  # one valid HTML label

@@ -94,7 +94,9 @@ def _side(
 def box_label(box: Box, cols: Columns, entered: bool = False) -> str:
     """A box and the cells of its row; ``entered``: an arrow along the row comes into it from
     the left, so the names it reads by name move up out of the arrow's way."""
-    fill = S.POISON_FILL if box.look == POISON else S.PARAM_FILL if box.trainable else S.PLAIN_FILL
+    fill = box.fill or (
+        S.POISON_FILL if box.look == POISON else S.PARAM_FILL if box.trainable else S.PLAIN_FILL
+    )
     border = {FAIL: S.FAIL, POISON: S.POISON}.get(box.look, S.BOX_BORDER)
     ink = S.POISON if box.look == POISON else S.INK
     dashed = ",dashed" if box.look == POISON else ""
@@ -137,6 +139,16 @@ def terminal_label(term: Terminal, cols: Columns, arrives: str) -> str:
         return _ROW.format(cell)
     side = _side(cols, shape=term.shape, message=term.message)
     return _ROW.format(_wires(cols, []) + cell + (side if term.shape or term.message else ""))
+
+
+def swatches(entries: tuple[tuple[str, str], ...]) -> str:
+    """A row of coloured swatches with their meaning (boxes coloured by `paint`)."""
+    cells = "".join(
+        f'<TD BGCOLOR="{colour}" BORDER="1" COLOR="{S.BOX_BORDER}" WIDTH="14" HEIGHT="10"></TD>'
+        f'<TD ALIGN="LEFT">&#160;{_font(text, S.INK, S.SIDE_FONT_SIZE)}&#160;&#160;</TD>'
+        for text, colour in entries
+    )
+    return f'<TABLE BORDER="0" CELLSPACING="2" CELLPADDING="1"><TR>{cells}</TR></TABLE>'
 
 
 @dataclass
@@ -234,8 +246,8 @@ def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
         # Nested frames inherit what is not set again, so every frame sets its label.
         ("label", f"<{title}>" if title else '""'),
         ("labelloc", "t"),
-        ("color", q(color)),
-        ("penwidth", "2" if frame.look == FAIL else "1"),
+        ("color", q(frame.mark or color)),
+        ("penwidth", "2.5" if frame.mark else "2" if frame.look == FAIL else "1"),
         ("margin", "8"),
         ("fontsize", str(S.FRAME_FONT_SIZE)),
     ]
@@ -338,7 +350,8 @@ def edge_stmt(edge: Edge, kinds: dict[str, type], texts: set[str] | None = None)
 
 
 def legend(scene: Scene) -> str:
-    """Under the figure: the conventions said once, then a message that belongs to no box."""
+    """Under the figure: the colours `paint` laid, the conventions said once, then a message
+    that belongs to no box."""
     lines = [
         _font(line, S.HPARAM, S.SIDE_FONT_SIZE) + '<BR ALIGN="LEFT"/>' for line in scene.legend
     ]
@@ -349,7 +362,15 @@ def legend(scene: Scene) -> str:
     ]
     if scene.note:
         lines.append(_message(scene.note))
-    return "".join(lines)
+    if not scene.swatches:
+        return "".join(lines)
+    # One HTML label holds either text or one table: the swatches' table, then the text in a
+    # cell under it.
+    text = f'<TR><TD ALIGN="LEFT" BALIGN="LEFT">{"".join(lines)}</TD></TR>' if lines else ""
+    return (
+        '<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="0">'
+        f'<TR><TD ALIGN="LEFT">{swatches(scene.swatches)}</TD></TR>{text}</TABLE>'
+    )
 
 
 def write(scene: Scene) -> str:
@@ -391,7 +412,7 @@ def write(scene: Scene) -> str:
     out += [f"  {{ rank=same; {'; '.join(q(i) for i in row)}; }}" for row in scene.rows]
     texts = {b.id for b in scene.boxes() if b.hparams or b.shape or b.message}
     out += ["  " + edge_stmt(e, kinds, texts) for e in edges]
-    if scene.legend or scene.note or scene.remark:
+    if scene.legend or scene.note or scene.remark or scene.swatches:
         out.append(f"  graph [labelloc=b, labeljust=l, label=<{legend(scene)}>];")
     out.append("}")
     return "\n".join(out) + "\n"

@@ -3,9 +3,10 @@ or ``--expand 2``.
 
 By default a block call is one tall box, as the book draws ``resblock`` in ResNet-50; opening
 every call of a deep model would bury the figure. A composite box of the registry (``self-att``,
-``cross-att``, ``ffw``) opens the same way, into the inside its entry declares (Fig. 5.6). Names open every call of those
-blocks (or every box of those composites); a depth counts open boxes from the model's own body:
-``1`` opens the calls written in the model, ``2`` also the boxes inside those.
+``cross-att``, ``ffw``) opens the same way, into the inside its entry declares (Fig. 5.6). Names
+open every call of those blocks (or every box of those composites); a depth counts open boxes
+from the model's own body: ``1`` opens the calls written in the model, ``2`` also the boxes
+inside those.
 """
 
 from __future__ import annotations

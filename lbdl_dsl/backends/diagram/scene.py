@@ -30,6 +30,7 @@ class Box:
     message: str = ""
     trainable: bool = False  # filled dark, even where checking failed (its kind has weights)
     wires: list[str] = field(default_factory=list)  # tensors read by name, written on its left
+    fill: str = ""  # a colour that overrides the look's (boxes coloured by sharding)
 
 
 @dataclass
@@ -88,6 +89,7 @@ class Frame:
     message: str = ""
     block: str = ""  # a ×N frame around an open block call: the block's name
     shape: str = ""
+    mark: str = ""  # a border colour laid over the look (`paint`: a frame lbdl diff changed)
 
 
 Item = Union[Box, Plus, Fork, Stub, Frame]
@@ -129,6 +131,7 @@ class Scene:
     legend: list[str] = field(default_factory=list)  # conventions, written once under it
     remark: str = ""  # what the figure leaves unchecked, by design (a block drawn on its own)
     rows: list[list[str]] = field(default_factory=list)  # set by `layout`: ids on one row
+    swatches: tuple[tuple[str, str], ...] = ()  # (text, colour) under the figure (paint)
 
     def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""
