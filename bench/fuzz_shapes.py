@@ -7,8 +7,9 @@ fuzzer closes the class. It writes random specs from the patterns that matter (n
 ``-> n``, ``from n``, ``+(n)`` and ``mul(n)`` across ranks, broadcasts against lower ranks and
 sizes of 1, convolutions (channels-last in the generated code) between them, blocks whose first
 line names their input, block calls repeated ``×N``, ``×N:`` frames, several outputs) while
-computing the shape every output must have, then compares three answers: the generator's, the checker's (`Model.outputs`), and `jax.eval_shape` of the generated
-module's ``init`` and ``apply``, which traces without compiling. Any difference is a finding.
+computing the shape every output must have, then compares three answers: the generator's, the
+checker's (`Model.outputs`), and `jax.eval_shape` of the generated module's ``init`` and
+``apply``, which traces without compiling. Any difference is a finding.
 
 Run ``python bench/fuzz_shapes.py --cases 2000`` (nightly size);
 ``tests/test_differential_fuzz.py`` runs a few hundred seeded cases in CI.
