@@ -40,7 +40,7 @@ def _atom_key(atom: Atom) -> tuple[int, str]:
     return (0, atom) if isinstance(atom, str) else (1, str(atom))
 
 
-def _mono_key(mono: Monomial) -> tuple:
+def _mono_key(mono: Monomial) -> tuple[int, list[tuple[tuple[int, str], int]]]:
     degree = sum(p for _, p in mono)
     return (-degree, [(_atom_key(a), -p) for a, p in mono])
 

@@ -21,7 +21,16 @@ from typing import Any, NoReturn, Union
 from lbdl_dsl.core.symbolic import Expr
 
 Shape = tuple[Expr, ...]
+Sizes = tuple[Expr | int, ...]
+"""A parameter's shape: sizes from the input (`Expr`) and from the hyper-parameters (a kernel's
+whole numbers, kept as `int`)."""
 REQUIRED = object()
+
+Arrays = list[Any]
+"""The input arrays of a NumPy reference (NumPy is imported lazily by `numpy()`: untyped here)."""
+Weights = dict[str, Any]
+"""One box's parameters or state in a NumPy reference: arrays by name, a nested dict per inner
+box of a composite (``p["ln"]["scale"]``)."""
 
 
 class ShapeFailure(Exception):
@@ -111,7 +120,7 @@ ROLES: dict[str, str] = {
 class PSpec:
     """A trainable parameter or a state array: its shape, how it starts, its axes' roles."""
 
-    shape: Shape
+    shape: Sizes
     init: Init
     roles: tuple[str, ...]
 
@@ -135,6 +144,13 @@ class Ctx:
     @property
     def x(self) -> Shape:
         return self.ins[0]
+
+    @property
+    def y(self) -> Shape:
+        """The output shape, for the parameter and cost rules (they run after the shape rule)."""
+        if self.out is None:
+            raise RuntimeError(f"`{self.op}`: the output shape is read before the shape rule ran")
+        return self.out
 
     def fail(self, message: str, hint: str | None = None, hparam: str | None = None) -> NoReturn:
         raise ShapeFailure(message, hint, hparam)
@@ -196,7 +212,7 @@ class AxisAttrs(Attrs):
 
 def resolve_axis(c: Ctx, name: str = "axis") -> int:
     """The hyper-parameter ``name`` as an axis of the input, from 0; a failure if outside."""
-    a = c.hp[name]
+    a: int = c.hp[name]  # an `axis` hyper-parameter: the parser made it an int
     if not -len(c.x) <= a < len(c.x):
         c.fail(f"axis {a} is out of range for {len(c.x)} axes", hparam=name)
     return a % len(c.x)
