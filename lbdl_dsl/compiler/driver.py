@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lbdl_dsl.compiler.build import build
-from lbdl_dsl.compiler.graph import Program, verify
+from lbdl_dsl.compiler.graph import InputNode, Program, verify
 from lbdl_dsl.compiler.imports import load, read_spec
 from lbdl_dsl.compiler.infer import Checked, check
 from lbdl_dsl.compiler.stages import Built, Parsed
@@ -40,6 +40,7 @@ def model_env(program: Program, overrides: dict[str, Any], origin: str = "--set"
     symbols: set[str] = set()
     for nid in model.body.inputs:
         node = model.body.node(nid)
+        assert isinstance(node, InputNode), "a graph's inputs are input nodes (`verify`)"
         for d in node.annotation.dims if node.annotation else ():
             symbols |= d.free_symbols
         if node.vocab is not None:
@@ -124,6 +125,8 @@ def compile_spec(
                 file = "<spec>"
         else:
             file, source = str(source), read_spec(source)
+    elif isinstance(source, os.PathLike):
+        raise TypeError("`file=` names a spec given as text; give a path without it")
     parsed = parse(source, file)
     if stop_after == "parse":
         return parsed
