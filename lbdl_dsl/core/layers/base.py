@@ -172,15 +172,17 @@ class Ctx:
         return v
 
 
+@dataclass(frozen=True)
 class Attrs:
     """A box's hyper-parameters resolved once: what the shape rule, the counts and every
     backend read. Entries that derive values (pads, an axis made positive, a permutation)
     declare a frozen dataclass of their own; the others get `Given`, the hyper-parameters as
     written or defaulted. Reading a field that is not there is an AttributeError, so a
-    misspelt attribute fails its entry's tests."""
+    misspelt attribute fails its entry's tests. (The base is a frozen dataclass without fields,
+    so that every record is one: a record declared without ``frozen=True`` fails at import.)"""
 
     def items(self) -> tuple[tuple[str, Any], ...]:
-        return tuple((f.name, getattr(self, f.name)) for f in fields(self))  # type: ignore[arg-type]
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self))
 
     def text(self) -> str:
         """``k=(3, 3) pads=((1, 1), (1, 1))``: the record in the ``shapes`` text form."""
