@@ -37,6 +37,7 @@ docs: setup
 bench: setup
 	$(PY) bench/run.py
 	$(PY) bench/kernels.py
+	$(PY) bench/diagrams.py
 
 fuzz: setup
 	$(PY) bench/fuzz.py --cases 100000
