@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from lbdl_dsl.compiler.build import build
 from lbdl_dsl.compiler.graph import InputNode, Program, verify
@@ -105,14 +105,61 @@ def check_program(
     return dataclasses.replace(checked, built=built)
 
 
+Source = str | bytes | os.PathLike[str]
+
+
+@overload
 def compile_spec(
-    source: str | bytes | os.PathLike[str],
+    source: Source,
+    *,
+    file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stop_after: Literal["check"] = "check",
+    origin: str = "--set",
+) -> Checked: ...
+
+
+@overload
+def compile_spec(
+    source: Source,
+    *,
+    file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stop_after: Literal["build"],
+    origin: str = "--set",
+) -> Built: ...
+
+
+@overload
+def compile_spec(
+    source: Source,
+    *,
+    file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stop_after: Literal["parse"],
+    origin: str = "--set",
+) -> Parsed: ...
+
+
+@overload
+def compile_spec(
+    source: Source,
+    *,
+    file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stop_after: str,
+    origin: str = "--set",
+) -> Parsed | Built | Checked: ...
+
+
+def compile_spec(
+    source: Source,
     *,
     file: str | None = None,
     overrides: dict[str, Any] | None = None,
     stop_after: str = "check",
     origin: str = "--set",
-) -> Any:
+) -> Parsed | Built | Checked:
     """The pipeline on a path (or on text, with ``file`` naming it), as far as ``stop_after``:
     `Parsed`, `Built` or `Checked`; raises `LbdlError` (`CheckFailed` for checking errors)."""
     if stop_after not in STAGES:
