@@ -87,7 +87,7 @@ def check_block(program: Program, block: Block, env: dict[str, Any]) -> Checked:
     checker = Checker(program, env)
     checker.stack.append((block.name, block.span))
     root, result, _ = checker.graph(body, tensors, env)
-    memo: dict = {}
+    memo: dict[int, dict[str, Expr]] = {}
     totals = {"params": Expr(), "state": Expr(), "macs": Expr(), "activations": Expr()}
     for inst in root:
         sub = compute_totals(inst, memo)
@@ -107,7 +107,9 @@ def check_block(program: Program, block: Block, env: dict[str, Any]) -> Checked:
     )
 
 
-def compile_block(path: str | Path, name: str, overrides: dict[str, Any] | None = None):
+def compile_block(
+    path: str | Path, name: str, overrides: dict[str, Any] | None = None
+) -> BlockCompiled:
     """The block ``name`` of the file at ``path``, built and checked on its own."""
     file = str(path)
     loaded = load(read_spec(file), file)

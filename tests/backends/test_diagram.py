@@ -187,7 +187,7 @@ def test_hyperparameters_are_resolved_and_booleans_written_as_the_book(compile_t
     )
     boxes = diagram.scene(compiled).boxes()
     assert [(b.name, b.hparams, b.tall) for b in boxes] == [
-        ("self-att", "h=4 causal=True", True),
+        ("self-att", "h=4 causal=true", True),
         ("ffw", "hidden=256", True),
     ]
 

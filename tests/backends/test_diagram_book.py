@@ -107,7 +107,7 @@ def test_a_book_figure_command_draws_its_picture(tmp_path: Path) -> None:
 def test_defaults_are_never_written_inside_an_open_block() -> None:
     scene = diagram.scene(spec("gpt"), expand="1")
     boxes = {b.name: b.hparams for b in scene.boxes()}
-    assert boxes["self-att"] == "h=12 causal=True"  # not bias=False kbias=True
+    assert boxes["self-att"] == "h=12 causal=true"  # not bias=false kbias=true
     assert boxes["ffw"] == "hidden=3072"  # not p=0.1 act=gelu
     opened = diagram.scene(spec("resnet50"), expand="dresblock")
     strides = [b.hparams for b in opened.boxes() if b.name == "conv-2d" and "k=1" in b.hparams]
@@ -142,14 +142,14 @@ def test_token_inputs_say_what_they_hold_and_names_are_the_books() -> None:
 
 def test_a_flag_on_every_box_of_a_kind_is_said_once_under_the_figure(compile_text) -> None:
     scene = diagram.scene(spec("resnet50"), expand="all")
-    assert scene.legend == ["bias=False on every conv-2d"]
+    assert scene.legend == ["bias=false on every conv-2d"]
     assert not [b for b in scene.boxes() if "bias" in b.hparams]
     ssd = diagram.scene(spec("ssd-like"))  # its heads keep their bias
-    assert ssd.legend == ["bias=False on conv-2d before batchnorm"]
-    assert "bias=False on every conv-2d" in diagram.to_dot(spec("resnet50"))
+    assert ssd.legend == ["bias=false on conv-2d before batchnorm"]
+    assert "bias=false on every conv-2d" in diagram.to_dot(spec("resnet50"))
     one = compile_text("model m:\n  input X: 3×8×8\n  conv-2d k=3 bias=false  4×6×6\n  relu\n")
     (conv, _) = diagram.scene(one).boxes()
-    assert conv.hparams == "k=3 bias=False" and not diagram.scene(one).legend
+    assert conv.hparams == "k=3 bias=false" and not diagram.scene(one).legend
 
 
 # -- frames ---------------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_a_composite_box_opens_like_a_block_call() -> None:
     scene = diagram.scene(spec("transformer_blocks"), expand="all")
     opened = [f for f in frames(scene.items) if f.kind == "block"]
     assert [(f.title, f.hparams) for f in opened] == [
-        ("self-att", "h=8 causal=True"),
+        ("self-att", "h=8 causal=true"),
         ("cross-att", "h=8"),
         ("ffw", ""),
     ]
@@ -235,7 +235,7 @@ def test_a_composite_opened_inside_an_open_block_keeps_what_the_block_passes_it(
     # tlayer passes causal=causal to self-att: its frame writes the value, its mha does not
     scene = diagram.scene(spec("gpt"), expand="all")
     opened = {f.title: f for f in frames(scene.items) if f.kind == "block"}
-    assert opened["self-att"].hparams == "h=12 causal=True"
+    assert opened["self-att"].hparams == "h=12 causal=true"
     assert opened["ffw"].hparams == "hidden=3072"
     assert [b.hparams for b in opened["self-att"].items if isinstance(b, Box)] == ["", ""]
 
@@ -319,7 +319,7 @@ def test_a_block_is_drawn_on_its_own_in_its_own_symbols() -> None:
     assert [t.shape for t in scene.inputs] == ["C×H×W"]
     convs = [(b.hparams, b.shape) for b in scene.boxes() if b.name == "conv-2d"]
     assert convs == [("k=1", "C/4×H×W"), ("k=3 p=1", "C/4×H×W"), ("k=1", "C×H×W")]
-    assert scene.legend == ["bias=False on every conv-2d"] and not scene.remark
+    assert scene.legend == ["bias=false on every conv-2d"] and not scene.remark
 
 
 def test_a_block_parameter_without_value_is_drawn_from_the_annotations() -> None:
@@ -405,6 +405,6 @@ def test_painted_swatches_and_the_conventions_share_the_space_under_the_figure()
 
     scene = paint(diagram.scene(spec("resnet50")), {"fc_0": "#a8dca8"}, (("added", "#a8dca8"),))
     text = dot.write(scene)
-    assert "added" in text and "bias=False on every conv-2d" in text
+    assert "added" in text and "bias=false on every conv-2d" in text
     assert text.count('BGCOLOR="#a8dca8"') == 2  # the box and its swatch
     assert b"<svg" in diagram.render(text, "svg")  # one valid HTML label

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from lbdl_dsl.backends.diagram.labels import book_name, fmt_value
+from lbdl_dsl.backends.diagram.labels import book_name
+from lbdl_dsl.boxtext import fmt_value
 from lbdl_dsl.compiler.graph import Block, Graph, Node, ParamRef, RepeatNode, ResidualNode
 from lbdl_dsl.core.layers import lookup
 

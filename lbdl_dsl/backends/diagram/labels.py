@@ -2,41 +2,27 @@
 
 A hyper-parameter is written only where the spec gave it a value other than the box's default
 (the book never writes a default): ``s=1`` inside ``dresblock S=1`` or a transformer block's
-``causal=False`` are left out, with the values the checker resolved (``hidden=3072`` for
-``hidden=4D``), booleans as ``causal=True``, and a per-axis tuple as one number when its axes
-agree (``k=3`` for ``(3, 3)``). The output shape is written where it differs from the box's input,
-and always on a box whose output width is only given there (``fc``, ``conv-2d``, ``lstm``: the
-registry's ``from_annotation``), which is the only place the book writes it. Names are the book's
-spellings: a registry alias written with a space (``leaky relu``) is how the book writes the box.
+``causal=false`` are left out, with the values the checker resolved (``hidden=3072`` for
+``hidden=4D``), booleans as the language writes them, and a per-axis tuple as one number when its
+axes agree (``k=3`` for ``(3, 3)``); `lbdl_dsl.boxtext` writes them, for the summary and `lbdl
+diff` too, so the table and the figure never write one box two ways. The output shape is written
+where it differs from the box's input, and always on a box whose output width is only given there
+(``fc``, ``conv-2d``, ``lstm``: the registry's ``from_annotation``), which is the only place the
+book writes it. Names are the book's spellings: a registry alias written with a space (``leaky
+relu``) is how the book writes the box.
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from lbdl_dsl.compiler.graph import Block, Node, ParamRef
-from lbdl_dsl.compiler.hparams import default_value
+from lbdl_dsl.compiler.graph import Block, Node
 from lbdl_dsl.compiler.instance import Inst, Tensor
 from lbdl_dsl.core.layers import Layer, lookup
 from lbdl_dsl.core.layers.base import fmt_shape
 from lbdl_dsl.core.symbolic import Expr, fmt_count
-
-
-def fmt_value(value: Any) -> str:
-    """One hyper-parameter value: ``3``, ``(1, 2)``, ``True``, ``0.1``, ``bilinear``."""
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, tuple):
-        if value and all(v == value[0] for v in value):
-            return fmt_value(value[0])
-        return "(" + ", ".join(fmt_value(v) for v in value) + ")"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, ParamRef):
-        return value.name
-    return str(value)
 
 
 def book_name(op: str) -> str:
@@ -45,51 +31,6 @@ def book_name(op: str) -> str:
     if layer is None:
         return op
     return next((a for a in layer.aliases if " " in a), layer.name)
-
-
-def _defaults(node: Node, block: Block | None, values: Mapping[str, Any]) -> dict[str, str]:
-    """Each hyper-parameter's default, written as its value would be; a block parameter's
-    default may use the block's symbols (``F=4D``), so it is resolved with ``values``."""
-    if node.kind == "call":
-        if block is None:
-            return {}
-        exprs = {k: v for k, v in values.items() if isinstance(v, Expr)}
-        out = {}
-        for p in block.params:
-            if p.default is not None:
-                default = p.default.subs(exprs) if isinstance(p.default, Expr) else p.default
-                out[p.name] = fmt_value(default)
-        return out
-    layer = lookup(node.op)
-    if layer is None:
-        return {}
-    return {hp.name: fmt_value(default_value(layer, hp)) for hp in layer.hparams if not hp.required}
-
-
-def hparams_text(
-    node: Node,
-    inst: Inst | None,
-    block: Block | None = None,
-    hide: Collection[str] = (),
-) -> str:
-    """The blue text: the hyper-parameters (or block arguments) the spec wrote, with the values
-    resolved at this use, less those at their default, those the shape column says (``fc
-    out=2048`` is ``fc`` with T×2048 at its right) and those in ``hide`` (a convention of the
-    figure, written once under it)."""
-    values: Mapping[str, Any] = {}
-    if inst is not None:
-        values = inst.bindings if node.kind == "call" else inst.hp
-    defaults = _defaults(node, block, values)
-    layer = lookup(node.op) if node.kind == "layer" else None
-    widths = {name for name, _ in layer.from_annotation} if layer is not None else set()
-    parts = []
-    for key, raw in getattr(node, "hparams", ()):
-        if key not in getattr(node, "explicit", ()) or key in hide or key in widths:
-            continue
-        text = fmt_value(values.get(key, raw))
-        if defaults.get(key) != text:
-            parts.append(f"{key}={text}")
-    return " ".join(parts)
 
 
 def tensor_text(tensor: Tensor) -> str:

@@ -38,6 +38,7 @@ from lbdl_dsl.backends.diagram.scene import (
     Scene,
     Terminal,
 )
+from lbdl_dsl.boxtext import hparams_text
 from lbdl_dsl.compiler.graph import (
     Graph,
     InputNode,
@@ -175,7 +176,7 @@ class Walker:
         hide = set(self.conventions.hide(node))
         if self.passed:
             hide |= {k for k, v in getattr(node, "hparams", ()) if _passed(v, self.passed[-1])}
-        return labels.hparams_text(node, inst, block, hide)
+        return hparams_text(node, inst, block, hide)
 
     def draw_layer(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
