@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import (
     UnexpectedCharacters,
     UnexpectedEOF,
@@ -484,7 +484,10 @@ class _Spanned:
 
 
 @v_args(meta=True)
-class _ToAst(Transformer):
+class _ToAst(Transformer_NonRecursive):
+    """Lark's tree as frozen dataclasses, bottom-up without recursion: `1+1+...+1` is a tree
+    as deep as it is long, and a few hundred operators would exhaust Python's stack."""
+
     def __init__(self, text: str, file: str) -> None:
         super().__init__()
         self.text, self.file = text, file
