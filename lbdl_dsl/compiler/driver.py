@@ -10,6 +10,7 @@ use those before it, then ``--set`` overrides, which may also give values to inp
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -114,6 +115,7 @@ def compile_spec(
     file: str | None = None,
     overrides: dict[str, Any] | None = None,
     stop_after: str = "check",
+    import_path: Sequence[str | os.PathLike[str]] = (),
 ) -> Compiled:
     """Run the pipeline on a path (or on text, with ``file`` naming it); raises `LbdlError`."""
     if stop_after not in STAGES:
@@ -126,7 +128,7 @@ def compile_spec(
                 file = "<spec>"
         else:
             file, source = str(source), read_spec(source)
-    out = Compiled(file, load(source, file))
+    out = Compiled(file, load(source, file, import_path))
     if stop_after == "parse":
         return out
     out.program = build(out.loaded)
