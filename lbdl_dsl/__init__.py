@@ -5,7 +5,7 @@ the checked program (shapes, parameter and MAC counts) without importing JAX.
 """
 
 from lbdl_dsl.api import check, compile
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import ArgumentError, LbdlError
 
-__all__ = ["LbdlError", "check", "compile"]
+__all__ = ["ArgumentError", "LbdlError", "check", "compile"]
 __version__ = "0.1.0"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lbdl_dsl.compiler.infer import Checked, Inst
+from lbdl_dsl.core.errors import printable
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
 
@@ -173,32 +174,80 @@ def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False
         cells = ["  " * r.depth + r.label, r.shape, fmt_count(r.params), fmt_count(r.macs)]
         if has_rf:
             cells.append(r.rf)
-        table.add_row(*cells)
+        table.add_row(*(printable(c) for c in cells))
     t = checked.totals
+    # The text is the spec's (names, strings): never read as rich's markup (`[red]`) or emoji
+    # codes (`:smile:`), and never sent to a notebook as output of its own (`force_jupyter`:
+    # rich would display every print as a separate HTML fragment).
     console = Console(
         width=240,
         force_terminal=terminal,
+        force_jupyter=False,
         no_color=not terminal,
         highlight=False,
+        markup=False,
+        emoji=False,
         record=True,
         file=_Null(),
     )
     model = checked.program.model
     params = ", ".join(f"{k}={_env_json(v)}" for k, v in checked.env.items())
-    console.print(f"model {model.name}" + (f" ({params})" if params else ""))
+    console.print(printable(f"model {model.name}" + (f" ({params})" if params else "")))
     console.print(table)
     ins = ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())
     outs = ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())
-    console.print(f"inputs   {ins}\noutputs  {outs}")
+    console.print(printable(f"inputs   {ins}\noutputs  {outs}", keep_newlines=True))
     console.print(f"params   {fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state")
     console.print(f"MACs     {fmt_count(t['macs'])} per sample")
     console.print(f"memory   {_bytes(t['activations'] * 4)} of float32 activations per sample")
     if checked.free:
         console.print(f"symbols  {', '.join(checked.free)} left symbolic (give values with --set)")
     for a in checked.assumptions:
-        console.print(f"assumes  {a}")
+        console.print(printable(f"assumes  {a}"))
     text = console.export_text(styles=terminal)
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def render_html(checked: Checked, depth: int | None = 1) -> str:
+    """The summary as one HTML table, for notebooks: the rows of `render_table`, then the
+    totals, in a single fragment (rich's own notebook output would be one per line)."""
+    from html import escape
+
+    def cell(text: str, right: bool = False) -> str:
+        align = ' style="text-align:right"' if right else ' style="text-align:left"'
+        return f"<td{align}>{escape(printable(text))}</td>"
+
+    all_rows = list(rows(checked, depth))
+    has_rf = any(r.rf for r in all_rows)
+    heads = ["box", "output", "params", "MACs"] + (["RF/stride"] if has_rf else [])
+    out = ["<table>", "<thead><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr></thead>"]
+    out.append("<tbody>")
+    for r in all_rows:
+        cells = [
+            cell("\u00a0\u00a0" * r.depth + r.label),
+            cell(r.shape),
+            cell(fmt_count(r.params), True),
+            cell(fmt_count(r.macs), True),
+        ]
+        if has_rf:
+            cells.append(cell(r.rf, True))
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    t = checked.totals
+    model = checked.program.model
+    facts = [
+        ("model", model.name),
+        ("inputs", ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())),
+        ("outputs", ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())),
+        ("params", f"{fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state"),
+        ("MACs", f"{fmt_count(t['macs'])} per sample"),
+        ("memory", f"{_bytes(t['activations'] * 4)} of float32 activations per sample"),
+    ]
+    if checked.free:
+        facts.append(("symbols", f"{', '.join(checked.free)} left symbolic"))
+    facts += [("assumes", a) for a in checked.assumptions]
+    lines = "".join(f'<tr><th style="text-align:left">{k}</th>{cell(v)}</tr>' for k, v in facts)
+    return f'<div class="lbdl-summary"><table>{lines}</table>{"".join(out)}</div>'
 
 
 class _Null:

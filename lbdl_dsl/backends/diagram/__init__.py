@@ -39,4 +39,6 @@ def to_dot(compiled: Compiled, expand: str | None = None) -> str:
     return _dot.write(scene(compiled, expand))
 
 
-__all__ = ["render", "scene", "to_dot"]
+from lbdl_dsl.backends.diagram.notebook import Svg, html_figure  # noqa: E402 - uses the above
+
+__all__ = ["Svg", "html_figure", "render", "scene", "to_dot"]
