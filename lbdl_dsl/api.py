@@ -61,7 +61,9 @@ def check(
     folders = _folders(import_path)
     _override_names(overrides)
     try:
-        out = compile_spec(source, file=file, overrides=overrides, import_path=folders)
+        out = compile_spec(
+            source, file=file, overrides=overrides, origin="keyword", import_path=folders
+        )
         return CheckedSpec(**{f.name: getattr(out, f.name) for f in dataclasses.fields(out)})
     except CheckFailed as err:
         err.sources = err.compiled.sources
