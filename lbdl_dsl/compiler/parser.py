@@ -208,6 +208,7 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
     ): [
         "model m:\n  input X: 3\n  fc 10 bias=false\n",
         "model m:\n  input X: 3\n  conv-2d 8×4×4 k=3\n",
+        "model m(D=4):\n  input X: 3\n  fc D bias=false\n",
     ],
     (
         "a group header must end with `:`",
@@ -355,6 +356,7 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
         label = _dangling(text.split("\n")[line - 1][: col - 1])
     if label:
         message, hint = label
+        hint = _in_their_words(label, text, line, col) or hint
         return LbdlError(f"{message} (found {found})" if found else message, span, hint)
     if isinstance(exc, UnexpectedCharacters) and found == '`"`':
         return LbdlError(
@@ -392,8 +394,8 @@ def _dangling(before: str) -> tuple[str, str] | None:
 def _signature(exc: UnexpectedInput) -> tuple:
     """What the parser saw when it failed: its state and the offending token or character."""
     state = exc.state
-    if hasattr(state, "position"):  # lark's ParserState: equal when stack depth and top agree
-        state = (len(state.state_stack), state.position)
+    if hasattr(state, "position"):  # lark's ParserState: its top state decides what may follow,
+        state = state.position  # whatever lies below it (a box in a block, in a ×N group...)
     if isinstance(exc, UnexpectedToken):
         return ("token", state, exc.token.type, frozenset(exc.accepts or ()))
     return ("char", state, getattr(exc, "char", None))
@@ -410,6 +412,38 @@ def _mistake_signatures() -> dict[tuple, tuple[str, str]]:
             except UnexpectedInput as exc:
                 out.setdefault(_signature(exc), label)
     return out
+
+
+def _in_their_words(label: tuple[str, str], text: str, line: int, col: int) -> str | None:
+    """The hint of a known mistake as the user's own line, corrected, where we can write it.
+
+    So far one: a shape before the hyper-parameters (``fc 8 bias=false``, the book's habit of
+    a size right after the box). For a size a layer takes from a one-axis annotation (`fc`'s
+    ``out``) the fix names it: ``fc out=8 bias=false``; otherwise the shape moves last.
+    """
+    if not label[0].startswith("a shape annotation must come after"):
+        return None
+    code = text.split("\n")[line - 1].split("#", 1)[0]
+    head, tail = code[: col - 1].strip(), code[col - 1 :].strip()
+    try:
+        module = parse(f"model m:\n  input X: 1\n  {head}\n", "<hint>")
+    except LbdlError:
+        return None
+    box = module.models[0].body[-1] if module.models and module.models[0].body else None
+    if not isinstance(box, ast.Box) or box.shape is None or "\n" in tail:
+        return None
+    before = head[: box.shape.span.column - 3].rstrip()  # the box without its shape
+    shape = head[box.shape.span.column - 3 :].strip()
+    arrow = min((i for i in (tail.find("->"), tail.find("→")) if i >= 0), default=len(tail))
+    hparams, named = tail[:arrow].strip(), tail[arrow:].strip()
+    last = " ".join(p for p in (f"{before} {hparams}  {shape}", named) if p)
+    from lbdl_dsl.core.layers import lookup
+
+    layer = lookup(box.op)
+    sized = [k for k, axis in (layer.from_annotation if layer else ()) if axis == -1]
+    if sized and len(box.shape.dims) == 1:
+        return f"write `{before} {sized[0]}={shape} {tail}`, or the shape last: `{last}`"
+    return f"the shape comes last: `{last}`"
 
 
 def _known_mistake(exc: UnexpectedInput) -> tuple[str, str] | None:
