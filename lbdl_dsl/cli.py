@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Compile a neural architecture written as The Little Book of Deep Learning "
         "draws it: check its shapes, count it, draw it, and lower it to JAX.",
     )
+    from lbdl_dsl import __version__
+
+    p.add_argument("--version", action="version", version=f"lbdl-compile {__version__}")
     add_spec_arguments(p)
     p.add_argument(
         "--check",
@@ -81,6 +84,7 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--output",
+        type=_folder,
         metavar="OUTDIR",
         help="where to write artefacts (default: build/SPECNAME)",
     )
@@ -99,7 +103,7 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--run", action="store_true", help="jit the model, run it on random inputs and time it"
     )
-    p.add_argument("--batch", type=int, default=2, help="batch size for --run (default 2)")
+    p.add_argument("--batch", type=_batch, default=2, help="batch size for --run (default 2)")
     p.add_argument(
         "--dtype",
         choices=("float32", "bfloat16"),
@@ -211,10 +215,31 @@ def _terminate_as_exception() -> Iterator[None]:
 
 def _int_arg(value: str, name: str, parser: argparse.ArgumentParser) -> int:
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        parser.error(f"{name} takes a number or `all`")
+        parser.error(f"{name} takes a whole number ≥ 0 or `all`, got {value!r}")
         raise
+    if number < 0:
+        parser.error(f"{name} takes a whole number ≥ 0 or `all`, got {value}")
+    return number
+
+
+def _batch(value: str) -> int:
+    """``--batch``: a whole number ≥ 1 (argparse reports the message as the flag's)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"a whole number ≥ 1, got {value!r}")
+    return number
+
+
+def _folder(value: str) -> str:
+    """``-o``: a folder name, never empty (an empty one would write into the current folder)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a folder name, got an empty one")
+    return value
 
 
 def _run(args, overrides, formats, depth) -> int:
