@@ -277,8 +277,7 @@ class _Builder:
             raise LbdlError(
                 f"unknown layer `{st.op}`",
                 st.op_span,
-                hint=did_you_mean(st.op, [*LAYERS, *self.blocks_ast])
-                or "see docs/layers.md for the layers, or define a block with this name",
+                hint=did_you_mean(st.op, [*LAYERS, *self.blocks_ast]) or _new_name_hint(st.op),
             )
         self.emit(scope, node, inputs)
         if st.name is not None:
@@ -611,6 +610,21 @@ def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:
                 hint=f"read it with `from {node.name}` or `+({node.name})`, or remove it",
             )
     return Model(m.name, params, graph, m.span)
+
+
+def _new_name_hint(op: str) -> str:
+    """The hint for a box that is neither a layer nor a block: define it, under a name a block
+    may have (letters, digits and `_`: `my-chunk`, a layer's style, would not parse)."""
+    if re.fullmatch(r"[^\W\d]\w*", op):
+        return "see docs/layers.md for the layers, or define a block with this name"
+    name = re.sub(r"\W+", "_", op).strip("_") or "my_block"
+    if name[0].isdigit():
+        name = f"b_{name}"
+    odd = next((c for c in op if not (c.isalnum() or c == "_")), "-")
+    return (
+        f"see docs/layers.md for the layers, or define a block `{name}` and call it so "
+        f"(a block's name has letters, digits and `_`, not `{odd}`)"
+    )
 
 
 def _check_recursion(program: Program) -> None:

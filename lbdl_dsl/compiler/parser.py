@@ -226,6 +226,14 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
         "model m(N=2)\n  relu\n",
     ],
     (
+        "a block or model name has letters, digits and `_` only",
+        "write the name with `_` instead, e.g. `block my_chunk on C:`, and call it `my_chunk`",
+    ): [
+        "block my-chunk on C:\n  relu\n",
+        "model my-net:\n  input X: 3\n",
+        "block my.chunk on C:\n  relu\n",
+    ],
+    (
         "a block definition needs the shape of its input",
         "write `block NAME on C×H×W:` (or `block NAME(S) on C×H×W:` with parameters)",
     ): [
@@ -421,9 +429,17 @@ def _in_their_words(label: tuple[str, str], text: str, line: int, col: int) -> s
     a size right after the box). For a size a layer takes from a one-axis annotation (`fc`'s
     ``out``) the fix names it: ``fc out=8 bias=false``; otherwise the shape moves last.
     """
+    code = text.split("\n")[line - 1].split("#", 1)[0]
+    if label[0].startswith("a block or model name has"):
+        m = re.match(r"\s*(block|model)\s+([^\s(:]+)", code)
+        if m is None:
+            return None
+        fixed = re.sub(r"\W+", "_", m[2]).strip("_") or "my_block"
+        if m[1] == "model":
+            return f"write `model {fixed}`"
+        return f"write `block {fixed}`, and call it `{fixed}`"
     if not label[0].startswith("a shape annotation must come after"):
         return None
-    code = text.split("\n")[line - 1].split("#", 1)[0]
     head, tail = code[: col - 1].strip(), code[col - 1 :].strip()
     try:
         module = parse(f"model m:\n  input X: 1\n  {head}\n", "<hint>")

@@ -117,7 +117,9 @@ def test_each_known_mistake_gives_its_message(label: tuple[str, str], example: s
         parse(example, "mistake.lbdl")
     first = info.value.first
     assert first.message.startswith(message)
-    if message.startswith("a shape annotation must come after"):  # rewritten: see below
+    if message.startswith("a block or model name has"):  # rewritten: the user's name
+        assert first.hint and first.hint.startswith(("write `block ", "write `model "))
+    elif message.startswith("a shape annotation must come after"):  # rewritten: see below
         assert first.hint and ("the shape last" in first.hint or "comes last" in first.hint)
     else:
         assert first.hint == hint
