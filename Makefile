@@ -4,12 +4,20 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+DEMO_STAMP := $(VENV)/.demo-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test setup system gallery bench fuzz lint docs clean
 
-demo: setup
+# The demo needs the package alone (lark, networkx, rich: about 60 MB of virtual environment);
+# `make setup` adds JAX, training, benchmarks and the test tools (about 1.1 GB).
+demo: system $(DEMO_STAMP)
 	$(VENV)/bin/lbdl-compile specs/resnet50.lbdl -o build/resnet50
+
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt -e .
+	touch $(DEMO_STAMP)
 
 test: setup
 	$(PY) -m pytest
@@ -24,7 +32,7 @@ system:
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[diagram,jax,train,data,bench,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[jax,train,data,bench,dev]'
 	touch $(STAMP)
 
 gallery: setup
