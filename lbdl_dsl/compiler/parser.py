@@ -11,7 +11,10 @@ leaves this module.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
+import os
 import re
 from fractions import Fraction
 from importlib import resources
@@ -54,27 +57,105 @@ class _Indenter(Indenter):
     tab_len = 8
 
 
-def _cache_file() -> str | bool:
-    """Where lark keeps its analysis of the grammar between runs, or False for no cache.
+_TABLES_FORMAT = 1  # the layout of the cache file below; a change makes old files stale
 
-    Building the LALR tables takes about 50 ms, a tenth of `lbdl-compile --check`. Lark stamps
-    the file with the grammar's hash and its own version and rebuilds a stale or broken one.
+
+def _cache_file() -> Path | None:
+    """Where the parser's tables are kept between runs, or None for no cache.
+
+    Building the LALR tables takes about 50 ms, a tenth of `lbdl-compile --check`. The file is
+    JSON, never a pickle (lark's own cache is one, and loading a pickle runs whatever it says),
+    stamped with the grammar's hash and lark's version, and checked whole before use: a stale,
+    truncated or edited file is rebuilt, and at worst costs those 50 ms.
     """
     where = cache.folder()
-    return False if where is None else str(where / "parser.lark-cache")
+    return None if where is None else where / "parser-tables.json"
+
+
+def _stamp() -> str:
+    import lark
+
+    key = f"{_TABLES_FORMAT}\0{lark.__version__}\0{grammar_text()}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _encode(o: Any) -> Any:
+    """Lark's serialised tables as JSON: tuples and dicts with integer keys tagged."""
+    if isinstance(o, dict):
+        return {"d": [[_encode(k), _encode(v)] for k, v in o.items()]}
+    if isinstance(o, tuple):
+        return {"t": [_encode(v) for v in o]}
+    if isinstance(o, list):
+        return [_encode(v) for v in o]
+    if o is None or isinstance(o, (bool, int, str)):
+        return o
+    raise TypeError(f"cannot keep a {type(o).__name__} in the parser's cache")
+
+
+def _decode_tables(o: Any) -> Any:
+    if isinstance(o, list):
+        return [_decode_tables(v) for v in o]
+    if isinstance(o, dict):
+        if "t" in o:
+            return tuple(_decode_tables(v) for v in o["t"])
+        return {_decode_tables(k): _decode_tables(v) for k, v in o["d"]}
+    return o
+
+
+_OPTIONS = dict(
+    parser="lalr",
+    lexer="contextual",
+    propagate_positions=True,
+    maybe_placeholders=True,
+)
+
+
+def _load_tables(path: Path) -> Lark | None:
+    """The parser from its cached tables, or None if the file is missing, stale or broken."""
+    try:
+        with open(path, "rb") as f:
+            stored = json.loads(f.read(8 * 1024 * 1024))
+        if not isinstance(stored, dict) or stored.get("stamp") != _stamp():
+            return None
+        body = stored["tables"]
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+        if stored.get("sha256") != digest:
+            return None
+        tables = _decode_tables(body)
+        return Lark.__new__(Lark)._load(tables, postlex=_Indenter())
+    except Exception:  # noqa: BLE001 - whatever is wrong with the file, the tables are rebuilt
+        return None
+
+
+def _save_tables(parser: Lark, path: Path) -> None:
+    from lark.grammar import Rule
+    from lark.lexer import TerminalDef
+
+    try:
+        data, memo = parser.memo_serialize([TerminalDef, Rule])
+        data["options"] = {k: v for k, v in data["options"].items() if k != "postlex"}
+        body = _encode({"data": data, "memo": memo})
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+        text = json.dumps({"stamp": _stamp(), "sha256": digest, "tables": body})
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            temp.write_text(text, "utf-8")
+            os.replace(temp, path)  # whole or not at all, for a run beside this one
+        finally:
+            temp.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001 - a cache that cannot be written only costs time
+        pass
 
 
 @functools.cache
 def _lark() -> Lark:
-    return Lark(
-        grammar_text(),
-        parser="lalr",
-        lexer="contextual",
-        postlex=_Indenter(),
-        propagate_positions=True,
-        maybe_placeholders=True,
-        cache=_cache_file(),
-    )
+    path = _cache_file()
+    parser = _load_tables(path) if path is not None else None
+    if parser is None:
+        parser = Lark(grammar_text(), postlex=_Indenter(), **_OPTIONS)  # type: ignore[arg-type]
+        if path is not None:
+            _save_tables(parser, path)
+    return parser
 
 
 # -- pre-checks: what lark should never see ---------------------------------------------------
