@@ -228,3 +228,23 @@ def test_graphviz_escapes_are_shown_as_written() -> None:
     assert "\\N" not in q("a\\Nb") and "\\G" not in h("x\\G")
     assert q('say "hi"') == '"say \\"hi\\""'
     assert "\x0c" not in q("form\x0cfeed")
+
+
+def test_the_figure_is_bounded_and_says_so(tmp_path: Path, capsys) -> None:
+    """Block calls expanded (`--expand all`) once drew 16,000 boxes and took Graphviz 24 GB;
+    the model checks, the figure is refused with the count and what to do."""
+    from lbdl_dsl.backends.diagram import MAX_DRAWN_BOXES
+
+    calls = MAX_DRAWN_BOXES // 100 + 1
+    text = "block b on C:\n" + "  relu\n" * 100 + "model m:\n  input X: 4\n" + "  b\n" * calls
+    path = spec(tmp_path, text)
+    rc, _, err = run(capsys, str(path), "--emit", "dot", "-o", str(tmp_path), "--expand", "all")
+    assert rc == 1
+    assert err.split("\n")[-3:-1] == [
+        f"error: the figure with --expand all would draw {calls * 100:,} boxes; the limit is "
+        f"{MAX_DRAWN_BOXES:,}",
+        "hint: open fewer block calls (--expand a block's name, or a depth such as 1), or leave "
+        "the figure out (--emit without svg/png/pdf/dot)",
+    ]
+    rc, _, _ = run(capsys, str(path), "--emit", "dot", "-o", str(tmp_path))
+    assert rc == 0 and (tmp_path / "m.dot").is_file()

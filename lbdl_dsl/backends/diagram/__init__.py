@@ -21,6 +21,11 @@ from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
 
+MAX_DRAWN_BOXES = 5_000
+"""The most boxes a figure draws. Graphviz's layout grows faster than the boxes (16,000 boxes
+of an expanded model took 24 GB before it crashed), and no one reads a figure that long; the
+model itself may have up to `limits.MAX_EXPANDED_LAYERS` boxes."""
+
 
 def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
     """What `to_dot` draws, before it is written: for tests and other writers. A `Built`
@@ -32,6 +37,17 @@ def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
     walker = Walker(program, checked, _expand.parse(expand, program.blocks))
     out = Scene(program.model.name)
     walker.model(out)
+    drawn = len(out.boxes())
+    if drawn > MAX_DRAWN_BOXES:
+        how = f" with --expand {expand}" if expand else ""
+        raise LbdlError(
+            f"the figure{how} would draw {drawn:,} boxes; the limit is {MAX_DRAWN_BOXES:,}",
+            hint="open fewer block calls (--expand a block's name, or a depth such as 1), or "
+            "leave the figure out (--emit without svg/png/pdf/dot)"
+            if expand
+            else "leave the figure out (--emit without svg/png/pdf/dot), or draw the model "
+            "with its repeated parts in blocks and ×N groups",
+        )
     if checked is not None:
         out.note = failures.attach(walker.sites, checked.diagnostics)
     return out
