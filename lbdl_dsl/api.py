@@ -124,7 +124,7 @@ def _source(spec: Any, text: Any) -> tuple[str | None, Any]:
             raise ArgumentError(f"text must be a str or bytes, got {type(text).__name__}")
         if spec is not None and not isinstance(spec, (str, os.PathLike)):
             raise ArgumentError(f"spec must name the text, got {type(spec).__name__}")
-        return (os.fspath(spec) if spec is not None else "<spec>"), text
+        return (os.fspath(spec) if spec else "<spec>"), text
     if spec is None:
         raise ArgumentError(
             "give a spec: a path, or its text as text=...",

@@ -103,7 +103,9 @@ def load(
     main = parse(data, file)
     loaded = Loaded(main, [main], {file: _as_text(data)} if quotable(file) else {})
     base = Path(file).parent if not file.startswith("<") else Path()
-    roots = [_real(base)] + [_real(Path(p)) for p in import_path]
+    # the spec's folder tree, then the search path, and the folder lbdl runs in (a project's
+    # tests may import its specs' libraries by `..`)
+    roots = [_real(base)] + [_real(Path(p)) for p in import_path] + [_real(Path.cwd())]
     chain: list[tuple[str, Span | None]] = [(_key(file), None)]
     done: set[str] = {_key(file)}
     _load_imports(main, loaded, chain, done, roots)
@@ -138,7 +140,7 @@ def _resolve(imp: ast.Import, module_file: str, roots: list[Path]) -> tuple[Path
             hint='name the file with its extension, e.g. `import "blocks/resnet.lbdl"`',
         )
     here = Path(module_file).parent if not module_file.startswith("<") else Path()
-    candidates = [here / imp.path] + [root / imp.path for root in roots[1:]]
+    candidates = [here / imp.path] + [root / imp.path for root in roots[1:-1]]
     target = next((c for c in candidates if os.path.lexists(c)), candidates[0])
     try:
         real = Path(os.path.realpath(target, strict=True))
@@ -171,7 +173,7 @@ def _shown(target: Path) -> str:
 
 
 def _missing_hint(roots: list[Path]) -> str:
-    if len(roots) > 1:
+    if len(roots) > 2:
         return (
             "check the path and its spelling; it was looked for beside the importing file "
             "and in each --import-path folder"
