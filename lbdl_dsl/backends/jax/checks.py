@@ -130,7 +130,10 @@ def check_tokens(specs: Sequence[InputSpec], arrays: Sequence[Any]) -> None:
             continue
         if getattr(x, "size", 0) == 0:
             continue
-        lo, hi = int(x.min()), int(x.max())
+        try:
+            lo, hi = int(x.min()), int(x.max())
+        except jax.errors.JAXTypeError:  # traced after all (inside a transformation): no values
+            continue
         if lo < 0 or hi >= spec.vocab:
             raise ArgumentError(
                 f"input {spec.name} holds token ids in [0, {spec.vocab}), "
