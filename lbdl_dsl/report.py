@@ -15,6 +15,7 @@ from typing import Any
 
 from lbdl_dsl.boxtext import box_label
 from lbdl_dsl.compiler.infer import Checked, Inst
+from lbdl_dsl.core.errors import printable
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
 
@@ -137,8 +138,11 @@ def _columns(all_rows: list[Row]) -> tuple[list[str], list[bool], list[list[str]
     header = ["box", "output", "params", "MACs"] + (["RF/stride"] if has_rf else [])
     right = [False, False, True, True] + ([True] if has_rf else [])
     cells = [
-        ["  " * r.depth + r.label, r.shape, fmt_count(r.params), fmt_count(r.macs)]
-        + ([r.rf] if has_rf else [])
+        [
+            printable(c)
+            for c in ["  " * r.depth + r.label, r.shape, fmt_count(r.params), fmt_count(r.macs)]
+            + ([r.rf] if has_rf else [])
+        ]
         for r in all_rows
     ]
     return header, right, cells
@@ -170,11 +174,17 @@ def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False
     all_rows = list(rows(checked, depth))
 
     def console() -> Console:
+        # The text is the spec's (names, strings): never read as rich's markup (`[red]`) or
+        # emoji codes (`:smile:`), and never sent to a notebook as output of its own
+        # (`force_jupyter`: rich would display every print as a separate HTML fragment).
         return Console(
             width=240,
             force_terminal=terminal,
+            force_jupyter=False,
             no_color=not terminal,
             highlight=False,
+            markup=False,
+            emoji=False,
             record=True,
             file=_Null(),
         )
@@ -185,7 +195,7 @@ def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False
     head = console()
     model = checked.program.model
     params = ", ".join(f"{k}={_env_json(v)}" for k, v in checked.env.items())
-    head.print(f"model {model.name}" + (f" ({params})" if params else ""))
+    head.print(printable(f"model {model.name}" + (f" ({params})" if params else "")))
     if terminal and len(all_rows) <= RICH_ROWS:
         head.print(_rich_table(all_rows))
         lines = export(head)
@@ -195,14 +205,14 @@ def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False
     foot = console()
     ins = ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())
     outs = ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())
-    foot.print(f"inputs   {ins}\noutputs  {outs}")
+    foot.print(printable(f"inputs   {ins}\noutputs  {outs}", keep_newlines=True))
     foot.print(f"params   {fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state")
     foot.print(f"MACs     {fmt_count(t['macs'])} per sample")
     foot.print(f"memory   {_bytes(t['activations'] * 4)} of float32 activations per sample")
     if checked.free:
         foot.print(f"symbols  {', '.join(checked.free)} left symbolic (give values with --set)")
     for a in checked.assumptions:
-        foot.print(f"assumes  {a}")
+        foot.print(printable(f"assumes  {a}"))
     return "\n".join([*lines, *export(foot)]) + "\n"
 
 
@@ -218,6 +228,48 @@ def _rich_table(all_rows: list[Row]) -> Any:
     for row in cells:
         table.add_row(*row)
     return table
+
+
+def render_html(checked: Checked, depth: int | None = 1) -> str:
+    """The summary as one HTML table, for notebooks: the rows of `render_table`, then the
+    totals, in a single fragment (rich's own notebook output would be one per line)."""
+    from html import escape
+
+    def cell(text: str, right: bool = False) -> str:
+        align = ' style="text-align:right"' if right else ' style="text-align:left"'
+        return f"<td{align}>{escape(printable(text))}</td>"
+
+    all_rows = list(rows(checked, depth))
+    has_rf = any(r.rf for r in all_rows)
+    heads = ["box", "output", "params", "MACs"] + (["RF/stride"] if has_rf else [])
+    out = ["<table>", "<thead><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr></thead>"]
+    out.append("<tbody>")
+    for r in all_rows:
+        cells = [
+            cell("\u00a0\u00a0" * r.depth + r.label),
+            cell(r.shape),
+            cell(fmt_count(r.params), True),
+            cell(fmt_count(r.macs), True),
+        ]
+        if has_rf:
+            cells.append(cell(r.rf, True))
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    t = checked.totals
+    model = checked.program.model
+    facts = [
+        ("model", model.name),
+        ("inputs", ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())),
+        ("outputs", ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())),
+        ("params", f"{fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state"),
+        ("MACs", f"{fmt_count(t['macs'])} per sample"),
+        ("memory", f"{_bytes(t['activations'] * 4)} of float32 activations per sample"),
+    ]
+    if checked.free:
+        facts.append(("symbols", f"{', '.join(checked.free)} left symbolic"))
+    facts += [("assumes", a) for a in checked.assumptions]
+    lines = "".join(f'<tr><th style="text-align:left">{k}</th>{cell(v)}</tr>' for k, v in facts)
+    return f'<div class="lbdl-summary"><table>{lines}</table>{"".join(out)}</div>'
 
 
 class _Null:

@@ -11,7 +11,7 @@ number is only decided when C gets a value, which is where the book's figures le
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from math import gcd
 from typing import Union
@@ -20,12 +20,25 @@ Number = Union[int, Fraction]
 ExprLike = Union["Expr", int, Fraction]
 
 
+MAX_FLOOR_DEPTH = 32
+"""Floors nested in floors: each strided layer on a symbolic size adds one that cannot be merged
+into the one below it, and every walk over an expression goes as deep as they nest."""
+
+
+_MAX_DIVISOR = 2**62  # sizes stay below it (compiler/limits.py, MAX_DIM)
+
+
+class FloorTooDeep(ValueError):
+    """A size whose floors nest past `MAX_FLOOR_DEPTH`."""
+
+
 @dataclass(frozen=True)
 class Floor:
     """``floor(num / den)`` for a non-constant ``num`` and an integer ``den`` ≥ 2."""
 
     num: Expr
     den: int
+    depth: int = field(default=1, compare=False)  # floors nested in this one, itself included
 
     def __str__(self) -> str:
         num = str(self.num) if len(self.num.terms) == 1 else f"({self.num})"
@@ -224,7 +237,27 @@ class Expr:
         rem = Expr(rest)
         if rem.is_const:
             return Expr(whole) + (rem.const_value // den)
-        return Expr(whole) + Expr({((Floor(rem, den), 1),): Fraction(1)})
+        inner = rem.floors()
+        alone: Monomial = ((inner[0], 1),) if len(inner) == 1 else ()
+        if alone and len(rem.terms) <= 2 and (alone, Fraction(1)) in rem.terms:
+            # ⌊(⌊a/m⌋ + c)/n⌋ = ⌊(a + c·m)/(m·n)⌋ for a whole c: strided layers one after
+            # another (ResNet's stem on a symbolic H) stay one floor instead of a tower
+            extra = rem - Expr({alone: Fraction(1)})
+            if extra.is_const and extra.const_value.denominator == 1:
+                top, below = inner[0].num, inner[0].den
+                if below * den > _MAX_DIVISOR:  # no size reaches it: the model is absurd
+                    raise FloorTooDeep(
+                        "strided layers divide a symbolic size by more than 2^62; "
+                        "give the symbols values with --set"
+                    )
+                return Expr(whole) + (top + extra * below).floordiv(below * den)
+        depth = 1 + max((f.depth for f in inner), default=0)
+        if depth > MAX_FLOOR_DEPTH:
+            raise FloorTooDeep(
+                f"a size nests more than {MAX_FLOOR_DEPTH} floors (of strided layers on a "
+                "symbolic size); give the symbols values with --set"
+            )
+        return Expr(whole) + Expr({((Floor(rem, den, depth), 1),): Fraction(1)})
 
     # -- substitution and evaluation ------------------------------------------------------------
     def subs(self, values: Mapping[str, ExprLike]) -> Expr:
