@@ -13,4 +13,6 @@ VERBS: dict[str, str] = {
     "check": "check",
     "build": "build",
     "diff": "diff",
+    "import": "import_",
+    "export": "export",
 }

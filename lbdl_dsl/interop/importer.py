@@ -12,6 +12,7 @@ writes, so that `Model.load` reads the result.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,20 +176,44 @@ def check(plan: Plan, shapes: Mapping[str, Shape], tables: Mapping[str, Shape]) 
             problems.append(
                 Problem("uncovered", f"`--map {fam.name}` has no rule that fills `{path}`", path)
             )
-    counts: dict[tuple[int, tuple[int, ...]], list[str]] = {}
+    # layer counts: a ×N group whose every rule finds the copies 0..m-1 of another m is one
+    # problem of depth, reported once at the group; otherwise each rule says what it lacks
+    depth: dict[str, list[tuple[Binding, str, int, list[int]]]] = {}
     for b in plan.bindings:
         present = [t for t in b.rule.targets if t in tables]
-        if present:
-            problems += _check_binding(b, present, shapes, tables, counts)
-    for (n, found), paths in counts.items():
-        problems.append(
-            Problem(
-                "count",
-                f"this ×N group has {n} copies, but the checkpoint has {len(found)} "
-                f"(indices {found[0]} to {found[-1]} of `{_group_names(plan, paths[0])}`)",
-                paths[0],
-            )
+        if not present:
+            continue
+        if b.rule.indexed:
+            n = tables[present[0]][0]
+            found = sorted(i for i in b.names if i is not None)
+            if found != list(range(n)) and found == list(range(len(found))):
+                depth.setdefault(_group(present[0]), []).append((b, present[0], n, found))
+                continue
+        problems += _check_binding(b, present, shapes, tables)
+    indexed = {_group(t) for b in plan.bindings if b.rule.indexed for t in b.rule.targets}
+    for group, entries in depth.items():
+        lengths = {len(found) for _, _, _, found in entries}
+        whole = len(entries) == sum(
+            1 for b in plan.bindings if b.rule.indexed and _group(b.rule.targets[0]) == group
         )
+        if whole and len(lengths) == 1 and group in indexed:
+            b, first, n, found = entries[0]
+            have = (
+                f"{len(found)} (`{b.rule.name(found[0], b.source)}` to "
+                f"`{b.rule.name(found[-1], b.source)}`)"
+                if found
+                else f"none (no `{b.rule.name(0, b.source)}`)"
+            )
+            problems.append(
+                Problem(
+                    "count", f"this ×N group has {n} copies, but the checkpoint has {have}", first
+                )
+            )
+            continue
+        for b, first, n, found in entries:
+            missing = [b.rule.name(i, b.source) for i in range(n) if i not in found]
+            text = f"the checkpoint has no {_list(missing)} for `{first}`"
+            problems.append(Problem("missing", text, first))
     if plan.unused:
         problems.append(
             Problem(
@@ -200,17 +225,16 @@ def check(plan: Plan, shapes: Mapping[str, Shape], tables: Mapping[str, Shape]) 
     return problems
 
 
-def _group_names(plan: Plan, path: str) -> str:
-    b, _ = plan.targets[path]
-    return b.source
+def _group(path: str) -> str:
+    """The ×N group a stacked parameter belongs to: its path up to the last ``repeat_K``
+    (the generated module's name for a ×N group)."""
+    parts = path.split("/")
+    cut = max((i for i, p in enumerate(parts) if re.fullmatch(r"repeat_\d+", p)), default=-1)
+    return "/".join(parts[: cut + 1])
 
 
 def _check_binding(
-    b: Binding,
-    present: list[str],
-    shapes: Mapping[str, Shape],
-    tables: Mapping[str, Shape],
-    counts: dict,
+    b: Binding, present: list[str], shapes: Mapping[str, Shape], tables: Mapping[str, Shape]
 ) -> list[Problem]:
     rule, first = b.rule, present[0]
     if not b.names:
@@ -226,9 +250,6 @@ def _check_binding(
         n, want = want[0], want[1:]
         found = sorted(i for i in b.names if i is not None)
         if found != list(range(n)):
-            if found and found == list(range(len(found))):  # a whole number of layers
-                counts.setdefault((n, tuple(found)), []).append(first)
-                return []
             missing = [rule.name(i, b.source) for i in range(n) if i not in b.names]
             if missing:
                 text = f"the checkpoint has no {_list(missing)} for `{first}`"
@@ -401,7 +422,7 @@ def _error(
         )
     ]
     for p in problems[:MAX_LISTED]:
-        span, notes = _where(p.path, owners)
+        span, notes = _where(p.path, owners, group=p.kind == "count")
         diags.append(Diagnostic(p.message, span, None, notes))
     if len(problems) > MAX_LISTED:
         diags.append(Diagnostic(f"... and {len(problems) - MAX_LISTED} more", None))
@@ -426,14 +447,20 @@ def _owners(model: Any) -> dict[str, Any]:
     return {"/".join(path): inst for path, inst, _ in model.checked.walk()}
 
 
-def _where(path: str | None, owners: dict[str, Any]) -> tuple[Span | None, tuple[Note, ...]]:
-    """The span of the box owning a parameter, and a note at the model's line that uses it
-    when the box is inside a block written elsewhere."""
+def _where(
+    path: str | None, owners: dict[str, Any], group: bool = False
+) -> tuple[Span | None, tuple[Note, ...]]:
+    """The span of the box owning a parameter (or, with ``group``, of the ×N group it is in),
+    and a note at the model's line that uses it when the box is inside a block written
+    elsewhere."""
     if path is None:
         return None, ()
     parts = path.split("/")[:-1]
     while parts and "/".join(parts) not in owners:
         parts.pop()
+    if group:
+        while parts and owners["/".join(parts)].node.kind != "repeat":
+            parts.pop()
     if not parts:
         return None, ()
     span = owners["/".join(parts)].node.span
