@@ -48,6 +48,12 @@ class Plan:
     targets: dict[str, tuple[Binding, int]]  # our path → (its binding, which part of a split)
     ignored: list[str]  # checkpoint names the map leaves out on purpose
     unused: list[str]  # checkpoint names no rule and no `ignore` pattern names
+    prefix: str = ""  # the map's prefix this checkpoint's names carry (``transformer.``)
+
+    def name(self, b: Binding, index: int | None, source: str | None = None) -> str:
+        """The full name the checkpoint has, or would have, for copy ``index`` of a rule."""
+        found = b.names.get(index)
+        return found or self.prefix + b.rule.name(index, source or b.source)
 
 
 @dataclass
@@ -129,7 +135,9 @@ def bind(family: FamilyMap, names: Mapping[str, Shape]) -> Plan:
     ignored = [n for s, n in stripped.items() if n not in used and any(p.match(s) for p in ignore)]
     unused = [n for n in stripped.values() if n not in used and n not in set(ignored)]
     targets = {t: (b, k) for b in bindings for k, t in enumerate(b.rule.targets)}
-    return Plan(family, bindings, targets, ignored, unused)
+    counts = {p: sum(n.startswith(p) for n in names) for p in family.prefixes}
+    prefix = max(counts, key=lambda p: counts[p], default="")
+    return Plan(family, bindings, targets, ignored, unused, prefix if counts.get(prefix) else "")
 
 
 def _index_key(item: tuple[int | None, str]) -> int:
@@ -189,7 +197,7 @@ def check(plan: Plan, shapes: Mapping[str, Shape], tables: Mapping[str, Shape]) 
             if found != list(range(n)) and found == list(range(len(found))):
                 depth.setdefault(_group(present[0]), []).append((b, present[0], n, found))
                 continue
-        problems += _check_binding(b, present, shapes, tables)
+        problems += _check_binding(plan, b, present, shapes, tables)
     indexed = {_group(t) for b in plan.bindings if b.rule.indexed for t in b.rule.targets}
     for group, entries in depth.items():
         lengths = {len(found) for _, _, _, found in entries}
@@ -199,10 +207,9 @@ def check(plan: Plan, shapes: Mapping[str, Shape], tables: Mapping[str, Shape]) 
         if whole and len(lengths) == 1 and group in indexed:
             b, first, n, found = entries[0]
             have = (
-                f"{len(found)} (`{b.rule.name(found[0], b.source)}` to "
-                f"`{b.rule.name(found[-1], b.source)}`)"
+                f"{len(found)} (`{plan.name(b, found[0])}` to `{plan.name(b, found[-1])}`)"
                 if found
-                else f"none (no `{b.rule.name(0, b.source)}`)"
+                else f"none (no `{plan.name(b, 0)}`)"
             )
             problems.append(
                 Problem(
@@ -211,9 +218,11 @@ def check(plan: Plan, shapes: Mapping[str, Shape], tables: Mapping[str, Shape]) 
             )
             continue
         for b, first, n, found in entries:
-            missing = [b.rule.name(i, b.source) for i in range(n) if i not in found]
+            missing = [plan.name(b, i) for i in range(n) if i not in found]
             text = f"the checkpoint has no {_list(missing)} for `{first}`"
             problems.append(Problem("missing", text, first))
+    order = {path: i for i, path in enumerate(tables)}
+    problems.sort(key=lambda p: order.get(p.path, -1) if p.path else -1)
     if plan.unused:
         problems.append(
             Problem(
@@ -234,11 +243,16 @@ def _group(path: str) -> str:
 
 
 def _check_binding(
-    b: Binding, present: list[str], shapes: Mapping[str, Shape], tables: Mapping[str, Shape]
+    plan: Plan,
+    b: Binding,
+    present: list[str],
+    shapes: Mapping[str, Shape],
+    tables: Mapping[str, Shape],
 ) -> list[Problem]:
     rule, first = b.rule, present[0]
     if not b.names:
-        alts = " nor ".join(f"`{rule.name(0 if rule.indexed else None, s)}`" for s in rule.sources)
+        index = 0 if rule.indexed else None
+        alts = " nor ".join(f"`{plan.name(b, index, s)}`" for s in rule.sources)
         what = "copy 0 of " if rule.indexed else ""
         return [
             Problem(
@@ -250,7 +264,7 @@ def _check_binding(
         n, want = want[0], want[1:]
         found = sorted(i for i in b.names if i is not None)
         if found != list(range(n)):
-            missing = [rule.name(i, b.source) for i in range(n) if i not in b.names]
+            missing = [plan.name(b, i) for i in range(n) if i not in b.names]
             if missing:
                 text = f"the checkpoint has no {_list(missing)} for `{first}`"
                 return [Problem("missing", text, first)]
