@@ -12,7 +12,7 @@ HELP = "write a spec's model as StableHLO (jax.export) or ONNX, and check it run
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from lbdl_dsl.interop.export import FORMATS
+    from lbdl_dsl.interop.exporter import FORMATS
 
     cli.add_spec_arguments(p)
     p.add_argument(
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         args.parser.error("give --format, or an output file whose suffix names it")
 
     def work() -> int:
-        from lbdl_dsl.interop.export import export
+        from lbdl_dsl.interop.exporter import export
 
         result = export(
             args.spec,

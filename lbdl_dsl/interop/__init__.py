@@ -20,8 +20,8 @@ def import_weights(*args: Any, **kwargs: Any) -> Any:
 
 
 def export(*args: Any, **kwargs: Any) -> Any:
-    """See `lbdl_dsl.interop.export.export`."""
-    from lbdl_dsl.interop.export import export as run
+    """See `lbdl_dsl.interop.exporter.export`."""
+    from lbdl_dsl.interop.exporter import export as run
 
     return run(*args, **kwargs)
 

@@ -61,7 +61,7 @@ def write(model: Any, values: tuple[Any, Any], result: Any) -> None:
     import jax.numpy as jnp
 
     from lbdl_dsl.backends.jax import weights as files
-    from lbdl_dsl.interop.export import failure, forward
+    from lbdl_dsl.interop.exporter import failure, forward
 
     to_onnx = _converter()
     apply = _apply_for_onnx(model)

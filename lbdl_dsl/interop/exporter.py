@@ -190,7 +190,7 @@ def _verify(model: Any, values: tuple[Any, Any], result: Exported) -> float:
     import jax
 
     xs = model.example_inputs(jax.random.key(1), batch=result.batch or 2)
-    want = forward(model, values, False)(*xs)
+    want = jax.jit(forward(model, values, False))(*xs)
     want = list(want) if isinstance(want, tuple) else [want]
     if result.format == "onnx":
         from lbdl_dsl.interop import onnx_export
@@ -203,6 +203,11 @@ def _verify(model: Any, values: tuple[Any, Any], result: Exported) -> float:
         got = list(out) if isinstance(out, tuple) else [out]
     else:
         return 0.0  # MLIR text is for reading and other tools; the bytes were checked above
+    return relative_error(got, want)
+
+
+def relative_error(got: list[Any], want: list[Any]) -> float:
+    """max |got − want| over every output, divided by the largest |want|."""
     scale = max(float(np.max(np.abs(np.asarray(w)))) for w in want) or 1.0
     return max(
         float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)))) / scale
