@@ -87,7 +87,7 @@ def export(
 
         output = Path("build") / spec_name(model.compiled.file) / f"{model.name}{FORMATS[fmt]}"
     output = Path(output)
-    values = model.load(weights) if weights is not None else model.init(jax.random.key(seed))
+    values = model.load(Path(weights)) if weights is not None else model.init(jax.random.key(seed))
     result = Exported(
         output,
         fmt,

@@ -11,6 +11,7 @@ the header and maps each tensor on demand), Hugging Face's sharded checkpoints (
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ class Checkpoint:
         return iter(self.shapes)
 
 
-def open_checkpoint(path: str | Path) -> Checkpoint:
+def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """The checkpoint at ``path``: a file of one of the formats above, or a folder holding one."""
     path = Path(path)
     if path.is_dir():

@@ -27,7 +27,7 @@ METADATA = {"format": "lbdl", "layout": "params/<path>, state/<path>"}
 class StreamWriter:
     """``with StreamWriter(path, {key: shape}) as w: w.write(key, array)`` in the given order."""
 
-    def __init__(self, path: str | Path, shapes: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, path: str | os.PathLike[str], shapes: dict[str, tuple[int, ...]]) -> None:
         self.path = Path(path)
         self.shapes = dict(shapes)
         self._order = list(self.shapes)
