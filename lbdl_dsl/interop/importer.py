@@ -372,6 +372,11 @@ def import_weights(
             f"-o {output}: an import is written as .safetensors",
             hint="name the output file NAME.safetensors (`model.load` reads it)",
         )
+    if output is not None and Path(output).resolve() == Path(weights).resolve():
+        raise LbdlError(
+            f"-o {output}: this is the checkpoint being read",
+            hint="write the imported parameters to a file of their own",
+        )
     with open_checkpoint(weights) as ckpt:
         fam = choose_variant(variants, tables)
         plan = bind(fam, ckpt.shapes)

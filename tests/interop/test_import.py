@@ -199,6 +199,15 @@ def test_the_command_line_writes_what_model_load_reads(tmp_path, capsys, monkeyp
     assert not bad.exists()
 
 
+def test_the_checkpoint_is_never_overwritten(tmp_path) -> None:
+    ckpt = tmp_path / "gpt2.safetensors"
+    ckpt.write_bytes((FIXTURES / "gpt2.safetensors").read_bytes())
+    entry = MANIFEST["gpt2"]
+    with pytest.raises(LbdlError, match="the checkpoint being read"):
+        import_weights(REPO / entry["spec"], ckpt, "gpt2", output=ckpt, overrides=entry["set"])
+    assert ckpt.read_bytes() == (FIXTURES / "gpt2.safetensors").read_bytes()
+
+
 def test_an_unknown_map_is_named_with_the_maps_there_are(tmp_path) -> None:
     with pytest.raises(LbdlError, match="no map named `gtp2`") as err:
         import_weights(REPO / "specs" / "mlp.lbdl", FIXTURES / "gpt2.safetensors", "gtp2")
@@ -223,3 +232,19 @@ def test_the_fixture_script_and_its_versions_are_committed() -> None:
     assert (FIXTURES / "make.py").is_file()
     total = sum(p.stat().st_size for p in FIXTURES.glob("*.safetensors"))
     assert total < 1_000_000  # tiny models: a few hundred KB
+
+
+def test_the_resnet_map_takes_the_variant_of_the_spec_and_warns_of_the_book_s_stride() -> None:
+    from lbdl_dsl.interop.importer import choose_variant
+
+    def variant(spec: str, **sets):
+        model = lbdl_dsl.compile(REPO / "specs" / spec, **sets)
+        return choose_variant(MAPS["resnet"], model.module["PARAMS"])
+
+    from lbdl_dsl.interop.maps import MAPS
+
+    assert variant("resnet18.lbdl", W=4, I=32).spec == "specs/resnet18.lbdl"
+    tv = variant("resnet50-torchvision.lbdl", W=4, I=32)
+    assert tv.spec == "specs/resnet50-torchvision.lbdl" and not tv.note
+    book = variant("resnet50.lbdl", H=32, W=32)
+    assert "specs/resnet50-torchvision.lbdl" in book.note
