@@ -13,6 +13,7 @@ VERBS: dict[str, str] = {
     "check": "check",
     "build": "build",
     "diff": "diff",
+    "train": "train",
     "import": "import_",
     "export": "export",
 }

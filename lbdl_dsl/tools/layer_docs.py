@@ -104,13 +104,7 @@ def _params_line(title: str, specs: dict[str, PSpec]) -> str:
 
 def _init(spec: PSpec) -> str:
     """How the generated ``init`` fills the array (runtime.init_table), in words."""
-    if spec.init == "fan_in":
-        return f"uniform, std √(1/{spec.fan_in})"
-    if spec.init == "embed":
-        return "uniform, std 0.02"
-    if spec.init == "normal":
-        return f"uniform, std {spec.std}"
-    return spec.init
+    return spec.init.describe()
 
 
 def _entry(layer: Layer) -> Iterable[str]:
