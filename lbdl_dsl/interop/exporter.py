@@ -279,36 +279,41 @@ def _equations(jaxpr: Any):
                     yield from _equations(getattr(inner, "jaxpr", inner))
 
 
-_LINE = re.compile(r"^\s*# line (\d+): (.*?)(?:\s+->\s+.*)?$")
+# the comment above each statement of a generated module: ``# gpt2.lbdl:17: tlayer ×N ...``
+# (a composite box's inside, written by the registry, comments ``# ffw:3: fc ...``)
+_LINE = re.compile(r"^\s*# ([^\s:]+):(\d+): (.*?)(?:\s+->\s+.*)?$")
 
 
 def _box_of(model: Any, eqn: Any) -> tuple[Span | None, str | None]:
-    """The spec line a JAX equation lowers: its frame in the generated module, then the
-    ``# line N: BOX`` comment above that statement, then the box checked at line N."""
+    """The spec line a JAX equation lowers: its frames in the generated module, innermost
+    first, then the nearest ``# FILE:LINE: BOX`` comment above the statement in the same
+    function, then the box checked at that line. The comments of a composite box's inside
+    (``# ffw:3: fc``) are passed over for the composite's own, the line the user wrote; a
+    frame in a runtime function is passed over for its caller's."""
     from jax._src import source_info_util
 
     generated = f"<lbdl {model.compiled.file}>"
-    line = None
-    for frame in source_info_util.user_frames(eqn.source_info.traceback):
-        if frame.file_name == generated:
-            line = frame.start_line
-            break
-    if line is None:
-        return None, None
     source = model.source.splitlines()
-    for text in reversed(source[:line]):
-        m = _LINE.match(text)
-        if m:
-            return _span_at(model, int(m.group(1)), m.group(2).strip())
+    for frame in source_info_util.user_frames(eqn.source_info.traceback):
+        if frame.file_name != generated:
+            continue
+        for text in reversed(source[: frame.start_line]):
+            if text.startswith("def "):  # a runtime function's frame: its caller's is next
+                break
+            m = _LINE.match(text)
+            if m and m.group(1).endswith(".lbdl"):
+                return _span_at(model, m.group(1), int(m.group(2)), m.group(3).strip())
     return None, None
 
 
-def _span_at(model: Any, line: int, text: str) -> tuple[Span | None, str]:
+def _span_at(model: Any, file: str, line: int, text: str) -> tuple[Span | None, str]:
     word = text.split()[0] if text.split() else ""
     candidates = [
         inst
         for _, inst, _ in model.checked.walk()
-        if inst.node.span and inst.node.span.line == line
+        if inst.node.span
+        and inst.node.span.line == line
+        and Path(inst.node.span.file).name == Path(file).name
     ]
     for inst in candidates:
         if inst.node.op == word:

@@ -477,6 +477,12 @@ def _where(
     parts = path.split("/")[:-1]
     while parts and "/".join(parts) not in owners:
         parts.pop()
+    # the primitives a composite box (self-att, ffw) expands into were written by the registry,
+    # not the user: the error points at the composite's line of the spec
+    for n in range(1, len(parts)):
+        if getattr(owners["/".join(parts[:n])], "inside", None) is not None:
+            parts = parts[:n]
+            break
     if group:
         while parts and owners["/".join(parts)].node.kind != "repeat":
             parts.pop()

@@ -37,7 +37,8 @@ def _converter() -> Any:
             None,
             hint="pip install 'lbdl-dsl[onnx]' (jax2onnx and onnxruntime)",
         ) from None
-    logging.getLogger("jax2onnx").setLevel(logging.ERROR)
+    for chatty in ("jax2onnx", "onnx_ir"):  # their warnings are about their own internals
+        logging.getLogger(chatty).setLevel(logging.ERROR)
     if not getattr(plugin_system, "_already_imported_plugins", True):
         tree = Path(plugin_system.__file__).parent / "jax"
         if tree.is_dir() and hasattr(plugin_system, "_import_tree"):

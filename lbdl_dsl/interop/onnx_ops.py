@@ -11,7 +11,8 @@ jax2onnx (0.13) mistranslates two primitives our runtime uses:
   dilated by reshapes (zeros between the values), and a plain convolution follows.
 
 Only the ONNX export uses them (`export` swaps them into the executed module); XLA keeps the
-runtime's own, which it runs faster. The tests check each against the runtime's.
+runtime's own, which it runs faster. Each takes the arguments of the runtime's function of the
+same name (keyword-only after the tensors); the tests check the signatures and the numbers.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import jax
 import jax.numpy as jnp
 
 
-def max_pool(x, kernel: tuple, stride: tuple, padding: tuple, dilation: tuple):
+def max_pool(
+    x: jax.Array, *, window: tuple, stride: tuple, padding: tuple, dilation: tuple | None = None
+) -> jax.Array:
     """The runtime's ``max_pool`` (channels-last, PyTorch's MaxPool), with batch and channels
     merged into one leading axis so that the window covers the spatial axes alone."""
+    kernel, dilation = window, dilation or (1,) * len(window)
     b, c, spatial = x.shape[0], x.shape[-1], x.shape[1:-1]
     y = jnp.moveaxis(x, -1, 1).reshape(-1, *spatial)
     pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding))
@@ -51,11 +55,20 @@ def _dilate(x, axis: int, factor: int):
 
 
 def conv_transpose(
-    x, w, b, stride: tuple, padding: tuple, output_padding: tuple, dilation: tuple, groups: int
-):
+    x: jax.Array,
+    w: jax.Array,
+    b: jax.Array | None = None,
+    *,
+    stride: tuple,
+    padding: tuple,
+    output_padding: tuple | None = None,
+    dilation: tuple | None = None,
+    groups: int = 1,
+) -> jax.Array:
     """The runtime's ``conv_transpose`` (PyTorch's ConvTranspose, weight (*k, Cin, Cout/g)) as
     a dilated input, its padding, and a stride-1 convolution with the flipped kernel."""
     n = x.ndim - 2
+    output_padding, dilation = output_padding or (0,) * n, dilation or (1,) * n
     kernel = w.shape[:n]
     cin, cout_g = w.shape[n], w.shape[n + 1]
     w = w.reshape(*kernel, groups, cin // groups, cout_g)

@@ -120,44 +120,67 @@ def test_baked_weights_from_a_file_and_a_fixed_batch(tmp_path) -> None:
 
 
 def test_onnx_replacements_compute_what_the_runtime_computes() -> None:
+    import inspect
+
     from lbdl_dsl.backends.jax import runtime
     from lbdl_dsl.interop import onnx_ops
 
+    for name, f in onnx_ops.REPLACEMENTS.items():  # called as the generated module calls them
+        ours, theirs = inspect.signature(f), inspect.signature(getattr(runtime, name))
+        assert list(ours.parameters) == list(theirs.parameters), name
+        assert [p.kind for p in ours.parameters.values()] == [
+            p.kind for p in theirs.parameters.values()
+        ], name
     key = jax.random.key(0)
     x = jax.random.normal(key, (2, 9, 11, 5))
-    for k, s, p in [((3, 3), (2, 2), (1, 1)), ((2, 3), (1, 2), (0, 1))]:
-        pool = [jax.jit(f.max_pool, static_argnums=(1, 2, 3, 4)) for f in (runtime, onnx_ops)]
-        a, b = (f(x, k, s, p, (1, 1)) for f in pool)
+    pool_args = ("window", "stride", "padding", "dilation")
+    for k, s, p, d in [((3, 3), (2, 2), (1, 1), None), ((2, 3), (1, 2), (0, 1), (1, 2))]:
+        pool = [jax.jit(f.max_pool, static_argnames=pool_args) for f in (runtime, onnx_ops)]
+        a, b = (f(x, window=k, stride=s, padding=p, dilation=d) for f in pool)
         np.testing.assert_array_equal(a, b)
+    tconv_args = ("stride", "padding", "output_padding", "dilation", "groups")
     for k, s, p, op, g in [(4, 2, 1, 0, 1), (3, 2, 1, 1, 5), (2, 1, 2, 0, 1)]:
         w = jax.random.normal(jax.random.fold_in(key, k), (k, k, 5, 10 // g))
         b = jnp.arange(10.0)
-        args = ((s, s), (p, p), (op, op), (1, 1), g)
-        tconv = [
-            jax.jit(f.conv_transpose, static_argnums=(3, 4, 5, 6, 7)) for f in (runtime, onnx_ops)
-        ]
-        a, c = (f(x, w, b, *args) for f in tconv)
+        kw = dict(stride=(s, s), padding=(p, p), output_padding=(op, op), groups=g)
+        tconv = [jax.jit(f.conv_transpose, static_argnames=tconv_args) for f in (runtime, onnx_ops)]
+        a, c = (f(x, w, b, **kw) for f in tconv)
         np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-5)
 
 
-def test_a_box_the_converter_cannot_express_is_named_at_its_line(tmp_path, monkeypatch) -> None:
-    """As if jax2onnx had no translation for tanh: the error names the box, not a traceback."""
+UNSUPPORTED = {
+    # a box of the spec itself (bert's pooler)
+    "bert-base": (("tanh", "jax.numpy.tanh", "jax.nn.tanh"), "specs/bert-base.lbdl:25:3", "tanh"),
+    # a primitive inside a composite box (self-att's mha): the composite's line is named
+    "gpt2": (
+        ("dot_general", "jax.numpy.einsum", "jax.numpy.matmul"),
+        "specs/blocks/transformer.lbdl:13:3",
+        "self-att",
+    ),
+}
+
+
+@pytest.mark.parametrize("spec", sorted(UNSUPPORTED))
+def test_a_box_the_converter_cannot_express_is_named_at_its_line(
+    spec, tmp_path, monkeypatch
+) -> None:
+    """As if jax2onnx had no translation for a primitive: the error names the box the user
+    wrote, at its line, not a traceback."""
     from jax2onnx.plugins import plugin_system
 
     from lbdl_dsl.interop import onnx_export
 
     onnx_export._converter()
-    for name in ("tanh", "jax.numpy.tanh", "jax.nn.tanh"):  # lax's, and jnp's patched one
+    plugins, where, box = UNSUPPORTED[spec]
+    for name in plugins:  # lax's, and jnp's patched ones
         monkeypatch.delitem(plugin_system.PLUGIN_REGISTRY, name)
     monkeypatch.chdir(REPO)
+    sets = sizes(spec) | ({"N": 1} if spec == "gpt2" else {})
     with pytest.raises(LbdlError) as err:
-        export(
-            lbdl_dsl.compile("specs/bert-base.lbdl", **SMALL["bert-base"], **TINIER["bert-base"]),
-            tmp_path / "b.onnx",
-        )
+        export(lbdl_dsl.compile(f"specs/{spec}.lbdl", **sets), tmp_path / "b.onnx")
     text = str(err.value)
-    assert text.startswith("specs/bert-base.lbdl:25:3: error: `tanh` cannot be exported"), text
-    assert "`tanh`" in text and not (tmp_path / "b.onnx").exists()
+    assert text.startswith(f"{where}: error: `{box}"), text
+    assert f"JAX's `{plugins[0]}`" in text and not (tmp_path / "b.onnx").exists()
 
 
 def test_the_command_line_exports_and_says_how_close(tmp_path, capsys, monkeypatch) -> None:

@@ -12,6 +12,7 @@ from lbdl_dsl.interop.layout import FamilyMap, Rule, split
 
 L = "repeat_0/tlayer_0/"
 ATT, FFW = L + "self_att_0/", L + "ffw_0/"
+MHA = ATT + "att/"  # the attention inside the self-att box, beside its layernorm `ln`
 
 MAP = FamilyMap(
     name="gpt2",
@@ -22,18 +23,18 @@ MAP = FamilyMap(
     rules=(
         Rule("wte.weight", "embed_0/table"),
         Rule("wpe.weight", "pos_embed_0/table"),
-        Rule("h.{i}.ln_1.weight", ATT + "ln_scale"),
-        Rule("h.{i}.ln_1.bias", ATT + "ln_bias"),
-        Rule("h.{i}.attn.c_attn.weight", (ATT + "wq", ATT + "wk", ATT + "wv"), (split(3, 1),)),
-        Rule("h.{i}.attn.c_attn.bias", (ATT + "bq", ATT + "bk", ATT + "bv"), (split(3, 0),)),
-        Rule("h.{i}.attn.c_proj.weight", ATT + "wo"),
-        Rule("h.{i}.attn.c_proj.bias", ATT + "bo"),
-        Rule("h.{i}.ln_2.weight", FFW + "ln_scale"),
-        Rule("h.{i}.ln_2.bias", FFW + "ln_bias"),
-        Rule("h.{i}.mlp.c_fc.weight", FFW + "w1"),
-        Rule("h.{i}.mlp.c_fc.bias", FFW + "b1"),
-        Rule("h.{i}.mlp.c_proj.weight", FFW + "w2"),
-        Rule("h.{i}.mlp.c_proj.bias", FFW + "b2"),
+        Rule("h.{i}.ln_1.weight", ATT + "ln/scale"),
+        Rule("h.{i}.ln_1.bias", ATT + "ln/bias"),
+        Rule("h.{i}.attn.c_attn.weight", (MHA + "wq", MHA + "wk", MHA + "wv"), (split(3, 1),)),
+        Rule("h.{i}.attn.c_attn.bias", (MHA + "bq", MHA + "bk", MHA + "bv"), (split(3, 0),)),
+        Rule("h.{i}.attn.c_proj.weight", MHA + "wo"),
+        Rule("h.{i}.attn.c_proj.bias", MHA + "bo"),
+        Rule("h.{i}.ln_2.weight", FFW + "ln/scale"),
+        Rule("h.{i}.ln_2.bias", FFW + "ln/bias"),
+        Rule("h.{i}.mlp.c_fc.weight", FFW + "fc1/w"),
+        Rule("h.{i}.mlp.c_fc.bias", FFW + "fc1/b"),
+        Rule("h.{i}.mlp.c_proj.weight", FFW + "fc2/w"),
+        Rule("h.{i}.mlp.c_proj.bias", FFW + "fc2/b"),
         Rule("ln_f.weight", "layernorm_0/scale"),
         Rule("ln_f.bias", "layernorm_0/bias"),
     ),

@@ -13,6 +13,7 @@ from lbdl_dsl.interop.layout import FamilyMap, Rule, conv_as_fc, squeeze, transp
 
 L = "repeat_0/"
 ATT, FFW = L + "self_att_0/", L + "ffw_0/"
+MHA = ATT + "att/"  # the attention inside the self-att box, beside its layernorm `ln`
 T = (transpose(),)
 NEW, OLD = "layers.{i}.", "encoder.layer.{i}."
 
@@ -32,22 +33,22 @@ MAP = FamilyMap(
         Rule("embeddings.patch_embeddings.projection.bias", "fc_0/b"),
         Rule("embeddings.cls_token", "cls_token_0/e0", (squeeze(),)),
         Rule("embeddings.position_embeddings", "pos_embed_0/table", (squeeze(),)),
-        _layer("layernorm_before.weight", "layernorm_before.weight", ATT + "ln_scale"),
-        _layer("layernorm_before.bias", "layernorm_before.bias", ATT + "ln_bias"),
-        _layer("attention.q_proj.weight", "attention.attention.query.weight", ATT + "wq", T),
-        _layer("attention.q_proj.bias", "attention.attention.query.bias", ATT + "bq"),
-        _layer("attention.k_proj.weight", "attention.attention.key.weight", ATT + "wk", T),
-        _layer("attention.k_proj.bias", "attention.attention.key.bias", ATT + "bk"),
-        _layer("attention.v_proj.weight", "attention.attention.value.weight", ATT + "wv", T),
-        _layer("attention.v_proj.bias", "attention.attention.value.bias", ATT + "bv"),
-        _layer("attention.o_proj.weight", "attention.output.dense.weight", ATT + "wo", T),
-        _layer("attention.o_proj.bias", "attention.output.dense.bias", ATT + "bo"),
-        _layer("layernorm_after.weight", "layernorm_after.weight", FFW + "ln_scale"),
-        _layer("layernorm_after.bias", "layernorm_after.bias", FFW + "ln_bias"),
-        _layer("mlp.fc1.weight", "intermediate.dense.weight", FFW + "w1", T),
-        _layer("mlp.fc1.bias", "intermediate.dense.bias", FFW + "b1"),
-        _layer("mlp.fc2.weight", "output.dense.weight", FFW + "w2", T),
-        _layer("mlp.fc2.bias", "output.dense.bias", FFW + "b2"),
+        _layer("layernorm_before.weight", "layernorm_before.weight", ATT + "ln/scale"),
+        _layer("layernorm_before.bias", "layernorm_before.bias", ATT + "ln/bias"),
+        _layer("attention.q_proj.weight", "attention.attention.query.weight", MHA + "wq", T),
+        _layer("attention.q_proj.bias", "attention.attention.query.bias", MHA + "bq"),
+        _layer("attention.k_proj.weight", "attention.attention.key.weight", MHA + "wk", T),
+        _layer("attention.k_proj.bias", "attention.attention.key.bias", MHA + "bk"),
+        _layer("attention.v_proj.weight", "attention.attention.value.weight", MHA + "wv", T),
+        _layer("attention.v_proj.bias", "attention.attention.value.bias", MHA + "bv"),
+        _layer("attention.o_proj.weight", "attention.output.dense.weight", MHA + "wo", T),
+        _layer("attention.o_proj.bias", "attention.output.dense.bias", MHA + "bo"),
+        _layer("layernorm_after.weight", "layernorm_after.weight", FFW + "ln/scale"),
+        _layer("layernorm_after.bias", "layernorm_after.bias", FFW + "ln/bias"),
+        _layer("mlp.fc1.weight", "intermediate.dense.weight", FFW + "fc1/w", T),
+        _layer("mlp.fc1.bias", "intermediate.dense.bias", FFW + "fc1/b"),
+        _layer("mlp.fc2.weight", "output.dense.weight", FFW + "fc2/w", T),
+        _layer("mlp.fc2.bias", "output.dense.bias", FFW + "fc2/b"),
         Rule("layernorm.weight", "layernorm_0/scale"),
         Rule("layernorm.bias", "layernorm_0/bias"),
         Rule("classifier.weight", "fc_1/w", T),
