@@ -40,7 +40,7 @@ def _atom_key(atom: Atom) -> tuple[int, str]:
     return (0, atom) if isinstance(atom, str) else (1, str(atom))
 
 
-def _mono_key(mono: Monomial) -> tuple:
+def _mono_key(mono: Monomial) -> tuple[int, list[tuple[tuple[int, str], int]]]:
     degree = sum(p for _, p in mono)
     return (-degree, [(_atom_key(a), -p) for a, p in mono])
 
@@ -55,11 +55,24 @@ def _mono_mul(a: Monomial, b: Monomial) -> Monomial:
 class InexactDivision(ArithmeticError):
     """A size that should be whole is not, for the values at hand (``H/2`` with H=7)."""
 
-    def __init__(self, expr: Expr, values: Mapping[str, Number], result: Fraction) -> None:
+    def __init__(self, expr: Expr, values: Mapping[str, ExprLike], result: Fraction) -> None:
         used = {k: values[k] for k in sorted(expr.free_symbols) if k in values}
         shown = ", ".join(f"{k}={v}" for k, v in used.items())
         super().__init__(f"{expr} = {_fmt_number(result)} is not a whole number for {shown}")
         self.expr, self.values, self.result = expr, used, result
+
+
+def _num(e: Expr) -> Number:
+    """A constant's value, as an int when whole (int arithmetic is many times Fraction's)."""
+    if not e.terms:
+        return 0
+    c = e.terms[0][1]
+    return c.numerator if c.denominator == 1 else c
+
+
+_SMALL: dict[int, Expr] = {}
+_SMALL_MAX = 4096
+"""How many whole constants `Expr._const` keeps, so that a hostile spec cannot grow it."""
 
 
 class Expr:
@@ -76,17 +89,35 @@ class Expr:
 
     # -- construction -------------------------------------------------------------------------
     @staticmethod
+    def _const(value: Number) -> Expr:
+        """The constant ``value``, built directly: a shape check does mostly arithmetic on
+        numbers, and the general constructor (sort, clean, coerce) made a 190,000-box check
+        spend most of its time there (issue 17). Small whole numbers are shared."""
+        if type(value) is int:
+            cached = _SMALL.get(value)
+            if cached is not None:
+                return cached
+        out = Expr.__new__(Expr)
+        out.terms = (((), Fraction(value)),) if value else ()
+        out._hash = hash(out.terms)
+        if type(value) is int and len(_SMALL) < _SMALL_MAX:
+            _SMALL[value] = out
+        return out
+
+    @staticmethod
     def lift(value: ExprLike) -> Expr:
         if isinstance(value, Expr):
             return value
         if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
             raise TypeError(f"cannot make a size of {value!r}")
-        return Expr({(): Fraction(value)})
+        return Expr._const(value)
 
     # -- queries ------------------------------------------------------------------------------
     @property
     def is_const(self) -> bool:
-        return all(not m for m, _ in self.terms)
+        # the canonical form has one term at most for the empty monomial, and no other
+        terms = self.terms
+        return not terms or (len(terms) == 1 and not terms[0][0])
 
     @property
     def const_value(self) -> Fraction:
@@ -117,6 +148,8 @@ class Expr:
     # -- arithmetic ---------------------------------------------------------------------------
     def __add__(self, other: ExprLike) -> Expr:
         o = Expr.lift(other)
+        if self.is_const and o.is_const:
+            return Expr._const(_num(self) + _num(o))
         acc = dict(self.terms)
         for m, c in o.terms:
             acc[m] = acc.get(m, Fraction(0)) + c
@@ -135,6 +168,8 @@ class Expr:
 
     def __mul__(self, other: ExprLike) -> Expr:
         o = Expr.lift(other)
+        if self.is_const and o.is_const:
+            return Expr._const(_num(self) * _num(o))
         acc: dict[Monomial, Fraction] = {}
         for m1, c1 in self.terms:
             for m2, c2 in o.terms:
@@ -250,6 +285,8 @@ class Expr:
     def __str__(self) -> str:
         if not self.terms:
             return "0"
+        if self.is_const and self.terms[0][1].denominator == 1:  # a size: most of a summary
+            return str(self.terms[0][1].numerator)
         parts: list[str] = []
         for i, (mono, coef) in enumerate(self.terms):
             text = _fmt_term(mono, abs(coef))

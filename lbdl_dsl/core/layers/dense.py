@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, FanIn, Layer, PSpec, Std, numel, numpy
+from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, FanIn, Layer, PSpec, Shape, Std, numel, numpy
 
 
-def _fc_shape(c: Ctx) -> tuple:
+def _fc_shape(c: Ctx) -> Shape:
     c.rank(*range(1, 9), what="at least 1-axis")
     return (*c.x[:-1], c.a.out)
 
@@ -49,7 +49,7 @@ FC = Layer(
 )
 
 
-def _embed_shape(c: Ctx) -> tuple:
+def _embed_shape(c: Ctx) -> Shape:
     if c.dtypes and c.dtypes[0] != "int":
         c.fail(
             "`embed` needs token input (integers), got a float tensor",

@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, ONES, ZEROS, Attrs, Ctx, Layer, PSpec, numpy
+from lbdl_dsl.core.layers.base import (
+    HP,
+    ONES,
+    ZEROS,
+    Attrs,
+    Ctx,
+    Layer,
+    PSpec,
+    Shape,
+    Weights,
+    numpy,
+)
 
 
 def _bn_params(c: Ctx) -> dict[str, PSpec]:
@@ -18,10 +29,11 @@ def _bn_state(c: Ctx) -> dict[str, PSpec]:
 
 def _channel_shape(x: Any) -> tuple[int, ...]:
     """(1, C, 1, 1...): a per-channel vector against a channels-first batch."""
-    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    shape: tuple[int, ...] = (1, x.shape[1]) + (1,) * (x.ndim - 2)  # x: a NumPy array
+    return shape
 
 
-def batchnorm_ref(x: Any, p: dict, s: dict, eps: float) -> Any:
+def batchnorm_ref(x: Any, p: Weights, s: Weights, eps: float) -> Any:
     """Evaluation mode: the running averages, then the per-channel scale and shift."""
     np = numpy()
     shape = _channel_shape(x)
@@ -106,7 +118,7 @@ LAYERNORM = Layer(
 )
 
 
-def _gn_shape(c: Ctx) -> tuple:
+def _gn_shape(c: Ctx) -> Shape:
     x = c.rank(2, 3, what="C×T or C×H×W")
     g, ch = c.const("g"), x[0].as_int()
     if g < 1 or (ch is not None and ch % g):

@@ -11,10 +11,13 @@ from typing import Any
 
 from lbdl_dsl.core.layers.base import (
     HP,
+    Arrays,
     Attrs,
     AxisAttrs,
     Ctx,
     Layer,
+    Shape,
+    Weights,
     fmt_shape,
     ints,
     numel,
@@ -51,6 +54,26 @@ class SliceAttrs(Attrs):
     stop: Expr
 
 
+@dataclass(frozen=True)
+class BroadcastAttrs(Attrs):
+    """How many axes each operand of `+`/`mul` lacks in front of its per-sample shape.
+
+    Per-sample shapes broadcast on their trailing axes (4×8 with 8); the batch axis of the
+    generated code stays the first of every operand, so a backend inserts the missing axes
+    after it, never before it (issue 17, item 10b). All zeros, the common case, shows nothing.
+    """
+
+    pads: tuple[int, ...]
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        return (("pads", self.pads),) if any(self.pads) else ()
+
+
+def _broadcast_attrs(c: Ctx) -> BroadcastAttrs:
+    rank = max(len(s) for s in c.ins)
+    return BroadcastAttrs(tuple(rank - len(s) for s in c.ins))
+
+
 def _reshape_attrs(c: Ctx) -> ReshapeAttrs:
     target = c.hp.get("to")
     if target is None:
@@ -71,7 +94,7 @@ def _reshape_attrs(c: Ctx) -> ReshapeAttrs:
     return ReshapeAttrs(out)
 
 
-def _reshape_ref(xs: list, p: dict, s: dict, a: ReshapeAttrs) -> Any:
+def _reshape_ref(xs: Arrays, p: Weights, s: Weights, a: ReshapeAttrs) -> Any:
     return xs[0].reshape(xs[0].shape[0], *a.to)
 
 
@@ -147,7 +170,7 @@ def _take_attrs(c: Ctx) -> TakeAttrs:
     return TakeAttrs(a, i)
 
 
-def _index(xs: list, axis: int, item: Any) -> Any:
+def _index(xs: Arrays, axis: int, item: Any) -> Any:
     return xs[0][(slice(None),) * (axis + 1) + (item,)]
 
 
@@ -183,12 +206,12 @@ def _slice_attrs(c: Ctx) -> SliceAttrs:
     return SliceAttrs(a, start, stop)
 
 
-def _slice_shape(c: Ctx) -> tuple:
+def _slice_shape(c: Ctx) -> Shape:
     a: SliceAttrs = c.a
     return (*c.x[: a.axis], a.stop - a.start, *c.x[a.axis + 1 :])
 
 
-def _slice_ref(xs: list, p: dict, s: dict, a: SliceAttrs) -> Any:
+def _slice_ref(xs: Arrays, p: Weights, s: Weights, a: SliceAttrs) -> Any:
     return _index(xs, a.axis, slice(a.start, a.stop))
 
 
@@ -240,7 +263,7 @@ SPLIT = Layer(
 )
 
 
-def _broadcast(c: Ctx) -> tuple:
+def _broadcast(c: Ctx) -> Shape:
     rank = max(len(s) for s in c.ins)
     out = []
     for axis in range(rank):
@@ -260,6 +283,7 @@ ADD = Layer(
     doc="Elementwise sum of the flowing tensor and the tensors named in parentheses: "
     "`+(skip)`. Shapes must match (a size of 1 broadcasts).",
     arity=(2, 16),
+    resolve=_broadcast_attrs,
     shape=_broadcast,
     layout="any",
     rf=True,
@@ -276,6 +300,7 @@ MUL = Layer(
     doc="Elementwise product (gating, squeeze-and-excitation): `mul(gate)`; a size of 1 "
     "broadcasts, so C×H×W times C×1×1 scales each channel.",
     arity=(2, 16),
+    resolve=_broadcast_attrs,
     shape=_broadcast,
     layout="any",
     rf=True,
@@ -284,7 +309,7 @@ MUL = Layer(
 )
 
 
-def _concat_shape(c: Ctx) -> tuple:
+def _concat_shape(c: Ctx) -> Shape:
     a = c.a.axis
     first = c.x
     for other in c.ins[1:]:
@@ -314,7 +339,7 @@ CONCAT = Layer(
 )
 
 
-def _matmul_shape(c: Ctx) -> tuple:
+def _matmul_shape(c: Ctx) -> Shape:
     a = c.rank(2, 3, what="…×N×K")
     b = c.rank(2, 3, what="…×K×M", i=1)
     if c.hp["tb"]:
@@ -333,7 +358,7 @@ MATMUL = Layer(
     hparams=(HP("tb", "bool", False, "transpose the second operand"),),
     arity=(2, 2),
     shape=_matmul_shape,
-    macs=lambda c: numel(c.out) * c.x[-1],
+    macs=lambda c: numel(c.y) * c.x[-1],
     example=("8×16", "matmul(X) tb=true  8×8"),
     reference=lambda xs, p, s, a: xs[0] @ (xs[1].swapaxes(-1, -2) if a.tb else xs[1]),
 )
