@@ -31,7 +31,7 @@ from lbdl_dsl.compiler.graph import (
     ShapeAssert,
 )
 from lbdl_dsl.compiler.hparams import coerce
-from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, compute_totals, numel
+from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, numel, sum_totals
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
 from lbdl_dsl.core.layers import Ctx, Layer, ShapeFailure, lookup
@@ -596,12 +596,7 @@ def check(program: Program, env: dict[str, Any], overridden: bool = False) -> Ch
         if t is not None:
             inputs[node.name] = t
     outputs = {name: outs.get(nid) for name, nid in graph.outputs}
-    memo: dict[int, dict[str, Expr]] = {}
-    totals = {"params": Expr(), "state": Expr(), "macs": Expr(), "activations": Expr()}
-    for inst in root:
-        sub = compute_totals(inst, memo)
-        for k in totals:
-            totals[k] = totals[k] + sub[k]
+    totals = sum_totals(root)
     checked = Checked(
         program,
         env,
