@@ -32,7 +32,7 @@ system:
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[jax,train,data,bench,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[jax,train,data,bench,dev,onnx]'
 	touch $(STAMP)
 
 gallery: setup

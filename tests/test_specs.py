@@ -85,10 +85,12 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("gcn", {}, {"Ŷ": (2708, 7)}, 1433 * 16 + 16 * 7),  # Kipf & Welling, no biases
     # Classics beyond the book: torchvision and Hugging Face counts.
     ("resnet18", {}, {"Ŷ": (1000,)}, 11_689_512),
+    ("resnet50-torchvision", {}, {"Ŷ": (1000,)}, 25_557_032),  # torchvision's (v1.5)
     ("resnet101", {}, {"Ŷ": (1000,)}, 44_549_160),
     ("vgg16", {}, {"Ŷ": (1000,)}, 138_357_544),
     ("densenet121", {}, {"Ŷ": (1000,)}, 7_978_856),
     ("mobilenetv2", {}, {"Ŷ": (1000,)}, 3_504_872),
+    ("vit-b16", {}, {"Ŷ": (1000,)}, 86_567_656),  # Hugging Face's and timm's ViT-B/16
     ("bert-base", {"T": 128}, {"Z": (128, 768), "pooled": (768,)}, 109_482_240),
     ("gpt2", {"T": 1024}, {"P": (1024, 50_257)}, 124_439_808),
     # GPT-3 175B (Brown et al. 2020, Table 2.1; FIGURES.md note 7): learned positions, biases
@@ -103,6 +105,8 @@ FAMILIES: list[tuple[str, dict[str, Any], int]] = [
     ("resnet101", {"L3": 6}, 25_557_032),  # ResNet-50 (torchvision)
     ("resnet101", {"L2": 8, "L3": 36}, 60_192_808),  # ResNet-152
     ("resnet18", {"L1": 3, "L2": 4, "L3": 6, "L4": 3}, 21_797_672),  # ResNet-34
+    ("resnet50-torchvision", {"L3": 23}, 44_549_160),  # torchvision's resnet101
+    ("resnet50-torchvision", {"L2": 8, "L3": 36}, 60_192_808),  # torchvision's resnet152
     ("densenet121", {"L3": 32, "L4": 32}, 14_149_480),  # DenseNet-169
     ("densenet121", {"L3": 48, "L4": 32}, 20_013_928),  # DenseNet-201
     ("dqn", {"A": 4}, 1_686_180),  # the often-quoted DQN count is the four-action network

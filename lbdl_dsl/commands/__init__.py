@@ -14,4 +14,6 @@ VERBS: dict[str, str] = {
     "build": "build",
     "diff": "diff",
     "train": "train",
+    "import": "import_",
+    "export": "export",
 }

@@ -30,6 +30,8 @@ SMALL: dict[str, dict] = {
     "transformer": dict(T=16, S=12, N=2),
     "transformer_blocks": dict(T=8, S=6),
     "whisper": dict(S=8),
+    "vit-b16": dict(N=2),
+    "resnet50-torchvision": dict(I=64),
 }
 
 

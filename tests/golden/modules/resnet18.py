@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-CONFIG = {"L1": 2, "L2": 2, "L3": 2, "L4": 2, "classes": 1000}
+CONFIG = {"L1": 2, "L2": 2, "L3": 2, "L4": 2, "W": 64, "I": 224, "classes": 1000}
 COMPUTE = jnp.float32
 
 
@@ -218,10 +218,10 @@ def dbasicblock(p, s, x, *, train=False):
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
     new_state = {}
-    # resnet18.lbdl:11: conv-2d k=7 s=2 p=3 bias=false   64×112×112
+    # resnet18.lbdl:13: conv-2d k=7 s=2 p=3 bias=false   W×I/2×I/2
     X_cl = to_channels_last(X)
     x = conv(X_cl, params["conv_2d_0"]["w"], stride=(2, 2), padding=((3, 3), (3, 3)))
-    # resnet18.lbdl:12: batchnorm  ->  64×112×112
+    # resnet18.lbdl:14: batchnorm  ->  64×112×112
     (x, mean, var) = batch_norm(
         x,
         params["batchnorm_0"]["scale"],
@@ -231,22 +231,22 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
     )
     new_state["batchnorm_0"] = {"mean": mean, "var": var}
-    # resnet18.lbdl:13: relu  ->  64×112×112
+    # resnet18.lbdl:15: relu  ->  64×112×112
     x = relu(x)
-    # resnet18.lbdl:14: maxpool k=3 s=2 p=1              64×56×56
+    # resnet18.lbdl:16: maxpool k=3 s=2 p=1              W×I/4×I/4
     x = max_pool(x, window=(3, 3), stride=(2, 2), padding=((1, 1), (1, 1)))
 
-    # resnet18.lbdl:15: basicblock ×L1  ->  64×56×56
+    # resnet18.lbdl:17: basicblock ×L1  ->  64×56×56
     def step_repeat_0(x1, xs):
         p, s = xs
         ns = {}
-        # resnet18.lbdl:15: basicblock ×L1  ->  64×56×56
+        # resnet18.lbdl:17: basicblock ×L1  ->  64×56×56
         h, ns["basicblock_0"] = basicblock(p["basicblock_0"], s["basicblock_0"], x1, train=train)
         return h, ns
 
     x, ns_repeat_0 = scan_group(step_repeat_0, x, (params["repeat_0"], state["repeat_0"]), 2)
     new_state["repeat_0"] = ns_repeat_0
-    # resnet18.lbdl:16: dbasicblock                      128×28×28
+    # resnet18.lbdl:18: dbasicblock                      2W×I/8×I/8
     (x, new_state["dbasicblock_0"]) = dbasicblock(
         params["dbasicblock_0"],
         state["dbasicblock_0"],
@@ -254,17 +254,17 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
     )
 
-    # resnet18.lbdl:17: basicblock ×(L2-1)  ->  128×28×28
+    # resnet18.lbdl:19: basicblock ×(L2-1)  ->  128×28×28
     def step_repeat_1(x2, xs):
         p, s = xs
         ns = {}
-        # resnet18.lbdl:17: basicblock ×(L2-1)  ->  128×28×28
+        # resnet18.lbdl:19: basicblock ×(L2-1)  ->  128×28×28
         h1, ns["basicblock_0"] = basicblock(p["basicblock_0"], s["basicblock_0"], x2, train=train)
         return h1, ns
 
     x, ns_repeat_1 = unrolled(step_repeat_1, x, (params["repeat_1"], state["repeat_1"]), 1)
     new_state["repeat_1"] = ns_repeat_1
-    # resnet18.lbdl:18: dbasicblock                      256×14×14
+    # resnet18.lbdl:20: dbasicblock                      4W×I/16×I/16
     (x, new_state["dbasicblock_1"]) = dbasicblock(
         params["dbasicblock_1"],
         state["dbasicblock_1"],
@@ -272,17 +272,17 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
     )
 
-    # resnet18.lbdl:19: basicblock ×(L3-1)  ->  256×14×14
+    # resnet18.lbdl:21: basicblock ×(L3-1)  ->  256×14×14
     def step_repeat_2(x3, xs):
         p, s = xs
         ns = {}
-        # resnet18.lbdl:19: basicblock ×(L3-1)  ->  256×14×14
+        # resnet18.lbdl:21: basicblock ×(L3-1)  ->  256×14×14
         h2, ns["basicblock_0"] = basicblock(p["basicblock_0"], s["basicblock_0"], x3, train=train)
         return h2, ns
 
     x, ns_repeat_2 = unrolled(step_repeat_2, x, (params["repeat_2"], state["repeat_2"]), 1)
     new_state["repeat_2"] = ns_repeat_2
-    # resnet18.lbdl:20: dbasicblock                      512×7×7
+    # resnet18.lbdl:22: dbasicblock                      8W×I/32×I/32
     (x, new_state["dbasicblock_2"]) = dbasicblock(
         params["dbasicblock_2"],
         state["dbasicblock_2"],
@@ -290,22 +290,22 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
     )
 
-    # resnet18.lbdl:21: basicblock ×(L4-1)  ->  512×7×7
+    # resnet18.lbdl:23: basicblock ×(L4-1)  ->  512×7×7
     def step_repeat_3(x4, xs):
         p, s = xs
         ns = {}
-        # resnet18.lbdl:21: basicblock ×(L4-1)  ->  512×7×7
+        # resnet18.lbdl:23: basicblock ×(L4-1)  ->  512×7×7
         h3, ns["basicblock_0"] = basicblock(p["basicblock_0"], s["basicblock_0"], x4, train=train)
         return h3, ns
 
     x, ns_repeat_3 = unrolled(step_repeat_3, x, (params["repeat_3"], state["repeat_3"]), 1)
     new_state["repeat_3"] = ns_repeat_3
-    # resnet18.lbdl:22: avgpool k=7                      512×1×1
+    # resnet18.lbdl:24: avgpool k=I/32                   8W×1×1
     x = avg_pool(x, window=(7, 7), stride=(7, 7), padding=((0, 0), (0, 0)))
-    # resnet18.lbdl:23: reshape                          512
+    # resnet18.lbdl:25: reshape                          8W
     x = to_channels_first(x)
     x = x.reshape(x.shape[0], 512)
-    # resnet18.lbdl:24: fc                               classes
+    # resnet18.lbdl:26: fc                               classes
     Y = dense(x, params["fc_0"]["w"], params["fc_0"]["b"])
     return Y, new_state
 

@@ -1,0 +1,321 @@
+"""A model out to serving stacks: StableHLO through ``jax.export``, ONNX through jax2onnx.
+
+``export(spec, "model.onnx")`` traces the generated ``apply`` in evaluation mode with the batch
+size symbolic (``batch=`` fixes it) and the parameters baked in as constants (from ``weights=``,
+a file `Model.load` reads, or drawn by ``init``), or taken as inputs (``params="inputs"``).
+Then, unless ``verify=False``, it runs the exported file on example inputs (StableHLO back
+through ``jax.export.deserialize``, ONNX in onnxruntime) and compares it with the JAX model,
+so a converter's mistranslation is an error here rather than a surprise in production.
+
+Where the converter cannot express a box, the error names the box and its line, found from
+the equation the converter stopped at: its source location is a line of the generated module,
+and each statement there follows a ``# line N: BOX`` comment naming the spec line it lowers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lbdl_dsl.core.errors import LbdlError, Span
+
+FORMATS = {"stablehlo": ".stablehlo", "mlir": ".mlir", "onnx": ".onnx"}
+TOLERANCE = 1e-5  # max |exported − JAX| / max |JAX|, float32
+
+
+@dataclass
+class Exported:
+    """What was written, and how closely it reproduces the JAX model."""
+
+    path: Path
+    format: str
+    inputs: list[str]
+    outputs: list[str]
+    batch: int | None  # None: symbolic
+    params_as_inputs: bool
+    random_weights: bool
+    max_error: float | None = None  # on example inputs, relative; None when not verified
+
+    def lines(self) -> list[str]:
+        batch = "symbolic batch" if self.batch is None else f"batch {self.batch}"
+        where = "as inputs" if self.params_as_inputs else "baked in"
+        out = [f"wrote {self.path} ({self.format}, {batch}, parameters {where})"]
+        if self.random_weights and not self.params_as_inputs:
+            out.append("note: the parameters are init's random ones; give --weights FILE")
+        if self.max_error is not None:
+            runner = "onnxruntime" if self.format == "onnx" else "jax.export.deserialize"
+            out.append(f"checked in {runner}: max relative difference {self.max_error:.1e}")
+        return out
+
+
+def export(
+    spec: Any,
+    output: str | os.PathLike[str] | None = None,
+    *,
+    format: str | None = None,  # noqa: A002 - the CLI's --format
+    weights: str | os.PathLike[str] | None = None,
+    params: str = "baked",
+    batch: int | None = None,
+    overrides: dict[str, Any] | None = None,
+    seed: int = 0,
+    verify: bool = True,
+) -> Exported:
+    """Write ``spec`` (a path, or a compiled `Model`) as StableHLO or ONNX; see the module."""
+    import jax
+
+    from lbdl_dsl.backends.jax.model import Model
+
+    fmt = _format(format, output)
+    if params not in ("baked", "inputs"):
+        raise LbdlError(f"--params: `{params}` is not `baked` or `inputs`")
+    if batch is not None and batch < 1:
+        raise LbdlError(f"--batch {batch}: a batch holds at least one sample")
+    if isinstance(spec, Model):
+        model = spec
+    else:
+        import lbdl_dsl
+
+        model = lbdl_dsl.compile(spec, **dict(overrides or {}))
+    if output is None:
+        from lbdl_dsl.compiler.driver import spec_name
+
+        output = Path("build") / spec_name(model.compiled.file) / f"{model.name}{FORMATS[fmt]}"
+    output = Path(output)
+    values = model.load(Path(weights)) if weights is not None else model.init(jax.random.key(seed))
+    result = Exported(
+        output,
+        fmt,
+        list(model.inputs),
+        list(model.outputs),
+        batch,
+        params == "inputs",
+        weights is None,
+    )
+    if fmt == "onnx":
+        from lbdl_dsl.interop import onnx_export
+
+        onnx_export.write(model, values, result)
+    else:
+        _write_stablehlo(model, values, result)
+    if verify and (fmt != "onnx" or _has_onnxruntime()):
+        result.max_error = _verify(model, values, result)
+        if result.max_error > TOLERANCE:
+            raise LbdlError(
+                f"{output}: the exported model differs from the JAX model by "
+                f"{result.max_error:.1e} (relative), more than {TOLERANCE:.0e}",
+                None,
+                hint="this is a converter's mistranslation; report it with the spec",
+            )
+    return result
+
+
+def _format(fmt: str | None, output: Any) -> str:
+    if fmt is None:
+        suffix = Path(output).suffix if output is not None else ""
+        fmt = next((f for f, s in FORMATS.items() if s == suffix), None)
+        if fmt is None:
+            raise LbdlError(
+                "--format: give one of " + ", ".join(FORMATS) + " (or an output file with "
+                "their suffix: " + ", ".join(FORMATS.values()) + ")"
+            )
+    if fmt not in FORMATS:
+        raise LbdlError(f"--format: `{fmt}` is not one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def _has_onnxruntime() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# -- the function exported -------------------------------------------------------------------
+
+
+def forward(model: Any, values: tuple[Any, Any], as_inputs: bool, apply: Callable | None = None):
+    """``f(*inputs)`` with the parameters closed over, or ``f(params, state, *inputs)``;
+    several outputs come back as a tuple in the spec's order (a dict would be sorted)."""
+    apply = apply or model.apply
+    names = list(model.outputs)
+
+    def outputs(out: Any) -> Any:
+        return tuple(out[k] for k in names) if isinstance(out, dict) else out
+
+    if as_inputs:
+        return lambda params, state, *xs: outputs(apply(params, state, *xs)[0])
+    params, state = values
+    return lambda *xs: outputs(apply(params, state, *xs)[0])
+
+
+def input_specs(model: Any, batch: int | None) -> list[Any]:
+    """Abstract inputs, channels first as the spec writes them, with a symbolic batch ``b``."""
+    import jax
+    import jax.numpy as jnp
+
+    b = jax.export.symbolic_shape("b")[0] if batch is None else batch
+    return [
+        jax.ShapeDtypeStruct((b, *shape), jnp.dtype(dtype))
+        for shape, dtype in model.inputs.values()
+    ]
+
+
+def _write_stablehlo(model: Any, values: tuple[Any, Any], result: Exported) -> None:
+    import jax
+
+    from lbdl_dsl.output import write_atomic
+
+    f = forward(model, values, result.params_as_inputs)
+    args = input_specs(model, result.batch)
+    if result.params_as_inputs:
+        args = [*jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), values), *args]
+    try:
+        exported = jax.export.export(jax.jit(f))(*args)
+    except Exception as exc:  # noqa: BLE001 - named at the box that raised it
+        raise failure(model, exc, "jax.export") from None
+    data = exported.mlir_module() if result.format == "mlir" else bytes(exported.serialize())
+    write_atomic(result.path, data)
+
+
+def _verify(model: Any, values: tuple[Any, Any], result: Exported) -> float:
+    """The largest difference between the exported file and the JAX model on example inputs,
+    relative to the largest output."""
+    import jax
+
+    xs = model.example_inputs(jax.random.key(1), batch=result.batch or 2)
+    want = jax.jit(forward(model, values, False))(*xs)
+    want = list(want) if isinstance(want, tuple) else [want]
+    if result.format == "onnx":
+        from lbdl_dsl.interop import onnx_export
+
+        got = onnx_export.run(result.path, values if result.params_as_inputs else None, xs)
+    elif result.format == "stablehlo":
+        exported = jax.export.deserialize(bytearray(result.path.read_bytes()))
+        args = [*values, *xs] if result.params_as_inputs else xs
+        out = exported.call(*args)
+        got = list(out) if isinstance(out, tuple) else [out]
+    else:
+        return 0.0  # MLIR text is for reading and other tools; the bytes were checked above
+    return relative_error(got, want)
+
+
+def relative_error(got: list[Any], want: list[Any]) -> float:
+    """max |got − want| over every output, divided by the largest |want|."""
+    scale = max(float(np.max(np.abs(np.asarray(w)))) for w in want) or 1.0
+    return max(
+        float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)))) / scale
+        for g, w in zip(got, want, strict=True)
+    )
+
+
+# -- naming the box a converter stopped at ---------------------------------------------------
+
+
+def failure(model: Any, exc: BaseException, converter: str) -> LbdlError:
+    """The converter's error as a user's error at the box it could not translate."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    primitive, span, box = _culprit(model, exc)
+    if span is not None:
+        return LbdlError(
+            f"`{box}` cannot be exported by {converter}"
+            + (f" (JAX's `{primitive}`: {message})" if primitive else f": {message}"),
+            span,
+            hint="export the other formats, or write the box with others the converter knows",
+        )
+    return LbdlError(
+        f"{model.compiled.file}: {converter} cannot export this model: "
+        f"{type(exc).__name__}: {message}",
+        None,
+        hint="rerun with LBDL_DEBUG=1 for the converter's traceback, and report it",
+    )
+
+
+def _culprit(model: Any, exc: BaseException) -> tuple[str | None, Span | None, str | None]:
+    """The JAX primitive, and the span and text of the box, where a conversion failed: the
+    equation in the innermost frame of the traceback that holds one, or else the first
+    equation of the primitive the message names."""
+    eqn = None
+    tb = exc.__traceback__
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("eqn")
+        if hasattr(candidate, "primitive") and hasattr(candidate, "source_info"):
+            eqn = candidate
+        tb = tb.tb_next
+    if eqn is None:
+        named = re.search(r"primitive '([\w-]+)'", str(exc))
+        if named:
+            eqn = _find_equation(model, named.group(1))
+    if eqn is None:
+        return None, None, None
+    span, box = _box_of(model, eqn)
+    return eqn.primitive.name, span, box
+
+
+def _find_equation(model: Any, primitive: str) -> Any:
+    import jax
+
+    values = jax.eval_shape(model.init, jax.random.key(0))
+    closed = jax.make_jaxpr(forward(model, values, True))(*values, *input_specs(model, 2))
+    for eqn in _equations(closed.jaxpr):
+        if eqn.primitive.name == primitive:
+            return eqn
+    return None
+
+
+def _equations(jaxpr: Any):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (list, tuple)) else [v]:
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None:
+                    yield from _equations(getattr(inner, "jaxpr", inner))
+
+
+# the comment above each statement of a generated module: ``# gpt2.lbdl:17: tlayer ×N ...``
+# (a composite box's inside, written by the registry, comments ``# ffw:3: fc ...``)
+_LINE = re.compile(r"^\s*# ([^\s:]+):(\d+): (.*?)(?:\s+->\s+.*)?$")
+
+
+def _box_of(model: Any, eqn: Any) -> tuple[Span | None, str | None]:
+    """The spec line a JAX equation lowers: its frames in the generated module, innermost
+    first, then the nearest ``# FILE:LINE: BOX`` comment above the statement in the same
+    function, then the box checked at that line. The comments of a composite box's inside
+    (``# ffw:3: fc``) are passed over for the composite's own, the line the user wrote; a
+    frame in a runtime function is passed over for its caller's."""
+    from jax._src import source_info_util
+
+    generated = f"<lbdl {model.compiled.file}>"
+    source = model.source.splitlines()
+    for frame in source_info_util.user_frames(eqn.source_info.traceback):
+        if frame.file_name != generated:
+            continue
+        for text in reversed(source[: frame.start_line]):
+            if text.startswith("def "):  # a runtime function's frame: its caller's is next
+                break
+            m = _LINE.match(text)
+            if m and m.group(1).endswith(".lbdl"):
+                return _span_at(model, m.group(1), int(m.group(2)), m.group(3).strip())
+    return None, None
+
+
+def _span_at(model: Any, file: str, line: int, text: str) -> tuple[Span | None, str]:
+    word = text.split()[0] if text.split() else ""
+    candidates = [
+        inst
+        for _, inst, _ in model.checked.walk()
+        if inst.node.span
+        and inst.node.span.line == line
+        and Path(inst.node.span.file).name == Path(file).name
+    ]
+    for inst in candidates:
+        if inst.node.op == word:
+            return inst.node.span, text
+    return (candidates[0].node.span if candidates else None), text

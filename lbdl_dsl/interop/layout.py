@@ -1,0 +1,203 @@
+"""The vocabulary of weight maps: rules from reference names to our parameter paths, and the
+layout operations between them.
+
+A map is data, not code: each family's module (``maps/gpt2.py``...) is a table of `Rule`s,
+and one interpreter (`importer`) reads every table the same way. Each operation says what it
+does to a shape as well as to an array, so that a whole map can be checked against a spec's
+parameter table from the checkpoint's header alone, before a single tensor is read.
+
+Patterns name reference tensors with ``{i}`` standing for a layer index (``h.{i}.ln_1.weight``)
+and ``{i+K}`` for an index counted from K (``layer1.{i+1}.conv1.weight``: ResNet's first block
+of a stage is written apart from the ×N group of the others). A rule with an index fills a
+parameter of a ×N group, whose copies are stacked along a leading axis, one per index.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One layout operation: its name as error messages show it, and its effect on a shape and
+    on an array (which must agree: the tests check every op both ways)."""
+
+    name: str
+    shape: Callable[[Shape], Shape]
+    apply: Callable[[np.ndarray], np.ndarray]
+    parts: int = 1  # how many arrays it makes (a split of a fused projection makes several)
+
+
+def transpose(*axes: int) -> Op:
+    """Axes permuted (reversed when none are given): PyTorch's Linear ``(out, in)`` weight is
+    our fc's ``(in, out)``."""
+
+    def perm(shape: Shape) -> tuple[int, ...]:
+        return tuple(axes) if axes else tuple(reversed(range(len(shape))))
+
+    return Op(
+        "transpose" + (f"{tuple(axes)}" if axes else ""),
+        lambda s: tuple(s[a] for a in perm(s)),
+        lambda a: np.transpose(a, perm(a.shape)),
+    )
+
+
+def conv_weight() -> Op:
+    """A PyTorch convolution's ``(out, in/g, *k)`` as our ``(*k, in/g, out)`` (OIHW → HWIO)."""
+
+    def perm(n: int) -> tuple[int, ...]:
+        return (*range(2, n), 1, 0)
+
+    return Op(
+        "OIHW→HWIO",
+        lambda s: tuple(s[a] for a in perm(len(s))),
+        lambda a: np.transpose(a, perm(a.ndim)),
+    )
+
+
+def tconv_weight() -> Op:
+    """A PyTorch transposed convolution's ``(in, out/g, *k)`` as our ``(*k, in, out/g)``."""
+
+    def perm(n: int) -> tuple[int, ...]:
+        return (*range(2, n), 0, 1)
+
+    return Op(
+        "IOHW→HWIO",
+        lambda s: tuple(s[a] for a in perm(len(s))),
+        lambda a: np.transpose(a, perm(a.ndim)),
+    )
+
+
+def conv_as_fc() -> Op:
+    """A patch embedding's convolution ``(D, C, P, P)`` as the fc on flattened patches
+    ``(C·P·P, D)``: our `patches` box flattens each patch channels first, as the weight is."""
+
+    def shape(s: Shape) -> Shape:
+        return (int(np.prod(s[1:])), s[0])
+
+    return Op("conv→fc", shape, lambda a: a.reshape(a.shape[0], -1).T)
+
+
+def squeeze() -> Op:
+    """Axes of size 1 dropped: ViT's class token is stored ``(1, 1, D)``, ours is ``(D,)``."""
+    return Op(
+        "squeeze",
+        lambda s: tuple(d for d in s if d != 1),
+        lambda a: a.reshape(tuple(d for d in a.shape if d != 1)),
+    )
+
+
+def split(parts: int, axis: int = 0) -> Op:
+    """A fused tensor cut into equal parts along ``axis``: GPT-2's ``c_attn`` holds the query,
+    key and value projections side by side."""
+
+    def shape(s: Shape) -> Shape:
+        ax = axis % len(s)
+        if s[ax] % parts:
+            raise ValueError(f"axis {axis} of size {s[ax]} does not split into {parts}")
+        return (*s[:ax], s[ax] // parts, *s[ax + 1 :])
+
+    def apply(a: np.ndarray) -> np.ndarray:
+        return np.stack(np.split(a, parts, axis=axis))
+
+    return Op(f"split into {parts} along axis {axis}", shape, apply, parts)
+
+
+_INDEX = re.compile(r"\{i(?:\+(\d+))?\}")
+_TOKEN = re.compile(r"(\{i(?:\+\d+)?\}|\{\*\})")
+
+
+def pattern(source: str) -> re.Pattern[str]:
+    """A name pattern as a regular expression: ``{i}`` (or ``{i+K}``) is the one group, the
+    layer index; ``{*}`` (only in a map's ``ignore``) matches anything."""
+    text = ""
+    for piece in _TOKEN.split(source):
+        if piece == "{*}":
+            text += ".*"
+        elif _INDEX.fullmatch(piece):
+            text += r"(\d+)"
+        else:
+            text += re.escape(piece)
+    return re.compile(text + r"\Z")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``source`` (a reference name pattern, or several: the names one family's checkpoints
+    have had across library versions, tried in order) fills ``target`` (our parameter or state
+    path; a tuple when an op splits the tensor), through ``ops`` in order."""
+
+    source: str | tuple[str, ...]
+    target: str | tuple[str, ...]
+    ops: tuple[Op, ...] = ()
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source,) if isinstance(self.source, str) else self.source
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return (self.target,) if isinstance(self.target, str) else self.target
+
+    @property
+    def indexed(self) -> bool:
+        return _INDEX.search(self.sources[0]) is not None
+
+    @property
+    def start(self) -> int:
+        """The reference index of the group's first copy (``{i+1}`` → 1)."""
+        m = _INDEX.search(self.sources[0])
+        return int(m.group(1)) if m and m.group(1) else 0
+
+    def name(self, index: int | None, source: str | None = None) -> str:
+        """The reference name of copy ``index`` of the group (or the plain name)."""
+        source = source or self.sources[0]
+        if index is None:
+            return source
+        return _INDEX.sub(str(index + self.start), source)
+
+    def out_shape(self, shape: Shape) -> Shape:
+        for op in self.ops:
+            shape = op.shape(shape)
+        return shape
+
+    def apply(self, array: np.ndarray) -> list[np.ndarray]:
+        """The arrays of each target, from one reference tensor."""
+        parts = [array]
+        for op in self.ops:
+            if op.parts > 1:
+                parts = [p for a in parts for p in op.apply(a)]
+            else:
+                parts = [op.apply(a) for a in parts]
+        return parts
+
+
+@dataclass(frozen=True)
+class FamilyMap:
+    """One family's map: its rules, the prefixes its checkpoints may put before every name
+    (``transformer.`` in a GPT2LMHeadModel, none in a GPT2Model), and the reference tensors it
+    knows and leaves out on purpose (buffers, heads the spec does not have)."""
+
+    name: str
+    doc: str
+    spec: str  # the spec of specs/ it is written for
+    rules: tuple[Rule, ...]
+    prefixes: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()  # patterns, as rules' sources
+    note: str = ""  # said after an import: what the user should know about the result
+
+    def ignored(self) -> list[re.Pattern[str]]:
+        return [pattern(p) for p in self.ignore]
+
+    def strip(self, name: str) -> str:
+        """A checkpoint's name without the first of the map's prefixes it starts with."""
+        for p in self.prefixes:
+            if name.startswith(p):
+                return name[len(p) :]
+        return name

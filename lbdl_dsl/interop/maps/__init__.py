@@ -1,0 +1,19 @@
+"""The weight maps, one module per family; ``MAPS`` names them as ``--map`` takes them.
+
+A family may have several variants (ResNet's basic and bottleneck blocks have different
+parameters): the importer takes the variant whose parameter paths the spec has.
+"""
+
+from __future__ import annotations
+
+from lbdl_dsl.interop.layout import FamilyMap
+from lbdl_dsl.interop.maps import bert, gpt2, llama, resnet, vit
+
+MAPS: dict[str, tuple[FamilyMap, ...]] = {
+    "gpt2": (gpt2.MAP,),
+    "llama": (llama.MAP,),
+    "mistral": (llama.MAP,),
+    "resnet": resnet.VARIANTS,
+    "vit": (vit.MAP,),
+    "bert": (bert.MAP,),
+}

@@ -1,0 +1,80 @@
+"""A safetensors file written one tensor at a time.
+
+`safetensors.numpy.save` wants every array in memory at once; an imported 7B checkpoint would
+then need its whole size twice. The format makes streaming easy: a little-endian length, a JSON
+header giving each tensor's dtype, shape and byte range, then the bytes. Every shape is known
+before the first tensor is read (the spec's parameter table says it), so the header is written
+first and each array appended as it is made. The file appears under its name only once
+complete (a temporary file, then a rename), and it is the layout `Model.save` writes:
+``params/<path>`` and ``state/<path>`` keys, float32, with the same metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+METADATA = {"format": "lbdl", "layout": "params/<path>, state/<path>"}
+
+
+class StreamWriter:
+    """``with StreamWriter(path, {key: shape}) as w: w.write(key, array)`` in the given order."""
+
+    def __init__(self, path: str | os.PathLike[str], shapes: dict[str, tuple[int, ...]]) -> None:
+        self.path = Path(path)
+        self.shapes = dict(shapes)
+        self._order = list(self.shapes)
+        self._next = 0
+        self._file: BinaryIO | None = None
+        self._tmp: str | None = None
+
+    def __enter__(self) -> StreamWriter:
+        header: dict[str, object] = {"__metadata__": METADATA}
+        offset = 0
+        for key in self._order:
+            size = 4 * int(np.prod(self.shapes[key], dtype=np.int64))
+            header[key] = {
+                "dtype": "F32",
+                "shape": list(self.shapes[key]),
+                "data_offsets": [offset, offset + size],
+            }
+            offset += size
+        text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self._tmp = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+        )
+        self._file = os.fdopen(fd, "wb")
+        self._file.write(struct.pack("<Q", len(text)) + text)
+        return self
+
+    def write(self, key: str, array: np.ndarray) -> None:
+        """Append ``key``'s array: keys come in the order given, with the shapes given."""
+        assert self._file is not None, "use StreamWriter as a context manager"
+        expected = self._order[self._next]
+        if key != expected or tuple(array.shape) != tuple(self.shapes[key]):
+            raise ValueError(f"wrote {key} {array.shape}, expected {expected} {self.shapes[key]}")
+        self._file.write(np.ascontiguousarray(array, dtype="<f4").tobytes())
+        self._next += 1
+
+    def write_all(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        for key, array in items:
+            self.write(key, array)
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        assert self._file is not None and self._tmp is not None
+        self._file.close()
+        if exc_type is None and self._next == len(self._order):
+            os.replace(self._tmp, self.path)
+        else:
+            Path(self._tmp).unlink(missing_ok=True)
+            if exc_type is None:
+                raise ValueError(f"{len(self._order) - self._next} tensors were never written")

@@ -1,0 +1,80 @@
+"""The vocabulary of maps: each layout operation's effect on a shape is its effect on an array;
+name patterns; the streaming writer's files are plain safetensors; every map's rules name
+distinct parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from lbdl_dsl.interop import layout
+from lbdl_dsl.interop.maps import MAPS
+from lbdl_dsl.interop.writer import StreamWriter
+
+OPS = [
+    (layout.transpose(), (3, 5)),
+    (layout.transpose(2, 0, 1), (2, 3, 4)),
+    (layout.conv_weight(), (8, 3, 7, 5)),
+    (layout.conv_weight(), (8, 3, 7)),
+    (layout.tconv_weight(), (3, 8, 4, 4)),
+    (layout.conv_as_fc(), (32, 3, 4, 4)),
+    (layout.squeeze(), (1, 17, 1, 32)),
+    (layout.split(3, 1), (32, 96)),
+    (layout.split(3, 0), (96,)),
+]
+
+
+@pytest.mark.parametrize(("op", "shape"), OPS, ids=[f"{o.name} {s}" for o, s in OPS])
+def test_each_op_says_what_it_does_to_a_shape(op, shape) -> None:
+    a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    out = op.apply(a)
+    parts = list(out) if op.parts > 1 else [out]
+    assert len(parts) == op.parts
+    assert all(p.shape == op.shape(shape) for p in parts)
+
+
+def test_conv_weight_is_pytorch_oihw_as_hwio() -> None:
+    w = np.random.default_rng(0).normal(size=(8, 3, 5, 7)).astype(np.float32)
+    hwio = layout.conv_weight().apply(w)
+    assert hwio[4, 6, 2, 7] == w[7, 2, 4, 6]
+    fc = layout.conv_as_fc().apply(w)  # rows: channel first, then the patch's rows, columns
+    assert fc[2 * 35 + 4 * 7 + 6, 7] == w[7, 2, 4, 6]
+
+
+def test_a_split_that_does_not_divide_says_so() -> None:
+    with pytest.raises(ValueError, match="does not split into 3"):
+        layout.split(3, 1).shape((32, 97))
+
+
+def test_patterns_index_from_their_start_and_match_whole_names() -> None:
+    rule = layout.Rule("layer1.{i+1}.conv1.weight", "x")
+    m = layout.pattern(rule.source).match("layer1.3.conv1.weight")
+    assert m and int(m.group(1)) - rule.start == 2
+    assert rule.name(2) == "layer1.3.conv1.weight"
+    assert not layout.pattern(rule.source).match("layer1.3.conv1.weight_orig")
+    assert layout.pattern("{*}num_batches_tracked").match("layer2.0.bn1.num_batches_tracked")
+
+
+@pytest.mark.parametrize("family", sorted(MAPS))
+def test_each_map_fills_each_parameter_once(family) -> None:
+    for variant in MAPS[family]:
+        targets = [t for r in variant.rules for t in r.targets]
+        assert len(targets) == len(set(targets)), variant.spec
+        for r in variant.rules:
+            assert len(r.targets) == int(np.prod([op.parts for op in r.ops])), r
+
+
+def test_the_streaming_writer_writes_plain_safetensors(tmp_path) -> None:
+    arrays = {"params/a/w": np.ones((2, 3), np.float32), "state/b": np.arange(5.0)}
+    path = tmp_path / "x.safetensors"
+    with StreamWriter(path, {k: v.shape for k, v in arrays.items()}) as w:
+        w.write_all(arrays.items())
+    back = load_file(str(path))
+    assert back.keys() == arrays.keys()
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(back[k], v)
+    with pytest.raises(ValueError), StreamWriter(tmp_path / "y.safetensors", {"a": (2,)}) as w:
+        w.write("a", np.zeros(3))
+    assert not (tmp_path / "y.safetensors").exists()
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
