@@ -15,13 +15,14 @@ from lbdl_dsl.backends.diagram import dot as _dot
 from lbdl_dsl.backends.diagram import expand as _expand
 from lbdl_dsl.backends.diagram import failures
 from lbdl_dsl.backends.diagram.run_dot import render
-from lbdl_dsl.backends.diagram.scene import Scene
+from lbdl_dsl.backends.diagram.scene import PARAM, Scene
+from lbdl_dsl.backends.diagram.shading import Shading
 from lbdl_dsl.backends.diagram.walk import Walker
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.core.errors import LbdlError
 
 
-def scene(compiled: Compiled, expand: str | None = None) -> Scene:
+def scene(compiled: Compiled, expand: str | None = None, shading: Shading | None = None) -> Scene:
     """What `to_dot` draws, before it is written: for tests and other writers."""
     program = compiled.program
     if program is None:
@@ -31,12 +32,17 @@ def scene(compiled: Compiled, expand: str | None = None) -> Scene:
     walker.model(out)
     if compiled.checked is not None:
         out.note = failures.attach(walker.sites, compiled.checked.diagnostics)
+    if shading is not None:
+        for box in out.boxes():
+            box.fill = shading.fills.get(box.id, "") if box.look == PARAM else ""
+        out.legend = shading.legend
     return out
 
 
-def to_dot(compiled: Compiled, expand: str | None = None) -> str:
-    """The DOT document of ``compiled``'s model; ``expand`` opens block calls (see `expand`)."""
-    return _dot.write(scene(compiled, expand))
+def to_dot(compiled: Compiled, expand: str | None = None, shading: Shading | None = None) -> str:
+    """The DOT document of ``compiled``'s model; ``expand`` opens block calls (see `expand`);
+    ``shading`` colours boxes by how a mesh splits their parameters (`shading`)."""
+    return _dot.write(scene(compiled, expand, shading))
 
 
 __all__ = ["render", "scene", "to_dot"]

@@ -49,6 +49,12 @@ def _mha_macs(c: Ctx, t: Expr, d: Expr, s: Expr, dz: Expr, out: Expr) -> Expr:
     return projections + h * t * s * (dqk + dv)  # Q·Kᵀ and A·V
 
 
+def _mha_kept(c: Ctx, t: Expr, d: Expr, s: Expr) -> Expr:
+    """Q, K and V, which training keeps for the backward pass (memory per device)."""
+    h, dqk, dv = _heads(c, d)
+    return t * h * dqk + s * h * (dqk + dv)
+
+
 def _mha_call(e: Emit, q_in: str, kv_in: str, causal: bool) -> str:
     names = ["wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]
     p = ", ".join(f'"{n}": {e.param(n)}' for n in names if e.has_param(n))
@@ -101,6 +107,7 @@ MHA = Layer(
     shape=_mha_shape,
     params=lambda c: _mha_specs(c, c.x[1], _mha_z(c)[1], c.out[1]),
     macs=lambda c: _mha_macs(c, c.x[0], c.x[1], _mha_z(c)[0], _mha_z(c)[1], c.out[1]),
+    kept=lambda c: _mha_kept(c, c.x[0], c.x[1], _mha_z(c)[0]),
     lower=lambda e: _mha_call(e, e.x[0], e.x[1] if len(e.x) > 1 else e.x[0], e.hp["causal"]),
     from_annotation=(("out", -1),),
     example=("16×64", "mha h=4"),
@@ -180,6 +187,7 @@ SELF_ATT = Layer(
     shape=_block_shape,
     params=lambda c: _ln_specs(c.x[1]) | _mha_specs(c, c.x[1], c.x[1], c.x[1]),
     macs=lambda c: _mha_macs(c, c.x[0], c.x[1], c.x[0], c.x[1], c.x[1]),
+    kept=lambda c: _mha_kept(c, c.x[0], c.x[1], c.x[0]),
     lower=lambda e: _self_att_lower(e, cross=False),
     composite=True,
     example=("16×64", "self-att h=4 causal=true"),
@@ -197,6 +205,7 @@ CROSS_ATT = Layer(
     shape=_block_shape,
     params=lambda c: _ln_specs(c.x[1]) | _mha_specs(c, c.x[1], c.ins[1][1], c.x[1]),
     macs=lambda c: _mha_macs(c, c.x[0], c.x[1], c.ins[1][0], c.ins[1][1], c.x[1]),
+    kept=lambda c: _mha_kept(c, c.x[0], c.x[1], c.ins[1][0]),
     lower=lambda e: _self_att_lower(e, cross=True),
     composite=True,
     example=("16×64", "cross-att(Z) h=4"),
@@ -256,6 +265,7 @@ FFW = Layer(
     shape=lambda c: c.rank(1, 2, 3),
     params=_ffw_params,
     macs=lambda c: 2 * numel(c.x[:-1]) * c.x[-1] * _ffw_hidden(c),
+    kept=lambda c: numel(c.x[:-1]) * _ffw_hidden(c),
     lower=_ffw_lower,
     composite=True,
     stochastic=True,

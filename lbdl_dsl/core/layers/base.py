@@ -200,6 +200,9 @@ class Layer:
     ties: tuple[tuple[str, dict[str, tuple[str, bool]]], ...] = ()  # (op, {mine: (theirs, T)})
     example: tuple[str, str] = ("", "")  # (input shape, box line) for docs and tests
     stochastic: bool = False  # needs a key in training (dropout)
+    # values a composite box keeps inside for its backward pass, per sample, beyond its output
+    # (the products a ×N group's loop keeps: Q, K, V; a feed-forward block's hidden layer)
+    kept: Callable[[Ctx], Expr | int] = lambda c: 0
 
     def hparam(self, name: str) -> HP | None:
         return next((h for h in self.hparams if h.name == name), None)
