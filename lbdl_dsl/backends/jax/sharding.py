@@ -159,6 +159,17 @@ class Sharded:
         )
 
 
+def restore_target(like: Any, shardings: Any) -> Any:
+    """What orbax restores into: ``like``'s shapes and types (arrays, or a checkpoint's own
+    metadata) in ``shardings`` (a pytree of the same structure, or one sharding for all). A
+    checkpoint written on one mesh, by any number of processes, comes back on another so."""
+    if isinstance(shardings, jax.sharding.Sharding):
+        shardings = jax.tree.map(lambda _: shardings, like)
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(tuple(a.shape), a.dtype, sharding=s), like, shardings
+    )
+
+
 def _from_blocks(
     sharding: NamedSharding, entry: tuple, stream: shard_init.Stream, offset: int
 ) -> jax.Array:
