@@ -8,6 +8,7 @@ reads ``37.3 MiB × B·T``. Only rich is imported, so ``--check`` stays fast.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -130,7 +131,7 @@ def render(checked: Checked, plan: Plan, depth: int | None = 1) -> str:
     for level, _, label, b in table:
         cells = [b.params, b.grads, b.optimizer, *([b.state] if has_state else []), b.activations]
         grid.add_row("  " * level + label, *(fmt_bytes(c) for c in cells))
-    console = Console(width=240, no_color=True, highlight=False, record=True, file=_Null())
+    console = Console(width=240, no_color=True, highlight=False, record=True, file=io.StringIO())
     for line in _header(plan):
         console.print(line)
     console.print(grid)
@@ -139,7 +140,9 @@ def render(checked: Checked, plan: Plan, depth: int | None = 1) -> str:
     console.print(f"optimiser    {fmt_bytes(whole.optimizer)} ({opt_name}, with its step count)")
     if has_state:
         console.print(f"state        {fmt_bytes(whole.state)}")
-    console.print(f"activations  {fmt_bytes(whole.activations)} (every box's output, float32)")
+    console.print(
+        f"activations  {fmt_bytes(whole.activations)} (what the backward pass keeps, float32)"
+    )
     console.print(f"inputs       {fmt_bytes(whole.inputs)}")
     console.print(f"total        {fmt_bytes(whole.total)} per device")
     for note in plan.layout.notes:
@@ -182,11 +185,3 @@ def to_json(checked: Checked, plan: Plan, depth: int | None = None) -> dict[str,
         "notes": list(layout.notes),
         "assumptions": list(layout.assumptions),
     }
-
-
-class _Null:
-    def write(self, _: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        pass

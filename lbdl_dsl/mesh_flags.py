@@ -55,6 +55,7 @@ def plan(args: argparse.Namespace, compiled: Compiled) -> Plan | None:
         return None
     mesh = parse_mesh(mesh_text)
     rules = parse_rules(shard or [], mesh)
+    assert compiled.checked is not None, "the mesh flags come after a successful check"
     layout = resolve(compiled.checked, mesh, rules)
     batch = getattr(args, "global_batch", None)
     if batch is not None and (batch < 1 or batch % layout.batch_pieces):

@@ -96,6 +96,9 @@ def launch(command: list[str], n: int, per: int | None = None, port: int | None 
     code = _wait(procs)
     for pump in pumps:
         pump.join()
+    for proc in procs:
+        if proc.stdout is not None:
+            proc.stdout.close()
     return code
 
 

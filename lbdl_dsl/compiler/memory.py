@@ -11,7 +11,8 @@ without JAX. Per device, for each box and in total:
 - activations: what the backward pass needs, for the per-device batch ``B`` (the global batch
   over the mesh axes that split it), float32: every box's output, and what a composite box keeps
   inside (its registry entry's ``kept``: attention's Q, K and V, a feed-forward block's hidden
-  layer); symbolic in ``B`` and in the spec's free sizes (a sequence's ``T``);
+  layer), split like its inner width (tensor parallelism splits it); symbolic in ``B`` and in
+  the spec's free sizes (a sequence's ``T``);
 - inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks).
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step
@@ -26,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lbdl_dsl.compiler.instance import Checked, Inst
-from lbdl_dsl.compiler.sharding import Layout
+from lbdl_dsl.compiler.sharding import Layout, arrays
 from lbdl_dsl.core.layers import Ctx, lookup
 from lbdl_dsl.core.symbolic import Expr, sym, total
 
@@ -88,8 +89,29 @@ class BoxBytes:
     bytes: Bytes
 
 
-def kept(inst: Inst, memo: dict[int, Expr]) -> Expr:
-    """Values kept for the backward pass, per sample, by a box and everything inside it."""
+INNER_ROLES = frozenset({"heads", "kv", "mlp", "hidden"})
+"""The roles of a composite box's inner width: where what it keeps inside lives, so that tensor
+parallelism, which splits these axes of its weights, splits what it keeps the same way."""
+
+
+def inner_pieces(checked: Checked, layout: Layout) -> dict[int, int]:
+    """Per instance (by id), how many pieces its inner width is cut into."""
+    out: dict[int, int] = {}
+    for arr in arrays(checked.root):
+        placement = layout.arrays[arr.path]
+        axes = {
+            a
+            for role, axis in zip(placement.roles, placement.spec)
+            if role in INNER_ROLES and axis is not None
+            for a in ((axis,) if isinstance(axis, str) else axis)
+        }
+        out[id(arr.inst)] = max(out.get(id(arr.inst), 1), layout.mesh.size(tuple(sorted(axes))))
+    return out
+
+
+def kept(inst: Inst, memo: dict[int, Expr], inner: dict[int, int]) -> Expr:
+    """Values kept for the backward pass, per sample and device, by a box and all inside it:
+    its output, and what a composite keeps inside, over the pieces of its inner width."""
     key = id(inst)
     if key in memo:
         return memo[key]
@@ -97,9 +119,11 @@ def kept(inst: Inst, memo: dict[int, Expr]) -> Expr:
     if inst.kind == "layer" and inst.output is not None:
         shapes = [t.shape for t in inst.inputs]
         ctx = Ctx(inst.node.op, shapes, dict(inst.hp), out=inst.output.shape)
-        out = _numel(inst.output.shape) + Expr.lift(lookup(inst.node.op).kept(ctx))
+        layer = lookup(inst.node.op)
+        inside = Expr.lift(layer.kept(ctx) if layer else 0) / inner.get(key, 1)
+        out = _numel(inst.output.shape) + inside
     for _, child, copies in inst.children():
-        out = out + kept(child, memo) * copies
+        out = out + kept(child, memo, inner) * copies
     memo[key] = out
     return out
 
@@ -116,13 +140,14 @@ def _box(
     moments: int,
     b: Expr,
     memo: dict[int, Expr],
+    inner: dict[int, int],
 ) -> Bytes:
     """A row's bytes, all copies counted: a ×N group's arrays are stacked, one array each."""
     path, inst, copies = row
     prefix = path + "/"
     params = total(b for k, b in arrays.items() if k.startswith(prefix) and _kind(layout, k))
     state = total(b for k, b in arrays.items() if k.startswith(prefix) and not _kind(layout, k))
-    acts = kept(inst, memo) * copies * FLOAT * b
+    acts = kept(inst, memo, inner) * copies * FLOAT * b
     return Bytes(params, params, params * moments, state, acts, Expr())
 
 
@@ -149,12 +174,13 @@ def per_device(
     params = total(v for k, v in arrays.items() if _kind(layout, k))
     state = total(v for k, v in arrays.items() if not _kind(layout, k))
     memo: dict[int, Expr] = {}
-    acts = total(kept(inst, memo) for inst in checked.root) * FLOAT * b
+    inner = inner_pieces(checked, layout)
+    acts = total(kept(inst, memo, inner) for inst in checked.root) * FLOAT * b
     inputs = total(
         _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
     )
     whole = Bytes(params, params, params * moments + counters * COUNTER, state, acts, inputs)
-    boxes = [BoxBytes(row[0], _box(row, layout, arrays, moments, b, memo)) for row in rows]
+    boxes = [BoxBytes(row[0], _box(row, layout, arrays, moments, b, memo, inner)) for row in rows]
     return whole, boxes
 
 

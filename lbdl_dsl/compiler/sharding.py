@@ -321,7 +321,7 @@ def _symbolic_shapes(checked: Checked, symbols: set[str], rules: Rules) -> dict[
             f"so its axes cannot be found by that symbol ({first.message})",
             first.span,
             hint="name the axes by their role instead (e.g. heads=tensor, embed=fsdp)",
-            notes=first.notes,
+            notes=[n for n in first.notes if n.message.startswith("in block")],
         )
     return {a.path: (*a.stack, *a.spec.shape) for a in arrays(again.root)}
 

@@ -19,7 +19,9 @@ def render(compiled: Compiled) -> str:
         "# path: the logical role of each axis, which sharding rules map to mesh axes",
         "ROLES = {",
     ]
-    for arr in arrays(compiled.checked.root):
+    assert compiled.checked is not None, "a module is generated from a checked spec"
+    walked = list(arrays(compiled.checked.root))
+    for arr in [a for a in walked if a.kind == "param"] + [a for a in walked if a.kind == "state"]:
         roles = ("layers",) * len(arr.stack) + arr.spec.roles
         lines.append(f"    {arr.path!r}: {roles!r},")
     lines.append("}")
