@@ -84,3 +84,38 @@ def summary(checked, plan: Plan | None, depth: int | None, as_json: bool, termin
     if plan is not None:
         text += "\n" + memory_report.render(checked, plan, depth)
     return text
+
+
+def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of a command that runs on a mesh (``lbdl train``): the mesh, the rules, and
+    the processes to join (none given: `lbdl launch`'s, a cluster's, or one process alone)."""
+    g = p.add_argument_group("devices and processes (docs/scaling.md)")
+    g.add_argument("--mesh", metavar="AXES", help="a device mesh, e.g. data=2,fsdp=4")
+    g.add_argument(
+        "--shard",
+        nargs="+",
+        metavar="RULE",
+        help="presets dp, fsdp, tp joined by +, and/or rules ROLE=AXIS SYMBOL=AXIS; default dp",
+    )
+    g.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address")
+    g.add_argument("--num-processes", type=int, metavar="N", help="how many processes")
+    g.add_argument("--process-id", type=int, metavar="I", help="this process, 0 to N-1")
+
+
+def parallel(args: argparse.Namespace, model):
+    """The `Parallel` the flags ask for (joining the other processes first), or None without
+    ``--mesh`` (one device, as before). Call it before anything else uses JAX."""
+    if getattr(args, "mesh", None) is None:
+        if getattr(args, "shard", None):
+            raise flag_error("--shard", "needs a mesh", "give one with --mesh data=2,fsdp=2")
+        return None
+    from lbdl_dsl.backends.jax.parallel import Parallel
+
+    return Parallel.start(
+        model,
+        args.mesh,
+        args.shard or [],
+        args.coordinator,
+        args.num_processes,
+        args.process_id,
+    )

@@ -91,7 +91,8 @@ class BoxBytes:
 
 INNER_ROLES = frozenset({"heads", "kv", "mlp", "hidden"})
 """The roles of a composite box's inner width: where what it keeps inside lives, so that tensor
-parallelism, which splits these axes of its weights, splits what it keeps the same way."""
+parallelism, which splits these axes of its weights, splits what it keeps the same way (a mesh
+axis that splits the batch does not: FSDP gathers each weight whole before using it)."""
 
 
 def inner_pieces(checked: Checked, layout: Layout) -> dict[int, int]:
@@ -104,6 +105,7 @@ def inner_pieces(checked: Checked, layout: Layout) -> dict[int, int]:
             for role, axis in zip(placement.roles, placement.spec)
             if role in INNER_ROLES and axis is not None
             for a in ((axis,) if isinstance(axis, str) else axis)
+            if a not in layout.batch  # FSDP gathers the weights: the batch was split already
         }
         out[id(arr.inst)] = max(out.get(id(arr.inst), 1), layout.mesh.size(tuple(sorted(axes))))
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax
 
@@ -28,10 +29,6 @@ MODE = sys.argv[1]
 OUT = Path(sys.argv[2])
 if MODE == "devices":
     jax.config.update("jax_num_cpu_devices", 4)
-else:
-    from lbdl_dsl.backends.jax import distributed
-
-    PROCESSES = distributed.initialize()
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 import jax.numpy as jnp  # noqa: E402
@@ -39,6 +36,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 import lbdl_dsl  # noqa: E402
+from lbdl_dsl.backends.jax.parallel import Parallel  # noqa: E402
 from lbdl_dsl.backends.jax.sharding import Sharded, restore_target  # noqa: E402
 from lbdl_dsl.compiler.memory import per_device  # noqa: E402
 
@@ -250,30 +248,57 @@ def resnet() -> dict:
     }
 
 
+class TrainState(NamedTuple):
+    """The shape of `lbdl train`'s state: what `Parallel` is written for."""
+
+    step: Any
+    params: Any
+    state: Any
+    opt_state: Any
+    key: Any
+
+
 def two_processes() -> dict:
+    """Through `Parallel`, the thin layer `lbdl train --mesh` stands on."""
     model = lbdl_dsl.compile(REPO / "specs" / "gpt.lbdl", **GPT)
+    par = Parallel.start(model, *LAYOUTS["fsdp"])  # joins the other process first
     loss = gpt_loss(model)
     everything = tokens(BATCH).astype(np.int32)
-    ref = train(model, loss, [everything], None) if PROCESSES.index == 0 else None
-    rows = distributed.process_rows(BATCH, PROCESSES.index, PROCESSES.count)
-    sharded = Sharded.of(model, *LAYOUTS["fsdp"])
-    run = train(model, loss, [everything[rows]], sharded)
+    ref = train(model, loss, [everything], None) if par.is_main else None
+
+    def train_step(ts: TrainState, batch: dict):
+        grad = jax.value_and_grad(loss, has_aux=True)
+        (value, new_state), grads = grad(ts.params, ts.state, jax.random.PRNGKey(7), batch["x"])
+        updates, opt_state = TX.update(grads, ts.opt_state, ts.params)
+        params = optax.apply_updates(ts.params, updates)
+        return TrainState(ts.step + 1, params, new_state, opt_state, ts.key), {"loss": value}
+
+    key = jax.random.PRNGKey(0)
+    ts = par.init_state(TrainState, model, TX, key, jax.random.PRNGKey(9))
+    step = par.jit(train_step, ts, TX)
+    batch = par.put({"x": everything[par.rows(BATCH)]})
+    losses = []
+    for _ in range(STEPS):
+        ts, metrics = step(ts, batch)
+        losses.append(float(metrics["loss"]))
     import orbax.checkpoint as ocp
 
     with ocp.StandardCheckpointer() as ckptr:
-        ckptr.save((OUT / "ckpt").absolute(), {"params": run["arrays"][0]})
+        ckptr.save((OUT / "ckpt").absolute(), {"params": ts.params})
     if ref is not None:  # one device's parameters after the same steps, for the test
         reference = {k: np.asarray(v) for k, v in flat(ref["arrays"][0]).items()}
         np.savez(OUT / "reference.npz", **reference)
+    processes = par.processes
     return {
-        "process": PROCESSES.index,
-        "processes": PROCESSES.count,
-        "source": PROCESSES.source,
+        "process": processes.index,
+        "processes": processes.count,
+        "source": processes.source,
         "devices": len(jax.devices()),
         "local_devices": len(jax.local_devices()),
         "reference": ref["losses"] if ref is not None else None,
-        "fsdp": run["losses"],
-        "specs_match": specs_match(run["arrays"][0], sharded),
+        "fsdp": losses,
+        "specs_match": specs_match(ts.params, par.sharded),
+        "step": int(ts.step),
     }
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -177,3 +178,58 @@ def test_the_first_failure_stops_the_others_and_is_the_exit_code() -> None:
 def test_launch_without_a_command_is_a_user_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main.main(["launch", "-n", "2"]) == 1
     assert "no command" in capsys.readouterr().err
+
+
+# -- the layer lbdl train stands on --------------------------------------------------------------
+
+
+class _TrainState(NamedTuple):
+    step: Any
+    params: Any
+    state: Any
+    opt_state: Any
+    key: Any
+
+
+def test_parallel_runs_a_train_state_step_like_one_device() -> None:
+    import argparse
+
+    import jax.numpy as jnp
+    import optax
+
+    from lbdl_dsl import mesh_flags
+
+    model = lbdl_dsl.compile(REPO / "specs" / "mlp.lbdl")
+    tx = optax.adam(1e-2)
+
+    def train_step(ts: _TrainState, batch: dict):
+        def loss(params):
+            y, _ = model.apply(params, ts.state, batch["x"])
+            return jnp.mean((y - batch["y"]) ** 2)
+
+        value, grads = jax.value_and_grad(loss)(ts.params)
+        updates, opt_state = tx.update(grads, ts.opt_state, ts.params)
+        params = optax.apply_updates(ts.params, updates)
+        return _TrainState(ts.step + 1, params, ts.state, opt_state, ts.key), {"loss": value}
+
+    p = argparse.ArgumentParser()
+    mesh_flags.add_parallel_arguments(p)
+    assert mesh_flags.parallel(p.parse_args([]), model) is None
+    par = mesh_flags.parallel(p.parse_args(["--mesh", "data=1", "--shard", "in=data"]), model)
+    assert par is not None and par.is_main and par.rows(8) == slice(0, 8)
+    key = jax.random.PRNGKey(0)
+    ts = par.init_state(_TrainState, model, tx, key, jax.random.PRNGKey(1))
+    host = {"x": np.ones((8, 50), np.float32), "y": np.zeros((8, 2), np.float32)}
+    step = par.jit(train_step, ts, tx)
+    params, state = model.init(key)
+    plain = _TrainState(jnp.zeros((), jnp.int32), params, state, tx.init(params), key)
+    plain_step = jax.jit(train_step)
+    for _ in range(2):
+        ts, metrics = step(ts, par.put(host))
+        plain, plain_metrics = plain_step(plain, host)
+        assert float(metrics["loss"]) == pytest.approx(float(plain_metrics["loss"]), rel=1e-6)
+    assert int(ts.step) == 2
+    w = ts.params["fc_0"]["w"]
+    assert tuple(w.sharding.spec) == ("data", None)  # in=data
+    with pytest.raises(LbdlError, match="--shard: needs a mesh"):
+        mesh_flags.parallel(p.parse_args(["--shard", "fsdp"]), model)
