@@ -78,8 +78,10 @@ def check_times(repeats: int) -> None:
     in_process, _ = best_of(repeats, passes)
     print("| GPT-3, data=8,fsdp=16,tensor=8, fsdp+tp | best | median |")
     print("|---|---|---|")
-    print(f"| `lbdl check ... --mesh ... --shard fsdp+tp`, whole process | {best * 1e3:.0f} ms "
-          f"| {median * 1e3:.0f} ms |")
+    print(
+        f"| `lbdl check ... --mesh ... --shard fsdp+tp`, whole process | {best * 1e3:.0f} ms "
+        f"| {median * 1e3:.0f} ms |"
+    )
     print(f"| the sharding and memory passes, in process | {in_process * 1e3:.1f} ms | |")
     print()
 
@@ -154,13 +156,17 @@ def xla_table() -> None:
         check=True,
     )
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"| model | layout | arguments: checker | XLA | activations: checker | XLA residuals "
-          f"| ratio |  (per device, batch {BATCH} over 4 devices)")
+    print(
+        f"| model | layout | arguments: checker | XLA | activations: checker | XLA residuals "
+        f"| ratio |  (per device, batch {BATCH} over 4 devices)"
+    )
     print("|---|---|---|---|---|---|---|")
     for key, r in rows.items():
         ratio = r["xla_residuals"] / r["checker_activations"]
-        print(f"| {key} | {r['checker_arguments']:,} | {r['xla_arguments']:,} | "
-              f"{r['checker_activations']:,} | {r['xla_residuals']:,} | {ratio:.2f} |")
+        print(
+            f"| {key} | {r['checker_arguments']:,} | {r['xla_arguments']:,} | "
+            f"{r['checker_activations']:,} | {r['xla_residuals']:,} | {ratio:.2f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
