@@ -156,10 +156,9 @@ def xla_table() -> None:
         check=True,
     )
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(
-        f"| model | layout | arguments: checker | XLA | activations: checker | XLA residuals "
-        f"| ratio |  (per device, batch {BATCH} over 4 devices)"
-    )
+    print(f"Bytes per device, a global batch of {BATCH} over 4 virtual CPU devices.\n")
+    head = ["model", "layout", "arguments: checker", "XLA", "activations: checker", "XLA residuals"]
+    print("| " + " | ".join([*head, "ratio"]) + " |")
     print("|---|---|---|---|---|---|---|")
     for key, r in rows.items():
         ratio = r["xla_residuals"] / r["checker_activations"]

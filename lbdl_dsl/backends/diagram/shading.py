@@ -16,7 +16,7 @@ from lbdl_dsl.compiler.sharding import Layout
 REPLICATED = "replicated"
 REPLICATED_FILL = "#e3e3e3"
 PALETTE = ("#c9d8ee", "#cfe8c9", "#f6dcb5", "#e4cfee", "#f3c9c9", "#c9ece8", "#eee6b5")
-"""Fills for the split categories, in the order of `categories` (the look of `style`)."""
+"""Fills for the split categories, in order: fewer mesh axes first, then the mesh's order."""
 
 
 @dataclass(frozen=True)
