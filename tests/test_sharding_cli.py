@@ -103,7 +103,7 @@ def test_the_diagram_colours_boxes_by_how_they_are_split(tmp_path: Path) -> None
     from lbdl_dsl.backends.diagram.shading import PALETTE
 
     assert "split over fsdp+tensor" in dot and "split over fsdp" in dot
-    assert PALETTE[1] in dot and PALETTE[1] not in (plain / "gpt3.dot").read_text("utf-8")
+    assert PALETTE[0] in dot and PALETTE[0] not in (plain / "gpt3.dot").read_text("utf-8")
 
 
 def test_shading_names_each_box_by_the_mesh_axes_under_it() -> None:

@@ -27,7 +27,9 @@ _GRACE = 10.0  # seconds a stopped process has before it is killed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--processes", type=int, required=True, metavar="N", help="how many")
+    p.add_argument(
+        "-n", "--processes", type=int, required=True, metavar="N", help="how many processes"
+    )
     p.add_argument(
         "--devices-per-process",
         type=int,

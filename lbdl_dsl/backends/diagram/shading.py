@@ -3,8 +3,9 @@
 A box's colour says which mesh axes its parameters use, all of them together: ``replicated``
 (every device holds them whole), ``fsdp``, ``tensor``, ``fsdp+tensor``... The colours come from
 one fixed table in a fixed order of categories, so that the same layout gives the same bytes;
-boxes without parameters keep the ordinary look. The writer paints what `Shading` says and
-writes its legend under the figure.
+boxes without parameters, and boxes whose weights are another's (``tie=``), keep the ordinary
+look, whose blue is in none of the categories. The writer paints what `Shading` says and writes
+its legend under the figure.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from lbdl_dsl.compiler.sharding import Layout
 
 REPLICATED = "replicated"
 REPLICATED_FILL = "#e3e3e3"
-PALETTE = ("#c9d8ee", "#cfe8c9", "#f6dcb5", "#e4cfee", "#f3c9c9", "#c9ece8", "#eee6b5")
+PALETTE = ("#cfe8c9", "#f6dcb5", "#e4cfee", "#c9ece8", "#f3c9c9", "#eee6b5", "#d6d9f2")
 """Fills for the split categories, in order: fewer mesh axes first, then the mesh's order."""
 
 
