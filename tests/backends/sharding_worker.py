@@ -274,7 +274,7 @@ def two_processes() -> dict:
         return TrainState(ts.step + 1, params, new_state, opt_state, ts.key), {"loss": value}
 
     key = jax.random.PRNGKey(0)
-    ts = par.init_state(TrainState, model, TX, key, jax.random.PRNGKey(9))
+    ts = par.init_state(TrainState, model, TX, key, jax.random.key(9))  # a typed key
     step = par.jit(train_step, ts, TX)
     batch = par.put({"x": everything[par.rows(BATCH)]})
     losses = []

@@ -218,7 +218,7 @@ def test_parallel_runs_a_train_state_step_like_one_device() -> None:
     par = mesh_flags.parallel(p.parse_args(["--mesh", "data=1", "--shard", "in=data"]), model)
     assert par is not None and par.is_main and par.rows(8) == slice(0, 8)
     key = jax.random.PRNGKey(0)
-    ts = par.init_state(_TrainState, model, tx, key, jax.random.PRNGKey(1))
+    ts = par.init_state(_TrainState, model, tx, key, jax.random.key(1))
     host = {"x": np.ones((8, 50), np.float32), "y": np.zeros((8, 2), np.float32)}
     step = par.jit(train_step, ts, tx)
     params, state = model.init(key)

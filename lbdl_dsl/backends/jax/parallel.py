@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from lbdl_dsl.backends.jax import distributed
@@ -95,9 +94,8 @@ class Parallel:
         """``state_type(step, params, state, opt_state, key)``, every array in its sharding."""
         params, state = self.sharded.init(model, init_key)
         opt_state = self.sharded.init_opt_state(tx, params)
-        replicated = self.sharded.replicated
-        step = jax.device_put(jnp.zeros((), jnp.int32), replicated)
-        return state_type(step, params, state, opt_state, jax.device_put(train_key, replicated))
+        step = self.sharded.replicate(np.zeros((), np.int32))
+        return state_type(step, params, state, opt_state, self.sharded.replicate(train_key))
 
     def jit(self, train_step: Callable, ts: Any, tx: Any, donate: bool = True) -> Callable:
         """``train_step(ts, batch) -> (ts, metrics)`` with ``ts`` kept in its shardings, the

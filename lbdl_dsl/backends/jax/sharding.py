@@ -123,6 +123,19 @@ class Sharded:
             out.append(unflatten(arrays))
         return out[0], out[1]
 
+    def replicate(self, value: Any) -> jax.Array:
+        """A value every process holds the same of (a step count, a key), on every device of
+        the mesh; from host data, as ``device_put`` cannot reach other processes' devices."""
+        if jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+            impl = jax.random.key_impl(value)
+            data = self.replicate(jax.random.key_data(value))
+            wrap = jax.jit(
+                lambda d: jax.random.wrap_key_data(d, impl=impl), out_shardings=self.replicated
+            )
+            return wrap(data)
+        host = np.asarray(value)
+        return jax.make_array_from_callback(host.shape, self.replicated, lambda _: host)
+
     def init_opt_state(self, tx: Any, params: Any) -> Any:
         """``tx.init(params)``, made directly in its shardings."""
         return jax.jit(tx.init, out_shardings=self.opt_state(tx, params))(params)
