@@ -49,19 +49,24 @@ def cf(x):
 
 
 @cache
-def _jitted(fn, static: tuple):
-    return jax.jit(fn, static_argnums=static)
+def _jitted(fn, static: tuple, keywords: tuple, dynamic_keys: tuple):
+    def bound(*args, **arrays):
+        return fn(*args, **arrays, **dict(keywords))
+
+    return jax.jit(bound, static_argnums=static)
 
 
-def call(fn, *args):
-    """Run ``fn(*args)`` under ``jax.jit`` with every non-array argument static.
+def call(fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` under ``jax.jit`` with every non-array argument static.
 
     This is how generated code calls the runtime (hyper-parameters are Python constants), and
     one compilation per call is much cheaper than compiling each primitive eagerly.
     """
     dynamic = (np.ndarray, jax.Array, dict)
     static = tuple(i for i, a in enumerate(args) if not isinstance(a, dynamic))
-    return _jitted(fn, static)(*args)
+    arrays = {k: v for k, v in kwargs.items() if isinstance(v, dynamic)}
+    keywords = tuple(sorted((k, v) for k, v in kwargs.items() if k not in arrays))
+    return _jitted(fn, static, keywords, tuple(sorted(arrays)))(*args, **arrays)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +164,7 @@ def test_conv(case):
     w = rand(rng, *kernel, cin // groups, cout)
     b = rand(rng, cout) if bias else None
     pads = rt.same_padding(kernel, dilation) if padding == "same" else padding
-    y = call(rt.conv, cl(x), w, b, stride, pads, dilation, groups)
+    y = call(rt.conv, cl(x), w, b, stride=stride, padding=pads, dilation=dilation, groups=groups)
     expected = ref.conv_nd_ref(x, w, b, stride, padding, dilation, groups)
     if padding == "same":
         assert expected.shape[2:] == size
@@ -190,7 +195,17 @@ def test_conv_transpose(case):
     x = rand(rng, 2, cin, *size)
     w = rand(rng, *kernel, cin, cout // groups)
     b = rand(rng, cout) if bias else None
-    y = call(rt.conv_transpose, cl(x), w, b, stride, padding, out_pad, dilation, groups)
+    y = call(
+        rt.conv_transpose,
+        cl(x),
+        w,
+        b,
+        stride=stride,
+        padding=padding,
+        output_padding=out_pad,
+        dilation=dilation,
+        groups=groups,
+    )
     expected = ref.conv_transpose_nd_ref(x, w, b, stride, padding, out_pad, dilation, groups)
     out_size = tuple(
         (n - 1) * s - 2 * p + d * (k - 1) + op + 1
@@ -213,14 +228,24 @@ def test_conv_transpose_is_gradient_of_conv():
     x = jnp.asarray(rand(rng, 2, 9, 10, 4))
 
     def fwd(x):
-        return rt.conv(x, w_conv, None, stride, tuple((p, p) for p in padding), dilation, 1)
+        return rt.conv(
+            x, w_conv, stride=stride, padding=tuple((p, p) for p in padding), dilation=dilation
+        )
 
     y, vjp = jax.vjp(fwd, x)
     ct = jnp.asarray(rand(rng, *y.shape))
     (grad,) = vjp(ct)
-    no_pad = call(rt.conv_transpose, ct, w_t, None, stride, padding, (0, 0), dilation, 1)
+    no_pad = call(rt.conv_transpose, ct, w_t, stride=stride, padding=padding, dilation=dilation)
     out_pad = tuple(a - b for a, b in zip(x.shape[1:3], no_pad.shape[1:3], strict=True))
-    tx = call(rt.conv_transpose, ct, w_t, None, stride, padding, out_pad, dilation, 1)
+    tx = call(
+        rt.conv_transpose,
+        ct,
+        w_t,
+        stride=stride,
+        padding=padding,
+        output_padding=out_pad,
+        dilation=dilation,
+    )
     np.testing.assert_allclose(tx, grad, **TOL)
 
 
@@ -243,7 +268,7 @@ POOL_CASES = [
 def test_max_pool(case):
     size, kernel, stride, padding, dilation = case
     x = rand(np.random.default_rng(4), 2, 3, *size)
-    y = call(rt.max_pool, cl(x), kernel, stride, padding, dilation)
+    y = call(rt.max_pool, cl(x), window=kernel, stride=stride, padding=padding, dilation=dilation)
     np.testing.assert_allclose(cf(y), ref.max_pool_ref(x, kernel, stride, padding, dilation), **TOL)
 
 
@@ -251,7 +276,7 @@ def test_max_pool(case):
 def test_avg_pool(case):
     size, kernel, stride, padding, _ = case
     x = rand(np.random.default_rng(5), 2, 3, *size)
-    y = call(rt.avg_pool, cl(x), kernel, stride, padding)
+    y = call(rt.avg_pool, cl(x), window=kernel, stride=stride, padding=padding)
     np.testing.assert_allclose(cf(y), ref.avg_pool_ref(x, kernel, stride, padding), **TOL)
 
 
@@ -280,7 +305,9 @@ def test_batch_norm(train, shape):
     scale, bias = rand(rng, c), rand(rng, c)
     mean, var = rand(rng, c), rng.uniform(0.5, 2.0, c)
     xl = cl(x) if x.ndim > 2 else jnp.asarray(x)
-    y, new_mean, new_var = call(rt.batch_norm, xl, scale, bias, mean, var, train, 0.1, 1e-5)
+    y, new_mean, new_var = call(
+        rt.batch_norm, xl, scale, bias, mean, var, train=train, momentum=0.1, eps=1e-5
+    )
     ey, emean, evar = ref.batch_norm_ref(x, scale, bias, mean, var, train, 0.1, 1e-5)
     y = cf(y) if x.ndim > 2 else np.asarray(y)
     np.testing.assert_allclose(y, ey, **TOL)
@@ -294,7 +321,7 @@ def test_batch_norm(train, shape):
 def test_batch_norm_unbiased_running_var():
     """Explicit PyTorch numbers: x = [0, 2] per channel, momentum 0.1, running var 1."""
     x = jnp.asarray([[0.0], [2.0]])
-    y, m, v = call(rt.batch_norm, x, None, None, jnp.zeros(1), jnp.ones(1), True, 0.1, 0.0)
+    y, m, v = call(rt.batch_norm, x, None, None, jnp.zeros(1), jnp.ones(1), train=True, eps=0.0)
     np.testing.assert_allclose(np.asarray(y)[:, 0], [-1.0, 1.0])  # biased var 1
     np.testing.assert_allclose(np.asarray(m), [0.1])
     np.testing.assert_allclose(np.asarray(v), [0.9 + 0.1 * 2.0])  # unbiased var 2
@@ -307,7 +334,7 @@ def test_layer_norm(n_axes, affine):
     x = rand(rng, 2, 3, 4, 5)
     shape = x.shape[-n_axes:]
     scale, bias = (rand(rng, *shape), rand(rng, *shape)) if affine else (None, None)
-    y = call(rt.layer_norm, x, scale, bias, 1e-5, n_axes)
+    y = call(rt.layer_norm, x, scale, bias, eps=1e-5, axes=n_axes)
     np.testing.assert_allclose(y, ref.layer_norm_ref(x, scale, bias, 1e-5, n_axes), **TOL)
 
 
@@ -316,7 +343,7 @@ def test_group_norm(shape, groups):
     rng = np.random.default_rng(9)
     x = rand(rng, *shape)
     scale, bias = rand(rng, shape[1]), rand(rng, shape[1])
-    y = call(rt.group_norm, cl(x), scale, bias, groups, 1e-5)
+    y = call(rt.group_norm, cl(x), scale, bias, groups=groups, eps=1e-5)
     np.testing.assert_allclose(cf(y), ref.group_norm_ref(x, scale, bias, groups, 1e-5), **TOL)
 
 
@@ -324,7 +351,7 @@ def test_rms_norm():
     rng = np.random.default_rng(10)
     x, scale = rand(rng, 2, 3, 8), rand(rng, 8)
     np.testing.assert_allclose(
-        call(rt.rms_norm, x, scale, 1e-6), ref.rms_norm_ref(x, scale, 1e-6), **TOL
+        call(rt.rms_norm, x, scale, eps=1e-6), ref.rms_norm_ref(x, scale, 1e-6), **TOL
     )
 
 
@@ -336,7 +363,7 @@ ACTIVATIONS = [
     (rt.relu, ref.relu_ref),
     (rt.tanh, ref.tanh_ref),
     (rt.sigmoid, ref.sigmoid_ref),
-    (partial(rt.leaky_relu, a=0.1), partial(ref.leaky_relu_ref, a=0.1)),
+    (partial(rt.leaky_relu, slope=0.1), partial(ref.leaky_relu_ref, a=0.1)),
     (partial(rt.gelu, approximate=False), partial(ref.gelu_ref, approximate=False)),
     (partial(rt.gelu, approximate=True), partial(ref.gelu_ref, approximate=True)),
     (rt.silu, ref.silu_ref),
@@ -352,7 +379,7 @@ def test_activations(fn, ref_fn):
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_softmax(axis):
     x = rand(np.random.default_rng(12), 3, 4, 5) * 5
-    y = call(rt.softmax, x, axis)
+    y = call(rt.softmax, x, axis=axis)
     np.testing.assert_allclose(y, ref.softmax_ref(x, axis), **TOL)
     np.testing.assert_allclose(np.sum(np.asarray(y), axis=axis), 1.0, **TOL)
 
@@ -366,46 +393,52 @@ def test_dropout_train():
     x = rand(np.random.default_rng(13), 8, 100) + 5.0  # nonzero everywhere
     key = jax.random.PRNGKey(1)
     p = 0.3
-    y = np.asarray(call(rt.dropout, jnp.asarray(x), p, True, key))
+    y = np.asarray(call(rt.dropout, jnp.asarray(x), p, train=True, key=key))
     keep = y != 0
     np.testing.assert_allclose(y, ref.dropout_ref(x, keep, p), **TOL)
     assert 0.6 < keep.mean() < 0.8
-    np.testing.assert_array_equal(y, np.asarray(call(rt.dropout, jnp.asarray(x), p, True, key)))
-    other = np.asarray(call(rt.dropout, jnp.asarray(x), p, True, jax.random.PRNGKey(2)))
+    np.testing.assert_array_equal(
+        y, np.asarray(call(rt.dropout, jnp.asarray(x), p, train=True, key=key))
+    )
+    other = np.asarray(call(rt.dropout, jnp.asarray(x), p, train=True, key=jax.random.PRNGKey(2)))
     assert np.any(other != y)
-    eager = rt.dropout(jnp.asarray(x), p, True, key)  # eager and jitted draw the same mask
+    eager = rt.dropout(
+        jnp.asarray(x), p, train=True, key=key
+    )  # eager and jitted draw the same mask
     np.testing.assert_array_equal(np.asarray(eager), y)
 
 
 def test_dropout_identity_and_errors():
     x = jnp.asarray(rand(np.random.default_rng(14), 4, 5))
-    assert rt.dropout(x, 0.5, False, None) is x
-    assert rt.dropout(x, 0.0, True, None) is x
+    assert rt.dropout(x, 0.5, train=False, key=None) is x
+    assert rt.dropout(x, 0.0, train=True, key=None) is x
     x4 = x[:, None, None]
-    assert rt.dropout_channels(x4, 0.5, False, None) is x4
-    assert rt.dropout_channels(x4, 0.0, True, None) is x4
+    assert rt.dropout_channels(x4, 0.5, train=False, key=None) is x4
+    assert rt.dropout_channels(x4, 0.0, train=True, key=None) is x4
     with pytest.raises(ValueError, match="key"):
-        rt.dropout(x, 0.5, True, None)
+        rt.dropout(x, 0.5, train=True, key=None)
     with pytest.raises(ValueError, match="key"):
-        rt.dropout_channels(x4, 0.5, True, None)
-    np.testing.assert_array_equal(np.asarray(rt.dropout(x, 1.0, True, jax.random.PRNGKey(0))), 0)
+        rt.dropout_channels(x4, 0.5, train=True, key=None)
+    np.testing.assert_array_equal(
+        np.asarray(rt.dropout(x, 1.0, train=True, key=jax.random.PRNGKey(0))), 0
+    )
 
 
 def test_dropout_channels():
     x = rand(np.random.default_rng(15), 6, 8, 3, 4) + 5.0  # channels-first (B, C, H, W)
     key = jax.random.PRNGKey(3)
     p = 0.5
-    y = cf(call(rt.dropout_channels, cl(x), p, True, key))
+    y = cf(call(rt.dropout_channels, cl(x), p, train=True, key=key))
     keep = np.all(y != 0, axis=(2, 3))  # (B, C)
     dropped = np.all(y == 0, axis=(2, 3))
     assert np.all(keep | dropped)  # whole channels are dropped
     assert 0 < keep.sum() < keep.size
     np.testing.assert_allclose(y, ref.dropout_ref(x, keep[:, :, None, None], p), **TOL)
-    np.testing.assert_array_equal(y, cf(call(rt.dropout_channels, cl(x), p, True, key)))
+    np.testing.assert_array_equal(y, cf(call(rt.dropout_channels, cl(x), p, train=True, key=key)))
     x1 = cl(x[:, :, 0])  # 1-D signals (B, T, C)
-    y1 = np.asarray(call(rt.dropout_channels, x1, p, True, key))
+    y1 = np.asarray(call(rt.dropout_channels, x1, p, train=True, key=key))
     assert np.all(np.all(y1 != 0, axis=1) | np.all(y1 == 0, axis=1))
-    assert rt.dropout_channels(cl(x), p, False, key).shape == (6, 3, 4, 8)
+    assert rt.dropout_channels(cl(x), p, train=False, key=key).shape == (6, 3, 4, 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,7 +488,7 @@ def test_attention(use_mask, causal):
     rng = np.random.default_rng(18)
     q, k, v = rand(rng, 2, 3, 5, 4), rand(rng, 2, 3, 5, 4), rand(rng, 2, 3, 5, 6)
     mask = rng.uniform(size=(2, 1, 5, 5)) < 0.7 if use_mask else None
-    y = call(rt.attention, q, k, v, mask, causal, 0.0, False, None)
+    y = call(rt.attention, q, k, v, mask, causal=causal)
     np.testing.assert_allclose(y, ref.attention_ref(q, k, v, mask, causal), **TOL)
 
 
@@ -465,11 +498,11 @@ def test_attention_cross_lengths_and_fully_masked_rows():
     mask = np.ones((2, 2, 3, 6), dtype=bool)
     mask[0, 1, 2] = False  # one query sees nothing
     mask[1, :, :, 4:] = False  # key padding
-    y = np.asarray(call(rt.attention, q, k, v, mask, False, 0.0, False, None))
+    y = np.asarray(call(rt.attention, q, k, v, mask))
     assert np.all(np.isfinite(y))
     np.testing.assert_array_equal(y[0, 1, 2], 0.0)
     np.testing.assert_allclose(y, ref.attention_ref(q, k, v, mask, False), **TOL)
-    yc = call(rt.attention, q, k, v, None, True, 0.0, False, None)
+    yc = call(rt.attention, q, k, v, None, causal=True)
     np.testing.assert_allclose(yc, ref.attention_ref(q, k, v, None, True), **TOL)
 
 
@@ -477,10 +510,10 @@ def test_attention_dropout():
     rng = np.random.default_rng(20)
     q, k, v = (jnp.asarray(rand(rng, 1, 2, 6, 4)) for _ in range(3))
     key = jax.random.PRNGKey(5)
-    base = call(rt.attention, q, k, v, None, False, 0.5, False, key)
+    base = call(rt.attention, q, k, v, None, dropout=0.5, train=False, key=key)
     np.testing.assert_allclose(base, ref.attention_ref(q, k, v), **TOL)
-    y1 = call(rt.attention, q, k, v, None, False, 0.5, True, key)
-    y2 = call(rt.attention, q, k, v, None, False, 0.5, True, key)
+    y1 = call(rt.attention, q, k, v, None, dropout=0.5, train=True, key=key)
+    y2 = call(rt.attention, q, k, v, None, dropout=0.5, train=True, key=key)
     np.testing.assert_array_equal(np.asarray(y1), np.asarray(y2))
     assert not np.allclose(np.asarray(y1), np.asarray(base))
 
@@ -508,7 +541,7 @@ def test_mha_self(bias, causal):
     rng = np.random.default_rng(21)
     x = rand(rng, 2, 5, 8)
     p = mha_params(rng, 8, 8, 2, 4, 3, 7, bias)
-    y = call(rt.mha, jnp.asarray(x), jnp.asarray(x), p, 2, causal, 0.0, False, None)
+    y = call(rt.mha, jnp.asarray(x), jnp.asarray(x), p, heads=2, causal=causal)
     assert y.shape == (2, 5, 7)
     np.testing.assert_allclose(y, ref.mha_ref(x, x, p, 2, causal), **TOL)
 
@@ -518,12 +551,12 @@ def test_mha_cross(bias):
     rng = np.random.default_rng(22)
     x, z = rand(rng, 2, 4, 6), rand(rng, 2, 7, 5)
     p = mha_params(rng, 6, 5, 3, 2, 4, 6, bias)
-    y = call(rt.mha, jnp.asarray(x), jnp.asarray(z), p, 3, False, 0.0, False, None)
+    y = call(rt.mha, jnp.asarray(x), jnp.asarray(z), p, heads=3)
     assert y.shape == (2, 4, 6)
     np.testing.assert_allclose(y, ref.mha_ref(x, z, p, 3), **TOL)
     mask = rng.uniform(size=(2, 1, 1, 7)) < 0.6
     mask[:, :, :, 0] = True
-    ym = call(rt.mha, jnp.asarray(x), jnp.asarray(z), p, 3, False, 0.0, False, None, mask)
+    ym = call(rt.mha, jnp.asarray(x), jnp.asarray(z), p, heads=3, mask=mask)
     np.testing.assert_allclose(ym, ref.mha_ref(x, z, p, 3, mask=mask), **TOL)
 
 
@@ -607,7 +640,7 @@ def test_grad_conv():
     x, w, b = rand(rng, 1, 5, 4), rand(rng, 3, 2, 4), rand(rng, 4)
 
     def f(x, w, b):
-        return rt.conv(x, w, b, (2,), ((1, 1),), (1,), 2)
+        return rt.conv(x, w, b, stride=(2,), padding=((1, 1),), groups=2)
 
     check_grads(jax.jit(f), (x, w, b), order=1, modes=["rev"])
 
@@ -617,7 +650,7 @@ def test_grad_conv_transpose():
     x, w, b = rand(rng, 1, 3, 3, 2), rand(rng, 2, 2, 2, 3), rand(rng, 3)
 
     def f(x, w, b):
-        return rt.conv_transpose(x, w, b, (2, 1), (1, 0), (1, 0), (1, 1), 1)
+        return rt.conv_transpose(x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0))
 
     check_grads(jax.jit(f), (x, w, b), order=1, modes=["rev"])
 
@@ -628,7 +661,7 @@ def test_grad_batch_norm():
     mean, var = np.zeros(3), np.ones(3)
 
     def f(x, s, b):
-        return rt.batch_norm(x, s, b, mean, var, True, 0.1, 1e-5)[0]
+        return rt.batch_norm(x, s, b, mean, var, train=True)[0]
 
     check_grads(jax.jit(f), (x, s, b), order=1, modes=["rev"])
 
@@ -636,7 +669,7 @@ def test_grad_batch_norm():
 def test_grad_layer_norm():
     rng = np.random.default_rng(31)
     x, s, b = rand(rng, 2, 3, 4), rand(rng, 3, 4), rand(rng, 3, 4)
-    f = jax.jit(lambda x, s, b: rt.layer_norm(x, s, b, 1e-5, 2))
+    f = jax.jit(lambda x, s, b: rt.layer_norm(x, s, b, axes=2))
     check_grads(f, (x, s, b), order=1, modes=["rev"])
 
 
@@ -644,7 +677,7 @@ def test_grad_mha():
     rng = np.random.default_rng(32)
     x = rand(rng, 1, 3, 4)
     p = mha_params(rng, 4, 4, 2, 2, 2, 4, True)
-    f = jax.jit(lambda x, p: rt.mha(x, x, p, 2, True, 0.0, False, None))
+    f = jax.jit(lambda x, p: rt.mha(x, x, p, heads=2, causal=True))
     check_grads(f, (x, p), order=1, modes=["rev"])
 
 

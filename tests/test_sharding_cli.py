@@ -60,7 +60,7 @@ def test_json_carries_the_same_figures(capsys: pytest.CaptureFixture[str]) -> No
     per = sharding["per_device"]
     assert per["grads"] == per["params"] and per["optimizer"] == 2 * per["params"] + 4
     assert per["activations"].endswith("T")  # T is still free: a formula
-    wq = sharding["arrays"]["repeat_0/self_att_0/wq"]
+    wq = sharding["arrays"]["repeat_0/self_att_0/att/wq"]
     assert wq["spec"] == [None, "fsdp", "tensor"] and wq["pieces"] == 128
     assert wq["roles"] == ["layers", "embed", "heads"]
     top = [row for row in sharding["layers"] if row["depth"] == 0]
@@ -117,7 +117,7 @@ def test_shading_names_each_box_by_the_mesh_axes_under_it() -> None:
     legend = dict(shading.legend)
     assert set(legend) == {"split over fsdp", "split over fsdp+tensor"}
     assert shading.fills["repeat_0/self_att_0"] == legend["split over fsdp+tensor"]
-    assert shading.fills["embed_0"] == legend["split over fsdp"]
+    assert shading.fills["tokens"] == legend["split over fsdp"]
     dp = from_layout(resolve(checked, mesh, parse_rules(["dp"], mesh)))
     assert [text for text, _ in dp.legend] == [REPLICATED]
 

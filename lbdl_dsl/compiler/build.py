@@ -40,9 +40,13 @@ _COUNTED = ("params", "state", "macs")
 
 def slug(op: str) -> str:
     """An identifier-safe form of a layer or block name, for node ids."""
-    if op == "+":
-        return "add"
+    layer = lookup(op)
+    if layer is not None and layer.ident is not None:
+        op = layer.ident
     return re.sub(r"\W+", "_", op).strip("_") or "node"
+
+
+_INTERNAL_ID = re.compile(r"input(_\d+)?|capture_\d+|input:.*")
 
 
 @dataclass
@@ -62,10 +66,22 @@ class _Scope:
     top: bool = False  # the model's or block's own body, not a group inside it
 
     def new_id(self, op: str) -> str:
+        """``fc_0``, ``fc_1``...: the n-th box of its kind in this scope, skipping the names the
+        scope's boxes are given (`fc 4D -> up` is the box ``up``)."""
         base = slug(op)
-        n = self.counters[base]
-        self.counters[base] += 1
-        return f"{base}_{n}"
+        while True:
+            n = self.counters[base]
+            self.counters[base] += 1
+            candidate = f"{base}_{n}"
+            if candidate not in self.later and candidate not in self.graph.names:
+                return candidate
+
+    def box_id(self, op: str, name: ast.Ref | None) -> str:
+        """A box's id: the name the spec gives it, or the next id of its kind (also when the
+        name is already an id here, such as a block's ``input``)."""
+        if name is None or name.name in self.graph.g or _INTERNAL_ID.fullmatch(name.name):
+            return self.new_id(op)
+        return name.name
 
 
 class _Builder:
@@ -358,7 +374,7 @@ class _Builder:
                 )
             values[decl.name] = None if decl.required else default_value(layer, decl)
         return Node(
-            scope.new_id(layer.name),
+            scope.box_id(layer.name, st.name),
             "layer",
             layer.name,
             st.span,
@@ -417,7 +433,7 @@ class _Builder:
                     notes=[Note("defined here", p.span)],
                 )
         return Node(
-            scope.new_id(block.name),
+            scope.box_id(block.name, st.name),
             "call",
             block.name,
             st.span,
@@ -520,10 +536,16 @@ def _param_decls(params: tuple[ast.Param, ...], known: set[str]) -> tuple[ParamD
     return tuple(out)
 
 
-def build(loaded: Loaded) -> Program:
-    """The program of the main file's model, with every block it can reach."""
+def build_blocks(modules: list[ast.Module]) -> dict[str, Block]:
+    """The blocks of ``modules`` alone (a composite box's inside is one such module)."""
+    blocks_ast = _block_asts(modules)
+    builder = _Builder(blocks_ast)
+    return {name: _build_block(builder, b) for name, b in blocks_ast.items()}
+
+
+def _block_asts(modules: list[ast.Module]) -> dict[str, ast.BlockDef]:
     blocks_ast: dict[str, ast.BlockDef] = {}
-    for module in loaded.modules:
+    for module in modules:
         for b in module.blocks:
             if lookup(b.name) is not None:
                 raise LbdlError(
@@ -538,6 +560,12 @@ def build(loaded: Loaded) -> Program:
                     notes=[Note("first defined here", blocks_ast[b.name].name_span)],
                 )
             blocks_ast[b.name] = b
+    return blocks_ast
+
+
+def build(loaded: Loaded) -> Program:
+    """The program of the main file's model, with every block it can reach."""
+    blocks_ast = _block_asts(loaded.modules)
     builder = _Builder(blocks_ast)
     blocks = {name: _build_block(builder, b) for name, b in blocks_ast.items()}
     main = loaded.main

@@ -145,3 +145,43 @@ def default_value(layer: Layer, hp: HP) -> HValue:
     if hp.kind in ("size", "index"):
         return Expr.lift(d)
     return d
+
+
+def _kind_name(hp: HP) -> str:
+    return {
+        "bool": "true or false",
+        "float": "a number",
+        "choice": "one of " + ", ".join(f"`{c}`" for c in hp.choices),
+        "size": "a whole number or a size",
+        "index": "a whole number",
+        "axis": "an axis number",
+    }.get(hp.kind, f"a value of kind {hp.kind}")
+
+
+def coerce(layer: Layer, hp: HP, value: HValue, where: str) -> HValue:
+    """A value that reached a hyper-parameter through a block or model parameter
+    (``p=p``), in the hyper-parameter's canonical form; an error naming both if it does not
+    fit. Written values were decoded already (`normalise`); these arrive only at a use."""
+    if value is None or isinstance(value, ParamRef):
+        return value
+    kind = hp.kind
+    bad = False
+    if kind == "bool":
+        bad = not isinstance(value, bool)
+    elif kind == "float":
+        if isinstance(value, Expr) and value.is_const:
+            return float(value.const_value)
+        bad = isinstance(value, bool) or not isinstance(value, (int, float))
+    elif kind == "choice":
+        bad = value not in hp.choices
+    elif kind in ("size", "index", "axis"):
+        if isinstance(value, float) and value.is_integer():
+            return Expr.lift(int(value)) if kind != "axis" else int(value)
+        bad = isinstance(value, (bool, str, float))
+    if bad:
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        raise LbdlError(
+            f"`{layer.name}` takes {_kind_name(hp)} for `{hp.name}`, but {where} gives `{shown}`",
+            None,
+        )
+    return value

@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lbdl_dsl.compiler.graph import Graph, Node, ParamRef, Program
+from lbdl_dsl.compiler import composite
+from lbdl_dsl.compiler.graph import Graph, GraphInvariantError, Node, ParamRef, Program
+from lbdl_dsl.compiler.hparams import coerce
 from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, compute_totals, numel
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
@@ -34,6 +36,10 @@ def _where(node: Node) -> str:
     if node.kind == "input":
         return f"input `{node.name}`" if node.name else "the block's input"
     return f"`{what}` at line {node.span.line}"
+
+
+def _param_hint(ref: ParamRef) -> str:
+    return f"give `{ref.name}` a value of that kind where the block is used, or as its default"
 
 
 def _subs(value: Any, env: dict[str, Any]) -> Any:
@@ -179,7 +185,7 @@ class Checker:
     def layer(self, inst: Inst, graph: Graph, env: dict[str, Any]) -> Tensor:
         node = inst.node
         layer = lookup(node.op)
-        hp = {k: _subs(v, env) for k, v in node.hparams}
+        hp = self.hparams(node, layer, env)
         ann = None
         source = node.annotation or node.fill
         if source is not None:
@@ -208,6 +214,7 @@ class Checker:
             [t.vocab for t in inst.inputs],
         )
         try:
+            ctx.a = layer.attrs(ctx)
             out = tuple(Expr.lift(d) for d in layer.shape(ctx))
             # the rule's output is already in the caller's symbols: check it, substitute nothing
             out = tuple(self.size(d, {}, node.span, f"the output of `{node.op}`") for d in out)
@@ -225,19 +232,55 @@ class Checker:
             self.bounded(inst.macs, f"the multiply-accumulate count of `{node.op}`", node.span)
         except ShapeFailure as exc:
             raise self.shape_error(inst, exc) from None
-        except (InexactDivision, ZeroDivisionError, ValueError, KeyError, TypeError) as exc:
+        except (InexactDivision, ZeroDivisionError) as exc:
             raise self.shape_error(inst, ShapeFailure(str(exc))) from None
-        inst.hp = hp
+        inst.hp, inst.attrs = hp, ctx.a
+        if layer.inside is not None:
+            self.composite(inst, layer, out)
         if node.shares:
             self.tie(inst, graph, layer)
-        keeps = layer.category == "Tensor" and not inst.params
+        keeps = layer.keeps_dtype
         dtype = inst.inputs[0].dtype if keeps else "float"
         vocab = inst.inputs[0].vocab if keeps else None
         return Tensor(out, dtype, vocab, _where(node), node.span, self.rf(inst, layer, ctx, out))
 
+    def composite(self, inst: Inst, layer: Any, out: tuple[Expr, ...]) -> None:
+        """Check a composite's inside as a block call, so that its parameters, state and MACs
+        are its primitives'. The entry's own rules have validated the box already: a failure
+        inside is reported at the box, and an inside whose output disagrees is our bug."""
+        block = composite.inside(layer, inst.hp, tuple(len(t.shape) for t in inst.inputs))
+        benv: dict[str, Any] = {k: v for k, v in inst.hp.items() if v is not None}
+        for sig, t in zip(block.inputs, inst.inputs):
+            for pat, text, actual in zip(sig.dims, sig.texts, t.shape):
+                self.match(pat, text, actual, benv, block, inst.node, t)
+        mark = len(self.diagnostics)
+        body, result, _ = self.graph(block.body, list(inst.inputs), benv)
+        if len(self.diagnostics) > mark:
+            inner = self.diagnostics[mark]
+            del self.diagnostics[mark:]
+            raise LbdlError(f"`{inst.node.op}`: {inner.message}", inst.node.span, inner.hint)
+        if result is None or result.shape != out:
+            raise GraphInvariantError(f"the inside of `{layer.name}` gives {result}, not {out}")
+        inst.body, inst.inside = body, block
+
+    @staticmethod
+    def hparams(node: Node, layer: Any, env: dict[str, Any]) -> dict[str, Any]:
+        """The box's hyper-parameters with this use's values; one that arrives through a
+        block or model parameter (``p=p``) is read as the kind the layer declares."""
+        hp = {}
+        for key, raw in node.hparams:
+            value = _subs(raw, env)
+            if isinstance(raw, ParamRef):
+                try:
+                    value = coerce(layer, layer.hparam(key), value, f"`{raw.name}`")
+                except LbdlError as err:
+                    raise LbdlError(err.first.message, node.span, hint=_param_hint(raw)) from None
+            hp[key] = value
+        return hp
+
     def rf(self, inst: Inst, layer, ctx: Ctx, out) -> tuple[Expr, Expr] | None:
         rfs = [t.rf for t in inst.inputs if t.rf is not None]
-        if not rfs or len(out) < 2 or layer.layout not in ("cl", "any"):
+        if not rfs or len(out) < 2 or not layer.rf:
             return None
         r, j = max(rfs, key=lambda t: (t[0].as_int() or 0, str(t[0])))  # the widest
         window = layer.window(ctx)

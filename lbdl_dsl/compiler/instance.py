@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lbdl_dsl.compiler.graph import Node, Program
+from lbdl_dsl.compiler.graph import Block, Node, Program
 from lbdl_dsl.core.errors import Diagnostic, Span
-from lbdl_dsl.core.layers.base import PSpec, fmt_shape
+from lbdl_dsl.core.layers.base import Attrs, PSpec, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, total
 
 Shape = tuple[Expr, ...]
@@ -50,7 +50,9 @@ class Inst:
     node: Node
     inputs: list[Tensor]
     output: Tensor | None = None  # None when this box (or one above it) failed
-    hp: dict[str, Any] = field(default_factory=dict)
+    hp: dict[str, Any] = field(default_factory=dict)  # hyper-parameters, as resolved here
+    attrs: Attrs | None = None  # a layer's record, what backends read
+    inside: Block | None = None  # a composite's inside, whose instances are `body`
     params: dict[str, PSpec] = field(default_factory=dict)  # own trainable parameters
     state: dict[str, PSpec] = field(default_factory=dict)
     macs: Expr = field(default_factory=Expr)
@@ -98,7 +100,7 @@ def compute_totals(inst: Inst, memo: dict[int, dict[str, Expr]]) -> dict[str, Ex
         "state": total(numel(p.shape) for p in inst.state.values()),
         "macs": inst.macs,
         "activations": numel(inst.output.shape)
-        if inst.output is not None and inst.kind == "layer"
+        if inst.output is not None and inst.kind == "layer" and inst.inside is None
         else Expr(),
     }
     for _, child, mult in inst.children():

@@ -26,10 +26,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from math import prod
 
+from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.infer import check
 from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.compiler.roles import logical_roles
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span, did_you_mean
-from lbdl_dsl.core.layers.base import ROLES, PSpec, fmt_shape
+from lbdl_dsl.core.layers.base import ROLES, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, sym
 
 Axis = str | tuple[str, ...] | None
@@ -74,7 +76,7 @@ class MeshSpec:
     def size(self, axis: Axis) -> int:
         """How many pieces an array axis placed on ``axis`` is cut into."""
         sizes = dict(self.axes)
-        return prod(sizes[a] for a in _tuple(axis))
+        return prod(sizes[a] for a in axis_names(axis))
 
     def __str__(self) -> str:
         return ",".join(f"{n}={s}" for n, s in self.axes)
@@ -131,7 +133,7 @@ class Placement:
 
     @property
     def mesh_axes(self) -> tuple[str, ...]:
-        return tuple(a for axis in self.spec for a in _tuple(axis))
+        return tuple(a for axis in self.spec for a in axis_names(axis))
 
 
 @dataclass(frozen=True)
@@ -264,42 +266,39 @@ def parse_rules(words: Sequence[str], mesh: MeshSpec) -> Rules:
 # -- the pass ------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Array:
+    """One array as the pass places it: the walker's `Array`, its refined roles, and the box
+    a message names (a composite's inner box is reported at the composite, the user's line)."""
+
     path: str
     kind: str
-    spec: PSpec
-    stack: tuple[Expr, ...]
-    inst: Inst
+    shape: tuple[Expr, ...]
+    roles: tuple[str, ...]
+    box: Inst  # the box of the user's spec that declares it
+    name: str  # its path below that box (`att/wq`)
     calls: tuple[Note, ...]  # the block calls around it, innermost first, for messages
 
 
-def arrays(root: list[Inst]) -> Iterator[_Array]:
-    """Every parameter and state array, with its path and stack, in the JAX module's order.
-
-    Paths and stacking follow the module's PARAMS table (`backends/jax/codegen.param_table`):
-    a ×N group stacks its copies along a leading axis, and a group of distinct copies numbers
-    them. A test keeps the two in step."""
-
-    def visit(
-        insts: list[Inst], prefix: str, stack: tuple[Expr, ...], calls: tuple[Note, ...]
-    ) -> Iterator[_Array]:
-        for inst in insts:
-            here = f"{prefix}{inst.id}"
-            for name, spec in inst.params.items():
-                yield _Array(f"{here}/{name}", "param", spec, stack, inst, calls)
-            for name, spec in inst.state.items():
-                yield _Array(f"{here}/{name}", "state", spec, stack, inst, calls)
-            inner = calls
+def placed_arrays(checked: Checked) -> Iterator[_Array]:
+    """Every parameter and state array in the JAX module's order (`paths.arrays`), with the
+    roles sharding reads (`roles.logical_roles`) and where a message about it points."""
+    boxes = {"/".join(path): inst for path, inst, _ in checked.walk()}
+    roles = logical_roles(checked.root)
+    for arr in paths.arrays(checked.root):
+        parts = arr.path.split("/")
+        box, name, calls = arr.owner, parts[-1], ()
+        for i in range(1, len(parts)):
+            inst = boxes.get("/".join(parts[:i]))
+            if inst is None:  # a copy's number or `shortcut`
+                continue
             if inst.kind == "call":
-                inner = (Note(f"in block `{inst.node.op}`, used here", inst.node.span), *calls)
-            yield from visit(inst.body, f"{here}/", stack, inner)
-            yield from visit(inst.shortcut, f"{here}/shortcut/", stack, inner)
-            for ci, cp in enumerate(inst.copies):
-                sub = f"{here}/{ci}/" if len(inst.copies) > 1 else f"{here}/"
-                yield from visit(cp.body, sub, (*stack, cp.count), inner)
-
-    yield from visit(root, "", (), ())
+                calls = (Note(f"in block `{inst.node.op}`, used here", inst.node.span), *calls)
+            if inst.inside is not None:  # a composite: its inside is ours, not the user's
+                box, name = inst, "/".join(parts[i:])
+                break
+        kind = "param" if arr.trainable else "state"
+        yield _Array(arr.path, kind, arr.shape, roles[arr.path], box, name, calls)
 
 
 def _symbolic_shapes(checked: Checked, symbols: set[str], rules: Rules) -> dict[str, tuple]:
@@ -323,7 +322,7 @@ def _symbolic_shapes(checked: Checked, symbols: set[str], rules: Rules) -> dict[
             hint="name the axes by their role instead (e.g. heads=tensor, embed=fsdp)",
             notes=[n for n in first.notes if n.message.startswith("in block")],
         )
-    return {a.path: (*a.stack, *a.spec.shape) for a in arrays(again.root)}
+    return {a.path: a.shape for a in paths.arrays(again.root)}
 
 
 def _divides(size: Expr, pieces: int) -> bool | None:
@@ -351,8 +350,8 @@ class _Resolver:
         return rule.target == role
 
     def place(self, arr: _Array) -> Placement:
-        shape = tuple(Expr.lift(d) for d in (*arr.stack, *arr.spec.shape))
-        roles = ("layers",) * len(arr.stack) + arr.spec.roles
+        shape = tuple(Expr.lift(d) for d in arr.shape)
+        roles = arr.roles
         symbolic = self.symbolic.get(arr.path, (None,) * len(shape))
         spec: list[Axis] = []
         taken: set[str] = set()
@@ -386,15 +385,15 @@ class _Resolver:
             roles,
             tuple(spec),
             prod(self.mesh.size(a) for a in spec if a is not None),
-            arr.inst.node.span,
+            arr.box.node.span,
         )
 
     def indivisible(self, arr: _Array, size: Expr, role: str, rule: Rule) -> None:
         """Remember a size that does not divide; one message per box, role and rule."""
-        key = (id(arr.inst), arr.calls, role, rule)
+        key = (id(arr.box), arr.calls, role, rule)
         if key not in self.failures:
             self.failures[key] = (arr, size, [])
-        self.failures[key][2].append(arr.path.rsplit("/", 1)[1])
+        self.failures[key][2].append(arr.name)
 
     def failure_diagnostics(self) -> list[Diagnostic]:
         out = []
@@ -408,10 +407,10 @@ class _Resolver:
             what = ", ".join(f"`{n}`" for n in names)
             out.append(
                 Diagnostic(
-                    f"`{arr.inst.node.op or arr.inst.kind}`: its {role} axis of {value:,} "
+                    f"`{arr.box.node.op or arr.box.kind}`: its {role} axis of {value:,} "
                     f"({what}) does not split over {over}: {value:,} is not a multiple of "
                     f"{pieces}",
-                    arr.inst.node.span,
+                    arr.box.node.span,
                     f"{origin} `{rule.source}` puts {rule.target} on "
                     f"{','.join(rule.mesh_axes)}; sizes that divide {value:,}: {sizes}",
                     arr.calls,
@@ -442,7 +441,7 @@ def resolve(checked: Checked, mesh: MeshSpec, rules: Rules) -> Layout:
             )
     symbolic = _symbolic_shapes(checked, symbols, rules) if symbols else {}
     res = _Resolver(checked, mesh, rules, symbolic)
-    placed = {a.path: res.place(a) for a in arrays(checked.root)}
+    placed = {a.path: res.place(a) for a in placed_arrays(checked)}
     diagnostics = res.failure_diagnostics() + _unmatched(res, model.name, header, placed)
     if diagnostics:
         raise LbdlError(diagnostics=diagnostics)
@@ -502,7 +501,7 @@ def _notes(
         yield f"{', '.join(idle)} split nothing: those devices repeat the same work"
 
 
-def _tuple(axis: Axis) -> tuple[str, ...]:
+def axis_names(axis: Axis) -> tuple[str, ...]:
     if axis is None:
         return ()
     return (axis,) if isinstance(axis, str) else axis
@@ -510,7 +509,7 @@ def _tuple(axis: Axis) -> tuple[str, ...]:
 
 def spec_text(spec: Sequence[Axis]) -> str:
     """A placement as ``P`` writes it: ``(None, 'fsdp', 'tensor')`` → ``(·, fsdp, tensor)``."""
-    return "(" + ", ".join("·" if a is None else "+".join(_tuple(a)) for a in spec) + ")"
+    return "(" + ", ".join("·" if a is None else "+".join(axis_names(a)) for a in spec) + ")"
 
 
 def layout_text(layout: Layout) -> str:

@@ -2,7 +2,8 @@
 
 ``ast``: the statements as parsed, one per line, indented like the spec. ``graph``: each graph's
 nodes in order, with their inputs by port, canonical hyper-parameters and annotation. ``shapes``:
-every checked box by its instance path, with its output shape, parameters and MACs.
+every checked box by its instance path, with its output shape, parameters, MACs and the
+attribute record its entry resolved (what every backend reads).
 """
 
 from __future__ import annotations
@@ -133,9 +134,11 @@ def shapes_text(checked: Checked) -> str:
         times = "" if mult == Expr.lift(1) else f" (×{mult})"
         params = inst.totals.get("params", Expr())
         macs = inst.totals.get("macs", Expr())
+        attrs = inst.attrs.text() if inst.attrs is not None else ""
         lines.append(
             f"{'/'.join(path)}: {inst.node.op or inst.kind} -> {out}"
             f"  params={fmt_count(params)} macs={fmt_count(macs)}{times}"
+            + (f"  [{attrs}]" if attrs else "")
         )
     t = checked.totals
     lines.append(

@@ -238,7 +238,7 @@ def test_a_skip_connection_is_an_arrow_from_where_the_tensor_is_made(compile_tex
         "  upsample f=2  4×8×8\n  concat(a)  8×8×8\n"
     )
     skips = [e for e in diagram.scene(compiled).edges if e.kind == SIDE]
-    assert [(e.src, e.dst, e.label) for e in skips] == [("relu_0", "concat_0", "a")]
+    assert [(e.src, e.dst, e.label) for e in skips] == [("a", "concat_0", "a")]
 
 
 def test_two_streams_stand_side_by_side_and_z_crosses_over() -> None:

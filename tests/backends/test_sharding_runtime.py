@@ -67,7 +67,7 @@ def test_a_one_device_mesh_gives_model_init_and_the_layouts_shardings() -> None:
     ref, _ = model.init(jax.random.PRNGKey(5))
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(ref), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    wq = params["repeat_0"]["tlayer_0"]["self_att_0"]["wq"]
+    wq = params["repeat_0"]["tlayer_0"]["self_att_0"]["att"]["wq"]
     assert tuple(wq.sharding.spec) == (None, "fsdp", "tensor")
     assert tuple(sharded.batch(2).spec) == (("data", "fsdp"), None)
     (x,) = sharded.put_batch([np.zeros((4, 16), np.int32)])
@@ -91,7 +91,7 @@ def test_the_generated_module_names_each_axis_role(spec: str) -> None:
     for path, roles in module["ROLES"].items():
         assert len(roles) == len(tables[path][0]), path
     if spec == "gpt.lbdl":
-        assert module["ROLES"]["repeat_0/tlayer_0/ffw_0/w1"] == ("layers", "embed", "mlp")
+        assert module["ROLES"]["repeat_0/tlayer_0/ffw_0/fc1/w"] == ("layers", "in", "mlp")
     else:
         assert module["ROLES"]["conv_2d_0/w"] == ("kernel", "kernel", "in", "out")
 

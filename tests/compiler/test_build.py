@@ -119,8 +119,8 @@ def test_names_froms_and_several_outputs(build) -> None:
         "  output Y\n  from r\n  output Z\n"
     )
     g = program.model.body
-    assert g.names["a"] == "fc_0" and g.names["r"] == "relu_0"
-    assert edges(g, "tanh_0") == ["fc_0"]
+    assert g.names["a"] == "a" and g.names["r"] == "relu_0"  # `fc 4 -> a` is the box `a`
+    assert edges(g, "tanh_0") == ["a"]
     assert g.outputs == [("Y", "tanh_0"), ("Z", "relu_0")]
 
 
@@ -147,7 +147,7 @@ def test_tie_points_at_the_layer_whose_parameters_are_shared(build) -> None:
         "  fc bias=false tie=tokens  T×100\n"
     )
     fc = program.model.body.node("fc_0")
-    assert fc.shares == "embed_0" and "tie" not in fc.hp
+    assert fc.shares == "tokens" and "tie" not in fc.hp
 
 
 # -- hierarchy -----------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_a_block_with_two_inputs(build) -> None:
     assert [s.name for s in block.inputs] == [None, "skip"]
     assert block.body.inputs == ["input", "input_1"]
     assert edges(block.body, "concat_0") == ["input", "input_1"]
-    assert edges(program.model.body, "merge_0") == ["relu_0", "relu_0"]
+    assert edges(program.model.body, "merge_0") == ["s", "s"]
 
 
 def test_nested_blocks_and_blocks_from_a_library(tmp_path: Path) -> None:
@@ -216,7 +216,7 @@ def test_a_repeat_frame_and_its_captures(build) -> None:
     )
     g = program.model.body
     rep = g.node("repeat_0")
-    assert edges(g, "repeat_0") == ["fc_0", "fc_0"]  # port 0 flows in, port 1 captures `a`
+    assert edges(g, "repeat_0") == ["a", "a"]  # port 0 flows in, port 1 captures `a`
     body = rep.body
     assert body.inputs == ["input", "capture_1"]
     assert body.node("capture_1").name == "a"
@@ -233,7 +233,7 @@ def test_residual_groups_with_and_without_a_shortcut(build) -> None:
     g = program.model.body
     plain, short = g.node("residual_0"), g.node("residual_1")
     assert plain.shortcut is None and ops(plain.body) == ["input", "conv-2d", "input", "+"]
-    assert edges(g, "residual_0") == ["relu_0", "relu_0"]
+    assert edges(g, "residual_0") == ["r", "r"]
     assert short.shortcut is not None and ops(short.shortcut) == ["input", "conv-2d"]
     assert edges(g, "residual_1") == ["residual_0"]
 
@@ -261,7 +261,21 @@ def test_assertions_are_kept_on_the_model_graph(build) -> None:
         ("count", "macs", "==", 32),
     ]
     (shape,) = [a for a in asserts if a[0] == "shape"]
-    assert shape[1] == "fc_0" and shape[2].dims == (Expr.lift(4),)
+    assert shape[1] == "h" and shape[2].dims == (Expr.lift(4),)
+
+
+def test_named_boxes_keep_their_names_and_others_skip_them(build) -> None:
+    """A box named in the spec is the box of that name (its parameters are `up/w`); the
+    positional ids of the others skip the names given in their scope, so naming one box
+    shifts nothing, and a name that is already an internal id falls back to a positional one."""
+    program = build(
+        "block b on C:\n  fc  C  -> input\n  relu\nmodel m:\n  input X: 8\n"
+        "  fc  4  -> fc_1\n  fc  4\n  fc 8  -> up\n  b\n"
+    )
+    g = program.model.body
+    assert ops(g) == ["input", "fc", "fc", "fc", "b"]
+    assert [n.id for n in g.nodes()] == ["input:X", "fc_1", "fc_0", "up", "b_0"]
+    assert [n.id for n in program.blocks["b"].body.nodes()] == ["input", "fc_0", "relu_0"]
 
 
 def test_model_parameters_are_declared_in_order(build) -> None:

@@ -18,10 +18,10 @@ from lbdl_dsl.compiler import memory
 from lbdl_dsl.compiler.driver import Compiled, compile_spec
 from lbdl_dsl.compiler.sharding import (
     Layout,
-    arrays,
     layout_text,
     parse_mesh,
     parse_rules,
+    placed_arrays,
     resolve,
     spec_text,
 )
@@ -131,12 +131,15 @@ def test_a_preset_needs_its_mesh_axis() -> None:
 def test_gpt3_under_fsdp_and_tp_is_megatron_with_fsdp_on_the_width() -> None:
     lay = layout("gpt3.lbdl", GPT3_MESH, "fsdp+tp")
     assert layout_text(lay) == golden("gpt3.fsdp+tp.txt", layout_text(lay))
-    spec = {p.path.rsplit("/", 1)[1]: p.spec for p in lay.params.values()}
-    assert spec["wq"] == (None, "fsdp", "tensor")  # column-parallel: the heads' outputs split
-    assert spec["wo"] == (None, "tensor", "fsdp")  # row-parallel: the heads' inputs split
-    assert spec["w1"] == (None, "fsdp", "tensor") and spec["w2"] == (None, "tensor", "fsdp")
+    spec = {p.path.split("/", 1)[1]: p.spec for p in lay.params.values() if "/" in p.path}
+    assert spec["self_att_0/att/wq"] == (None, "fsdp", "tensor")  # column-parallel: heads split
+    assert spec["self_att_0/att/wo"] == (None, "tensor", "fsdp")  # row-parallel: heads' inputs
+    # ffw's fc1 and fc2 are a column-then-row pair: the hidden width between them is mlp
+    assert lay.arrays["repeat_0/ffw_0/fc1/w"].roles == ("layers", "in", "mlp")
+    assert spec["ffw_0/fc1/w"] == (None, "fsdp", "tensor")
+    assert spec["ffw_0/fc2/w"] == (None, "tensor", "fsdp")
     # 50,257 rows divide neither tensor=8 nor fsdp=16: the embedding is split along D only
-    assert lay.arrays["embed_0/table"].spec == (None, "fsdp")
+    assert lay.arrays["tokens/table"].spec == (None, "fsdp")
 
 
 def test_dp_replicates_every_parameter_and_splits_the_batch() -> None:
@@ -158,24 +161,25 @@ def test_fsdp_splits_each_parameter_along_its_first_axis_that_divides() -> None:
 
 def test_symbols_find_the_axes_of_their_size() -> None:
     lay = layout("gpt.lbdl", "data=2,fsdp=2", "D=fsdp")
-    wo = next(p for p in lay.params.values() if p.path.endswith("self_att_0/wo"))
+    wo = next(p for p in lay.params.values() if p.path.endswith("self_att_0/att/wo"))
     assert wo.spec == (None, "fsdp", None)  # two axes of size D: the first takes fsdp
-    w2 = next(p for p in lay.params.values() if p.path.endswith("ffw_0/w2"))
+    w2 = next(p for p in lay.params.values() if p.path.endswith("ffw_0/fc2/w"))
     assert w2.spec == (None, None, "fsdp")  # 4D×D: D is the second
     assert lay.arrays["fc_0/b"].pieces == 1  # V, not D
 
 
 def test_a_users_rule_comes_before_the_presets() -> None:
     lay = layout("gpt3.lbdl", GPT3_MESH, "fsdp+tp", "embed=tensor")
-    wq = lay.arrays["repeat_0/self_att_0/wq"]
+    wq = lay.arrays["repeat_0/self_att_0/att/wq"]
     assert wq.spec == (None, "tensor", "fsdp")  # embed took tensor; heads fell to fsdp
 
 
 def test_several_mesh_axes_may_split_one_axis() -> None:
     lay = layout("gpt3.lbdl", GPT3_MESH, "mlp=fsdp,tensor")
-    assert lay.arrays["repeat_0/ffw_0/w1"].spec == (None, None, ("fsdp", "tensor"))
-    assert lay.arrays["repeat_0/ffw_0/w1"].pieces == 128
-    assert spec_text(lay.arrays["repeat_0/ffw_0/w1"].spec) == "(·, ·, fsdp+tensor)"
+    w1 = lay.arrays["repeat_0/ffw_0/fc1/w"]
+    assert w1.spec == (None, None, ("fsdp", "tensor"))
+    assert w1.pieces == 128
+    assert spec_text(w1.spec) == "(·, ·, fsdp+tensor)"
 
 
 def test_a_symbolic_size_is_assumed_to_divide() -> None:
@@ -229,8 +233,8 @@ def test_the_pass_walks_the_arrays_of_the_jax_module(name: str) -> None:
     c = compiled(name)
     params, state = param_table(c)
     walked = [
-        (a.path, a.kind, tuple(Expr.lift(d).as_int() for d in (*a.stack, *a.spec.shape)))
-        for a in arrays(c.checked.root)
+        (a.path, a.kind, tuple(Expr.lift(d).as_int() for d in a.shape))
+        for a in placed_arrays(c.checked)
     ]
     table = [(r[0], "param", r[1]) for r in params] + [(r[0], "state", r[1]) for r in state]
     assert sorted(walked) == sorted(table)
@@ -249,9 +253,10 @@ def test_memory_per_device_is_each_arrays_share() -> None:
     assert 174_604_259_328 * 4 / 1024 < params < 174_604_259_328 * 4 / 16
     b, t = sym("B"), sym("T")
     assert whole.inputs == 4 * b * t  # int32 tokens, B sequences a device
-    # per sample: every box's output, and the Q, K, V and hidden layers inside each block,
-    # which tp splits as it splits the heads and the hidden width (tensor=8)
-    per_layer = t * 12288 * 2 + (3 * t * 12288 + t * 49152) / 8
+    # per sample: outside the ×96 group, every box's output; inside, what its loop keeps: each
+    # copy's input, the products (attention's output projection, fc2; fc1's hidden width and
+    # attention's Q, K and V, which tp splits as it splits the hidden width and the heads)
+    per_layer = t * 12288 * 3 + (3 * t * 12288 + t * 49152) / 8
     outside = t * 12288 * 3 + t * 50257
     assert whole.activations == (96 * per_layer + outside) * 4 * b
 
@@ -279,4 +284,5 @@ def test_a_box_inside_a_group_counts_all_its_copies() -> None:
     assert one.params == Expr.lift(
         sum(int(p.numel.as_int()) * 4 // p.pieces for k, p in lay.params.items() if "self_att" in k)
     )
-    assert one.activations == 96 * (sym("T") * 12288 + sym("T") * 3 * 12288 / 8) * 4 * sym("B")
+    t = sym("T")
+    assert one.activations == 96 * (t * 12288 + t * 3 * 12288 / 8) * 4 * sym("B")

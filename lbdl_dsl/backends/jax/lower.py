@@ -1,24 +1,35 @@
 """Lowering checked instances to lines of JAX code, one box per line.
 
-A `Lowerer` writes the body of a function: it walks one graph in order, asks each registry entry
-for its lowering through the `Emit` protocol, and keeps track of where each value lives (its
-identifier and its layout: the spec's channels-first, or channels-last where convolutions and
-pools want it). Block calls become calls of one function per block definition (written once,
-taking the block's symbols as keyword arguments where its boxes use them), residual groups are
-written inline, and ×N groups become ``jax.lax.scan`` over stacked parameters (``scan_group``).
+A `Lowerer` writes the body of a function: it walks one graph in order, asks each box's
+lowering (`lowering.LOWERINGS`, one per registry entry) for its expression through the `Emit`
+protocol, and keeps track of where each value lives (its identifier and its layout: the spec's
+channels-first, or channels-last where convolutions and pools want it). Block calls become calls
+of one function per block definition and distinct body, residual groups are written inline, and
+×N groups become ``jax.lax.scan`` over stacked parameters (``scan_group``).
+
+Functions take only what their body reads: parameters and state only where there are some,
+``train`` and ``key`` only where a box needs them, and a size that is only known when the model
+runs (a sequence's T) as a keyword argument where it is used. The lines are written first and
+the signature after, from what the lines used.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
+from lbdl_dsl.backends.jax import layout
+from lbdl_dsl.backends.jax.lowering import LOWERINGS
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, size_code
-from lbdl_dsl.compiler.graph import Graph, ParamRef
+from lbdl_dsl.backends.jax.runtime_source import defaults
+from lbdl_dsl.compiler import composite
+from lbdl_dsl.compiler.graph import Graph, Program
 from lbdl_dsl.compiler.instance import Inst
+from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
-from lbdl_dsl.core.layers.base import fmt_shape
+from lbdl_dsl.core.layers.base import Attrs, fmt_shape
 from lbdl_dsl.core.symbolic import Expr
 
 _INDENT = "    "
@@ -33,38 +44,76 @@ class Var:
     rank: int
 
 
+@dataclass(frozen=True)
+class Dicts:
+    """Where one scope's parameters, state and new state are, in the code (None: it has none)."""
+
+    p: str | None
+    s: str | None
+    ns: str | None
+
+    def sub(self, key: str, params: bool, state: bool) -> Dicts:
+        return Dicts(
+            f'{self.p}["{key}"]' if params and self.p else None,
+            f'{self.s}["{key}"]' if state and self.s else None,
+            self.ns,
+        )
+
+
 @dataclass
 class Fn:
-    """A function body being written, with its own namespace of locals."""
+    """A function body being written, with its own namespace of locals.
+
+    ``owner`` is the function whose signature receives what this body uses: itself, or for the
+    step function of a ×N group (a nested ``def``), the function around it.
+    """
 
     names: Namespace
-    symbols: dict[str, str]  # spec symbol → local identifier (a block's C, H, W, S...)
+    symbols: dict[str, str] = field(default_factory=dict)  # spec symbol → local identifier
+    sources: dict[str, str] = field(default_factory=dict)  # symbol → code that computes it
+    params: bool = False  # unknown symbols become keyword arguments (block functions)
     lines: list[str] = field(default_factory=list)
     depth: int = 1
     keys: int = 0
-    used: set[str] = field(default_factory=set)  # spec symbols the body reads
+    uses: set[str] = field(default_factory=set)  # "train", "key", and the symbols read
     shapes: bool = True  # comment output shapes (not in block functions, shared by calls)
+    owner: Fn | None = None
 
     def line(self, text: str) -> None:
         self.lines.append(_INDENT * self.depth + text)
 
     def comment(self, text: str) -> None:
-        self.line("# " + printable(text))
+        room = layout.WIDTH - len(_INDENT) * self.depth - 2
+        self.line("# " + printable(text, room))
 
     def next_key(self) -> str:
         self.keys += 1
+        self.uses.add("key")
         return f"fold(key, {self.keys})"
 
+    def symbol(self, name: str) -> str:
+        """The local identifier of a size symbol, marking it used; our bug if it has none."""
+        owner = self.owner or self
+        if name not in owner.symbols:
+            if name in owner.sources or owner.params:
+                owner.symbols[name] = owner.names(name)
+            else:
+                raise LbdlError(
+                    f"the size `{name}` is not known when the model runs",
+                    None,
+                    hint=f"give it a value with --set {name}=...",
+                )
+        owner.uses.add(f"${name}")
+        return owner.symbols[name]
 
-def printable(text: str) -> str:
+    def used_symbols(self) -> list[str]:
+        return sorted(u[1:] for u in self.uses if u.startswith("$"))
+
+
+def printable(text: str, width: int = 90) -> str:
     """Spec text made safe for a comment or docstring: one line, printable, bounded."""
     clean = "".join(c if c.isprintable() and c not in '"\\' else " " for c in text)
-    return clean.strip()[:90]
-
-
-def _dim(d: Expr) -> int | str:
-    v = d.as_int()
-    return v if v is not None else str(d)
+    return clean.strip()[:width].rstrip()
 
 
 def has_state(inst: Inst) -> bool:
@@ -75,61 +124,84 @@ def has_params(inst: Inst) -> bool:
     return inst.totals.get("params", Expr()) != Expr()
 
 
-class _Emit:
-    """The `Emit` protocol (core/layers/base.py) for one layer instance."""
+def _any(insts: Iterable[Inst], test: Any) -> bool:
+    return any(test(i) for i in insts)
 
-    def __init__(
-        self,
-        low: Lowerer,
-        fn: Fn,
-        inst: Inst,
-        xs: list[str],
-        pvar: str,
-        svar: str,
-        hp: dict[str, Any],
-        out_shape: tuple,
-    ) -> None:
-        self.low, self.fn, self.inst = low, fn, inst
-        self.x, self.hp, self.pvar, self.svar = xs, hp, pvar, svar
-        self.in_shapes = [tuple(_dim(d) for d in t.shape) for t in inst.inputs]
-        self.out_shape = out_shape
+
+class _AttrView:
+    """An `Attrs` record as a lowering sees it: sizes as numbers, or code where they are only
+    known at run time (reading one marks its symbols used by the function)."""
+
+    def __init__(self, attrs: Attrs | None, fn: Fn) -> None:
+        self._attrs, self._fn = attrs, fn
+
+    def __getattr__(self, name: str) -> Any:
+        return _code_value(getattr(self._attrs, name), self._fn)
+
+
+def _code_value(value: Any, fn: Fn) -> Any:
+    if isinstance(value, Expr):
+        v = value.as_int()
+        if v is not None:
+            return v
+        if value.is_const:
+            return float(value.const_value)
+        return Code(size_code(value, {s: fn.symbol(s) for s in value.free_symbols}))
+    if isinstance(value, tuple):
+        return tuple(_code_value(v, fn) for v in value)
+    return value
+
+
+class _Emit:
+    """The `Emit` protocol (emit.py) for one layer instance."""
+
+    def __init__(self, low: Lowerer, fn: Fn, inst: Inst, xs: list[str], d: Dicts, target: str):
+        self.low, self.fn, self.inst, self.d = low, fn, inst, d
+        self.x, self.target = xs, target
+        self.a = _AttrView(inst.attrs, fn)
         self.new_state: dict[str, str] = {}
 
     def param(self, name: str) -> str:
         if name in self.inst.tied:
             other, theirs, transposed = self.inst.tied[name]
-            return f'{self.pvar}["{other}"]["{theirs}"]' + (".T" if transposed else "")
-        return f'{self.pvar}["{self.inst.id}"]["{name}"]'
+            return f'{self.d.p}["{other}"]["{theirs}"]' + (".T" if transposed else "")
+        return f'{self.d.p}["{self.inst.id}"]["{name}"]'
 
     def has_param(self, name: str) -> bool:
         return name in self.inst.params or name in self.inst.tied
 
     def state(self, name: str) -> str:
-        return f'{self.svar}["{self.inst.id}"]["{name}"]'
+        return f'{self.d.s}["{self.inst.id}"]["{name}"]'
 
     def set_state(self, name: str, expr: str) -> None:
         self.new_state[name] = expr
 
     def call(self, fn: str, *args: Any, **kwargs: Any) -> str:
+        """``fn(args, k=v)``, leaving out keywords equal to the function's own defaults."""
         self.low.runtime.add(fn)
+        given = defaults(fn)
+        kwargs = {k: v for k, v in kwargs.items() if k not in given or given[k] != v}
         parts = [a if isinstance(a, str) else repr(a) for a in args]
         parts += [f"{k}={v if isinstance(v, str) else repr(v)}" for k, v in kwargs.items()]
         return f"{fn}({', '.join(parts)})"
 
-    def bind(self, expr: str) -> str:
-        name = self.fn.names.fresh("t")
+    def bind(self, expr: str, hint: str = "t") -> str:
+        name = self.fn.names.fresh(hint)
         self.fn.line(f"{name} = {expr}")
         return name
+
+    def unpack(self, expr: str, *hints: str) -> list[str]:
+        names = [hints[0]] + [self.fn.names.fresh(h) for h in hints[1:]]
+        self.fn.line(f"{', '.join(names)} = {expr}")
+        return names
 
     def key(self) -> str:
         self.low.runtime.add("fold")
         return self.fn.next_key()
 
-    def static(self, value: Any) -> str:
-        return repr(value)
-
     @property
     def train(self) -> str:
+        (self.fn.owner or self.fn).uses.add("train")
         return "train"
 
 
@@ -137,18 +209,30 @@ class _Emit:
 class BlockFn:
     name: str
     out_layout: str
-    symbols: list[tuple[str, str]]  # (spec symbol, keyword name), in signature order
+    params: bool
+    state: bool
+    symbols: list[str]  # keyword arguments: run-time sizes the body reads
+    train: bool
+    key: bool
 
 
 class Lowerer:
     """Writes function bodies for one model; collects the runtime and block functions used."""
 
-    def __init__(self, program, sources: dict[str, str], globals_: Namespace, unroll: bool) -> None:
+    def __init__(
+        self,
+        program: Program,
+        sources: dict[str, str],
+        globals_: Namespace,
+        unroll: bool,
+        module_names: frozenset[str] = frozenset(),
+    ) -> None:
         self.program = program
+        self.module_names = module_names
         self.sources = sources
         self.globals = globals_
         self.unroll = unroll
-        self.runtime: set[str] = {"fold"}
+        self.runtime: set[str] = set()
         self.functions: list[str] = []
         self.blocks: dict[tuple, BlockFn] = {}
 
@@ -162,15 +246,19 @@ class Lowerer:
         fn.line(f"{name} = {helper}({var.name})")
         return Var(name, layout, var.rank)
 
-    def source_line(self, span) -> str:
-        lines = self.sources.get(span.file, "").splitlines()
-        return lines[span.line - 1].strip() if 0 < span.line <= len(lines) else ""
+    def where(self, span: Span) -> str:
+        """``resnet.lbdl:13: conv-2d k=7 s=2``: the file's name (never its path) and line."""
+        lines = (self.sources.get(span.file) or composite.SOURCES.get(span.file, "")).splitlines()
+        text = lines[span.line - 1].strip() if 0 < span.line <= len(lines) else ""
+        return f"{PurePath(span.file).name}:{span.line}: {text}"
 
     # -- one graph ------------------------------------------------------------------------------
-    def scope(self, fn: Fn, insts: list[Inst], graph: Graph, env: dict[str, Var], *names) -> Var:
+    def scope(
+        self, fn: Fn, insts: list[Inst], graph: Graph, env: dict[str, Var], d: Dicts, chain: str
+    ) -> Var:
         """Emit one graph's boxes and return its result; ``env`` gives its input nodes' values,
-        ``names`` the variables `values` takes (parameters, state, new state, chain)."""
-        return self.values(fn, insts, graph, env, *names)[graph.result]
+        ``chain`` the name its boxes reuse while the value flows straight down."""
+        return self.values(fn, insts, graph, env, d, chain)[graph.result]
 
     def values(
         self,
@@ -178,9 +266,7 @@ class Lowerer:
         insts: list[Inst],
         graph: Graph,
         env: dict[str, Var],
-        pvar: str,
-        svar: str,
-        nsvar: str,
+        d: Dicts,
         chain: str,
         keep: frozenset[str] = frozenset(),
     ) -> dict[str, Var]:
@@ -189,6 +275,12 @@ class Lowerer:
         order = [nid for nid in graph.order() if nid in by_id]
         labels = {nid: name for name, nid in sorted(graph.names.items())}
         values = dict(env)
+        # an input of the scope that a later box still reads must not be overwritten
+        position = {nid: pos for pos, nid in enumerate(order)}
+        read_until = {
+            var.name: max((position.get(v, -1) for _, v in graph.g.out_edges(nid)), default=-1)
+            for nid, var in env.items()
+        }
         for pos, nid in enumerate(order):
             inst = by_id[nid]
             uses = list(graph.g.out_edges(nid, data="port"))
@@ -197,271 +289,201 @@ class Lowerer:
             last = nid == graph.result and not uses
             label = labels.get(nid)
             named = label is not None or nid in keep
-            target = chain if (single or last) and not named else fn.names.fresh(label or inst.id)
+            free = read_until.get(chain, -1) <= pos
+            reuse = (single or last) and not named and free
+            target = chain if reuse else fn.names.fresh(label or inst.id)
             ins = [values[u] for u in graph.preds(nid)]
-            values[nid] = self.box(fn, inst, ins, pvar, svar, nsvar, target)
+            values[nid] = self.box(fn, inst, ins, d, target)
         return values
 
-    def box(
-        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
-    ) -> Var:
+    def box(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         written = inst.node.annotation is not None
         shape = f"  ->  {fmt_shape(inst.output.shape)}" if fn.shapes and not written else ""
-        fn.comment(f"line {inst.node.span.line}: {self.source_line(inst.node.span)}{shape}")
+        fn.comment(f"{self.where(inst.node.span)}{shape}")
         kind = inst.node.kind
         if kind == "layer":
-            return self.layer(fn, inst, ins, pvar, svar, nsvar, target)
+            return self.layer(fn, inst, ins, d, target)
         if kind == "call":
-            return self.call(fn, inst, ins, pvar, svar, nsvar, target)
+            return self.call(fn, inst, ins, d, target)
         if kind == "residual":
-            return self.residual(fn, inst, ins, pvar, svar, nsvar, target)
-        return self.repeat(fn, inst, ins, pvar, svar, nsvar, target)
+            return self.residual(fn, inst, ins, d, target)
+        return self.repeat(fn, inst, ins, d, target)
 
     # -- layers ---------------------------------------------------------------------------------
-    def symbolic(self, raw: Any, fn: Fn, used: set[str]) -> Any:
-        """The spec's own expression for a value, over the function's symbols, or None."""
-        if isinstance(raw, ParamRef) and raw.name in fn.symbols:
-            used.add(raw.name)
-            return Code(fn.symbols[raw.name])
-        if isinstance(raw, Expr) and raw.free_symbols and raw.free_symbols <= fn.symbols.keys():
-            used |= raw.free_symbols
-            return Code(size_code(raw, fn.symbols))
-        if isinstance(raw, tuple) and raw and all(isinstance(r, Expr) for r in raw):
-            parts = [self.symbolic(r, fn, used) for r in raw]
-            if any(p is not None for p in parts):
-                return tuple(p if p is not None else r.as_int() for p, r in zip(parts, raw))
-        return None
-
-    def plain(self, value: Any, fn: Fn, used: set[str]) -> Any:
-        """A resolved value as Python: numbers as numbers, sizes left symbolic as code."""
-        if isinstance(value, Expr):
-            v = value.as_int()
-            if v is not None:
-                return v
-            if value.is_const:
-                return float(value.const_value)
-            if value.free_symbols <= fn.symbols.keys():
-                used |= value.free_symbols
-                return Code(size_code(value, fn.symbols))
-            return Code("-1")
-        if isinstance(value, tuple):
-            return tuple(self.plain(v, fn, used) for v in value)
-        return value
-
-    def out_shape(self, inst: Inst, fn: Fn, used: set[str]) -> tuple:
-        out = []
-        for d in inst.output.shape:
-            v = d.as_int()
-            if v is not None:
-                out.append(v)
-            elif d.free_symbols <= fn.symbols.keys():
-                used |= d.free_symbols
-                out.append(Code(size_code(d, fn.symbols)))
-            else:
-                out.append(Code("-1"))
-        return tuple(out)
-
-    def layer(
-        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
-    ) -> Var:
+    def layer(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+        if inst.inside is not None:  # a composite: its primitives, inline
+            inner = d.sub(inst.id, has_params(inst), has_state(inst))
+            env = dict(zip(inst.inside.body.inputs, ins))
+            return self.scope(fn, inst.body, inst.inside.body, env, inner, target)
         layer = lookup(inst.node.op)
         want = layer.layout
         if want == "any":
             want = ins[0].layout if all(v.rank == ins[0].rank for v in ins) else "cf"
         xs = [self.convert(fn, v, want, reuse=v.name == target) for v in ins]
-        mark = len(fn.lines)
-        for symbolic in (True, False):
-            used: set[str] = set()
-            hp = {k: self.plain(v, fn, used) for k, v in inst.hp.items()}
-            if symbolic:
-                for key, raw in inst.node.hparams:
-                    if isinstance(inst.hp.get(key), (str, bool)):
-                        continue  # a word or a flag shapes the code: written as its value
-                    code = self.symbolic(raw, fn, used)
-                    if code is not None:
-                        hp[key] = code
-            emit = _Emit(
-                self, fn, inst, [v.name for v in xs], pvar, svar, hp, self.out_shape(inst, fn, used)
-            )
-            try:
-                expr = layer.lower(emit)
-                break
-            except (TypeError, ValueError, KeyError, AttributeError):
-                del fn.lines[mark:]  # this lowering computes with the values: give it numbers
-        fn.used |= used
-        fn.line(f"{target} = {expr}")
+        emit = _Emit(self, fn, inst, [v.name for v in xs], d, target)
+        expr = LOWERINGS[layer.name](emit)
+        if expr != target:
+            fn.line(f"{target} = {expr}")
         if emit.new_state:
             items = ", ".join(f'"{k}": {v}' for k, v in emit.new_state.items())
-            fn.line(f'{nsvar}["{inst.id}"] = {{{items}}}')
+            fn.line(f'{d.ns}["{inst.id}"] = {{{items}}}')
         layout = layer.out_layout or want
         rank = len(inst.output.shape)
         return Var(target, layout if rank >= 2 else "cf", rank)
 
     # -- residual groups ------------------------------------------------------------------------
-    def residual(
-        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
-    ) -> Var:
+    def residual(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         node = inst.node
         nb = len(node.body.inputs)
-        p_in = _sub(pvar, inst.id, has_params(inst))
-        s_in = _sub(svar, inst.id, has_state(inst))
-        ns = fn.names.fresh(f"ns_{inst.id}") if has_state(inst) else nsvar
-        if ns != nsvar:
+        inner = d.sub(inst.id, has_params(inst), has_state(inst))
+        if has_state(inst):
+            ns = fn.names.fresh(f"ns_{inst.id}")
             fn.line(f"{ns} = {{}}")
+            inner = Dicts(inner.p, inner.s, ns)
         env = dict(zip(node.body.inputs, [ins[0], *ins[1:nb]]))
-        main = self.scope(fn, inst.body, node.body, env, p_in, s_in, ns, fn.names.fresh("h"))
+        main = self.scope(fn, inst.body, node.body, env, inner, fn.names.fresh("h"))
         added = ins[0]
         if node.shortcut is not None:
             fn.comment("shortcut")
             env = dict(zip(node.shortcut.inputs, [ins[0], *ins[nb:]]))
-            ns_sc = ns
-            if ns != nsvar:
-                ns_sc = fn.names.fresh("ns_shortcut")
-                fn.line(f'{ns_sc} = {ns}.setdefault("shortcut", {{}})')
-            added = self.scope(
-                fn,
-                inst.shortcut,
-                node.shortcut,
-                env,
-                _sub(p_in, "shortcut", _any(inst.shortcut, has_params)),
-                _sub(s_in, "shortcut", _any(inst.shortcut, has_state)),
-                ns_sc,
-                fn.names.fresh("sc"),
+            short = inner.sub(
+                "shortcut", _any(inst.shortcut, has_params), _any(inst.shortcut, has_state)
             )
+            if short.s is not None:
+                ns_short = fn.names.fresh("ns_shortcut")
+                fn.line(f'{ns_short} = {inner.ns}["shortcut"] = {{}}')
+                short = Dicts(short.p, short.s, ns_short)
+            added = self.scope(fn, inst.shortcut, node.shortcut, env, short, fn.names.fresh("sc"))
         added = self.convert(fn, added, main.layout, reuse=False)
         fn.comment("+ (the residual sum)")
         fn.line(f"{target} = {main.name} + {added.name}")
-        if ns != nsvar:
-            fn.line(f'{nsvar}["{inst.id}"] = {ns}')
+        if has_state(inst):
+            fn.line(f'{d.ns}["{inst.id}"] = {inner.ns}')
         return Var(target, main.layout, main.rank)
 
     # -- block calls ----------------------------------------------------------------------------
-    def call(
-        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
-    ) -> Var:
+    def call(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         bfn = self.block_function(inst, [v.layout for v in ins])
-        args = ", ".join(v.name for v in ins)
-        kwargs = "".join(f", {kw}={_literal(inst.bindings[s], fn)}" for s, kw in bfn.symbols)
-        ns = f'{nsvar}["{inst.id}"]' if has_state(inst) else "_"
-        p, s = _sub(pvar, inst.id, has_params(inst)), _sub(svar, inst.id, has_state(inst))
-        fn.line(
-            f"{target}, {ns} = {bfn.name}({p}, {s}, {args}{kwargs}, train=train, "
-            f"key={fn.next_key()})"
-        )
+        sub = d.sub(inst.id, bfn.params, bfn.state)
+        args = [a for a in (sub.p, sub.s) if a is not None] + [v.name for v in ins]
+        args += [f"{s}={fn.symbol(s)}" for s in bfn.symbols]
+        if bfn.train:
+            (fn.owner or fn).uses.add("train")
+            args.append("train=train")
+        if bfn.key:
+            args.append(f"key={fn.next_key()}")
+        out = f'{target}, {d.ns}["{inst.id}"]' if bfn.state else target
+        fn.line(f"{out} = {bfn.name}({', '.join(args)})")
         return Var(target, bfn.out_layout, len(inst.output.shape))
 
     def local_names(self) -> Namespace:
-        """A function's namespace: nothing may shadow a global or a runtime function."""
-        return Namespace(frozenset(LOCAL_RESERVED | self.globals.used | self.globals.reserved))
+        """A function's namespace: nothing may shadow a module-level name (a runtime or block
+        function, ``jnp``...) or our own locals (``p``, ``train``...)."""
+        return Namespace(frozenset(LOCAL_RESERVED | self.globals.used | self.module_names))
 
     def block_function(self, inst: Inst, layouts: list[str]) -> BlockFn:
         block = self.program.blocks[inst.node.op]
         local = self.local_names()
-        symbols = {p.name: "" for p in block.params}
-        for sig in block.inputs:
-            for d in sig.dims:
-                symbols |= dict.fromkeys(sorted(d.free_symbols), "")
-        args = []
-        for nid in block.body.inputs:
-            node = block.body.node(nid)
-            args.append(local(node.name or "x"))
-        symbols = {s: local(s) for s in symbols}
-        fn = Fn(local, symbols, shapes=False)
+        args = [local(block.body.node(nid).name or "x") for nid in block.body.inputs]
+        fn = Fn(local, params=True, shapes=False)
+        params, state = has_params(inst), has_state(inst)
         env = {
             nid: Var(a, lay, len(t.shape))
             for nid, a, lay, t in zip(block.body.inputs, args, layouts, inst.inputs)
         }
-        fn.line("ns = {}")
+        if state:
+            fn.line("ns = {}")
         first = block.body.inputs[0]
         reuse = block.body.g.out_degree(first) == 1  # the input is read once: `x = f(x)`
         chain = args[0] if reuse else local.fresh("h")
-        result = self.scope(fn, inst.body, block.body, env, "p", "s", "ns", chain)
-        fn.line(f"return {result.name}, ns")
-        used = [(s, symbols[s]) for s in symbols if s in fn.used]
-        key = (block.name, "\n".join(fn.lines), tuple(layouts), tuple(used))
-        if key not in self.blocks:
+        d = Dicts("p" if params else None, "s" if state else None, "ns" if state else None)
+        result = self.scope(fn, inst.body, block.body, env, d, chain)
+        fn.line(f"return {result.name}, ns" if state else f"return {result.name}")
+        symbols = fn.used_symbols()
+        train, key = "train" in fn.uses, "key" in fn.uses
+        signature = (params, state, tuple(symbols), train, key)
+        cache_key = (block.name, "\n".join(fn.lines), tuple(layouts), signature)
+        if cache_key not in self.blocks:
             taken = {b.name for b in self.blocks.values()}
             name = self.globals(block.name)
             if name in taken:
                 name = self.globals.fresh(f"{name}_v")
-            kw = "".join(f"{k}, " for _, k in used)
-            head = f"def {name}(p, s, {', '.join(args)}, *, {kw}train=False, key=None):"
+            head = [p for p, on in (("p", params), ("s", state)) if on] + args
+            keywords = [fn.symbols[s] for s in symbols]
+            keywords += (["train=False"] if train else []) + (["key=None"] if key else [])
+            star = ["*", *keywords] if keywords else []
+            returns = "(output, new state)" if state else "its output"
             doc = (
-                f'{_INDENT}"""Block `{printable(block.name)}` of line {block.span.line}; '
-                'returns (output, new state)."""'
+                f'{_INDENT}"""Block `{printable(block.name)}` of '
+                f'{PurePath(block.span.file).name}:{block.span.line}; returns {returns}."""'
             )
-            self.functions.append("\n".join([head, doc, *fn.lines]))
-            self.blocks[key] = BlockFn(name, result.layout, used)
-        return self.blocks[key]
+            head_lines = layout.statement(f"def {name}({', '.join(head + star)}):")
+            self.functions.append("\n".join([*head_lines, doc, *layout.lines(fn.lines)]))
+            self.blocks[cache_key] = BlockFn(
+                name, result.layout, params, state, symbols, train, key
+            )
+        return self.blocks[cache_key]
 
     # -- ×N groups ------------------------------------------------------------------------------
-    def repeat(
-        self, fn: Fn, inst: Inst, ins: list[Var], pvar: str, svar: str, nsvar: str, target: str
-    ) -> Var:
+    def repeat(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         body = inst.node.body
         x = ins[0]
-        p_all = _sub(pvar, inst.id, has_params(inst))
-        s_all = _sub(svar, inst.id, has_state(inst))
+        outer = d.sub(inst.id, has_params(inst), has_state(inst))
         several = len(inst.copies) > 1
         collected = []
         for ci, copies in enumerate(inst.copies):
             count = copies.count.as_int()
-            p_c = _sub(p_all, str(ci), _any(copies.body, has_params)) if several else p_all
-            s_c = _sub(s_all, str(ci), _any(copies.body, has_state)) if several else s_all
+            if several:
+                group = outer.sub(
+                    str(ci), _any(copies.body, has_params), _any(copies.body, has_state)
+                )
+            else:
+                group = outer
             step = fn.names.fresh(f"step_{inst.id}")
             carry = fn.names.fresh("x")
-            fn.line(f"def {step}({carry}, xs):")
-            sub = Fn(fn.names, fn.symbols, depth=fn.depth + 1, shapes=fn.shapes)
-            sub.line("p, s, key = xs")
-            sub.line("ns = {}")
+            sub = Fn(fn.names, depth=fn.depth + 1, shapes=fn.shapes, owner=fn.owner or fn)
+            inner = Dicts(
+                "p" if group.p else None, "s" if group.s else None, "ns" if group.s else None
+            )
+            if group.s:
+                sub.line("ns = {}")
             env = dict(zip(body.inputs, [Var(carry, x.layout, x.rank), *ins[1:]]))
-            result = self.scope(sub, copies.body, body, env, "p", "s", "ns", fn.names.fresh("h"))
+            result = self.scope(sub, copies.body, body, env, inner, fn.names.fresh("h"))
             result = self.convert(sub, result, x.layout, reuse=False)
-            sub.line(f"return {result.name}, ns")
+            sub.line(f"return {result.name}, {'ns' if group.s else 'None'}")
+            parts = [
+                (name, expr)
+                for name, expr in (
+                    ("p", group.p),
+                    ("s", group.s),
+                    ("key", "key" in sub.uses or None),
+                )
+                if expr
+            ]
+            if "key" in sub.uses:
+                self.runtime.add("split_keys")
+                parts[-1] = ("key", f"split_keys({fn.next_key()}, {count})")
+            if len(parts) == 1:
+                fn.line(f"def {step}({carry}, {parts[0][0]}):")
+                xs = parts[0][1]
+            else:
+                fn.line(f"def {step}({carry}, xs):")
+                if parts:
+                    fn.line(f"{_INDENT}{', '.join(n for n, _ in parts)} = xs")
+                xs = f"({', '.join(e for _, e in parts)})" if parts else "None"
             fn.lines += sub.lines
-            fn.used |= sub.used
-            self.runtime.add("split_keys")
-            out = fn.names.fresh(f"ns_{inst.id}")
+            out = fn.names.fresh(f"ns_{inst.id}") if group.s else "_"
             # a copy that changes the shape (always counted once) cannot be a scan's body
             loop = "unrolled" if self.unroll or count == 1 else "scan_group"
             self.runtime.add(loop)
-            extra = f", {count}" if loop == "unrolled" else ""
-            fn.line(
-                f"{target}, {out} = {loop}({step}, {x.name}, "
-                f"({p_c}, {s_c}, split_keys({fn.next_key()}, {count})){extra})"
-            )
+            fn.line(f"{target}, {out} = {loop}({step}, {x.name}, {xs}, {count})")
             collected.append(out)
             x = Var(target, x.layout, x.rank)
         if has_state(inst):
-            value = (
-                collected[0]
-                if not several
-                else ("{" + ", ".join(f'"{i}": {r}' for i, r in enumerate(collected)) + "}")
-            )
-            fn.line(f'{nsvar}["{inst.id}"] = {value}')
+            if several:
+                items = [f'"{i}": {r}' for i, r in enumerate(collected) if r != "_"]
+                value = "{" + ", ".join(items) + "}"
+            else:
+                value = collected[0]
+            fn.line(f'{d.ns}["{inst.id}"] = {value}')
         return x
-
-
-def _sub(var: str, key: str, present: bool = True) -> str:
-    """The sub-dictionary of a params or state dictionary, or ``{}`` when there is none."""
-    return f'{var}["{key}"]' if present and var != "{}" else "{}"
-
-
-def _any(insts: list[Inst], test) -> bool:
-    return any(test(i) for i in insts)
-
-
-def _literal(value: Any, fn: Fn) -> str:
-    """A block argument at a call site: a number, or the caller's own expression for it."""
-    if isinstance(value, Expr):
-        v = value.as_int()
-        if v is not None:
-            return str(v)
-        if value.free_symbols <= fn.symbols.keys():
-            return size_code(value, fn.symbols)
-        raise ValueError(f"the size {value} has no value in the generated code")
-    return repr(value)
-
-
-def used_identifiers(text: str) -> set[str]:
-    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))

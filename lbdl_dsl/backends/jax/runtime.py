@@ -131,11 +131,12 @@ def same_padding(kernel: tuple, dilation: tuple) -> tuple:
 def conv(
     x: jax.Array,
     w: jax.Array,
-    b,
-    stride: tuple,
-    padding,
-    dilation: tuple,
-    groups: int,
+    b=None,
+    *,
+    stride: tuple | None = None,
+    padding=None,
+    dilation: tuple | None = None,
+    groups: int = 1,
 ) -> jax.Array:
     """N-d channels-last convolution (cross-correlation, as in PyTorch).
 
@@ -154,7 +155,8 @@ def conv(
     a custom VJP, the convolution supports reverse-mode differentiation only (not ``jax.jvp``).
     """
     n = x.ndim - 2
-    stride, dilation = tuple(stride), tuple(dilation)
+    stride, dilation = tuple(stride or (1,) * n), tuple(dilation or (1,) * n)
+    padding = ((0, 0),) * n if padding is None else padding
     if isinstance(padding, str):
         window = [d * (k - 1) + 1 for k, d in zip(w.shape[:n], dilation, strict=True)]
         padding = jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding)
@@ -273,12 +275,13 @@ def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) 
 def conv_transpose(
     x: jax.Array,
     w: jax.Array,
-    b,
+    b=None,
+    *,
     stride: tuple,
     padding: tuple,
-    output_padding: tuple,
-    dilation: tuple,
-    groups: int,
+    output_padding: tuple | None = None,
+    dilation: tuple | None = None,
+    groups: int = 1,
 ) -> jax.Array:
     """N-d channels-last transposed convolution with PyTorch's ConvTranspose semantics.
 
@@ -295,6 +298,7 @@ def conv_transpose(
     correlate with the spatially flipped kernel.
     """
     n = x.ndim - 2
+    output_padding, dilation = output_padding or (0,) * n, dilation or (1,) * n
     kernel = w.shape[:n]
     cin, cout_g = w.shape[n], w.shape[n + 1]
     cin_g = cin // groups
@@ -328,32 +332,32 @@ def conv_transpose(
 
 
 def max_pool(
-    x: jax.Array, kernel: tuple, stride: tuple, padding: tuple, dilation: tuple
+    x: jax.Array, *, window: tuple, stride: tuple, padding: tuple, dilation: tuple | None = None
 ) -> jax.Array:
     """Channels-last N-d max pooling; PyTorch's MaxPool semantics (ceil_mode=False).
 
     ``padding`` is one int per spatial axis (both sides, with -inf) or a (low, high) pair.
     """
-    window = (1, *kernel, 1)
+    windows = (1, *window, 1)
     strides = (1, *stride, 1)
     pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding), (0, 0))
-    dilations = (1, *dilation, 1)
+    dilations = (1, *(dilation or (1,) * len(window)), 1)
     return jax.lax.reduce_window(
-        x, -jnp.inf, jax.lax.max, window, strides, pads, window_dilation=dilations
+        x, -jnp.inf, jax.lax.max, windows, strides, pads, window_dilation=dilations
     )
 
 
-def avg_pool(x: jax.Array, kernel: tuple, stride: tuple, padding: tuple) -> jax.Array:
+def avg_pool(x: jax.Array, *, window: tuple, stride: tuple, padding: tuple) -> jax.Array:
     """Channels-last N-d average pooling; PyTorch's AvgPool defaults.
 
     count_include_pad=True: zero padding counts, every window is divided by prod(kernel).
     ``padding`` is one int per spatial axis (both sides) or a (low, high) pair.
     """
-    window = (1, *kernel, 1)
+    windows = (1, *window, 1)
     strides = (1, *stride, 1)
     pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding), (0, 0))
-    summed = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, pads)
-    return summed / int(np.prod(kernel))
+    summed = jax.lax.reduce_window(x, 0.0, jax.lax.add, windows, strides, pads)
+    return summed / int(np.prod(window))
 
 
 def global_avg_pool(x: jax.Array) -> jax.Array:
@@ -372,9 +376,10 @@ def batch_norm(
     bias,
     mean: jax.Array,
     var: jax.Array,
+    *,
     train: bool,
-    momentum: float,
-    eps: float,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
 ) -> tuple:
     """Batch norm over every axis but the last (channel) one; returns (y, new_mean, new_var).
 
@@ -407,12 +412,12 @@ def batch_norm(
     return y, new_mean, new_var
 
 
-def layer_norm(x: jax.Array, scale, bias, eps: float, n_axes: int) -> jax.Array:
-    """Layer norm over the last ``n_axes`` axes (PyTorch's LayerNorm: biased variance).
+def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -> jax.Array:
+    """Layer norm over the last ``axes`` axes (PyTorch's LayerNorm: biased variance).
 
-    ``scale`` and ``bias`` have the normalised shape ``x.shape[-n_axes:]``; either may be None.
+    ``scale`` and ``bias`` have the normalised shape ``x.shape[-axes:]``; either may be None.
     """
-    axes = tuple(range(x.ndim - n_axes, x.ndim))
+    axes = tuple(range(x.ndim - axes, x.ndim))
     mu = jnp.mean(x, axis=axes, keepdims=True)
     var = jnp.var(x, axis=axes, keepdims=True)
     y = (x - mu) * jax.lax.rsqrt(var + eps)
@@ -423,7 +428,7 @@ def layer_norm(x: jax.Array, scale, bias, eps: float, n_axes: int) -> jax.Array:
     return y
 
 
-def group_norm(x: jax.Array, scale, bias, groups: int, eps: float) -> jax.Array:
+def group_norm(x: jax.Array, scale, bias, *, groups: int, eps: float = 1e-5) -> jax.Array:
     """Channels-last group norm (B, *S, C); PyTorch's GroupNorm.
 
     Channels are split into ``groups`` contiguous groups; each (sample, group) is normalised
@@ -442,7 +447,7 @@ def group_norm(x: jax.Array, scale, bias, groups: int, eps: float) -> jax.Array:
     return y
 
 
-def rms_norm(x: jax.Array, scale, eps: float) -> jax.Array:
+def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
     """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm)."""
     y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)
     if scale is not None:
@@ -470,12 +475,12 @@ def sigmoid(x: jax.Array) -> jax.Array:
     return jax.nn.sigmoid(x)
 
 
-def leaky_relu(x: jax.Array, a: float) -> jax.Array:
-    """x if x >= 0 else a * x (PyTorch's negative_slope = a)."""
-    return jnp.where(x >= 0, x, a * x)
+def leaky_relu(x: jax.Array, slope: float = 0.01) -> jax.Array:
+    """x if x >= 0 else slope * x (PyTorch's negative_slope)."""
+    return jnp.where(x >= 0, x, slope * x)
 
 
-def gelu(x: jax.Array, approximate: bool) -> jax.Array:
+def gelu(x: jax.Array, approximate: bool = False) -> jax.Array:
     """GELU; exact (erf) form unless ``approximate`` (PyTorch's approximate="tanh")."""
     return jax.nn.gelu(x, approximate=approximate)
 
@@ -485,7 +490,7 @@ def silu(x: jax.Array) -> jax.Array:
     return jax.nn.silu(x)
 
 
-def softmax(x: jax.Array, axis: int) -> jax.Array:
+def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
     """Numerically stable softmax along ``axis``."""
     return jax.nn.softmax(x, axis=axis)
 
@@ -505,7 +510,7 @@ def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Ar
     return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
 
 
-def dropout(x: jax.Array, p: float, train: bool, key) -> jax.Array:
+def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
     """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
 
     Identity when not training or p == 0. The same key gives the same mask.
@@ -515,7 +520,12 @@ def dropout(x: jax.Array, p: float, train: bool, key) -> jax.Array:
     return dropout_mask_apply(x, p, key, x.shape)
 
 
-def dropout_channels(x: jax.Array, p: float, train: bool, key) -> jax.Array:
+def dropout_weights(weights: jax.Array, p: float, train: bool, key) -> jax.Array:
+    """Dropout of attention weights (`attention` names its rate ``dropout``)."""
+    return dropout(weights, p, train=train, key=key)
+
+
+def dropout_channels(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
     """Channel dropout (PyTorch's Dropout1d/2d) on a channels-last tensor (B, *S, C).
 
     One Bernoulli draw per (batch, channel) zeroes whole feature maps; kept ones are scaled
@@ -570,11 +580,12 @@ def attention(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    mask,
-    causal: bool,
-    dropout_p: float,
-    train: bool,
-    key,
+    mask=None,
+    *,
+    causal: bool = False,
+    dropout: float = 0.0,
+    train: bool = False,
+    key=None,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
 
@@ -597,7 +608,7 @@ def attention(
     weights = jax.nn.softmax(scores, axis=-1)
     if mask is not None:  # causality alone never masks a whole row: key 0 is always kept
         weights = jnp.where(keep, weights, jnp.zeros_like(weights))
-    weights = dropout(weights, dropout_p, train, key)
+    weights = dropout_weights(weights, dropout, train, key)
     return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
 
 
@@ -605,11 +616,12 @@ def mha(
     x: jax.Array,
     z: jax.Array,
     p: dict,
+    *,
     heads: int,
-    causal: bool,
-    dropout_p: float,
-    train: bool,
-    key,
+    causal: bool = False,
+    dropout: float = 0.0,
+    train: bool = False,
+    key=None,
     mask=None,
 ) -> jax.Array:
     """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
@@ -628,7 +640,7 @@ def mha(
     q = q.reshape(b, tq, heads, dqk).transpose(0, 2, 1, 3)
     k = k.reshape(b, tk, heads, dqk).transpose(0, 2, 1, 3)
     v = v.reshape(b, tk, heads, dv).transpose(0, 2, 1, 3)
-    out = attention(q, k, v, mask, causal, dropout_p, train, key)
+    out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
     out = out.transpose(0, 2, 1, 3).reshape(b, tq, heads * dv)
     return dense(out, p["wo"], p.get("bo"))
 
@@ -792,10 +804,10 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def scan_group(step, x, xs):
+def scan_group(step, x, xs, length: int):
     """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
     whatever N), its backward pass keeping only what ``keep_products`` names."""
-    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs)
+    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
 
 
 def split_keys(key, n: int):
@@ -803,10 +815,10 @@ def split_keys(key, n: int):
     return None if key is None else jax.random.split(key, n)
 
 
-def unrolled(step, x, xs, n: int):
+def unrolled(step, x, xs, length: int):
     """``jax.lax.scan``'s result, computed by a Python loop: ``--unroll``'s lowering of ×N."""
     ys = []
-    for i in range(n):
+    for i in range(length):
         x, y = step(x, jax.tree.map(lambda a, i=i: a[i], xs))
         ys.append(y)
     return x, jax.tree.map(lambda *a: jnp.stack(a), *ys)
@@ -828,7 +840,7 @@ def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
-def reparameterize(mean: jax.Array, logvar: jax.Array, train: bool, key) -> jax.Array:
+def reparameterize(mean: jax.Array, logvar: jax.Array, *, train: bool, key) -> jax.Array:
     """A VAE's sample mean + exp(logvar / 2)·ε in training; the mean in evaluation."""
     if not train:
         return mean

@@ -1,8 +1,11 @@
-"""The source of the runtime functions a generated module needs, copied from `runtime.py`.
+"""The source of the runtime functions a generated module needs, copied from the runtime.
 
 The generated module must import only JAX and NumPy, so instead of importing our runtime it
 carries the functions it uses (and the ones those call), in the order they appear in
-`runtime.py`. The file is ours, parsed with `ast`: nothing from a spec is involved.
+`runtime.py` and then in the modules of `runtime_extra/` (by file name), which hold the
+functions of newer families of boxes under the same rule: top-level ``def``s that need only
+``jax``, ``jax.numpy as jnp`` and ``numpy as np``. The files are ours, parsed with `ast`:
+nothing from a spec is involved.
 """
 
 from __future__ import annotations
@@ -14,6 +17,14 @@ from pathlib import Path
 _RUNTIME = Path(__file__).with_name("runtime.py")
 
 
+def _files() -> list[Path]:
+    return [_RUNTIME, *sorted(_RUNTIME.with_name("runtime_extra").glob("[!_]*.py"))]
+
+
+def _text() -> str:
+    return "\n\n".join(f.read_text(encoding="utf-8") for f in _files())
+
+
 @functools.cache
 def _parsed() -> tuple[dict[str, tuple[int, str, frozenset[str]]], frozenset[str]]:
     """name → (position, source, runtime functions it calls); and every name a function binds.
@@ -22,9 +33,11 @@ def _parsed() -> tuple[dict[str, tuple[int, str, frozenset[str]]], frozenset[str
     the same name at module level would be shadowed inside them (harmless today, as none calls
     a block, but a trap), so block functions keep clear of these names.
     """
-    text = _RUNTIME.read_text(encoding="utf-8")
+    text = _text()
     defs = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
     names = {d.name for d in defs}
+    if len(names) != len(defs):
+        raise AssertionError("two runtime functions have the same name")
     lines = text.splitlines()
     table, bound = {}, set()
     for i, d in enumerate(defs):
@@ -40,6 +53,35 @@ def _parsed() -> tuple[dict[str, tuple[int, str, frozenset[str]]], frozenset[str
                 bound.add(n.arg)
         table[d.name] = (i, src, frozenset(called - {d.name}))
     return table, frozenset(bound)
+
+
+@functools.cache
+def defaults(name: str) -> dict[str, object]:
+    """The keyword defaults of runtime function ``name`` that are plain literals: a call need
+    not write an argument equal to its default (``stride=(1, 1)``, ``eps=1e-05``)."""
+    for node in ast.parse(_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            args = node.args
+            out: dict[str, object] = {}
+            positional = args.posonlyargs + args.args
+            with_defaults = positional[len(positional) - len(args.defaults) :]
+            for arg, default in zip(with_defaults, args.defaults):
+                out[arg.arg] = _literal(default)
+            for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+                if default is not None:
+                    out[arg.arg] = _literal(default)
+            return {k: v for k, v in out.items() if v is not _NOT_LITERAL}
+    return {}
+
+
+_NOT_LITERAL = object()
+
+
+def _literal(node: ast.expr) -> object:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return _NOT_LITERAL
 
 
 def _functions() -> dict[str, tuple[int, str, frozenset[str]]]:

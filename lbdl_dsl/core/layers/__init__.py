@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lbdl_dsl.core.layers import activation, attention, conv, dense, extra, norm, recurrent, tensor
-from lbdl_dsl.core.layers.base import HP, REQUIRED, Ctx, Emit, Layer, PSpec, ShapeFailure
+from lbdl_dsl.core.layers.base import HP, REQUIRED, Attrs, Ctx, Layer, PSpec, ShapeFailure
 
 _FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent, extra)
 
@@ -28,4 +28,14 @@ def all_names() -> list[str]:
     return sorted(LAYERS) + sorted(ALIASES)
 
 
-__all__ = ["HP", "LAYERS", "REQUIRED", "Ctx", "Emit", "Layer", "PSpec", "ShapeFailure", "lookup"]
+__all__ = [
+    "HP",
+    "LAYERS",
+    "REQUIRED",
+    "Attrs",
+    "Ctx",
+    "Layer",
+    "PSpec",
+    "ShapeFailure",
+    "lookup",
+]

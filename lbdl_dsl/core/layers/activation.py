@@ -2,56 +2,82 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, Ctx, Emit, Layer
+import math
+from collections.abc import Callable
+from typing import Any
+
+from lbdl_dsl.core.layers.base import HP, AxisAttrs, Ctx, Layer, numpy, resolve_axis
 
 
-def _unary(name: str, fn: str, doc: str, aliases: tuple[str, ...] = (), hps=(), args=()) -> Layer:
-    def lower(e: Emit) -> str:
-        return e.call(fn, e.x[0], *(e.hp[a] for a in args))
-
+def _unary(
+    name: str,
+    doc: str,
+    reference: Callable[..., Any],
+    aliases: tuple[str, ...] = (),
+    hps: tuple[HP, ...] = (),
+    cases: tuple[tuple[str, str], ...] = (),
+) -> Layer:
     return Layer(
         name=name,
         aliases=aliases,
         category="Activation",
         doc=doc,
-        hparams=tuple(hps),
-        lower=lower,
+        hparams=hps,
         layout="any",
+        rf=True,
         example=("32×8×8", name if not hps else f"{name} {hps[0].name}={hps[0].default}"),
+        cases=cases,
+        reference=reference,
     )
 
 
-RELU = _unary("relu", "relu", "Rectified linear unit, max(0, x).")
-TANH = _unary("tanh", "tanh", "Hyperbolic tangent.")
-SIGMOID = _unary("sigmoid", "sigmoid", "Logistic sigmoid, 1/(1 + e⁻ˣ).")
+def sigmoid_ref(x: Any) -> Any:
+    return 1.0 / (1.0 + numpy().exp(-x))
+
+
+def gelu_ref(x: Any, approximate: bool) -> Any:
+    """Exact: ½x(1 + erf(x/√2)); approximate: PyTorch's tanh formula (GPT-2's)."""
+    np = numpy()
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+RELU = _unary(
+    "relu", "Rectified linear unit, max(0, x).", lambda xs, p, s, a: numpy().maximum(xs[0], 0.0)
+)
+TANH = _unary("tanh", "Hyperbolic tangent.", lambda xs, p, s, a: numpy().tanh(xs[0]))
+SIGMOID = _unary(
+    "sigmoid", "Logistic sigmoid, 1/(1 + e⁻ˣ).", lambda xs, p, s, a: sigmoid_ref(xs[0])
+)
 LEAKY = _unary(
     "leaky-relu",
-    "leaky_relu",
     "Leaky ReLU: x for x ≥ 0, a·x otherwise (PyTorch's a=0.01 by default).",
+    lambda xs, p, s, a: numpy().where(xs[0] >= 0, xs[0], a.a * xs[0]),
     aliases=("leaky relu", "leakyrelu"),
     hps=(HP("a", "float", 0.01, "slope for negative inputs"),),
-    args=("a",),
 )
 GELU = _unary(
     "gelu",
-    "gelu",
     "Gaussian error linear unit, exact by default; `approximate=true` is GPT-2's tanh form.",
+    lambda xs, p, s, a: gelu_ref(xs[0], a.approximate),
     hps=(HP("approximate", "bool", False, "use the tanh approximation"),),
-    args=("approximate",),
+    cases=(("6×8", "gelu approximate=true"),),
 )
-SILU = _unary("silu", "silu", "Sigmoid linear unit x·σ(x) (swish).", aliases=("swish",))
-IDENTITY = _unary("identity", "identity", "Passes its input through (a named junction).")
+SILU = _unary(
+    "silu",
+    "Sigmoid linear unit x·σ(x) (swish).",
+    lambda xs, p, s, a: xs[0] * sigmoid_ref(xs[0]),
+    aliases=("swish",),
+)
+IDENTITY = _unary(
+    "identity", "Passes its input through (a named junction).", lambda xs, p, s, a: xs[0]
+)
 
 
-def _axis(c: Ctx) -> tuple:
-    a = c.hp["axis"]
-    if not -len(c.x) <= a < len(c.x):
-        c.fail(f"axis {a} is out of range for {len(c.x)} axes", hparam="axis")
-    return c.x
-
-
-def _softmax_lower(e: Emit) -> str:
-    return e.call("softmax", e.x[0], e.hp["axis"] if e.hp["axis"] < 0 else e.hp["axis"] + 1)
+def softmax_ref(x: Any, axis: int) -> Any:
+    e = numpy().exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
 
 
 SOFTARGMAX = Layer(
@@ -60,16 +86,14 @@ SOFTARGMAX = Layer(
     category="Activation",
     doc="Softargmax (the book's name for softmax) along an axis, the last by default.",
     hparams=(HP("axis", "axis", -1, "the axis that sums to 1"),),
-    shape=_axis,
-    lower=_softmax_lower,
+    resolve=lambda c: AxisAttrs(resolve_axis(c)),
     example=("16×10", "softargmax"),
+    cases=(("6×8", "softargmax axis=0"),),
+    reference=lambda xs, p, s, a: softmax_ref(xs[0], a.axis + 1),
 )
 
 
-def _dropout(name: str, fn: str, doc: str, layout: str, aliases=()) -> Layer:
-    def lower(e: Emit) -> str:
-        return e.call(fn, e.x[0], e.hp["p"], e.train, e.key())
-
+def _dropout(name: str, doc: str, layout: str, aliases: tuple[str, ...] = ()) -> Layer:
     def shape(c: Ctx) -> tuple:
         if not 0.0 <= c.hp["p"] < 1.0:
             c.fail(f"the dropout probability must be in [0, 1), got {c.hp['p']}", hparam="p")
@@ -84,15 +108,15 @@ def _dropout(name: str, fn: str, doc: str, layout: str, aliases=()) -> Layer:
         doc=doc,
         hparams=(HP("p", "float", 0.5, "probability of zeroing"),),
         shape=shape,
-        lower=lower,
         layout=layout,
+        rf=True,
         stochastic=True,
         example=("32×8×8", f"{name} p=0.2"),
+        reference=lambda xs, p, s, a: xs[0],  # evaluation: the identity
     )
 
 
 DROPOUT = _dropout(
-    "dropout",
     "dropout",
     "Zeroes each value with probability p in training and scales the rest by 1/(1−p); the "
     "identity in evaluation (PyTorch's p=0.5 by default).",
@@ -100,7 +124,6 @@ DROPOUT = _dropout(
 )
 DROPOUT2D = _dropout(
     "dropout-2d",
-    "dropout_channels",
     "2-D dropout: zeroes whole channels of a C×H×W map (or C×T) with probability p.",
     "cl",
     aliases=("dropout2d", "2d-dropout"),

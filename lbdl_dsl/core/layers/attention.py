@@ -7,8 +7,49 @@ stable names; their inside is the book's: pre-norm, the operator, the residual s
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, ONES, ZEROS, Ctx, Emit, FanIn, Layer, PSpec, numel
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lbdl_dsl.core.layers.activation import gelu_ref
+from lbdl_dsl.core.layers.base import (
+    HP,
+    ZEROS,
+    Attrs,
+    Ctx,
+    FanIn,
+    Layer,
+    PSpec,
+    numpy,
+)
+from lbdl_dsl.core.layers.dense import dense_ref
+from lbdl_dsl.core.layers.norm import layernorm_ref
 from lbdl_dsl.core.symbolic import Expr
+
+
+@dataclass(frozen=True)
+class HeadsAttrs(Attrs):
+    """Multi-head attention resolved: heads, per-head sizes, output size, switches."""
+
+    heads: int
+    dqk: Expr
+    dv: Expr
+    out: Expr
+    causal: bool
+    dropout: float
+    bias: bool
+    kbias: bool
+    eps: float | None  # the pre-norm's, for self-att and cross-att
+
+
+@dataclass(frozen=True)
+class FfwAttrs(Attrs):
+    hidden: Expr
+    dropout: float
+    bias: bool
+    act: str
+    eps: float
 
 
 def _heads(c: Ctx, d: Expr) -> tuple[int, Expr, Expr]:
@@ -31,14 +72,14 @@ def _mha_specs(c: Ctx, d: Expr, dz: Expr, out: Expr, prefix: str = "") -> dict[s
         "wv": PSpec((dz, h * dv), FanIn(dz), ("embed", "heads")),
         "wo": PSpec((h * dv, out), FanIn(h * dv), ("heads", "embed")),
     }
-    if c.hp.get("bias"):
+    if c.a.bias:
         specs |= {
             "bq": PSpec((h * dqk,), ZEROS, ("heads",)),
             "bk": PSpec((h * dqk,), ZEROS, ("heads",)),
             "bv": PSpec((h * dv,), ZEROS, ("heads",)),
             "bo": PSpec((out,), ZEROS, ("embed",)),
         }
-        if not c.hp.get("kbias", True):  # Whisper: every projection but the keys'
+        if not c.a.kbias:  # Whisper: every projection but the keys'
             del specs["bk"]
     return {prefix + k: v for k, v in specs.items()}
 
@@ -49,16 +90,57 @@ def _mha_macs(c: Ctx, t: Expr, d: Expr, s: Expr, dz: Expr, out: Expr) -> Expr:
     return projections + h * t * s * (dqk + dv)  # Q·Kᵀ and A·V
 
 
-def _mha_kept(c: Ctx, t: Expr, d: Expr, s: Expr) -> Expr:
-    """Q, K and V, which training keeps for the backward pass (memory per device)."""
-    h, dqk, dv = _heads(c, d)
-    return t * h * dqk + s * h * (dqk + dv)
+def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
+    """Resolve the heads of `mha`, `self-att` and `cross-att` against the query input."""
+    x = c.rank(2, what="T×D sequence")
+    if len(c.ins) > 1:
+        c.rank(2, what="S×D sequence", i=1)
+    h, dqk, dv = _heads(c, x[1])
+    return HeadsAttrs(
+        h,
+        dqk,
+        dv,
+        out if out is not None else x[1],
+        bool(c.hp.get("causal", False)),
+        c.hp["p"],
+        c.hp["bias"],
+        c.hp["kbias"],
+        c.hp.get("eps"),
+    )
 
 
-def _mha_call(e: Emit, q_in: str, kv_in: str, causal: bool) -> str:
-    names = ["wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo"]
-    p = ", ".join(f'"{n}": {e.param(n)}' for n in names if e.has_param(n))
-    return e.call("mha", q_in, kv_in, "{" + p + "}", e.hp["h"], causal, e.hp["p"], e.train, e.key())
+def attention_ref(q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False) -> Any:
+    """softargmax(QKᵀ/√d)·V over (B, H, T, d) arrays, position by position; a query whose keys
+    are all masked gives zeros."""
+    np = numpy()
+    b, h, tq, d = q.shape
+    keep = np.ones((b, h, tq, k.shape[2]), bool)
+    if mask is not None:
+        keep &= np.broadcast_to(mask, keep.shape)
+    if causal:
+        keep &= np.tri(tq, k.shape[2], dtype=bool)
+    scores = np.where(keep, q @ k.swapaxes(-1, -2) / math.sqrt(d), -np.inf)
+    top = np.max(scores, axis=-1, keepdims=True)
+    e = np.where(keep, np.exp(scores - np.where(np.isfinite(top), top, 0.0)), 0.0)
+    total = e.sum(-1, keepdims=True)
+    return (e / np.where(total > 0, total, 1.0)) @ v
+
+
+def mha_ref(x: Any, z: Any, p: dict, a: HeadsAttrs, prefix: str = "") -> Any:
+    """Multi-head attention with separate projections; heads split on the last axis."""
+    np = numpy()
+
+    def proj(v: Any, name: str) -> Any:
+        return dense_ref(v, p[prefix + "w" + name], p.get(prefix + "b" + name))
+
+    q, k, v = proj(x, "q"), proj(z, "k"), proj(z, "v")
+
+    def heads(t: Any) -> Any:
+        return t.reshape(*t.shape[:2], a.heads, -1).transpose(0, 2, 1, 3)
+
+    o = attention_ref(heads(q), heads(k), heads(v), None, a.causal)
+    o = o.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1)
+    return np.asarray(proj(o, "o"))
 
 
 _ATT_HP = (
@@ -77,14 +159,7 @@ _ATT_HP = (
 
 
 def _mha_shape(c: Ctx) -> tuple:
-    x = c.rank(2, what="T×D sequence")
-    z = c.rank(2, what="S×D sequence", i=1) if len(c.ins) > 1 else x
-    _heads(c, x[1])
-    del z
-    out = c.hp.get("out")
-    if out is None:
-        out = c.hp["out"] = x[1]
-    return (x[0], out)
+    return (c.x[0], c.a.out)
 
 
 def _mha_z(c: Ctx) -> tuple:
@@ -104,13 +179,14 @@ MHA = Layer(
         HP("out", "size", None, "output dimension (default D)"),
     ),
     arity=(1, 2),
+    resolve=lambda c: _heads_attrs(c, c.hp.get("out")),
     shape=_mha_shape,
     params=lambda c: _mha_specs(c, c.x[1], _mha_z(c)[1], c.out[1]),
     macs=lambda c: _mha_macs(c, c.x[0], c.x[1], _mha_z(c)[0], _mha_z(c)[1], c.out[1]),
-    kept=lambda c: _mha_kept(c, c.x[0], c.x[1], _mha_z(c)[0]),
-    lower=lambda e: _mha_call(e, e.x[0], e.x[1] if len(e.x) > 1 else e.x[0], e.hp["causal"]),
     from_annotation=(("out", -1),),
     example=("16×64", "mha h=4"),
+    cases=(("5×8", "mha h=2 bias=true causal=true"),),
+    reference=lambda xs, p, s, a: mha_ref(xs[0], xs[-1], p, a),
 )
 
 
@@ -127,11 +203,10 @@ def _att_shape(c: Ctx) -> tuple:
     return (q[0], v[1])
 
 
-def _att_lower(e: Emit) -> str:
-    q, k, v = (f"{x}[:, None]" for x in e.x[:3])
-    mask = f"{e.x[3]}[:, None]" if len(e.x) > 3 else None
-    out = e.call("attention", q, k, v, mask, e.hp["causal"], e.hp["p"], e.train, e.key())
-    return f"{out}[:, 0]"
+def _att_ref(xs: list, p: dict, s: dict, a: Any) -> Any:
+    q, k, v = (x[:, None] for x in xs[:3])
+    mask = xs[3][:, None] if len(xs) > 3 else None
+    return attention_ref(q, k, v, mask, a.causal)[:, 0]
 
 
 ATTENTION = Layer(
@@ -148,29 +223,37 @@ ATTENTION = Layer(
     arity=(3, 4),
     shape=_att_shape,
     macs=lambda c: c.x[0] * c.ins[1][0] * (c.x[1] + c.ins[2][1]),
-    lower=_att_lower,
     example=("16×64", "attention(K, V)"),
+    reference=_att_ref,
 )
 
 
-def _ln_specs(d: Expr) -> dict[str, PSpec]:
-    return {"ln_scale": PSpec((d,), ONES, ("norm",)), "ln_bias": PSpec((d,), ZEROS, ("norm",))}
+def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
+    """The hyper-parameters a composite passes on to a box of its inside: those it has."""
+    return [n for n in names if hp.get(n) is not None]
 
 
-def _block_shape(c: Ctx) -> tuple:
-    x = c.rank(2, what="T×D sequence")
-    if len(c.ins) > 1:
-        c.rank(2, what="S×D sequence", i=1)
-    _heads(c, x[1])
-    return x
+_MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 
 
-def _self_att_lower(e: Emit, cross: bool) -> str:
-    x = e.x[0]
-    h = e.bind(e.call("layer_norm", x, e.param("ln_scale"), e.param("ln_bias"), e.hp["eps"], 1))
-    kv = e.x[1] if cross else h
-    y = e.bind(_mha_call(e, h, kv, e.hp.get("causal", False)))
-    return f"{x} + {y}"
+def _att_inside(cross: bool):
+    def inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
+        passed = _given(hp, _MHA_PASSED)
+        args = "".join(f" {n}={n}" for n in passed)
+        on = "X: T×D, Z: S×E" if cross else "X: T×D"
+        return (
+            f"block inside({', '.join([*passed, 'eps'])}) on {on}:\n"
+            "  layernorm eps=eps -> ln\n"
+            f"  mha{'(Z)' if cross else ''}{args} -> att\n"
+            "  +(X)\n"
+        )
+
+    return inside
+
+
+def _pre_norm_ref(xs: list, p: dict, a: HeadsAttrs) -> Any:
+    h = layernorm_ref(xs[0], p["ln"]["scale"], p["ln"]["bias"], a.eps, 1)
+    return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p["att"], a)
 
 
 SELF_ATT = Layer(
@@ -184,13 +267,11 @@ SELF_ATT = Layer(
         HP("causal", "bool", False, "mask attention to later positions"),
         HP("eps", "float", 1e-5, "layernorm's epsilon"),
     ),
-    shape=_block_shape,
-    params=lambda c: _ln_specs(c.x[1]) | _mha_specs(c, c.x[1], c.x[1], c.x[1]),
-    macs=lambda c: _mha_macs(c, c.x[0], c.x[1], c.x[0], c.x[1], c.x[1]),
-    kept=lambda c: _mha_kept(c, c.x[0], c.x[1], c.x[0]),
-    lower=lambda e: _self_att_lower(e, cross=False),
-    composite=True,
+    resolve=_heads_attrs,
+    inside=_att_inside(cross=False),
     example=("16×64", "self-att h=4 causal=true"),
+    cases=(("5×8", "self-att h=2 bias=true kbias=false"),),
+    reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )
 
 CROSS_ATT = Layer(
@@ -202,45 +283,44 @@ CROSS_ATT = Layer(
     "attention, and the residual sum with X.",
     hparams=(*_ATT_HP, HP("eps", "float", 1e-5, "layernorm's epsilon")),
     arity=(2, 2),
-    shape=_block_shape,
-    params=lambda c: _ln_specs(c.x[1]) | _mha_specs(c, c.x[1], c.ins[1][1], c.x[1]),
-    macs=lambda c: _mha_macs(c, c.x[0], c.x[1], c.ins[1][0], c.ins[1][1], c.x[1]),
-    kept=lambda c: _mha_kept(c, c.x[0], c.x[1], c.ins[1][0]),
-    lower=lambda e: _self_att_lower(e, cross=True),
-    composite=True,
+    resolve=_heads_attrs,
+    inside=_att_inside(cross=True),
     example=("16×64", "cross-att(Z) h=4"),
+    reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )
 
 
-def _ffw_hidden(c: Ctx) -> Expr:
+def _ffw_attrs(c: Ctx) -> FfwAttrs:
+    c.rank(1, 2, 3)
     hidden = c.hp.get("hidden")
-    return hidden if hidden is not None else 4 * c.x[-1]
+    hidden = hidden if hidden is not None else 4 * c.x[-1]
+    return FfwAttrs(hidden, c.hp["p"], c.hp["bias"], c.hp["act"], c.hp["eps"])
 
 
-def _ffw_params(c: Ctx) -> dict[str, PSpec]:
-    d, hidden = c.x[-1], _ffw_hidden(c)
-    out = _ln_specs(d) | {"w1": PSpec((d, hidden), FanIn(d), ("embed", "mlp"))}
-    if c.hp["bias"]:
-        out["b1"] = PSpec((hidden,), ZEROS, ("mlp",))
-    out["w2"] = PSpec((hidden, d), FanIn(hidden), ("mlp", "embed"))
-    if c.hp["bias"]:
-        out["b2"] = PSpec((d,), ZEROS, ("embed",))
-    return out
+_ACT = {"gelu": "gelu", "gelu-tanh": "gelu approximate=true", "relu": "relu"}
 
 
-def _ffw_lower(e: Emit) -> str:
-    x = e.x[0]
-    h = e.bind(e.call("layer_norm", x, e.param("ln_scale"), e.param("ln_bias"), e.hp["eps"], 1))
-    b1 = e.param("b1") if e.has_param("b1") else None
-    b2 = e.param("b2") if e.has_param("b2") else None
-    h = e.bind(e.call("dense", h, e.param("w1"), b1))
-    if e.hp["act"] == "relu":
-        act = e.call("relu", h)
-    else:
-        act = e.call("gelu", h, e.hp["act"] == "gelu-tanh")
-    h = e.bind(e.call("dense", act, e.param("w2"), b2))
-    h = e.bind(e.call("dropout", h, e.hp["p"], e.train, e.key()))
-    return f"{x} + {h}"
+def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
+    pattern = "×".join(["A", "B"][: ranks[0] - 1] + ["D"])
+    hidden = "hidden" if hp.get("hidden") is not None else "4D"
+    params = ["hidden"] if hp.get("hidden") is not None else []
+    return (
+        f"block inside({', '.join([*params, 'bias', 'p', 'eps'])}) on X: {pattern}:\n"
+        "  layernorm eps=eps -> ln\n"
+        f"  fc out={hidden} bias=bias -> fc1\n"
+        f"  {_ACT[hp['act']]}\n"
+        "  fc out=D bias=bias -> fc2\n"
+        "  dropout p=p\n"
+        "  +(X)\n"
+    )
+
+
+def _ffw_ref(xs: list, p: dict, s: dict, a: FfwAttrs) -> Any:
+    np = numpy()
+    h = layernorm_ref(xs[0], p["ln"]["scale"], p["ln"]["bias"], a.eps, 1)
+    h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))
+    h = np.maximum(h, 0.0) if a.act == "relu" else gelu_ref(h, a.act == "gelu-tanh")
+    return xs[0] + dense_ref(h, p["fc2"]["w"], p["fc2"].get("b"))
 
 
 FFW = Layer(
@@ -262,14 +342,12 @@ FFW = Layer(
         ),
         HP("eps", "float", 1e-5, "layernorm's epsilon"),
     ),
-    shape=lambda c: c.rank(1, 2, 3),
-    params=_ffw_params,
-    macs=lambda c: 2 * numel(c.x[:-1]) * c.x[-1] * _ffw_hidden(c),
-    kept=lambda c: numel(c.x[:-1]) * _ffw_hidden(c),
-    lower=_ffw_lower,
-    composite=True,
+    resolve=_ffw_attrs,
+    inside=_ffw_inside,
     stochastic=True,
     example=("16×64", "ffw hidden=256"),
+    cases=(("6×8", "ffw act=gelu-tanh bias=false"), ("6×8", "ffw act=relu hidden=5")),
+    reference=_ffw_ref,
 )
 
 LAYERS = (ATTENTION, MHA, SELF_ATT, CROSS_ATT, FFW)

@@ -1,22 +1,22 @@
 """What a layer is, for every stage: the declaration every registry entry fills in.
 
-One `Layer` holds everything the compiler and the backends need to know about a kind of box: its
-name as the book writes it, its hyper-parameters (types, defaults, docs), its shape rule, its
-trainable parameters and their initialisation, its non-trainable state, its multiply-accumulate
-count, its receptive-field contribution, how the diagram labels it, and its JAX lowering as source
-text. Passes never test ``if op == "conv-2d"``; they ask the entry.
-
-The lowering emits text through the `Emit` protocol, which the JAX backend implements: this keeps
-JAX out of the compiler's imports and makes the in-process model and the emitted module the same
-code.
+One `Layer` holds everything the compiler needs to know about a kind of box: its name as the book
+writes it, its hyper-parameters (types, defaults, docs), how they resolve into a frozen attribute
+record (`Attrs`: pads, axis, permutation... computed once, shown by the ``shapes`` text form and
+read by every backend), its shape rule, its trainable parameters (shape, initialiser, the logical
+role of each axis), its non-trainable state, its multiply-accumulate count, its receptive-field
+window, how the diagram draws it, its decomposition into primitive boxes when it is a composite,
+and a NumPy reference of what it computes. Passes never test ``if op == "conv-2d"``; they ask
+the entry. How a backend lowers an entry lives with the backend (`backends/jax/lowering/`), in a
+table with one row per entry; a test checks that the table covers the registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from math import prod
-from typing import Any, NoReturn, Protocol, Union
+from typing import Any, NoReturn, Union
 
 from lbdl_dsl.core.symbolic import Expr
 
@@ -130,6 +130,7 @@ class Ctx:
     dtypes: list[str] = field(default_factory=list)
     vocab: list[Expr | None] = field(default_factory=list)
     out: Shape | None = None
+    a: Any = None  # the resolved `Attrs`, set before the shape rule runs
 
     @property
     def x(self) -> Shape:
@@ -155,25 +156,80 @@ class Ctx:
         return v
 
 
-class Emit(Protocol):
-    """What a JAX lowering may ask of the code generator (implemented in backends/jax)."""
+class Attrs:
+    """A box's hyper-parameters resolved once: what the shape rule, the counts and every
+    backend read. Entries that derive values (pads, an axis made positive, a permutation)
+    declare a frozen dataclass of their own; the others get `Given`, the hyper-parameters as
+    written or defaulted. Reading a field that is not there is an AttributeError, so a
+    misspelt attribute fails its entry's tests."""
 
-    x: list[str]  # input expressions, in the layout the entry asked for
-    hp: dict[str, Any]  # hyper-parameters with Python values (ints, tuples, floats, ...)
-    in_shapes: list[tuple[int | str, ...]]  # spec (channels-first) shapes, per sample
-    out_shape: tuple[int | str, ...]
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self))  # type: ignore[arg-type]
 
-    def param(self, name: str) -> str: ...
-    def has_param(self, name: str) -> bool: ...
-    def state(self, name: str) -> str: ...
-    def set_state(self, name: str, expr: str) -> None: ...
-    def call(self, fn: str, *args: Any, **kwargs: Any) -> str: ...
-    def bind(self, expr: str) -> str: ...
-    def key(self) -> str: ...
-    def static(self, value: Any) -> str: ...
+    def text(self) -> str:
+        """``k=(3, 3) pads=((1, 1), (1, 1))``: the record in the ``shapes`` text form."""
+        return " ".join(f"{k}={_attr_text(v)}" for k, v in self.items())
 
-    @property
-    def train(self) -> str: ...
+
+@dataclass(frozen=True)
+class Given(Attrs):
+    """The hyper-parameters as the box has them, by name (entries without derived values)."""
+
+    values: tuple[tuple[str, Any], ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        for key, value in object.__getattribute__(self, "values"):
+            if key == name:
+                return value
+        raise AttributeError(f"no attribute `{name}`")
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        return self.values
+
+
+@dataclass(frozen=True)
+class AxisAttrs(Attrs):
+    """One axis of each sample, counted from 0 (a negative axis resolved against the rank)."""
+
+    axis: int
+
+
+def resolve_axis(c: Ctx, name: str = "axis") -> int:
+    """The hyper-parameter ``name`` as an axis of the input, from 0; a failure if outside."""
+    a = c.hp[name]
+    if not -len(c.x) <= a < len(c.x):
+        c.fail(f"axis {a} is out of range for {len(c.x)} axes", hparam=name)
+    return a % len(c.x)
+
+
+class Numbers:
+    """An `Attrs` record with every known size as a Python number: what a NumPy reference
+    reads (``reference(xs, params, state, Numbers(attrs))``)."""
+
+    def __init__(self, attrs: Attrs | None) -> None:
+        self._attrs = attrs
+
+    def __getattr__(self, name: str) -> Any:
+        return _number(getattr(self._attrs, name))
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, Expr) and value.is_const:
+        v = value.const_value
+        return int(v) if v.denominator == 1 else float(v)
+    if isinstance(value, tuple):
+        return tuple(_number(v) for v in value)
+    return value
+
+
+def _attr_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return (
+            "(" + ", ".join(_attr_text(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+        )
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -182,30 +238,48 @@ class Layer:
 
     name: str
     doc: str
-    category: str
+    category: str  # the section of docs/layers.md
     hparams: tuple[HP, ...] = ()
+    resolve: Callable[[Ctx], Attrs] | None = None  # None: `Given`, the hyper-parameters
     shape: Callable[[Ctx], Shape] = lambda c: c.x
     params: Callable[[Ctx], dict[str, PSpec]] = lambda c: {}
     state: Callable[[Ctx], dict[str, PSpec]] = lambda c: {}
     macs: Callable[[Ctx], Expr | int] = lambda c: 0
-    lower: Callable[[Emit], str] | None = None
     arity: tuple[int, int] = (1, 1)  # min and max number of input tensors
     aliases: tuple[str, ...] = ()
-    from_annotation: tuple[tuple[str, int], ...] = ()  # (hyper-parameter, output axis)
+    from_annotation: tuple[tuple[str, int | None], ...] = ()  # (hyper-parameter, output axis)
     layout: str = "cf"  # "cf": spec layout; "cl": channels-last spatial; "any": elementwise
     out_layout: str | None = None  # the output's layout when it differs from `layout`
     spatial: int = 0  # spatial axes, for `sizes` hyper-parameters (k=3 → (3, 3) when 2)
-    composite: bool = False  # drawn taller, as the book draws resblock, self-att and ffw
+    inside: Callable[[Mapping[str, Any], tuple[int, ...]], str] | None = None  # a composite
+    rf: bool = False  # a receptive field passes through (the map keeps its spatial axes)
     window: Callable[[Ctx], tuple[int, int, int] | None] = lambda c: None  # k, s, d for RF
     ties: tuple[tuple[str, dict[str, tuple[str, bool]]], ...] = ()  # (op, {mine: (theirs, T)})
     example: tuple[str, str] = ("", "")  # (input shape, box line) for docs and tests
+    cases: tuple[tuple[str, str], ...] = ()  # more (input, box) pairs for the reference tests
     stochastic: bool = False  # needs a key in training (dropout)
-    # values a composite box keeps inside for its backward pass, per sample, beyond its output
-    # (the products a ×N group's loop keeps: Q, K, V; a feed-forward block's hidden layer)
-    kept: Callable[[Ctx], Expr | int] = lambda c: 0
+    glyph: str | None = None  # drawn as this symbol in a circle (`+`), not as a box
+    ident: str | None = None  # the name in node ids and code, when `name` is not one (`+`)
+    keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
+    reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
 
     def hparam(self, name: str) -> HP | None:
         return next((h for h in self.hparams if h.name == name), None)
+
+    @property
+    def composite(self) -> bool:
+        """Drawn as one tall box that opens, as the book draws self-att and ffw."""
+        return self.inside is not None
+
+    def attrs(self, ctx: Ctx) -> Attrs:
+        return self.resolve(ctx) if self.resolve is not None else Given(tuple(ctx.hp.items()))
+
+
+def numpy() -> Any:
+    """NumPy, for the references: imported when a reference runs, so `--check` never pays."""
+    import numpy as np
+
+    return np
 
 
 # -- helpers shared by the rules ---------------------------------------------------------------

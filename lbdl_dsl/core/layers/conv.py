@@ -2,87 +2,157 @@
 
 Output sizes follow FIGURES.md rule 4 (every framework's floor formula); a pool's stride defaults
 to its kernel and a convolution's to 1 (rule 3). The JAX lowerings run channels-last, which XLA
-prefers on CPU and GPU; the code generator moves layouts so that the user never sees it.
+prefers on CPU and GPU; the code generator moves layouts so that the user never sees it. The
+NumPy references loop over positions and taps, in channels-first order, as PyTorch defines them.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 from lbdl_dsl.core.layers.base import (
     HP,
     ZEROS,
+    Attrs,
     Ctx,
-    Emit,
     FanIn,
     Layer,
     PSpec,
     conv_out,
     ints,
     numel,
+    numpy,
     positive,
     tconv_out,
 )
 from lbdl_dsl.core.symbolic import Expr
 
 _SPATIAL = {1: "C×T", 2: "C×H×W"}
+Pads = tuple[tuple[int, int], ...]
 
 
-def _pads(c: Ctx, n: int) -> tuple[tuple[int, int], ...]:
+@dataclass(frozen=True)
+class ConvAttrs(Attrs):
+    """A convolution with every default resolved and its padding as (before, after) pairs."""
+
+    channels: Expr
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    pads: Pads
+    dilation: tuple[int, ...]
+    groups: int
+    bias: bool
+
+
+@dataclass(frozen=True)
+class TConvAttrs(Attrs):
+    channels: Expr
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    out_padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    bias: bool
+
+
+@dataclass(frozen=True)
+class PoolAttrs(Attrs):
+    """A pool's window; the stride is the window's unless given (the book's rule 3)."""
+
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    pads: Pads
+    dilation: tuple[int, ...]
+
+
+def _pads(c: Ctx, n: int, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...]) -> Pads:
     p = c.hp.get("p", 0)
     if p == "same":
-        if any(s != 1 for s in ints(c.hp.get("s", (1,) * n))):
+        if any(v != 1 for v in s):
             c.fail("`p=same` needs stride 1", "give the padding as a number", hparam="p")
-        k, d = ints(c.hp["k"]), ints(c.hp.get("d", (1,) * n))
         totals = [di * (ki - 1) for ki, di in zip(k, d)]
         return tuple((t // 2, t - t // 2) for t in totals)
     return tuple((v, v) for v in ints(p))
 
 
-def _check_groups(c: Ctx, cin: Expr, cout: Expr) -> None:
+def _groups(c: Ctx, cin: Expr, cout: Expr) -> int:
     g = c.const("g")
     for what, n in (("input", cin), ("output", cout)):
         v = n.as_int()
         if g < 1 or (v is not None and v % g):
             c.fail(f"`g={g}` groups must divide the {what} channels ({n})", hparam="g")
+    return g
 
 
-def _conv_shape(n: int):
-    def rule(c: Ctx) -> tuple:
+def _conv_attrs(n: int):
+    def resolve(c: Ctx) -> ConvAttrs:
         x = c.rank(n + 1, what=_SPATIAL[n])
         k, s, d = ints(c.hp["k"]), ints(c.hp["s"]), ints(c.hp["d"])
         if min(k + s + d) < 1:
             c.fail("kernel, stride and dilation must be at least 1")
-        _check_groups(c, x[0], c.hp["c"])
-        pads = c.hp["pads"] = _pads(c, n)
-        out = tuple(conv_out(x[i + 1], k[i], s[i], pads[i], d[i]) for i in range(n))
-        return positive(c, (c.hp["c"], *out))
+        g = _groups(c, x[0], c.hp["c"])
+        return ConvAttrs(c.hp["c"], k, s, _pads(c, n, k, s, d), d, g, c.hp["bias"])
 
-    return rule
+    return resolve
 
 
-def _conv_params(c: Ctx) -> dict[str, PSpec]:
-    k, g = ints(c.hp["k"]), c.const("g")
-    cin = c.x[0] / g
-    roles = ("kernel",) * len(k) + ("in", "out")
-    out = {"w": PSpec((*k, cin, c.hp["c"]), FanIn(cin * prod(k)), roles)}
-    if c.hp["bias"]:
-        out["b"] = PSpec((c.hp["c"],), ZEROS, ("out",))
+def _conv_shape(c: Ctx) -> tuple:
+    a: ConvAttrs = c.a
+    spatial = c.x[1:]
+    out = (
+        conv_out(spatial[i], a.kernel[i], a.stride[i], a.pads[i], a.dilation[i])
+        for i in range(len(spatial))
+    )
+    return positive(c, (a.channels, *out))
+
+
+def _kernel_params(c: Ctx, w_shape: tuple, fan: Any) -> dict[str, PSpec]:
+    n = len(c.a.kernel)
+    out = {"w": PSpec(w_shape, FanIn(fan), ("kernel",) * n + ("in", "out"))}
+    if c.a.bias:
+        out["b"] = PSpec((c.a.channels,), ZEROS, ("out",))
     return out
 
 
-def _conv_macs(c: Ctx) -> Expr:
-    return numel(c.out) * (c.x[0] / c.const("g")) * prod(ints(c.hp["k"]))
-
-
-def _conv_lower(e: Emit) -> str:
-    bias = e.param("b") if e.has_param("b") else None
-    hp = e.hp
-    return e.call("conv", e.x[0], e.param("w"), bias, hp["s"], hp["pads"], hp["d"], hp["g"])
+def _conv_params(c: Ctx) -> dict[str, PSpec]:
+    a: ConvAttrs = c.a
+    cin = c.x[0] / a.groups
+    return _kernel_params(c, (*a.kernel, cin, a.channels), cin * prod(a.kernel))
 
 
 def _window(c: Ctx) -> tuple[int, int, int]:
-    return (ints(c.hp["k"])[0], ints(c.hp["s"])[0], ints(c.hp.get("d", (1,)))[0])
+    return (c.a.kernel[0], c.a.stride[0], c.a.dilation[0])
+
+
+def _pairs(pads: Pads) -> list[tuple[int, int]]:
+    return [(0, 0), (0, 0), *pads]
+
+
+def conv_ref(
+    x: Any, w: Any, b: Any, stride: tuple, pads: Pads, dilation: tuple, groups: int
+) -> Any:
+    """PyTorch's Conv1d/2d on channels-first x (B, Cin, *S) with w (*k, Cin/g, Cout)."""
+    np = numpy()
+    xp = np.pad(np.asarray(x, np.float64), _pairs(pads))
+    n, kernel = x.ndim - 2, w.shape[: x.ndim - 2]
+    cin_g, cout = w.shape[n], w.shape[n + 1]
+    cout_g = cout // groups
+    size = [
+        (xp.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(n)
+    ]
+    out = np.zeros((x.shape[0], cout, *size))
+    for pos in np.ndindex(*size):
+        for tap in np.ndindex(*kernel):
+            src = tuple(pos[i] * stride[i] + tap[i] * dilation[i] for i in range(n))
+            xs = xp[(slice(None), slice(None), *src)]
+            for g in range(groups):
+                part = xs[:, g * cin_g : (g + 1) * cin_g] @ w[tap][:, g * cout_g : (g + 1) * cout_g]
+                out[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *pos)] += part
+    return out if b is None else out + np.reshape(b, (cout,) + (1,) * n)
 
 
 _CONV_HP = (
@@ -96,7 +166,7 @@ _CONV_HP = (
 )
 
 
-def _conv(n: int, example: tuple[str, str]) -> Layer:
+def _conv(n: int, example: tuple[str, str], cases: tuple[tuple[str, str], ...]) -> Layer:
     return Layer(
         name=f"conv-{n}d",
         aliases=(f"conv{n}d",),
@@ -104,61 +174,95 @@ def _conv(n: int, example: tuple[str, str]) -> Layer:
         doc=f"{n}-D convolution on a channels-first {_SPATIAL[n]} map. The number of output "
         "channels is usually written only at the right of the box, as in the book.",
         hparams=_CONV_HP,
-        shape=_conv_shape(n),
+        resolve=_conv_attrs(n),
+        shape=_conv_shape,
         params=_conv_params,
-        macs=_conv_macs,
-        lower=_conv_lower,
+        macs=lambda c: numel(c.out) * (c.x[0] / c.a.groups) * prod(c.a.kernel),
         from_annotation=(("c", 0),),
         layout="cl",
         spatial=n,
+        rf=True,
         window=_window,
         example=example,
+        cases=cases,
+        reference=lambda xs, p, s, a: conv_ref(
+            xs[0], p["w"], p.get("b"), a.stride, a.pads, a.dilation, a.groups
+        ),
     )
 
 
-CONV1D = _conv(1, ("16×100", "conv-1d k=3 p=1  32×100"))
-CONV2D = _conv(2, ("1×28×28", "conv-2d k=5  32×24×24"))
+CONV1D = _conv(1, ("16×100", "conv-1d k=3 p=1  32×100"), (("4×20", "conv-1d k=3 s=2 p=1  6×10"),))
+CONV2D = _conv(
+    2,
+    ("1×28×28", "conv-2d k=5  32×24×24"),
+    (
+        ("8×10×10", "conv-2d k=3 s=2 p=1  16×5×5"),
+        ("8×10×10", "conv-2d k=3 d=2 g=2 p=same bias=false  8×10×10"),
+        ("8×9×9", "conv-2d k=(3, 1) g=8  8×7×9"),
+        ("8×9×9", "conv-2d k=1 s=2  4×5×5"),
+    ),
+)
 
 
-def _tconv_shape(n: int):
-    def rule(c: Ctx) -> tuple:
+def _tconv_attrs(n: int):
+    def resolve(c: Ctx) -> TConvAttrs:
         x = c.rank(n + 1, what=_SPATIAL[n])
         k, s, d = ints(c.hp["k"]), ints(c.hp["s"]), ints(c.hp["d"])
         p, op = ints(c.hp["p"]), ints(c.hp["op"])
+        if min(k + s + d) < 1:
+            c.fail("kernel, stride and dilation must be at least 1")
         if any(o >= max(si, di) for o, si, di in zip(op, s, d)):
             c.fail("output padding must be smaller than the stride or the dilation", hparam="op")
-        _check_groups(c, x[0], c.hp["c"])
-        out = tuple(tconv_out(x[i + 1], k[i], s[i], p[i], op[i], d[i]) for i in range(n))
-        return positive(c, (c.hp["c"], *out))
+        g = _groups(c, x[0], c.hp["c"])
+        return TConvAttrs(c.hp["c"], k, s, p, op, d, g, c.hp["bias"])
 
-    return rule
+    return resolve
+
+
+def _tconv_shape(c: Ctx) -> tuple:
+    a: TConvAttrs = c.a
+    sizes = c.x[1:]
+    out = (
+        tconv_out(sizes[i], a.kernel[i], a.stride[i], a.padding[i], a.out_padding[i], a.dilation[i])
+        for i in range(len(sizes))
+    )
+    return positive(c, (a.channels, *out))
 
 
 def _tconv_params(c: Ctx) -> dict[str, PSpec]:
-    k, g = ints(c.hp["k"]), c.const("g")
-    roles = ("kernel",) * len(k) + ("in", "out")
-    out = {"w": PSpec((*k, c.x[0], c.hp["c"] / g), FanIn(c.x[0] * prod(k)), roles)}
-    if c.hp["bias"]:
-        out["b"] = PSpec((c.hp["c"],), ZEROS, ("out",))
-    return out
+    a: TConvAttrs = c.a
+    return _kernel_params(c, (*a.kernel, c.x[0], a.channels / a.groups), c.x[0] * prod(a.kernel))
 
 
-def _tconv_lower(e: Emit) -> str:
-    bias = e.param("b") if e.has_param("b") else None
-    return e.call(
-        "conv_transpose",
-        e.x[0],
-        e.param("w"),
-        bias,
-        tuple(e.hp["s"]),
-        tuple(e.hp["p"]),
-        tuple(e.hp["op"]),
-        tuple(e.hp["d"]),
-        e.hp["g"],
-    )
+def tconv_ref(x: Any, w: Any, b: Any, a: TConvAttrs) -> Any:
+    """PyTorch's ConvTranspose1d/2d, w (*k, Cin, Cout/g): each input value scattered through
+    the kernel (full[o, i·s + j·d] += x[c, i]·w[j, c, o] within a group), then cropped."""
+    np = numpy()
+    x = np.asarray(x, np.float64)
+    n = x.ndim - 2
+    cin, cout_g = w.shape[n], w.shape[n + 1]
+    cin_g, cout = cin // a.groups, cout_g * a.groups
+    full_size = [
+        (x.shape[2 + i] - 1) * a.stride[i]
+        + a.dilation[i] * (a.kernel[i] - 1)
+        + 1
+        + a.out_padding[i]
+        for i in range(n)
+    ]
+    full = np.zeros((x.shape[0], cout, *full_size))
+    for pos in np.ndindex(*x.shape[2:]):
+        xs = x[(slice(None), slice(None), *pos)]
+        for tap in np.ndindex(*a.kernel):
+            dst = tuple(pos[i] * a.stride[i] + tap[i] * a.dilation[i] for i in range(n))
+            for g in range(a.groups):
+                part = xs[:, g * cin_g : (g + 1) * cin_g] @ w[tap][g * cin_g : (g + 1) * cin_g]
+                full[(slice(None), slice(g * cout_g, (g + 1) * cout_g), *dst)] += part
+    crop = tuple(slice(a.padding[i], full_size[i] - a.padding[i]) for i in range(n))
+    out = full[(slice(None), slice(None), *crop)]
+    return out if b is None else out + np.reshape(b, (cout,) + (1,) * n)
 
 
-def _tconv(n: int, example: tuple[str, str]) -> Layer:
+def _tconv(n: int, example: tuple[str, str], cases: tuple[tuple[str, str], ...]) -> Layer:
     return Layer(
         name=f"tconv-{n}d",
         aliases=(f"conv-transpose-{n}d", f"deconv-{n}d", f"transposed-conv-{n}d"),
@@ -171,47 +275,85 @@ def _tconv(n: int, example: tuple[str, str]) -> Layer:
             HP("op", "sizes", 0, "output padding added at the end"),
             *_CONV_HP[4:],
         ),
-        shape=_tconv_shape(n),
+        resolve=_tconv_attrs(n),
+        shape=_tconv_shape,
         params=_tconv_params,
-        macs=lambda c: numel(c.x) * (c.hp["c"] / c.const("g")) * prod(ints(c.hp["k"])),
-        lower=_tconv_lower,
+        macs=lambda c: numel(c.x) * (c.a.channels / c.a.groups) * prod(c.a.kernel),
         from_annotation=(("c", 0),),
         layout="cl",
         spatial=n,
+        rf=True,
         example=example,
+        cases=cases,
+        reference=lambda xs, p, s, a: tconv_ref(xs[0], p["w"], p.get("b"), a),
     )
 
 
-TCONV1D = _tconv(1, ("8×50", "tconv-1d k=2 s=2  4×100"))
-TCONV2D = _tconv(2, ("64×14×14", "tconv-2d k=2 s=2  32×28×28"))
+TCONV1D = _tconv(1, ("8×50", "tconv-1d k=2 s=2  4×100"), (("4×6", "tconv-1d k=2 s=2 g=2  6×12"),))
+TCONV2D = _tconv(
+    2,
+    ("64×14×14", "tconv-2d k=2 s=2  32×28×28"),
+    (("4×5×5", "tconv-2d k=3 s=2 p=1 op=1  6×10×10"),),
+)
 
 
-def _pool_shape(n: int, dilated: bool):
-    def rule(c: Ctx) -> tuple:
-        x = c.rank(n + 1, what=_SPATIAL[n])
+def _pool_attrs(n: int, dilated: bool):
+    def resolve(c: Ctx) -> PoolAttrs:
+        c.rank(n + 1, what=_SPATIAL[n])
         k = ints(c.hp["k"])
         s = ints(c.hp["s"]) if c.hp.get("s") is not None else k
         d = ints(c.hp["d"]) if dilated else (1,) * n
-        pads = c.hp["pads"] = _pads(c, n)
+        if min(k + s + d) < 1:
+            c.fail("window, stride and dilation must be at least 1")
+        pads = _pads(c, n, k, s, d)
         if any(p[0] * 2 > ki for p, ki in zip(pads, k)):
             c.fail("padding must be at most half the kernel", hparam="p")
-        c.hp["s"] = s
-        return positive(
-            c, (x[0], *(conv_out(x[i + 1], k[i], s[i], pads[i], d[i]) for i in range(n)))
+        return PoolAttrs(k, s, pads, d)
+
+    return resolve
+
+
+def _pool_shape(c: Ctx) -> tuple:
+    a: PoolAttrs = c.a
+    sizes = c.x[1:]
+    out = (
+        conv_out(sizes[i], a.kernel[i], a.stride[i], a.pads[i], a.dilation[i])
+        for i in range(len(sizes))
+    )
+    return positive(c, (c.x[0], *out))
+
+
+def pool_ref(x: Any, a: PoolAttrs, kind: str) -> Any:
+    """PyTorch's MaxPool (−∞ padding, ceil_mode=False) or AvgPool (count_include_pad=True)."""
+    np = numpy()
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(np.asarray(x, np.float64), _pairs(a.pads), constant_values=fill)
+    n = x.ndim - 2
+    size = [
+        (xp.shape[2 + i] - a.dilation[i] * (a.kernel[i] - 1) - 1) // a.stride[i] + 1
+        for i in range(n)
+    ]
+    out = np.zeros((*x.shape[:2], *size))
+    for pos in np.ndindex(*size):
+        taps = [
+            xp[
+                (
+                    slice(None),
+                    slice(None),
+                    *(pos[i] * a.stride[i] + t[i] * a.dilation[i] for i in range(n)),
+                )
+            ]
+            for t in np.ndindex(*a.kernel)
+        ]
+        out[(slice(None), slice(None), *pos)] = (
+            np.max(taps, axis=0) if kind == "max" else np.sum(taps, axis=0) / len(taps)
         )
+    return out
 
-    return rule
 
-
-def _pool(kind: str, n: int, example: tuple[str, str]) -> Layer:
+def _pool(kind: str, n: int, example: tuple[str, str], cases: tuple[tuple[str, str], ...]) -> Layer:
     dilated = kind == "max"
     suffix = "" if n == 2 else "-1d"
-    fn = "max_pool" if dilated else "avg_pool"
-
-    def lower(e: Emit) -> str:
-        extra = (tuple(e.hp["d"]),) if dilated else ()
-        return e.call(fn, e.x[0], tuple(e.hp["k"]), tuple(e.hp["s"]), e.hp["pads"], *extra)
-
     hps = [
         HP("k", "sizes", doc="window size"),
         HP("s", "sizes", None, "stride (default: the window size)"),
@@ -227,19 +369,29 @@ def _pool(kind: str, n: int, example: tuple[str, str]) -> Layer:
         "stride defaults to the window, as in the book."
         + ("" if dilated else " Padding counts as zeros (PyTorch's count_include_pad)."),
         hparams=tuple(hps),
-        shape=_pool_shape(n, dilated),
-        lower=lower,
+        resolve=_pool_attrs(n, dilated),
+        shape=_pool_shape,
         layout="cl",
         spatial=n,
+        rf=True,
         window=_window,
         example=example,
+        cases=cases,
+        reference=lambda xs, p, s, a: pool_ref(xs[0], a, kind),
     )
 
 
-MAXPOOL = _pool("max", 2, ("32×24×24", "maxpool k=3  32×8×8"))
-MAXPOOL1D = _pool("max", 1, ("16×100", "maxpool-1d k=2  16×50"))
-AVGPOOL = _pool("avg", 2, ("2048×7×7", "avgpool k=7  2048×1×1"))
-AVGPOOL1D = _pool("avg", 1, ("16×100", "avgpool-1d k=4  16×25"))
+MAXPOOL = _pool(
+    "max",
+    2,
+    ("32×24×24", "maxpool k=3  32×8×8"),
+    (("3×9×9", "maxpool k=3 s=2 p=1  3×5×5"), ("3×8×8", "maxpool k=2 d=2  3×3×3")),
+)
+MAXPOOL1D = _pool("max", 1, ("16×100", "maxpool-1d k=2  16×50"), (("3×8", "maxpool-1d k=2  3×4"),))
+AVGPOOL = _pool(
+    "avg", 2, ("2048×7×7", "avgpool k=7  2048×1×1"), (("3×8×8", "avgpool k=3 s=2 p=1  3×4×4"),)
+)
+AVGPOOL1D = _pool("avg", 1, ("16×100", "avgpool-1d k=4  16×25"), (("3×8", "avgpool-1d k=4  3×2"),))
 
 GLOBAL_AVGPOOL = Layer(
     name="global-avgpool",
@@ -247,9 +399,11 @@ GLOBAL_AVGPOOL = Layer(
     category="Pooling",
     doc="Average over all spatial positions of each channel: C×H×W → C×1×1.",
     shape=lambda c: (c.rank(2, 3, what="C×T or C×H×W")[0],) + (Expr.lift(1),) * (len(c.x) - 1),
-    lower=lambda e: e.call("global_avg_pool", e.x[0]),
     layout="cl",
+    rf=True,
     example=("512×7×7", "global-avgpool  512×1×1"),
+    cases=(("3×5×5", "global-avgpool  3×1×1"),),
+    reference=lambda xs, p, s, a: xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True),
 )
 
 
@@ -259,6 +413,30 @@ def _upsample_shape(c: Ctx) -> tuple:
     if f < 1:
         c.fail("the factor must be at least 1", hparam="f")
     return (x[0], x[1] * f, x[2] * f)
+
+
+def upsample_ref(x: Any, f: int, mode: str) -> Any:
+    """PyTorch's nearest, or bilinear with half-pixel centres (align_corners=False)."""
+    np = numpy()
+    x = np.asarray(x, np.float64)
+    if mode == "nearest":
+        return x.repeat(f, axis=2).repeat(f, axis=3)
+
+    def taps(o: int, n: int) -> tuple[int, int, float]:
+        src = max((o + 0.5) / f - 0.5, 0.0)
+        i0 = min(int(math.floor(src)), n - 1)
+        return i0, min(i0 + 1, n - 1), src - i0
+
+    h, w = x.shape[2:]
+    out = np.zeros((*x.shape[:2], h * f, w * f))
+    for oy in range(h * f):
+        y0, y1, ly = taps(oy, h)
+        for ox in range(w * f):
+            x0, x1, lx = taps(ox, w)
+            top = (1 - lx) * x[:, :, y0, x0] + lx * x[:, :, y0, x1]
+            bottom = (1 - lx) * x[:, :, y1, x0] + lx * x[:, :, y1, x1]
+            out[:, :, oy, ox] = (1 - ly) * top + ly * bottom
+    return out
 
 
 UPSAMPLE = Layer(
@@ -272,9 +450,11 @@ UPSAMPLE = Layer(
         HP("mode", "choice", "nearest", "how to fill", ("nearest", "bilinear")),
     ),
     shape=_upsample_shape,
-    lower=lambda e: e.call(f"upsample_{e.hp['mode']}", e.x[0], e.hp["f"]),
     layout="cl",
+    rf=True,
     example=("64×14×14", "upsample f=2 mode=bilinear  64×28×28"),
+    cases=(("3×4×4", "upsample f=2  3×8×8"), ("3×4×4", "upsample f=2 mode=bilinear")),
+    reference=lambda xs, p, s, a: upsample_ref(xs[0], a.f, a.mode),
 )
 
 
@@ -288,6 +468,13 @@ def _patches_shape(c: Ctx) -> tuple:
     return ((x[1] / size) * (x[2] / size), x[0] * size * size)
 
 
+def patches_ref(x: Any, size: int) -> Any:
+    """(B, C, H, W) → (B, M, C·P·P): patches row by row, each flattened (C, P, P)."""
+    b, c, h, w = x.shape
+    p = x.reshape(b, c, h // size, size, w // size, size)
+    return p.transpose(0, 2, 4, 1, 3, 5).reshape(b, (h // size) * (w // size), c * size * size)
+
+
 PATCHES = Layer(
     name="patches",
     aliases=("patchify",),
@@ -296,10 +483,11 @@ PATCHES = Layer(
     "M×CP² (ViT, Fig. 5.9).",
     hparams=(HP("P", "size", doc="patch side"),),
     shape=_patches_shape,
-    lower=lambda e: e.call("patches", e.x[0], e.hp["P"]),
     layout="cl",
     out_layout="cf",
+    rf=True,
     example=("3×32×32", "patches P=8  16×192"),
+    reference=lambda xs, p, s, a: patches_ref(xs[0], a.P),
 )
 
 LAYERS = (

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, Emit, FanIn, Layer, PSpec, Std, numel
-from lbdl_dsl.core.symbolic import Expr
+import math
+from typing import Any
+
+from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, FanIn, Layer, PSpec, Std, numel, numpy
 
 
 def _fc_shape(c: Ctx) -> tuple:
     c.rank(*range(1, 9), what="at least 1-axis")
-    return (*c.x[:-1], c.hp["out"])
+    return (*c.x[:-1], c.a.out)
 
 
 def _fc_params(c: Ctx) -> dict[str, PSpec]:
-    d_in, d_out = c.x[-1], c.hp["out"]
+    d_in, d_out = c.x[-1], c.a.out
     out = {"w": PSpec((d_in, d_out), FanIn(d_in), ("in", "out"))}
-    if c.hp["bias"]:
+    if c.a.bias:
         out["b"] = PSpec((d_out,), ZEROS, ("out",))
     return out
 
 
-def _fc_lower(e: Emit) -> str:
-    bias = e.param("b") if e.has_param("b") else None
-    return e.call("dense", e.x[0], e.param("w"), bias)
+def dense_ref(x: Any, w: Any, b: Any = None) -> Any:
+    """y[..., o] = Σ_i x[..., i]·w[i, o] + b[o], in float64."""
+    np = numpy()
+    y = np.einsum("...i,io->...o", np.asarray(x, np.float64), np.asarray(w, np.float64))
+    return y if b is None else y + b
 
 
 FC = Layer(
@@ -36,11 +40,12 @@ FC = Layer(
     ),
     shape=_fc_shape,
     params=_fc_params,
-    macs=lambda c: numel(c.x[:-1]) * c.x[-1] * c.hp["out"],
-    lower=_fc_lower,
+    macs=lambda c: numel(c.x[:-1]) * c.x[-1] * c.a.out,
     from_annotation=(("out", -1),),
     ties=(("embed", {"w": ("table", True)}),),
     example=("50", "fc  25"),
+    cases=(("6×8", "fc bias=false  6×5"),),
+    reference=lambda xs, p, s, a: dense_ref(xs[0], p["w"], p.get("b")),
 )
 
 
@@ -50,10 +55,10 @@ def _embed_shape(c: Ctx) -> tuple:
             "`embed` needs token input (integers), got a float tensor",
             "declare `input X: T int<V>`",
         )
-    return (*c.x, c.hp["d"])
+    return (*c.x, c.a.d)
 
 
-def _embed_n(c: Ctx) -> Expr:
+def _embed_n(c: Ctx) -> Any:
     n = c.hp.get("n")
     if n is None:
         n = c.vocab[0] if c.vocab else None
@@ -63,7 +68,7 @@ def _embed_n(c: Ctx) -> Expr:
 
 
 def _embed_params(c: Ctx) -> dict[str, PSpec]:
-    return {"table": PSpec((_embed_n(c), c.hp["d"]), Std(0.02), ("vocab", "embed"))}
+    return {"table": PSpec((_embed_n(c), c.a.d), Std(0.02), ("vocab", "embed"))}
 
 
 EMBED = Layer(
@@ -77,10 +82,21 @@ EMBED = Layer(
     ),
     shape=_embed_shape,
     params=_embed_params,
-    lower=lambda e: e.call("embed", e.x[0], e.param("table")),
     from_annotation=(("d", -1),),
     example=("T int<100>", "embed  T×64"),
+    reference=lambda xs, p, s, a: numpy().asarray(p["table"], numpy().float64)[xs[0]],
 )
+
+
+def sinusoidal_ref(t: int, d: int) -> Any:
+    """PE[t, 2i] = sin(t / 10⁴^(2i/D)), PE[t, 2i+1] = cos(t / 10⁴^(2i/D)) (§ 4.10)."""
+    np = numpy()
+    pe = np.zeros((t, d))
+    for pos in range(t):
+        for j in range(d):
+            angle = pos / 10000 ** ((j - j % 2) / d)
+            pe[pos, j] = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+    return pe
 
 
 POS_ENC = Layer(
@@ -90,13 +106,13 @@ POS_ENC = Layer(
     doc="Sinusoidal positional encoding of § 4.10, added to a T×D sequence: sin on even "
     "features, cos on odd ones, period base T=10⁴. No parameters.",
     shape=lambda c: c.rank(2, what="T×D sequence"),
-    lower=lambda e: e.call("add_positions", e.x[0]),
     example=("T×64", "pos-enc"),
+    reference=lambda xs, p, s, a: xs[0] + sinusoidal_ref(*xs[0].shape[1:])[None],
 )
 
 
 def _pos_embed_params(c: Ctx) -> dict[str, PSpec]:
-    length = c.hp.get("len") or c.x[0]
+    length = c.a.len if c.a.len is not None else c.x[0]
     return {"table": PSpec((length, c.x[1]), Std(0.02), ("positions", "embed"))}
 
 
@@ -109,8 +125,8 @@ POS_EMBED = Layer(
     hparams=(HP("len", "size", None, "the longest sequence (default: the input's T)"),),
     shape=lambda c: c.rank(2, what="T×D sequence"),
     params=_pos_embed_params,
-    lower=lambda e: e.call("add_learned_positions", e.x[0], e.param("table")),
     example=("T×64", "pos-embed len=128"),
+    reference=lambda xs, p, s, a: xs[0] + p["table"][None, : xs[0].shape[1]],
 )
 
 
@@ -121,8 +137,10 @@ CLS_TOKEN = Layer(
     doc="One trainable vector E0 concatenated in front of a T×D sequence (ViT's class token).",
     shape=lambda c: (c.rank(2, what="T×D sequence")[0] + 1, c.x[1]),
     params=lambda c: {"e0": PSpec((c.x[1],), Std(0.02), ("embed",))},
-    lower=lambda e: e.call("prepend_token", e.x[0], e.param("e0")),
     example=("16×64", "cls-token  17×64"),
+    reference=lambda xs, p, s, a: numpy().concatenate(
+        [numpy().broadcast_to(p["e0"], (xs[0].shape[0], 1, xs[0].shape[2])), xs[0]], axis=1
+    ),
 )
 
 LAYERS = (FC, EMBED, POS_ENC, POS_EMBED, CLS_TOKEN)

@@ -2,31 +2,22 @@
 
 `relu6` is MobileNetV2's activation (Sandler et al. 2018); `scale` multiplies by one trainable
 scalar kept as its logarithm, CLIP's temperature on the similarity of its two embeddings
-(Radford et al. 2021). Both lower to plain `jnp` expressions, so the runtime needs nothing new.
+(Radford et al. 2021).
 """
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import ZEROS, Emit, Layer, PSpec
-
-
-def _relu6_lower(e: Emit) -> str:
-    return f"jnp.clip({e.x[0]}, 0.0, 6.0)"
-
+from lbdl_dsl.core.layers.base import ZEROS, Layer, PSpec, numpy
 
 RELU6 = Layer(
     name="relu6",
     category="Activation",
     doc="ReLU clipped at 6, min(max(0, x), 6) (MobileNetV2, PyTorch's ReLU6).",
-    lower=_relu6_lower,
     layout="any",
+    rf=True,
     example=("32×8×8", "relu6"),
+    reference=lambda xs, p, s, a: numpy().clip(xs[0], 0.0, 6.0),
 )
-
-
-def _scale_lower(e: Emit) -> str:
-    return f"{e.x[0]} * jnp.exp({e.param('log_s')})"
-
 
 SCALE = Layer(
     name="scale",
@@ -36,9 +27,10 @@ SCALE = Layer(
     "on its similarity matrix). s starts at 0 (a scale of 1): CLIP's log(1/0.07) is not an "
     "initialiser the registry has.",
     params=lambda c: {"log_s": PSpec((), ZEROS, ())},
-    lower=_scale_lower,
     layout="any",
+    rf=True,
     example=("8×8", "scale"),
+    reference=lambda xs, p, s, a: xs[0] * numpy().exp(p["log_s"]),
 )
 
 LAYERS = (RELU6, SCALE)

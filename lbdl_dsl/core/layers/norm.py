@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, ONES, ZEROS, Ctx, Emit, Layer, PSpec
+from dataclasses import dataclass
+from typing import Any
+
+from lbdl_dsl.core.layers.base import HP, ONES, ZEROS, Attrs, Ctx, Layer, PSpec, numpy
 
 
 def _bn_params(c: Ctx) -> dict[str, PSpec]:
@@ -13,23 +16,17 @@ def _bn_state(c: Ctx) -> dict[str, PSpec]:
     return {"mean": PSpec((c.x[0],), ZEROS, ("norm",)), "var": PSpec((c.x[0],), ONES, ("norm",))}
 
 
-def _bn_lower(e: Emit) -> str:
-    y = e.bind(
-        e.call(
-            "batch_norm",
-            e.x[0],
-            e.param("scale"),
-            e.param("bias"),
-            e.state("mean"),
-            e.state("var"),
-            e.train,
-            e.hp["momentum"],
-            e.hp["eps"],
-        )
-    )
-    e.set_state("mean", f"{y}[1]")
-    e.set_state("var", f"{y}[2]")
-    return f"{y}[0]"
+def _channel_shape(x: Any) -> tuple[int, ...]:
+    """(1, C, 1, 1...): a per-channel vector against a channels-first batch."""
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def batchnorm_ref(x: Any, p: dict, s: dict, eps: float) -> Any:
+    """Evaluation mode: the running averages, then the per-channel scale and shift."""
+    np = numpy()
+    shape = _channel_shape(x)
+    y = (x - np.reshape(s["mean"], shape)) / np.sqrt(np.reshape(s["var"], shape) + eps)
+    return y * np.reshape(p["scale"], shape) + np.reshape(p["bias"], shape)
 
 
 BATCHNORM = Layer(
@@ -46,33 +43,48 @@ BATCHNORM = Layer(
     shape=lambda c: c.rank(1, 2, 3, what="C, C×T or C×H×W"),
     params=_bn_params,
     state=_bn_state,
-    lower=_bn_lower,
     layout="cl",
+    rf=True,
     example=("32×24×24", "batchnorm"),
+    reference=lambda xs, p, s, a: batchnorm_ref(xs[0], p, s, a.eps),
 )
 
 
-def _ln_axes(c: Ctx) -> int:
+@dataclass(frozen=True)
+class LayerNormAttrs(Attrs):
+    """How many trailing axes one normalisation covers, and its epsilon."""
+
+    n_axes: int
+    eps: float
+
+
+def _ln_attrs(c: Ctx) -> LayerNormAttrs:
+    c.rank(1, 2, 3, 4)
     n = c.hp.get("axes")
     if n is None:
-        return len(c.x) if len(c.x) == 3 else 1
-    if not 1 <= n <= len(c.x):
-        c.fail(f"`axes={n}` must be between 1 and the input's {len(c.x)} axes", hparam="axes")
-    return n
+        n = len(c.x) if len(c.x) == 3 else 1
+    else:
+        n = c.const("axes")
+        if not 1 <= n <= len(c.x):
+            c.fail(f"`axes={n}` must be between 1 and the input's {len(c.x)} axes", hparam="axes")
+    return LayerNormAttrs(n, c.hp["eps"])
 
 
 def _ln_params(c: Ctx) -> dict[str, PSpec]:
-    shape = c.x[len(c.x) - _ln_axes(c) :]
-    return {
-        "scale": PSpec(shape, ONES, ("norm",) * len(shape)),
-        "bias": PSpec(shape, ZEROS, ("norm",) * len(shape)),
-    }
+    shape = c.x[len(c.x) - c.a.n_axes :]
+    roles = ("norm",) * len(shape)
+    return {"scale": PSpec(shape, ONES, roles), "bias": PSpec(shape, ZEROS, roles)}
 
 
-def _ln_shape(c: Ctx) -> tuple:
-    c.rank(1, 2, 3, 4)
-    c.hp["n_axes"] = _ln_axes(c)
-    return c.x
+def layernorm_ref(x: Any, scale: Any, bias: Any, eps: float, n_axes: int) -> Any:
+    """PyTorch's LayerNorm over the last ``n_axes`` axes (biased variance)."""
+    np = numpy()
+    flat = x.reshape(*x.shape[: x.ndim - n_axes], -1)
+    mu = flat.mean(axis=-1, keepdims=True)
+    var = ((flat - mu) ** 2).mean(axis=-1, keepdims=True)
+    y = ((flat - mu) / np.sqrt(var + eps)).reshape(x.shape)
+    y = y if scale is None else y * scale
+    return y if bias is None else y + bias
 
 
 LAYERNORM = Layer(
@@ -86,12 +98,11 @@ LAYERNORM = Layer(
         HP("eps", "float", 1e-5, "added to the variance"),
         HP("axes", "size", None, "how many trailing axes to normalise"),
     ),
-    shape=_ln_shape,
+    resolve=_ln_attrs,
     params=_ln_params,
-    lower=lambda e: e.call(
-        "layer_norm", e.x[0], e.param("scale"), e.param("bias"), e.hp["eps"], e.hp["n_axes"]
-    ),
     example=("16×64", "layernorm"),
+    cases=(("2×3×3", "layernorm"), ("4×6×8", "layernorm axes=2")),
+    reference=lambda xs, p, s, a: layernorm_ref(xs[0], p["scale"], p["bias"], a.eps, a.n_axes),
 )
 
 
@@ -101,6 +112,16 @@ def _gn_shape(c: Ctx) -> tuple:
     if g < 1 or (ch is not None and ch % g):
         c.fail(f"`g={g}` groups must divide the {x[0]} channels", hparam="g")
     return x
+
+
+def groupnorm_ref(x: Any, scale: Any, bias: Any, groups: int, eps: float) -> Any:
+    """PyTorch's GroupNorm: each sample's channels in groups, each group over its positions."""
+    np = numpy()
+    b, c = x.shape[:2]
+    g = x.reshape(b, groups, -1)
+    y = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + eps)
+    shape = _channel_shape(x)
+    return y.reshape(x.shape) * np.reshape(scale, shape) + np.reshape(bias, shape)
 
 
 GROUPNORM = Layer(
@@ -115,11 +136,10 @@ GROUPNORM = Layer(
     ),
     shape=_gn_shape,
     params=_bn_params,
-    lower=lambda e: e.call(
-        "group_norm", e.x[0], e.param("scale"), e.param("bias"), e.hp["g"], e.hp["eps"]
-    ),
     layout="cl",
+    rf=True,
     example=("64×8×8", "groupnorm g=8"),
+    reference=lambda xs, p, s, a: groupnorm_ref(xs[0], p["scale"], p["bias"], a.g, a.eps),
 )
 
 RMSNORM = Layer(
@@ -131,8 +151,10 @@ RMSNORM = Layer(
     hparams=(HP("eps", "float", 1e-6, "added to the mean square"),),
     shape=lambda c: c.rank(1, 2, 3),
     params=lambda c: {"scale": PSpec((c.x[-1],), ONES, ("norm",))},
-    lower=lambda e: e.call("rms_norm", e.x[0], e.param("scale"), e.hp["eps"]),
     example=("16×64", "rmsnorm"),
+    reference=lambda xs, p, s, a: (
+        xs[0] / numpy().sqrt((xs[0] ** 2).mean(axis=-1, keepdims=True) + a.eps) * p["scale"]
+    ),
 )
 
 LAYERS = (BATCHNORM, LAYERNORM, GROUPNORM, RMSNORM)

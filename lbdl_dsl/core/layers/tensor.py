@@ -6,11 +6,52 @@ transpose in the spec, so these layers see (and the lowering restores) the spec'
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import HP, Ctx, Emit, Layer, fmt_shape, ints, numel
+from dataclasses import dataclass
+from typing import Any
+
+from lbdl_dsl.core.layers.base import (
+    HP,
+    Attrs,
+    AxisAttrs,
+    Ctx,
+    Layer,
+    fmt_shape,
+    ints,
+    numel,
+    numpy,
+    resolve_axis,
+)
 from lbdl_dsl.core.symbolic import Expr
 
 
-def _reshape_shape(c: Ctx) -> tuple:
+@dataclass(frozen=True)
+class ReshapeAttrs(Attrs):
+    """The shape of each sample after the box (a -1 axis already inferred)."""
+
+    to: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class PermAttrs(Attrs):
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TakeAttrs(Attrs):
+    axis: int
+    index: int
+
+
+@dataclass(frozen=True)
+class SliceAttrs(Attrs):
+    """Positions start ≤ i < stop of one axis (`split` resolves to one of these too)."""
+
+    axis: int
+    start: Expr
+    stop: Expr
+
+
+def _reshape_attrs(c: Ctx) -> ReshapeAttrs:
     target = c.hp.get("to")
     if target is None:
         c.fail("`reshape` needs its target shape", "write it at the right: `reshape  256`")
@@ -27,12 +68,11 @@ def _reshape_shape(c: Ctx) -> tuple:
             f"cannot reshape {fmt_shape(c.x)} ({numel(c.x)} values) into {fmt_shape(out)} "
             f"({numel(out)} values)"
         )
-    c.hp["to"] = out
-    return out
+    return ReshapeAttrs(out)
 
 
-def _reshape_lower(e: Emit) -> str:
-    return f"{e.x[0]}.reshape(({e.x[0]}.shape[0], {', '.join(map(str, e.out_shape))}))"
+def _reshape_ref(xs: list, p: dict, s: dict, a: ReshapeAttrs) -> Any:
+    return xs[0].reshape(xs[0].shape[0], *a.to)
 
 
 RESHAPE = Layer(
@@ -42,18 +82,21 @@ RESHAPE = Layer(
     doc="Reshapes each sample (channels-first order, as the book's figures read). The target is "
     "the annotation at the right of the box, or `to=(...)` with one -1 axis inferred.",
     hparams=(HP("to", "shape", None, "the target shape (default: the annotation)"),),
-    shape=_reshape_shape,
-    lower=_reshape_lower,
+    resolve=_reshape_attrs,
+    shape=lambda c: c.a.to,
     from_annotation=(("to", None),),
+    keeps_dtype=True,
     example=("64×2×2", "reshape  256"),
+    cases=(("6×8", "reshape to=(2, -1)  2×24"),),
+    reference=_reshape_ref,
 )
 
 
-def _flatten_shape(c: Ctx) -> tuple:
+def _flatten_attrs(c: Ctx) -> ReshapeAttrs:
     start = c.hp["start"]
     if not 0 <= start < len(c.x):
         c.fail(f"`start={start}` is out of range for {len(c.x)} axes", hparam="start")
-    return (*c.x[:start], numel(c.x[start:]))
+    return ReshapeAttrs((*c.x[:start], numel(c.x[start:])))
 
 
 FLATTEN = Layer(
@@ -61,9 +104,11 @@ FLATTEN = Layer(
     category="Tensor",
     doc="Flattens the axes from `start` on (all of them by default), channels-first.",
     hparams=(HP("start", "axis", 0, "the first axis to flatten"),),
-    shape=_flatten_shape,
-    lower=lambda e: f"{e.x[0]}.reshape(({e.x[0]}.shape[0], {', '.join(map(str, e.out_shape))}))",
+    resolve=_flatten_attrs,
+    shape=lambda c: c.a.to,
+    keeps_dtype=True,
     example=("64×2×2", "flatten  256"),
+    reference=_reshape_ref,
 )
 
 
@@ -80,41 +125,30 @@ def _perm(c: Ctx) -> tuple[int, ...]:
     return perm
 
 
-def _transpose_shape(c: Ctx) -> tuple:
-    perm = c.hp["perm"] = _perm(c)
-    return tuple(c.x[i] for i in perm)
-
-
 TRANSPOSE = Layer(
     name="transpose",
     aliases=("permute",),
     category="Tensor",
     doc="Permutes the axes of each sample; swaps the last two by default (T×D ↔ D×T).",
     hparams=(HP("perm", "axes", None, "the new order of the axes"),),
-    shape=_transpose_shape,
-    lower=lambda e: f"{e.x[0]}.transpose((0, {', '.join(str(i + 1) for i in e.hp['perm'])}))",
+    resolve=lambda c: PermAttrs(_perm(c)),
+    shape=lambda c: tuple(c.x[i] for i in c.a.perm),
+    keeps_dtype=True,
     example=("16×64", "transpose  64×16"),
+    reference=lambda xs, p, s, a: xs[0].transpose(0, *(i + 1 for i in a.perm)),
 )
 
 
-def _axis_of(c: Ctx) -> int:
-    a = c.hp["axis"]
-    if not -len(c.x) <= a < len(c.x):
-        c.fail(f"axis {a} is out of range for {len(c.x)} axes", hparam="axis")
-    return a % len(c.x)
-
-
-def _take_shape(c: Ctx) -> tuple:
-    a = _axis_of(c)
+def _take_attrs(c: Ctx) -> TakeAttrs:
+    a = resolve_axis(c)
     i, n = c.const("i"), c.x[a].as_int()
     if n is not None and not -n <= i < n:
         c.fail(f"index {i} is out of range for an axis of {n}", hparam="i")
-    c.hp["axis"] = a
-    return c.x[:a] + c.x[a + 1 :]
+    return TakeAttrs(a, i)
 
 
-def _index(e: Emit, item: str) -> str:
-    return f"{e.x[0]}[{', '.join([':'] * (e.hp['axis'] + 1) + [item])}]"
+def _index(xs: list, axis: int, item: Any) -> Any:
+    return xs[0][(slice(None),) * (axis + 1) + (item,)]
 
 
 TAKE = Layer(
@@ -123,23 +157,39 @@ TAKE = Layer(
     category="Tensor",
     doc="Keeps one position of an axis and drops the axis (ViT keeps Z0, the CLS token).",
     hparams=(HP("i", "index", 0, "the position (-1: the last)"), HP("axis", "axis", 0, "the axis")),
-    shape=_take_shape,
-    lower=lambda e: _index(e, str(e.hp["i"])),
+    resolve=_take_attrs,
+    shape=lambda c: c.x[: c.a.axis] + c.x[c.a.axis + 1 :],
+    keeps_dtype=True,
     example=("17×64", "take i=0  64"),
+    cases=(("6×8", "take i=2  8"), ("6×8", "take i=-1 axis=1  6")),
+    reference=lambda xs, p, s, a: _index(xs, a.axis, a.index),
 )
 
 
-def _slice_shape(c: Ctx) -> tuple:
-    a = _axis_of(c)
-    start = c.hp["start"]
-    stop = c.hp.get("stop")
-    stop = c.x[a] if stop is None else stop
-    size = Expr.lift(stop) - start
-    v = size.as_int()
-    if v is not None and v <= 0:
+def _slice_attrs(c: Ctx) -> SliceAttrs:
+    a = resolve_axis(c)
+    start, stop = Expr.lift(c.hp["start"]), c.hp.get("stop")
+    stop = c.x[a] if stop is None else Expr.lift(stop)
+    size, length = (stop - start).as_int(), c.x[a].as_int()
+    if size is not None and size <= 0:
         c.fail(f"the slice {start}:{stop} is empty", hparam="stop")
-    c.hp.update(axis=a, stop=stop)
-    return (*c.x[:a], size, *c.x[a + 1 :])
+    beyond = (stop - c.x[a]).as_int()
+    if beyond is not None and beyond > 0:
+        c.fail(
+            f"the slice {start}:{stop} ends past the axis, which has {c.x[a]} positions",
+            f"stop is at most {length if length is not None else c.x[a]}",
+            hparam="stop",
+        )
+    return SliceAttrs(a, start, stop)
+
+
+def _slice_shape(c: Ctx) -> tuple:
+    a: SliceAttrs = c.a
+    return (*c.x[: a.axis], a.stop - a.start, *c.x[a.axis + 1 :])
+
+
+def _slice_ref(xs: list, p: dict, s: dict, a: SliceAttrs) -> Any:
+    return _index(xs, a.axis, slice(a.start, a.stop))
 
 
 SLICE = Layer(
@@ -151,27 +201,25 @@ SLICE = Layer(
         HP("stop", "size", None, "first position dropped (default: the end)"),
         HP("axis", "axis", 0, "the axis"),
     ),
+    resolve=_slice_attrs,
     shape=_slice_shape,
-    lower=lambda e: _index(e, f"{e.hp['start']}:{e.hp['stop']}"),
+    keeps_dtype=True,
     example=("16×64", "slice stop=8  8×64"),
+    cases=(("6×8", "slice start=1 stop=4  3×8"),),
+    reference=_slice_ref,
 )
 
 
-def _split_shape(c: Ctx) -> tuple:
-    a = _axis_of(c)
+def _split_attrs(c: Ctx) -> SliceAttrs:
+    a = resolve_axis(c)
     n, i = c.const("n"), c.const("i")
     if n < 1 or not 0 <= i < n:
         c.fail(f"part {i} of {n} does not exist", hparam="i")
     size = c.x[a].as_int()
     if size is not None and size % n:
         c.fail(f"an axis of {size} does not split into {n} equal parts", hparam="n")
-    c.hp["axis"] = a
-    return (*c.x[:a], c.x[a] / n, *c.x[a + 1 :])
-
-
-def _split_lower(e: Emit) -> str:
-    size = e.in_shapes[0][e.hp["axis"]] // e.hp["n"]
-    return _index(e, f"{e.hp['i'] * size}:{(e.hp['i'] + 1) * size}")
+    part = c.x[a] / n
+    return SliceAttrs(a, part * i, part * (i + 1))
 
 
 SPLIT = Layer(
@@ -184,9 +232,11 @@ SPLIT = Layer(
         HP("i", "size", 0, "which part"),
         HP("axis", "axis", 0, "the axis"),
     ),
-    shape=_split_shape,
-    lower=_split_lower,
+    resolve=_split_attrs,
+    shape=_slice_shape,
+    keeps_dtype=True,
     example=("16×64", "split n=2 i=1  8×64"),
+    reference=_slice_ref,
 )
 
 
@@ -211,9 +261,12 @@ ADD = Layer(
     "`+(skip)`. Shapes must match (a size of 1 broadcasts).",
     arity=(2, 16),
     shape=_broadcast,
-    lower=lambda e: " + ".join(e.x),
     layout="any",
+    rf=True,
+    glyph="+",
+    ident="add",
     example=("32×8×8", "+(X)"),
+    reference=lambda xs, p, s, a: sum(xs[1:], xs[0]),
 )
 
 MUL = Layer(
@@ -224,14 +277,15 @@ MUL = Layer(
     "broadcasts, so C×H×W times C×1×1 scales each channel.",
     arity=(2, 16),
     shape=_broadcast,
-    lower=lambda e: " * ".join(e.x),
     layout="any",
+    rf=True,
     example=("32×8×8", "mul(X)"),
+    reference=lambda xs, p, s, a: numpy().prod(numpy().stack(numpy().broadcast_arrays(*xs)), 0),
 )
 
 
 def _concat_shape(c: Ctx) -> tuple:
-    a = _axis_of(c)
+    a = c.a.axis
     first = c.x
     for other in c.ins[1:]:
         same = len(other) == len(first) and all(
@@ -240,13 +294,8 @@ def _concat_shape(c: Ctx) -> tuple:
         if not same:
             shown = " and ".join(fmt_shape(s) for s in c.ins)
             c.fail(f"`concat` on axis {a} needs the other axes to match, got {shown}")
-    c.hp["axis"] = a
     joined = sum((s[a] for s in c.ins), Expr.lift(0))
     return (*first[:a], joined, *first[a + 1 :])
-
-
-def _concat_lower(e: Emit) -> str:
-    return f"jnp.concatenate(({', '.join(e.x)},), axis={e.hp['axis'] + 1})"
 
 
 CONCAT = Layer(
@@ -257,9 +306,11 @@ CONCAT = Layer(
     "(channels by default): U-Net's skips, DenseNet's dense connections.",
     hparams=(HP("axis", "axis", 0, "the axis (0: channels of C×H×W, or positions of T×D)"),),
     arity=(2, 64),
+    resolve=lambda c: AxisAttrs(resolve_axis(c)),
     shape=_concat_shape,
-    lower=_concat_lower,
     example=("32×8×8", "concat(X)  64×8×8"),
+    cases=(("32×8×8", "concat(X) axis=2  32×8×16"),),
+    reference=lambda xs, p, s, a: numpy().concatenate(xs, axis=a.axis + 1),
 )
 
 
@@ -283,15 +334,9 @@ MATMUL = Layer(
     arity=(2, 2),
     shape=_matmul_shape,
     macs=lambda c: numel(c.out) * c.x[-1],
-    lower=lambda e: f"{e.x[0]} @ {e.x[1]}" + (".swapaxes(-1, -2)" if e.hp["tb"] else ""),
     example=("8×16", "matmul(X) tb=true  8×8"),
+    reference=lambda xs, p, s, a: xs[0] @ (xs[1].swapaxes(-1, -2) if a.tb else xs[1]),
 )
-
-
-def _mean_shape(c: Ctx) -> tuple:
-    a = _axis_of(c)
-    c.hp["axis"] = a
-    return c.x[:a] + c.x[a + 1 :]
 
 
 MEAN = Layer(
@@ -300,9 +345,11 @@ MEAN = Layer(
     category="Tensor",
     doc="Average over one axis, dropping it (a graph's readout, a sequence's pooling).",
     hparams=(HP("axis", "axis", 0, "the axis"),),
-    shape=_mean_shape,
-    lower=lambda e: f"{e.x[0]}.mean(axis={e.hp['axis'] + 1})",
+    resolve=lambda c: AxisAttrs(resolve_axis(c)),
+    shape=lambda c: c.x[: c.a.axis] + c.x[c.a.axis + 1 :],
+    keeps_dtype=True,
     example=("16×64", "mean  64"),
+    reference=lambda xs, p, s, a: xs[0].mean(axis=a.axis + 1),
 )
 
 L2NORM = Layer(
@@ -310,13 +357,10 @@ L2NORM = Layer(
     aliases=("normalize",),
     category="Tensor",
     doc="Divides each vector of the last axis by its Euclidean norm (CLIP's embeddings).",
-    lower=lambda e: e.call("l2_normalize", e.x[0]),
+    keeps_dtype=True,
     example=("512", "l2norm"),
+    reference=lambda xs, p, s, a: xs[0] / numpy().linalg.norm(xs[0], axis=-1, keepdims=True),
 )
-
-
-def _sample_lower(e: Emit) -> str:
-    return e.call("reparameterize", e.x[0], e.x[1], e.train, e.key())
 
 
 SAMPLE = Layer(
@@ -327,9 +371,9 @@ SAMPLE = Layer(
     "μ + exp(logvar/2)·ε with ε ~ N(0, 1) in training, μ in evaluation.",
     arity=(2, 2),
     shape=_broadcast,
-    lower=_sample_lower,
     stochastic=True,
     example=("16", "sample(logvar)"),
+    reference=lambda xs, p, s, a: xs[0],  # evaluation: the mean
 )
 
 LAYERS = (

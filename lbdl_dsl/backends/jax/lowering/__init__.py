@@ -1,0 +1,19 @@
+"""The JAX lowering of every registry entry: one table, assembled from one module per family.
+
+`LOWERINGS[name]` lowers the entry called ``name``. A test checks that the table and the
+registry have the same names, so an entry cannot be added without its lowering (or a lowering
+kept for an entry that is gone).
+"""
+
+from __future__ import annotations
+
+from lbdl_dsl.backends.jax.emit import Lowering
+from lbdl_dsl.backends.jax.lowering import activation, attention, conv, dense, norm, tensor
+
+LOWERINGS: dict[str, Lowering] = {}
+for _family in (dense, conv, norm, activation, attention, tensor):
+    for _name, _lower in _family.LOWER.items():
+        assert _name not in LOWERINGS, _name
+        LOWERINGS[_name] = _lower
+
+__all__ = ["LOWERINGS"]

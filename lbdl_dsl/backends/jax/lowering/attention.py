@@ -1,0 +1,44 @@
+"""Lowerings of attention and the transformer's composite boxes of Fig. 5.6."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lbdl_dsl.backends.jax.emit import Emit, Lowering
+
+_WEIGHTS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
+
+
+def _switches(e: Emit) -> dict[str, Any]:
+    """The keywords `attention`/`mha` take, written only where they differ from the default."""
+    out: dict[str, Any] = {}
+    if e.a.causal:
+        out["causal"] = True
+    if e.a.dropout:
+        out |= {"dropout": e.a.dropout, "train": e.train, "key": e.key()}
+    return out
+
+
+def _mha(e: Emit, q_in: str, kv_in: str) -> str:
+    weights = ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n))
+    return e.call("mha", q_in, kv_in, "{" + weights + "}", heads=e.a.heads, **_switches(e))
+
+
+def mha(e: Emit) -> str:
+    return _mha(e, e.x[0], e.x[1] if len(e.x) > 1 else e.x[0])
+
+
+def attention(e: Emit) -> str:
+    q, k, v = (f"{x}[:, None]" for x in e.x[:3])
+    mask = [f"{e.x[3]}[:, None]"] if len(e.x) > 3 else []
+    a = e.a
+    switches: dict[str, Any] = {"causal": True} if a.causal else {}
+    if a.p:
+        switches |= {"dropout": a.p, "train": e.train, "key": e.key()}
+    return f"{e.call('attention', q, k, v, *mask, **switches)}[:, 0]"
+
+
+LOWER: dict[str, Lowering] = {
+    "attention": attention,
+    "mha": mha,
+}

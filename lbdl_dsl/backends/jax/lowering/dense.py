@@ -1,0 +1,36 @@
+"""Lowerings of the dense, embedding and recurrent entries."""
+
+from __future__ import annotations
+
+from lbdl_dsl.backends.jax.emit import Emit, Lowering
+
+
+def _optional(e: Emit, name: str) -> str | None:
+    return e.param(name) if e.has_param(name) else None
+
+
+def fc(e: Emit) -> str:
+    bias = _optional(e, "b")
+    return e.call("dense", e.x[0], e.param("w"), *([bias] if bias else []))
+
+
+def recurrent(fn: str) -> Lowering:
+    def lower(e: Emit) -> str:
+        names = ("w_ih", "w_hh", "b_ih", "b_hh")
+        weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in names) + "}"
+        return e.call(fn, e.x[0], weights)
+
+    return lower
+
+
+LOWER: dict[str, Lowering] = {
+    "fc": fc,
+    "embed": lambda e: e.call("embed", e.x[0], e.param("table")),
+    "pos-enc": lambda e: e.call("add_positions", e.x[0]),
+    "pos-embed": lambda e: e.call("add_learned_positions", e.x[0], e.param("table")),
+    "cls-token": lambda e: e.call("prepend_token", e.x[0], e.param("e0")),
+    "scale": lambda e: f"{e.x[0]} * jnp.exp({e.param('log_s')})",
+    "rnn": recurrent("rnn"),
+    "lstm": recurrent("lstm"),
+    "gru": recurrent("gru"),
+}

@@ -1,0 +1,45 @@
+"""Lowerings of the layers that move, pick and combine values: plain array expressions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lbdl_dsl.backends.jax.emit import Emit, Lowering
+
+
+def _dims(values: tuple) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def reshape(e: Emit) -> str:
+    return f"{e.x[0]}.reshape({e.x[0]}.shape[0], {_dims(e.a.to)})"
+
+
+def _index(e: Emit, axis: int, item: Any) -> str:
+    return f"{e.x[0]}[{', '.join([':'] * (axis + 1) + [str(item)])}]"
+
+
+def matmul(e: Emit) -> str:
+    other = f"{e.x[1]}.swapaxes(-1, -2)" if e.a.tb else e.x[1]
+    return f"{e.x[0]} @ {other}"
+
+
+def sample(e: Emit) -> str:
+    return e.call("reparameterize", e.x[0], e.x[1], train=e.train, key=e.key())
+
+
+LOWER: dict[str, Lowering] = {
+    "reshape": reshape,
+    "flatten": reshape,
+    "transpose": lambda e: f"{e.x[0]}.transpose(0, {_dims(tuple(i + 1 for i in e.a.perm))})",
+    "take": lambda e: _index(e, e.a.axis, e.a.index),
+    "slice": lambda e: _index(e, e.a.axis, f"{e.a.start}:{e.a.stop}"),
+    "split": lambda e: _index(e, e.a.axis, f"{e.a.start}:{e.a.stop}"),
+    "+": lambda e: " + ".join(e.x),
+    "mul": lambda e: " * ".join(e.x),
+    "concat": lambda e: f"jnp.concatenate([{', '.join(e.x)}], axis={e.a.axis + 1})",
+    "matmul": matmul,
+    "mean": lambda e: f"{e.x[0]}.mean(axis={e.a.axis + 1})",
+    "l2norm": lambda e: e.call("l2_normalize", e.x[0]),
+    "sample": sample,
+}
