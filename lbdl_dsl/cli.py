@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec, parse_value, spec_name
+from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec, spec_name
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.mesh_flags import add_mesh_arguments
 
@@ -105,7 +105,7 @@ def parse_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict[s
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             parser.error(f"--set takes KEY=VALUE, got {item!r}")
-        out[key.strip()] = parse_value(value)
+        out[key.strip()] = value.strip()  # read as its parameter's kind by the compiler
     return out
 
 

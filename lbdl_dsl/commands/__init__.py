@@ -13,5 +13,6 @@ VERBS: dict[str, str] = {
     "check": "check",
     "build": "build",
     "diff": "diff",
+    "train": "train",
     "launch": "launch",
 }

@@ -18,20 +18,25 @@ from lbdl_dsl.backends.diagram.run_dot import render
 from lbdl_dsl.backends.diagram.scene import PARAM, Scene
 from lbdl_dsl.backends.diagram.shading import Shading
 from lbdl_dsl.backends.diagram.walk import Walker
-from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.compiler.instance import Checked
+from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
 
 
-def scene(compiled: Compiled, expand: str | None = None, shading: Shading | None = None) -> Scene:
-    """What `to_dot` draws, before it is written: for tests and other writers."""
+def scene(
+    compiled: Built | Checked, expand: str | None = None, shading: Shading | None = None
+) -> Scene:
+    """What `to_dot` draws, before it is written: for tests and other writers. A `Built`
+    program (no shapes yet) is drawn from its graphs alone."""
     program = compiled.program
     if program is None:
         raise LbdlError("nothing to draw: the spec did not get past building its graph")
-    walker = Walker(program, compiled.checked, _expand.parse(expand, program.blocks))
+    checked = compiled if isinstance(compiled, Checked) else None
+    walker = Walker(program, checked, _expand.parse(expand, program.blocks))
     out = Scene(program.model.name)
     walker.model(out)
-    if compiled.checked is not None:
-        out.note = failures.attach(walker.sites, compiled.checked.diagnostics)
+    if checked is not None:
+        out.note = failures.attach(walker.sites, checked.diagnostics)
     if shading is not None:
         for box in out.boxes():
             box.fill = shading.fills.get(box.id, "") if box.look == PARAM else ""
@@ -39,7 +44,9 @@ def scene(compiled: Compiled, expand: str | None = None, shading: Shading | None
     return out
 
 
-def to_dot(compiled: Compiled, expand: str | None = None, shading: Shading | None = None) -> str:
+def to_dot(
+    compiled: Built | Checked, expand: str | None = None, shading: Shading | None = None
+) -> str:
     """The DOT document of ``compiled``'s model; ``expand`` opens block calls (see `expand`);
     ``shading`` colours boxes by how a mesh splits their parameters (`shading`)."""
     return _dot.write(scene(compiled, expand, shading))
