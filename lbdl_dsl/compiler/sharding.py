@@ -287,7 +287,8 @@ def placed_arrays(checked: Checked) -> Iterator[_Array]:
     roles = logical_roles(checked.root)
     for arr in paths.arrays(checked.root):
         parts = arr.path.split("/")
-        box, name, calls = arr.owner, parts[-1], ()
+        box, name = arr.owner, parts[-1]
+        calls: tuple[Note, ...] = ()
         for i in range(1, len(parts)):
             inst = boxes.get("/".join(parts[:i]))
             if inst is None:  # a copy's number or `shortcut`
