@@ -218,8 +218,8 @@ def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
         # Nested frames inherit what is not set again, so every frame sets its label.
         ("label", f"<{title}>" if title else '""'),
         ("labelloc", "t"),
-        ("color", q(color)),
-        ("penwidth", "2" if frame.look == FAIL else "1"),
+        ("color", q(frame.mark or color)),
+        ("penwidth", "2.5" if frame.mark else "2" if frame.look == FAIL else "1"),
         ("margin", "8"),
         ("fontsize", str(S.FRAME_FONT_SIZE)),
     ]

@@ -80,6 +80,7 @@ class Frame:
     items: list[Item] = field(default_factory=list)
     look: str = PLAIN
     message: str = ""
+    mark: str = ""  # a border colour laid over the look (`paint`: a frame lbdl diff changed)
 
 
 Item = Union[Box, Plus, Fork, Stub, Frame]
