@@ -19,7 +19,7 @@ from lbdl_dsl.compiler.instance import Checked, Inst
 from lbdl_dsl.compiler.memory import Bytes
 from lbdl_dsl.compiler.sharding import Layout
 from lbdl_dsl.core.symbolic import Expr
-from lbdl_dsl.report import box_label
+from lbdl_dsl.boxtext import box_label
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -93,7 +93,7 @@ def figures(checked: Checked, plan: Plan, depth: int | None) -> tuple[Bytes, lis
         batch=plan.per_device_batch,
     )
     table = [
-        (level, path, box_label(inst), box.bytes)
+        (level, path, box_label(inst, checked.program.blocks), box.bytes)
         for (level, path, inst, _), box in zip(shown, boxes)
     ]
     return whole, table
