@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from lbdl_dsl.boxtext import box_label
 from lbdl_dsl.compiler import memory
 from lbdl_dsl.compiler.instance import Checked, Inst
 from lbdl_dsl.compiler.memory import Bytes
 from lbdl_dsl.compiler.sharding import Layout
 from lbdl_dsl.core.symbolic import Expr
-from lbdl_dsl.boxtext import box_label
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 

@@ -35,6 +35,9 @@ class One:
     def init_state(self, model: Any, tx: Any, seed: int) -> TrainState:
         return init_state(model, tx, seed)
 
+    def check_batch(self, batch: int) -> None:
+        return None
+
     def step(self, train_step: Callable, ts: TrainState, tx: Any) -> Callable:
         return train_step
 
@@ -82,6 +85,17 @@ class Mesh:
 
         self.parallel = Parallel(Sharded.of(model, self.mesh, self.shard), self.processes)
         return self
+
+    def check_batch(self, batch: int) -> None:
+        """``--batch`` (the global batch) splits over the batch axes, before the run starts."""
+        layout = self.parallel.sharded.layout
+        if batch % layout.batch_pieces:
+            raise LbdlError(
+                f"--batch {batch} does not split over the {layout.batch_pieces} batch shards "
+                f"of --mesh {layout.mesh} ({' × '.join(layout.batch)})",
+                None,
+                hint=f"use a multiple of {layout.batch_pieces}",
+            )
 
     def init_state(self, model: Any, tx: Any, seed: int) -> TrainState:
         """`step.init_state`'s very numbers (the same split of the seed), drawn in place."""

@@ -141,6 +141,7 @@ def run(
     run_dir = Path(config.output_dir)
     model = lbdl_dsl.compile(config.spec, dtype=config.dtype, **dict(config.overrides))
     devices = devices.place(model)
+    devices.check_batch(config.batch)
     digest = rundir.spec_hash(model.compiled.sources)
     old = rundir.check_claim(run_dir, config, digest)
     devices.barrier("lbdl-train-claimed")  # every process read the folder before it changes

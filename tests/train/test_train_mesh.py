@@ -93,4 +93,6 @@ def test_a_mesh_flag_is_checked_before_training(spec_file, tmp_path: Path, capsy
     assert "--shard: `tp` needs a mesh axis named `tensor`" in err and "Traceback" not in err
     assert main.main([*base, "--coordinator", "127.0.0.1:1", "--num-processes", "2"]) == 1
     assert "no --mesh was given" in capsys.readouterr().err
+    assert main.main([*base, "--mesh", "data=2"]) == 1  # this process has one device
+    assert "--mesh data=2: needs 2 devices, and there are 1" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
