@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec, spec_name
 from lbdl_dsl.compiler.imports import sources_for
 from lbdl_dsl.core.errors import LbdlError, os_error
+from lbdl_dsl.mesh_flags import add_mesh_arguments
 
 TEXT_FORMATS = ("ast", "graph", "shapes", "json")
 DIAGRAM_FORMATS = ("dot", "svg", "png", "pdf")
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_summary_arguments(p)
     add_build_arguments(p)
+    add_mesh_arguments(p)
     return p
 
 
@@ -275,30 +277,31 @@ def _compile(args, overrides) -> Compiled:
 def _run(args, overrides, formats, depth) -> int:
     compiled = _compile(args, overrides)
     checked = compiled.checked
-    from lbdl_dsl import report
+    from lbdl_dsl import mesh_flags
 
     unchecked = getattr(compiled, "unchecked", ())
+    plan = None if unchecked else mesh_flags.plan(args, compiled)
     if unchecked:  # a block whose parameters have no value: no counts to print
         print(
             f"{', '.join(unchecked)} without a value: the figure shows the block's annotations "
             f"past the first box that needs one; --set {unchecked[0]}=... checks and counts it",
             file=sys.stderr,
         )
-    elif args.json:
-        sys.stdout.write(report.dumps(checked))
     else:
-        sys.stdout.write(report.render_table(checked, depth, terminal=sys.stdout.isatty()))
+        terminal = sys.stdout.isatty()
+        sys.stdout.write(mesh_flags.summary(checked, plan, depth, args.json, terminal))
     if formats:
         outdir = Path(args.output) if args.output else Path("build") / _name(args)
-        for path in write_artefacts(compiled, formats, outdir, args):
+        for path in write_artefacts(compiled, formats, outdir, args, plan):
             print(f"wrote {path}", file=sys.stderr)
     if args.run:
         _run_model(compiled, args)
     return 0
 
 
-def write_artefacts(compiled: Compiled, formats, outdir: Path, args) -> list[Path]:
-    """Write each requested format; returns the paths written."""
+def write_artefacts(compiled: Compiled, formats, outdir: Path, args, plan=None) -> list[Path]:
+    """Write each requested format; returns the paths written (``plan``: a mesh's layout,
+    which colours the diagram's boxes by how their parameters are split)."""
     from lbdl_dsl.compiler import textform
     from lbdl_dsl.output import write_atomic
 
@@ -319,7 +322,7 @@ def write_artefacts(compiled: Compiled, formats, outdir: Path, args) -> list[Pat
         elif fmt in DIAGRAM_FORMATS:
             from lbdl_dsl.backends import diagram
 
-            dot = diagram.to_dot(compiled, expand=args.expand)
+            dot = diagram.to_dot(compiled, expand=args.expand, shading=_shading(plan))
             data = dot if fmt == "dot" else diagram.render(dot, fmt)
             target = outdir / f"{name}.{fmt}"
         else:
@@ -329,6 +332,13 @@ def write_artefacts(compiled: Compiled, formats, outdir: Path, args) -> list[Pat
             target = outdir / f"{name}.py"
         written.append(write_atomic(target, data))
     return written
+
+
+def _shading(plan):
+    """The diagram's colours by how a mesh splits each box's parameters."""
+    from lbdl_dsl.backends.diagram.shading import from_layout
+
+    return from_layout(plan.layout) if plan is not None else None
 
 
 def _partial_diagram(compiled: Compiled, args, formats) -> None:

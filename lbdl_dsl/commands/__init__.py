@@ -16,4 +16,5 @@ VERBS: dict[str, str] = {
     "train": "train",
     "import": "import_",
     "export": "export",
+    "launch": "launch",
 }

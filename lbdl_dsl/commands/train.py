@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lbdl_dsl import cli
+from lbdl_dsl import cli, mesh_flags
 
 HELP = "train a spec on data (digits, shakespeare, synthetic, .npz, .txt), with checkpoints"
 
@@ -73,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--log-every", type=int, default=10, metavar="K", help="record every K steps (10)"
     )
+    mesh_flags.add_parallel_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -107,25 +108,36 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             dtype=args.dtype,
             resume=args.resume,
+            mesh=args.mesh,
+            shard=tuple(args.shard or ()),
         )
-        return _train(config)
+        from lbdl_dsl.training.devices import join
+
+        devices = join(
+            config.mesh, config.shard, args.coordinator, args.num_processes, args.process_id
+        )
+        return _train(config, devices)
 
     return cli.guarded(work, args.spec)
 
 
-def _train(config) -> int:
+def _train(config, devices=None) -> int:
     from lbdl_dsl.training import loop, progress
 
     display = progress.display_for(sys.stdout)
     try:
-        result = loop.run(config, display=display)
+        result = loop.run(config, display=display, devices=devices)
     except loop.TrainingInterrupted as stop:
+        if devices is not None and not devices.is_main:
+            return 130
         print(
             f"interrupted at step {stop.step}: checkpoint saved in {stop.run_dir}/checkpoints\n"
             f"hint: continue with the same command and --resume",
             file=sys.stderr,
         )
         return 130
+    if devices is not None and not devices.is_main:
+        return 0  # the main process reports the run
     for line in summary(result):
         print(line)
     return 0

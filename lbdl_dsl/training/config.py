@@ -35,6 +35,8 @@ RESUMABLE_CHANGES = frozenset(
         "log_every",
         "output_dir",
         "resume",
+        "mesh",  # a checkpoint restores onto any mesh (docs/scaling.md)
+        "shard",
     }
 )
 
@@ -66,10 +68,17 @@ class TrainConfig:
     seed: int = 0
     dtype: str = "float32"
     resume: bool = False
+    mesh: str | None = None  # a device mesh, data=2,fsdp=2 (None: one device)
+    shard: tuple[str, ...] = ()  # --shard's presets and rules (default dp)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "shard", tuple(self.shard))  # JSON gives a list
         for problem in _problems(self):
             raise LbdlError(problem[0], None, hint=problem[1])
+        if self.mesh is not None:
+            from lbdl_dsl.compiler.sharding import parse_mesh, parse_rules
+
+            parse_rules(list(self.shard), parse_mesh(self.mesh))  # names the flag if bad
 
     def to_json(self) -> dict[str, Any]:
         """The config as JSON-ready values (overrides as a plain, sorted dictionary)."""
@@ -128,6 +137,8 @@ def _problems(c: TrainConfig) -> list[tuple[str, str]]:
         out.append((f"--epochs must be > 0, got {c.epochs}", "e.g. --epochs 10 (or 0.5)"))
     if not isinstance(c.batch, int) or c.batch < 1:
         out.append((f"--batch must be a whole number ≥ 1, got {c.batch}", "e.g. --batch 64"))
+    if c.shard and c.mesh is None:
+        out.append(("--shard: needs a mesh", "give one with --mesh data=2,fsdp=2"))
     return out + _number_problems(c)
 
 

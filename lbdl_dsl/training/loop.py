@@ -30,11 +30,12 @@ from lbdl_dsl.training import optim, progress, rundir
 from lbdl_dsl.training.checkpoint import Checkpoints
 from lbdl_dsl.training.config import TrainConfig
 from lbdl_dsl.training.datasets import Data, open_data
+from lbdl_dsl.training.devices import Mesh, One, join
 from lbdl_dsl.training.loader import Loader, Position, eval_batches
 from lbdl_dsl.training.plot import plot
 from lbdl_dsl.training.progress import Display, MetricsFile, Record
 from lbdl_dsl.training.signature import signature
-from lbdl_dsl.training.step import TrainState, init_state, make_eval_step, make_train_step
+from lbdl_dsl.training.step import TrainState, make_eval_step, make_train_step
 from lbdl_dsl.training.tasks import Task, choose
 
 
@@ -123,26 +124,41 @@ def run(
     *,
     display: Display | None = None,
     callbacks: Sequence[Callable[[Record], None]] = (),
+    devices: One | Mesh | None = None,
 ) -> TrainResult:
-    """Run ``config``: a new run, or the continuation of the one in its folder (``resume``)."""
+    """Run ``config``: a new run, or the continuation of the one in its folder (``resume``).
+
+    ``devices``: the run's devices when the caller joined the processes already (`lbdl train`
+    does, with its coordinator flags); by default those ``config.mesh`` names."""
     import lbdl_dsl
 
     started = time.perf_counter()
+    if devices is None:
+        devices = join(config.mesh, config.shard)
+    if not devices.is_main:
+        display = progress.QuietDisplay()
     display = display or progress.display_for()
     run_dir = Path(config.output_dir)
     model = lbdl_dsl.compile(config.spec, dtype=config.dtype, **dict(config.overrides))
+    devices = devices.place(model)
+    devices.check_batch(config.batch)
     digest = rundir.spec_hash(model.compiled.sources)
     old = rundir.check_claim(run_dir, config, digest)
+    devices.barrier("lbdl-train-claimed")  # every process read the folder before it changes
     sig = signature(model)
     task = choose(sig, config.task, config.target)
     data = open_data(config.data, sig, task, config.seed)
     loader = Loader(data.train, config.batch, config.seed)
+    if devices.count > 1:
+        loader = loader.shard(devices.index, devices.count)
     total = config.steps or max(1, math.ceil((config.epochs or 1) * loader.steps_per_epoch))
     lr = optim.schedule(config, total)
     tx = optim.optimizer(config, lr)
-    ts = init_state(model, tx, config.seed)
+    ts = devices.init_state(model, tx, config.seed)
     ckpts = Checkpoints(run_dir, config.keep)
     loop = _Loop(config, model, task, data, loader, total, run_dir, ckpts, display, callbacks)
+    loop.devices = devices
+    loop.eval_step = devices.eval_step(loop.eval_step)
     loop.record = {
         "config": config.to_json(),
         "spec_hash": digest,
@@ -152,9 +168,11 @@ def run(
         "steps_per_epoch": loader.steps_per_epoch,
         "versions": rundir.versions(),
     }
+    if devices.describe() is not None:
+        loop.record["devices"] = devices.describe()
     try:
         ts = loop.start(ts, old)
-        ts = loop.steps(ts, make_train_step(model, task, tx, lr))
+        ts = loop.steps(ts, devices.step(make_train_step(model, task, tx, lr), ts, tx))
         return loop.finish(ts, started)
     finally:
         ckpts.close()
@@ -176,6 +194,7 @@ class _Loop:
         self.record: dict[str, Any] = {}
         self.eval_step = make_eval_step(model, task)
         self.stop = _StopRequest()
+        self.devices: One | Mesh = One()
 
     # -- phases ---------------------------------------------------------------------------------
     def start(self, ts: TrainState, old: dict[str, Any] | None) -> TrainState:
@@ -183,7 +202,8 @@ class _Loop:
         if self.config.resume and old is None:
             self.display.note(f"{self.run_dir}: nothing to resume there; starting a new run")
         if latest is None:
-            self.metrics.reset()
+            if self.devices.is_main:
+                self.metrics.reset()
             self._write_record(0)
             return ts
         if latest > self.total:
@@ -197,7 +217,8 @@ class _Loop:
         ts = self.ckpts.restore(latest, ts)
         self.position = Position.from_json(meta["position"])
         self.time_offset = float(meta.get("time", 0.0))
-        self.records = self.metrics.keep_until(latest)
+        main = self.devices.is_main
+        self.records = self.metrics.keep_until(latest) if main else self.metrics.read()
         self.display.note(f"{self.run_dir}: resuming from the checkpoint of step {latest}")
         self._write_record(latest)
         return ts
@@ -210,7 +231,8 @@ class _Loop:
         try:
             with self.stop.installed():
                 while step < self.total and not self.stop.requested:
-                    ts, metrics = train_step(ts, self.loader.batch_at(self.position))
+                    batch = self.devices.put(self.loader.batch_at(self.position))
+                    ts, metrics = train_step(ts, batch)
                     self.position = self.loader.advance(self.position)
                     step += 1
                     pending.append(metrics)
@@ -235,9 +257,14 @@ class _Loop:
         if self.data.test is not None and (last_eval is None or last_eval["step"] != step):
             last_eval = self._evaluate(ts, step)
         self._save(ts, step)
-        params_path = self.model.save(self.run_dir / "params.safetensors", ts.params, ts.state)
-        title = f"{self.model.name} on {self.data.name}: {self.task.describe()}"
-        plot_path = plot(self.records, self.run_dir / "loss.png", title)
+        params, state = self.devices.gather((ts.params, ts.state))
+        params_path = self.run_dir / "params.safetensors"
+        plot_path: Path | None = self.run_dir / "loss.png"
+        if self.devices.is_main:
+            params_path = self.model.save(params_path, params, state)
+            title = f"{self.model.name} on {self.data.name}: {self.task.describe()}"
+            plot_path = plot(self.records, self.run_dir / "loss.png", title)
+        self.devices.barrier("lbdl-train-finished")
         if plot_path is None:
             self.display.note("no loss plot: matplotlib is not installed (pip install matplotlib)")
         last_train = next((r for r in reversed(self.records) if r["kind"] == "train"), None)
@@ -249,8 +276,8 @@ class _Loop:
             last_eval,
             params_path,
             plot_path,
-            ts.params,
-            ts.state,
+            params,
+            state,
             self.model,
             self.task,
         )
@@ -264,7 +291,8 @@ class _Loop:
 
     def _emit(self, record: Record) -> None:
         self.records.append(record)
-        self.metrics.append(record)
+        if self.devices.is_main:
+            self.metrics.append(record)
         self.display.show(record)
         for callback in self.callbacks:
             callback(record)
@@ -311,6 +339,7 @@ class _Loop:
         for batch, weights in eval_batches(
             self.data.test, self.config.batch, self.config.eval_samples
         ):
+            batch, weights = self.devices.put(self.devices.rows((batch, weights)))
             out = jax.device_get(self.eval_step(ts.params, ts.state, batch, weights))
             count += float(weights.sum())
             for key, value in out.items():
@@ -331,4 +360,5 @@ class _Loop:
         self._write_record(step)
 
     def _write_record(self, step: int) -> None:
-        rundir.write_record(self.run_dir, {**self.record, "step": step})
+        if self.devices.is_main:
+            rundir.write_record(self.run_dir, {**self.record, "step": step})

@@ -15,7 +15,8 @@ from lbdl_dsl.backends.diagram import conventions, failures, layout
 from lbdl_dsl.backends.diagram import dot as _dot
 from lbdl_dsl.backends.diagram import expand as _expand
 from lbdl_dsl.backends.diagram.run_dot import render
-from lbdl_dsl.backends.diagram.scene import Scene
+from lbdl_dsl.backends.diagram.scene import PARAM, Scene
+from lbdl_dsl.backends.diagram.shading import Shading
 from lbdl_dsl.backends.diagram.walk import Walker
 from lbdl_dsl.compiler.blockdef import BlockCompiled
 from lbdl_dsl.compiler.instance import Checked
@@ -28,7 +29,9 @@ of an expanded model took 24 GB before it crashed), and no one reads a figure th
 model itself may have up to `limits.MAX_EXPANDED_LAYERS` boxes."""
 
 
-def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
+def scene(
+    compiled: Built | Checked, expand: str | None = None, shading: Shading | None = None
+) -> Scene:
     """What `to_dot` draws, before it is written: for tests and other writers. A `Built`
     program (no shapes yet) is drawn from its graphs alone; a block checked on its own
     (`compile_block`) is drawn as its body, between its input pattern and its result."""
@@ -62,13 +65,20 @@ def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
         )
     elif checked is not None:
         out.note = failures.attach(walker.sites, checked.diagnostics)
+    if shading is not None:
+        for box in out.boxes():
+            box.fill = shading.fills.get(box.id, "") if box.look == PARAM else ""
+        out.swatches = shading.legend
     layout.arrange(out)
     return out
 
 
-def to_dot(compiled: Built | Checked, expand: str | None = None) -> str:
-    """The DOT document of ``compiled``'s model; ``expand`` opens block calls (see `expand`)."""
-    return _dot.write(scene(compiled, expand))
+def to_dot(
+    compiled: Built | Checked, expand: str | None = None, shading: Shading | None = None
+) -> str:
+    """The DOT document of ``compiled``'s model; ``expand`` opens block calls (see `expand`);
+    ``shading`` colours boxes by how a mesh splits their parameters (`shading`)."""
+    return _dot.write(scene(compiled, expand, shading))
 
 
 from lbdl_dsl.backends.diagram.notebook import Svg, html_figure  # noqa: E402 - uses the above

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import PurePath
 from typing import Any
 
-from lbdl_dsl.backends.jax import layout
+from lbdl_dsl.backends.jax import layout, roles_table
 from lbdl_dsl.backends.jax.lower import Dicts, Fn, Lowerer, Var, printable
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, RESERVED, Namespace
 from lbdl_dsl.backends.jax.runtime_source import available, bound_names, source_for
@@ -178,6 +178,7 @@ COMPUTE = {compute}
         header,
         _table("PARAMS", params_rows, "path: (shape, initialiser, its fan-in, std or value)"),
         _table("STATE", state_rows, "path: (shape, initialiser, its value)"),
+        roles_table.render(compiled),
         init_fn,
         *low.functions,
         apply_fn,

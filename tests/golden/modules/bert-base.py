@@ -48,6 +48,34 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "embed_0/table": ("vocab", "embed"),
+    "embed_1/table": ("vocab", "embed"),
+    "pos_embed_0/table": ("positions", "embed"),
+    "layernorm_0/scale": ("norm",),
+    "layernorm_0/bias": ("norm",),
+    "repeat_0/postnorm_0/residual_0/mha_0/wq": ("layers", "embed", "heads"),
+    "repeat_0/postnorm_0/residual_0/mha_0/wk": ("layers", "embed", "heads"),
+    "repeat_0/postnorm_0/residual_0/mha_0/wv": ("layers", "embed", "heads"),
+    "repeat_0/postnorm_0/residual_0/mha_0/wo": ("layers", "heads", "embed"),
+    "repeat_0/postnorm_0/residual_0/mha_0/bq": ("layers", "heads"),
+    "repeat_0/postnorm_0/residual_0/mha_0/bk": ("layers", "heads"),
+    "repeat_0/postnorm_0/residual_0/mha_0/bv": ("layers", "heads"),
+    "repeat_0/postnorm_0/residual_0/mha_0/bo": ("layers", "embed"),
+    "repeat_0/postnorm_0/layernorm_0/scale": ("layers", "norm"),
+    "repeat_0/postnorm_0/layernorm_0/bias": ("layers", "norm"),
+    "repeat_0/postnorm_0/residual_1/fc_0/w": ("layers", "in", "mlp"),
+    "repeat_0/postnorm_0/residual_1/fc_0/b": ("layers", "mlp"),
+    "repeat_0/postnorm_0/residual_1/fc_1/w": ("layers", "mlp", "out"),
+    "repeat_0/postnorm_0/residual_1/fc_1/b": ("layers", "out"),
+    "repeat_0/postnorm_0/layernorm_1/scale": ("layers", "norm"),
+    "repeat_0/postnorm_0/layernorm_1/bias": ("layers", "norm"),
+    "fc_0/w": ("in", "out"),
+    "fc_0/b": ("out",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

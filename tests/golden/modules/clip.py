@@ -81,6 +81,57 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "fc_0/w": ("in", "out"),
+    "cls_token_0/e0": ("embed",),
+    "pos_embed_0/table": ("positions", "embed"),
+    "layernorm_0/scale": ("norm",),
+    "layernorm_0/bias": ("norm",),
+    "repeat_0/tlayer_0/self_att_0/ln/scale": ("layers", "norm"),
+    "repeat_0/tlayer_0/self_att_0/ln/bias": ("layers", "norm"),
+    "repeat_0/tlayer_0/self_att_0/att/wq": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wk": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wv": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wo": ("layers", "heads", "embed"),
+    "repeat_0/tlayer_0/self_att_0/att/bq": ("layers", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/bk": ("layers", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/bv": ("layers", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/bo": ("layers", "embed"),
+    "repeat_0/tlayer_0/ffw_0/ln/scale": ("layers", "norm"),
+    "repeat_0/tlayer_0/ffw_0/ln/bias": ("layers", "norm"),
+    "repeat_0/tlayer_0/ffw_0/fc1/w": ("layers", "in", "mlp"),
+    "repeat_0/tlayer_0/ffw_0/fc1/b": ("layers", "mlp"),
+    "repeat_0/tlayer_0/ffw_0/fc2/w": ("layers", "mlp", "out"),
+    "repeat_0/tlayer_0/ffw_0/fc2/b": ("layers", "out"),
+    "layernorm_1/scale": ("norm",),
+    "layernorm_1/bias": ("norm",),
+    "fc_1/w": ("in", "out"),
+    "embed_0/table": ("vocab", "embed"),
+    "pos_embed_1/table": ("positions", "embed"),
+    "repeat_1/tlayer_0/self_att_0/ln/scale": ("layers", "norm"),
+    "repeat_1/tlayer_0/self_att_0/ln/bias": ("layers", "norm"),
+    "repeat_1/tlayer_0/self_att_0/att/wq": ("layers", "embed", "heads"),
+    "repeat_1/tlayer_0/self_att_0/att/wk": ("layers", "embed", "heads"),
+    "repeat_1/tlayer_0/self_att_0/att/wv": ("layers", "embed", "heads"),
+    "repeat_1/tlayer_0/self_att_0/att/wo": ("layers", "heads", "embed"),
+    "repeat_1/tlayer_0/self_att_0/att/bq": ("layers", "heads"),
+    "repeat_1/tlayer_0/self_att_0/att/bk": ("layers", "heads"),
+    "repeat_1/tlayer_0/self_att_0/att/bv": ("layers", "heads"),
+    "repeat_1/tlayer_0/self_att_0/att/bo": ("layers", "embed"),
+    "repeat_1/tlayer_0/ffw_0/ln/scale": ("layers", "norm"),
+    "repeat_1/tlayer_0/ffw_0/ln/bias": ("layers", "norm"),
+    "repeat_1/tlayer_0/ffw_0/fc1/w": ("layers", "in", "mlp"),
+    "repeat_1/tlayer_0/ffw_0/fc1/b": ("layers", "mlp"),
+    "repeat_1/tlayer_0/ffw_0/fc2/w": ("layers", "mlp", "out"),
+    "repeat_1/tlayer_0/ffw_0/fc2/b": ("layers", "out"),
+    "layernorm_2/scale": ("norm",),
+    "layernorm_2/bias": ("norm",),
+    "fc_2/w": ("in", "out"),
+    "scale_0/log_s": (),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

@@ -43,6 +43,28 @@ STATE = {
 }
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "batchnorm_0/scale": ("norm",),
+    "batchnorm_0/bias": ("norm",),
+    "conv_2d_2/w": ("kernel", "kernel", "in", "out"),
+    "batchnorm_1/scale": ("norm",),
+    "batchnorm_1/bias": ("norm",),
+    "conv_2d_3/w": ("kernel", "kernel", "in", "out"),
+    "batchnorm_2/scale": ("norm",),
+    "batchnorm_2/bias": ("norm",),
+    "conv_2d_4/w": ("kernel", "kernel", "in", "out"),
+    "batchnorm_0/mean": ("norm",),
+    "batchnorm_0/var": ("norm",),
+    "batchnorm_1/mean": ("norm",),
+    "batchnorm_1/var": ("norm",),
+    "batchnorm_2/mean": ("norm",),
+    "batchnorm_2/var": ("norm",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

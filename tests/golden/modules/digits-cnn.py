@@ -33,6 +33,19 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "conv_2d_0/b": ("out",),
+    "conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "conv_2d_1/b": ("out",),
+    "conv_2d_2/w": ("kernel", "kernel", "in", "out"),
+    "conv_2d_2/b": ("out",),
+    "fc_0/w": ("in", "out"),
+    "fc_0/b": ("out",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

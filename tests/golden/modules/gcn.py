@@ -27,6 +27,13 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "fc_0/w": ("in", "out"),
+    "fc_1/w": ("in", "out"),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

@@ -36,6 +36,22 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "embed_0/table": ("vocab", "embed"),
+    "gru_0/w_ih": ("in", "hidden"),
+    "gru_0/w_hh": ("hidden", "hidden"),
+    "gru_0/b_ih": ("hidden",),
+    "gru_0/b_hh": ("hidden",),
+    "gru_1/w_ih": ("in", "hidden"),
+    "gru_1/w_hh": ("hidden", "hidden"),
+    "gru_1/b_ih": ("hidden",),
+    "gru_1/b_hh": ("hidden",),
+    "fc_0/w": ("in", "out"),
+    "fc_0/b": ("out",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

@@ -31,6 +31,17 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "fc_0/w": ("in", "mlp"),
+    "fc_0/b": ("mlp",),
+    "fc_1/w": ("mlp", "out"),
+    "fc_1/b": ("out",),
+    "fc_2/w": ("in", "out"),
+    "fc_2/b": ("out",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

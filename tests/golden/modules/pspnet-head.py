@@ -53,6 +53,38 @@ STATE = {
 }
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "pyramid_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "pyramid_0/batchnorm_0/scale": ("norm",),
+    "pyramid_0/batchnorm_0/bias": ("norm",),
+    "pyramid_1/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "pyramid_1/batchnorm_0/scale": ("norm",),
+    "pyramid_1/batchnorm_0/bias": ("norm",),
+    "pyramid_2/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "pyramid_2/batchnorm_0/scale": ("norm",),
+    "pyramid_2/batchnorm_0/bias": ("norm",),
+    "pyramid_3/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "pyramid_3/batchnorm_0/scale": ("norm",),
+    "pyramid_3/batchnorm_0/bias": ("norm",),
+    "conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "batchnorm_0/scale": ("norm",),
+    "batchnorm_0/bias": ("norm",),
+    "conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "conv_2d_1/b": ("out",),
+    "pyramid_0/batchnorm_0/mean": ("norm",),
+    "pyramid_0/batchnorm_0/var": ("norm",),
+    "pyramid_1/batchnorm_0/mean": ("norm",),
+    "pyramid_1/batchnorm_0/var": ("norm",),
+    "pyramid_2/batchnorm_0/mean": ("norm",),
+    "pyramid_2/batchnorm_0/var": ("norm",),
+    "pyramid_3/batchnorm_0/mean": ("norm",),
+    "pyramid_3/batchnorm_0/var": ("norm",),
+    "batchnorm_0/mean": ("norm",),
+    "batchnorm_0/var": ("norm",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

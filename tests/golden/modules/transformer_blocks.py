@@ -43,6 +43,29 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "self_att_0/ln/scale": ("norm",),
+    "self_att_0/ln/bias": ("norm",),
+    "self_att_0/att/wq": ("embed", "heads"),
+    "self_att_0/att/wk": ("embed", "heads"),
+    "self_att_0/att/wv": ("embed", "heads"),
+    "self_att_0/att/wo": ("heads", "embed"),
+    "cross_att_0/ln/scale": ("norm",),
+    "cross_att_0/ln/bias": ("norm",),
+    "cross_att_0/att/wq": ("embed", "heads"),
+    "cross_att_0/att/wk": ("embed", "heads"),
+    "cross_att_0/att/wv": ("embed", "heads"),
+    "cross_att_0/att/wo": ("heads", "embed"),
+    "ffw_0/ln/scale": ("norm",),
+    "ffw_0/ln/bias": ("norm",),
+    "ffw_0/fc1/w": ("in", "mlp"),
+    "ffw_0/fc1/b": ("mlp",),
+    "ffw_0/fc2/w": ("mlp", "out"),
+    "ffw_0/fc2/b": ("out",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

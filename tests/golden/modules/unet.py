@@ -71,6 +71,57 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "double_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_0/conv_2d_0/b": ("out",),
+    "double_0/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_0/conv_2d_1/b": ("out",),
+    "double_1/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_1/conv_2d_0/b": ("out",),
+    "double_1/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_1/conv_2d_1/b": ("out",),
+    "double_2/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_2/conv_2d_0/b": ("out",),
+    "double_2/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_2/conv_2d_1/b": ("out",),
+    "double_3/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_3/conv_2d_0/b": ("out",),
+    "double_3/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_3/conv_2d_1/b": ("out",),
+    "double_4/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_4/conv_2d_0/b": ("out",),
+    "double_4/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_4/conv_2d_1/b": ("out",),
+    "tconv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "tconv_2d_0/b": ("out",),
+    "double_5/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_5/conv_2d_0/b": ("out",),
+    "double_5/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_5/conv_2d_1/b": ("out",),
+    "tconv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "tconv_2d_1/b": ("out",),
+    "double_6/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_6/conv_2d_0/b": ("out",),
+    "double_6/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_6/conv_2d_1/b": ("out",),
+    "tconv_2d_2/w": ("kernel", "kernel", "in", "out"),
+    "tconv_2d_2/b": ("out",),
+    "double_7/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_7/conv_2d_0/b": ("out",),
+    "double_7/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_7/conv_2d_1/b": ("out",),
+    "tconv_2d_3/w": ("kernel", "kernel", "in", "out"),
+    "tconv_2d_3/b": ("out",),
+    "double_8/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "double_8/conv_2d_0/b": ("out",),
+    "double_8/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "double_8/conv_2d_1/b": ("out",),
+    "conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "conv_2d_0/b": ("out",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

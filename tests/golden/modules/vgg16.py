@@ -49,6 +49,35 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "repeat_0/0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_0/0/conv_2d_0/b": ("layers", "out"),
+    "repeat_0/1/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_0/1/conv_2d_0/b": ("layers", "out"),
+    "repeat_1/0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_1/0/conv_2d_0/b": ("layers", "out"),
+    "repeat_1/1/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_1/1/conv_2d_0/b": ("layers", "out"),
+    "repeat_2/0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_2/0/conv_2d_0/b": ("layers", "out"),
+    "repeat_2/1/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_2/1/conv_2d_0/b": ("layers", "out"),
+    "repeat_3/0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_3/0/conv_2d_0/b": ("layers", "out"),
+    "repeat_3/1/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_3/1/conv_2d_0/b": ("layers", "out"),
+    "repeat_4/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_4/conv_2d_0/b": ("layers", "out"),
+    "fc_0/w": ("in", "mlp"),
+    "fc_0/b": ("mlp",),
+    "fc_1/w": ("mlp", "out"),
+    "fc_1/b": ("out",),
+    "fc_2/w": ("in", "out"),
+    "fc_2/b": ("out",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

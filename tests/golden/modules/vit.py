@@ -47,6 +47,33 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "fc_0/w": ("in", "out"),
+    "fc_0/b": ("out",),
+    "cls_token_0/e0": ("embed",),
+    "pos_embed_0/table": ("positions", "embed"),
+    "repeat_0/tlayer_0/self_att_0/ln/scale": ("layers", "norm"),
+    "repeat_0/tlayer_0/self_att_0/ln/bias": ("layers", "norm"),
+    "repeat_0/tlayer_0/self_att_0/att/wq": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wk": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wv": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wo": ("layers", "heads", "embed"),
+    "repeat_0/tlayer_0/ffw_0/ln/scale": ("layers", "norm"),
+    "repeat_0/tlayer_0/ffw_0/ln/bias": ("layers", "norm"),
+    "repeat_0/tlayer_0/ffw_0/fc1/w": ("layers", "in", "mlp"),
+    "repeat_0/tlayer_0/ffw_0/fc1/b": ("layers", "mlp"),
+    "repeat_0/tlayer_0/ffw_0/fc2/w": ("layers", "mlp", "out"),
+    "repeat_0/tlayer_0/ffw_0/fc2/b": ("layers", "out"),
+    "fc_1/w": ("in", "mlp"),
+    "fc_1/b": ("mlp",),
+    "fc_2/w": ("mlp", "out"),
+    "fc_2/b": ("out",),
+    "fc_3/w": ("in", "out"),
+    "fc_3/b": ("out",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

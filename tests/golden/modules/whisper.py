@@ -74,6 +74,60 @@ PARAMS = {
 STATE = {}
 
 
+# path: the logical role of each axis, which sharding rules map to mesh axes
+ROLES = {
+    "conv_1d_0/w": ("kernel", "in", "out"),
+    "conv_1d_0/b": ("out",),
+    "conv_1d_1/w": ("kernel", "in", "out"),
+    "conv_1d_1/b": ("out",),
+    "repeat_0/tlayer_0/self_att_0/ln/scale": ("layers", "norm"),
+    "repeat_0/tlayer_0/self_att_0/ln/bias": ("layers", "norm"),
+    "repeat_0/tlayer_0/self_att_0/att/wq": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wk": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wv": ("layers", "embed", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/wo": ("layers", "heads", "embed"),
+    "repeat_0/tlayer_0/self_att_0/att/bq": ("layers", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/bv": ("layers", "heads"),
+    "repeat_0/tlayer_0/self_att_0/att/bo": ("layers", "embed"),
+    "repeat_0/tlayer_0/ffw_0/ln/scale": ("layers", "norm"),
+    "repeat_0/tlayer_0/ffw_0/ln/bias": ("layers", "norm"),
+    "repeat_0/tlayer_0/ffw_0/fc1/w": ("layers", "in", "mlp"),
+    "repeat_0/tlayer_0/ffw_0/fc1/b": ("layers", "mlp"),
+    "repeat_0/tlayer_0/ffw_0/fc2/w": ("layers", "mlp", "out"),
+    "repeat_0/tlayer_0/ffw_0/fc2/b": ("layers", "out"),
+    "layernorm_0/scale": ("norm",),
+    "layernorm_0/bias": ("norm",),
+    "embed_0/table": ("vocab", "embed"),
+    "pos_embed_0/table": ("positions", "embed"),
+    "repeat_1/declayer_0/self_att_0/ln/scale": ("layers", "norm"),
+    "repeat_1/declayer_0/self_att_0/ln/bias": ("layers", "norm"),
+    "repeat_1/declayer_0/self_att_0/att/wq": ("layers", "embed", "heads"),
+    "repeat_1/declayer_0/self_att_0/att/wk": ("layers", "embed", "heads"),
+    "repeat_1/declayer_0/self_att_0/att/wv": ("layers", "embed", "heads"),
+    "repeat_1/declayer_0/self_att_0/att/wo": ("layers", "heads", "embed"),
+    "repeat_1/declayer_0/self_att_0/att/bq": ("layers", "heads"),
+    "repeat_1/declayer_0/self_att_0/att/bv": ("layers", "heads"),
+    "repeat_1/declayer_0/self_att_0/att/bo": ("layers", "embed"),
+    "repeat_1/declayer_0/cross_att_0/ln/scale": ("layers", "norm"),
+    "repeat_1/declayer_0/cross_att_0/ln/bias": ("layers", "norm"),
+    "repeat_1/declayer_0/cross_att_0/att/wq": ("layers", "embed", "heads"),
+    "repeat_1/declayer_0/cross_att_0/att/wk": ("layers", "embed", "heads"),
+    "repeat_1/declayer_0/cross_att_0/att/wv": ("layers", "embed", "heads"),
+    "repeat_1/declayer_0/cross_att_0/att/wo": ("layers", "heads", "embed"),
+    "repeat_1/declayer_0/cross_att_0/att/bq": ("layers", "heads"),
+    "repeat_1/declayer_0/cross_att_0/att/bv": ("layers", "heads"),
+    "repeat_1/declayer_0/cross_att_0/att/bo": ("layers", "embed"),
+    "repeat_1/declayer_0/ffw_0/ln/scale": ("layers", "norm"),
+    "repeat_1/declayer_0/ffw_0/ln/bias": ("layers", "norm"),
+    "repeat_1/declayer_0/ffw_0/fc1/w": ("layers", "in", "mlp"),
+    "repeat_1/declayer_0/ffw_0/fc1/b": ("layers", "mlp"),
+    "repeat_1/declayer_0/ffw_0/fc2/w": ("layers", "mlp", "out"),
+    "repeat_1/declayer_0/ffw_0/fc2/b": ("layers", "out"),
+    "layernorm_1/scale": ("norm",),
+    "layernorm_1/bias": ("norm",),
+}
+
+
 def init(key):
     """Fresh (params, state), eagerly: no compilation of the whole model is needed."""
     return unflatten(init_table(key, PARAMS)), unflatten(init_table(key, STATE))

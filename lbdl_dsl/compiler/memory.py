@@ -1,0 +1,260 @@
+"""Memory per device of a sharded model, in bytes: what training keeps on each accelerator.
+
+A pass after `sharding.resolve`, pure arithmetic on the checked program, so ``--check`` answers
+without JAX. Per device, for each box and in total:
+
+- parameters: each array's float32 bytes over the number of pieces its placement cuts it into;
+- gradients: the same again (they have the parameters' shapes and placement);
+- optimiser state: the optimiser's moments, each shaped and placed like the parameters (Adam:
+  2, mu and nu), plus its int32 step counters (Adam: 1), replicated;
+- model state (batchnorm's running averages), placed like parameters;
+- activations: what the backward pass needs, for the per-device batch ``B`` (the global batch
+  over the mesh axes that split it), float32: every primitive box's output (a composite's are
+  those of its inside: a feed-forward block's hidden layer is its ``fc1``'s output) and the Q,
+  K and V attention keeps; inside a ×N group, whose loop computes the rest again in the
+  backward pass (the runtime's ``keep_products``), only matrix products' and convolutions'
+  outputs, Q, K and V, and each copy's input. Split like their inner width where tensor
+  parallelism splits it; symbolic in ``B`` and in the spec's free sizes (a sequence's ``T``);
+- inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks).
+
+Parameters + optimiser state + model state + inputs are the arguments of a training step
+``step(params, state, opt_state, inputs)``: XLA's ``compiled.memory_analysis()`` reports the
+same ``argument_size_in_bytes`` to the byte (a test checks it on 4 devices, replicated and
+FSDP). Activations are an estimate; docs/scaling.md says how close it comes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from lbdl_dsl.compiler import paths
+from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.compiler.sharding import Layout, axis_names
+from lbdl_dsl.core.layers.attention import HeadsAttrs
+from lbdl_dsl.core.symbolic import Expr, sym, total
+
+FLOAT = 4  # bytes of a float32 parameter, gradient, moment or activation
+COUNTER = 4  # bytes of an int32 step counter
+DTYPE_BYTES = {"float": 4, "int": 4, "bool": 1}
+BATCH = "B"  # the symbol of the per-device batch
+
+OPTIMIZERS: dict[str, tuple[int, int, str]] = {
+    "adam": (2, 1, "Adam ×2"),
+    "adamw": (2, 1, "AdamW ×2"),
+    "lion": (1, 1, "Lion ×1"),
+    "momentum": (1, 0, "momentum ×1"),
+    "rmsprop": (1, 0, "RMSprop ×1"),
+    "sgd": (0, 0, "SGD, none"),
+}
+"""Name → (moments shaped like the parameters, int32 counters, how the report names it), as
+optax builds each with a constant learning rate (a schedule adds one counter)."""
+
+Memo = dict[tuple[int, bool], Expr]
+"""`kept` per (instance, inside a loop), so that a block used many times is counted once."""
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """Bytes on one device; each figure an `Expr` (symbolic in B, T... where the spec is)."""
+
+    params: Expr
+    grads: Expr
+    optimizer: Expr
+    state: Expr
+    activations: Expr
+    inputs: Expr
+
+    @property
+    def arguments(self) -> Expr:
+        """What a training step is given: XLA's argument bytes of ``step(params, state,
+        opt_state, inputs)``."""
+        return self.params + self.optimizer + self.state + self.inputs
+
+    @property
+    def total(self) -> Expr:
+        return self.arguments + self.grads + self.activations
+
+    def items(self) -> Iterator[tuple[str, Expr]]:
+        yield from (
+            ("params", self.params),
+            ("grads", self.grads),
+            ("optimizer", self.optimizer),
+            ("state", self.state),
+            ("activations", self.activations),
+            ("inputs", self.inputs),
+            ("total", self.total),
+        )
+
+
+@dataclass(frozen=True)
+class BoxBytes:
+    """One row of the summary (a box at some depth) and its bytes on one device."""
+
+    path: str
+    bytes: Bytes
+
+
+INNER_ROLES = frozenset({"heads", "kv", "mlp", "hidden"})
+"""The roles of an inner width (attention's heads, a feed-forward pair's hidden width): tensor
+parallelism splits these axes of the weights, and with them the values computed along them (a
+mesh axis that splits the batch does not split them again: FSDP gathers each weight whole
+before using it, and the batch was split already)."""
+
+
+@dataclass(frozen=True)
+class _Splits:
+    """How many pieces tensor parallelism cuts a box's output, and what it keeps inside, into."""
+
+    output: dict[int, int]  # by id of the box: its weight `w`'s last axis is an inner width
+    inside: dict[int, int]  # attention: its query projection's heads
+
+
+def _splits(checked: Checked, layout: Layout) -> _Splits:
+    output: dict[int, int] = {}
+    inside: dict[int, int] = {}
+    for arr in paths.arrays(checked.root):
+        name = arr.path.rsplit("/", 1)[1]
+        target = output if name == "w" else inside if name == "wq" else None
+        if target is None:
+            continue
+        placement = layout.arrays[arr.path]
+        last = placement.spec[-1] if placement.spec else None
+        axes = tuple(a for a in axis_names(last) if a not in layout.batch)
+        if placement.roles[-1] in INNER_ROLES and axes:
+            target[id(arr.owner)] = layout.mesh.size(axes)
+    return _Splits(output, inside)
+
+
+def _attention_inside(inst: Inst) -> Expr:
+    """What attention keeps for its backward pass beyond its output, per sample: Q, K and V."""
+    a = inst.attrs
+    if inst.node.op != "mha" or not isinstance(a, HeadsAttrs):
+        return Expr()
+    t, s = inst.inputs[0].shape[0], inst.inputs[-1].shape[0]
+    return t * a.heads * a.dqk + s * a.heads * (a.dqk + a.dv)
+
+
+def _product(inst: Inst) -> bool:
+    """A box whose output is a matrix product or a convolution (it has a weight matrix): what
+    a ×N group's loop keeps for its backward pass (the runtime's ``keep_products``)."""
+    return any(len(p.shape) >= 2 for p in inst.params.values()) and bool(inst.macs)
+
+
+def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
+    """Values kept by the boxes of one scope, in order.
+
+    Outside a ×N group, every primitive box's output; a box without parameters that keeps the
+    shape of what it reads (gelu, dropout) is split like that. Inside one (``looped``), only
+    products and what attention keeps: the loop computes the rest again."""
+    out = Expr()
+    before: tuple[tuple[Expr, ...], int] = ((), 1)  # the last output's shape and its pieces
+    for inst in body:
+        out = out + kept(inst, memo, splits, looped)
+        if inst.output is None:
+            continue
+        shape = inst.output.shape
+        pieces = splits.output.get(id(inst), 1)
+        if not inst.params and inst.inputs and inst.inputs[0].shape == before[0] == shape:
+            pieces = before[1]
+        primitive = inst.kind == "layer" and inst.inside is None
+        if primitive and (not looped or _product(inst)):
+            out = out + _numel(shape) / pieces
+        before = (shape, pieces)
+    return out
+
+
+def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
+    """Values kept for the backward pass, per sample and device, inside a box (its own output
+    is its scope's to count): what attention keeps, and every box of its body, over the pieces
+    tensor parallelism cuts them into; a ×N group's loop keeps each copy's input besides."""
+    key = (id(inst), looped)
+    if key in memo:
+        return memo[key]
+    out = _attention_inside(inst) / splits.inside.get(id(inst), 1)
+    out = out + _scope(inst.body, memo, splits, looped)
+    out = out + _scope(inst.shortcut, memo, splits, looped)
+    for cp in inst.copies:
+        carry = _numel(inst.inputs[0].shape) if inst.inputs else Expr()
+        out = out + (_scope(cp.body, memo, splits, True) + carry) * cp.count
+    memo[key] = out
+    return out
+
+
+def _box_kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool) -> Expr:
+    """A row's values: what is inside it, and its own output."""
+    return _scope([inst], memo, splits, looped)
+
+
+def per_array(layout: Layout) -> dict[str, Expr]:
+    """Each array's bytes on one device: float32, over the pieces of its placement."""
+    return {path: p.numel * FLOAT / p.pieces for path, p in layout.arrays.items()}
+
+
+def _box(
+    row: tuple[str, Inst, Expr],
+    layout: Layout,
+    arrays: dict[str, Expr],
+    moments: int,
+    b: Expr,
+    memo: Memo,
+    splits: _Splits,
+    looped: bool,
+) -> Bytes:
+    """A row's bytes, all copies counted: a ×N group's arrays are stacked, one array each."""
+    path, inst, copies = row
+    prefix = path + "/"
+    params = total(b for k, b in arrays.items() if k.startswith(prefix) and _kind(layout, k))
+    state = total(b for k, b in arrays.items() if k.startswith(prefix) and not _kind(layout, k))
+    acts = _box_kept(inst, memo, splits, looped) * copies * FLOAT * b
+    return Bytes(params, params, params * moments, state, acts, Expr())
+
+
+def _kind(layout: Layout, path: str) -> bool:
+    return layout.arrays[path].kind == "param"
+
+
+def per_device(
+    checked: Checked,
+    layout: Layout,
+    rows: list[tuple[str, Inst, Expr]],
+    *,
+    optimizer: str = "adam",
+    batch: Expr | int | None = None,
+) -> tuple[Bytes, list[BoxBytes]]:
+    """The whole model's bytes on one device, and each row's.
+
+    ``rows`` are (path, instance, copies): a box inside a ×N group stands for all its copies.
+
+    ``batch`` is the per-device batch, the symbol ``B`` when not given."""
+    moments, counters, _ = OPTIMIZERS[optimizer]
+    b = sym(BATCH) if batch is None else Expr.lift(batch)
+    arrays = per_array(layout)
+    params = total(v for k, v in arrays.items() if _kind(layout, k))
+    state = total(v for k, v in arrays.items() if not _kind(layout, k))
+    memo: Memo = {}
+    splits = _splits(checked, layout)
+    acts = _scope(checked.root, memo, splits, False) * FLOAT * b
+    inputs = total(
+        _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
+    )
+    whole = Bytes(params, params, params * moments + counters * COUNTER, state, acts, inputs)
+    groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
+    boxes = [
+        BoxBytes(row[0], _box(row, layout, arrays, moments, b, memo, splits, _in(row[0], groups)))
+        for row in rows
+    ]
+    return whole, boxes
+
+
+def _in(path: str, groups: set[str]) -> bool:
+    """Whether the box at ``path`` is inside a ×N group (its loop keeps only products)."""
+    parts = path.split("/")
+    return any("/".join(parts[:i]) in groups for i in range(1, len(parts)))
+
+
+def _numel(shape: tuple[Expr, ...]) -> Expr:
+    out = Expr.lift(1)
+    for d in shape:
+        out = out * d
+    return out
