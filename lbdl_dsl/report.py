@@ -132,6 +132,13 @@ def to_json(checked: Checked, depth: int | None = None) -> dict[str, Any]:
     }
 
 
+def _type(t: Any) -> str:
+    """An input's type as its declaration writes it: nothing for floats, ` int<V>`, ` bool`."""
+    if t.dtype == "int":
+        return f" int<{t.vocab}>" if t.vocab is not None else " int"
+    return "" if t.dtype == "float" else f" {t.dtype}"
+
+
 def _env_json(v: Any) -> Any:
     if isinstance(v, Expr):
         return _count(v)
@@ -187,7 +194,7 @@ def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False
     params = ", ".join(f"{k}={_env_json(v)}" for k, v in checked.env.items())
     console.print(f"model {model.name}" + (f" ({params})" if params else ""))
     console.print(table)
-    ins = ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())
+    ins = ", ".join(f"{k}: {v}{_type(v)}" for k, v in checked.inputs.items())
     outs = ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())
     console.print(f"inputs   {ins}\noutputs  {outs}")
     console.print(f"params   {fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state")
