@@ -21,7 +21,10 @@ Parameter layouts (user visible):
 * group norm: ``scale``, ``bias`` (C,); rms norm: ``scale`` (D,)
 * embed: ``table`` (N, D); learned positions: ``table`` (Tmax, D)
 * mha: ``wq`` (D, H*Dqk), ``wk`` (Dkv, H*Dqk), ``wv`` (Dkv, H*Dv), ``wo`` (H*Dv, Dout),
-  optional ``bq``, ``bk`` (H*Dqk,), ``bv`` (H*Dv,), ``bo`` (Dout,)
+  optional ``bq``, ``bk`` (H*Dqk,), ``bv`` (H*Dv,), ``bo`` (Dout,); with KV key/value heads
+  (grouped-query, ``mha_lm`` in runtime_extra/lm_attention.py) ``wk`` (Dkv, KV*Dqk), ``wv``
+  (Dkv, KV*Dv), ``bk``, ``bv`` likewise; query head h reads key/value head h // (H/KV)
+* gated feed-forward (ffw act=swiglu): ``gate/w``, ``up/w`` (D, F), ``down/w`` (F, D)
 * rnn / lstm / gru: ``w_ih`` (D, G*Hd), ``w_hh`` (Hd, G*Hd), ``b_ih``, ``b_hh`` (G*Hd,)
   with G = 1, 4 (gates i, f, g, o) or 3 (gates r, z, n), in PyTorch's gate order.
 

@@ -20,8 +20,12 @@ def _switches(e: Emit) -> dict[str, Any]:
 
 
 def _mha(e: Emit, q_in: str, kv_in: str) -> str:
-    weights = ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n))
-    return e.call("mha", q_in, kv_in, "{" + weights + "}", heads=e.a.heads, **_switches(e))
+    weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
+    a = e.a
+    if a.kv == a.heads and not a.theta and not a.window:
+        return e.call("mha", q_in, kv_in, weights, heads=a.heads, **_switches(e))
+    options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
+    return e.call("mha_lm", q_in, kv_in, weights, heads=a.heads, kv=a.kv, **options, **_switches(e))
 
 
 def mha(e: Emit) -> str:
