@@ -95,6 +95,7 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     # Language models since 2023: Hugging Face's configurations (meta-llama, mistralai).
     ("llama2-7b", {"T": 4096}, {"P": (4096, 32_000)}, 6_738_415_616),
     ("mistral-7b", {"T": 4096}, {"P": (4096, 32_000)}, 7_241_732_096),
+    ("mixtral-8x7b", {"T": 4096}, {"P": (4096, 32_000)}, 46_702_792_704),
 ]
 
 # Members of a family, made from one spec with --set: (spec, --set values, parameters).

@@ -32,6 +32,7 @@ SMALL: dict[str, dict] = {
     "whisper": dict(S=8),
     "llama2-7b": dict(N=2, D=64, H=4, F=172, V=100, T=16),
     "mistral-7b": dict(N=2, D=64, H=4, KV=2, F=128, V=100, W=8, T=16),
+    "mixtral-8x7b": dict(N=2, D=64, H=4, KV=2, F=128, E=4, V=100, T=16),
 }
 
 
