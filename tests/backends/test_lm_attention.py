@@ -13,10 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import lbdl_dsl
 from lbdl_dsl.backends.jax.runtime import attention, mha
 from lbdl_dsl.backends.jax.runtime_extra.lm_attention import band_mask, mha_lm, rope
 from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.attention import band_ref, rope_ref
+from lbdl_dsl.core.layers.base import Numbers
 
 
 def _rand(key: int, *shape: int) -> jax.Array:
@@ -109,3 +112,51 @@ def test_a_float_mask_is_refused_with_a_hint(compile_text) -> None:
         compile_text(text)
     assert "declare it `bool`" in str(err.value)
     compile_text(text.replace("M: T×T", "M: T×T bool"))
+
+
+@pytest.mark.parametrize(
+    ("inputs", "line"),
+    [
+        ("  input M: 7 bool\n  input X: 7×16\n", "self-att(M) h=4 kv=2 rope=true causal=true"),
+        ("  input M: 7 bool\n  input X: 7×16\n", "self-att(M) h=2 bias=true"),
+        ("  input M: 5 bool\n  input Z: 5×16\n  input X: 7×16\n", "cross-att(Z, M) h=4"),
+        ("  input M: 5 bool\n  input Z: 5×16\n  input X: 7×16\n", "mha(Z, M) h=4 kv=1"),
+        ("  input M: 7 bool\n  input X: 7×16\n", "mha(X, M) h=2 window=3"),
+    ],
+)
+def test_a_key_padding_mask_from_an_input(compile_text, inputs: str, line: str) -> None:
+    """Padding keys (false) get no weight: the box equals its reference with the mask, and a
+    value written at a padding position changes nothing."""
+
+    model = lbdl_dsl.compile("case.lbdl", text=f"model m:\n{inputs}  {line}\n  output Y\n")
+    params, state = model.init(jax.random.key(0))
+    arrays = dict(zip(model.inputs, model.example_inputs(jax.random.key(1), batch=2)))
+    keep = np.ones(arrays["M"].shape, bool)
+    keep[0, -2:] = False  # the first sample's last two keys are padding
+    arrays["M"] = jnp.asarray(keep)
+    y, _ = model.apply(params, state, *arrays.values())
+    (inst,) = [i for i in model.checked.root if i.node.kind == "layer"]
+    graph = model.checked.program.model.body
+    xs = [np.asarray(arrays[graph.node(u).name]) for u in graph.preds(inst.id)]
+    xs = [x.astype(np.float64) if x.dtype.kind == "f" else x for x in xs]
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params[inst.id])
+    want = lookup(inst.node.op).reference(xs, p, {}, Numbers(inst.attrs))
+    np.testing.assert_allclose(np.asarray(y), want, rtol=3e-4, atol=3e-4)
+    keys = "Z" if "Z" in arrays else "X"
+    if keys == "Z":
+        changed = dict(arrays, Z=arrays["Z"].at[0, -1].set(100.0))
+        y2, _ = model.apply(params, state, *changed.values())
+        np.testing.assert_allclose(np.asarray(y2), np.asarray(y), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "line", "message"),
+    [
+        ("  input M: 7\n  input X: 7×16\n", "self-att(M) h=2", "its second input can only"),
+        ("  input M: 6 bool\n  input X: 7×16\n", "self-att(M) h=2", "the key mask must be 7"),
+        ("  input M: 5×16\n  input Z: 5×16\n  input X: 7×16\n", "mha(Z, M) h=2", "must be bool"),
+    ],
+)
+def test_bad_key_masks_are_user_errors(compile_text, inputs: str, line: str, message: str) -> None:
+    with pytest.raises(LbdlError, match=message):
+        compile_text(f"model m:\n{inputs}  {line}\n")

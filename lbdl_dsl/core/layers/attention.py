@@ -21,6 +21,7 @@ from lbdl_dsl.core.layers.base import (
     FanIn,
     Layer,
     PSpec,
+    fmt_shape,
     numpy,
 )
 from lbdl_dsl.core.layers.dense import dense_ref
@@ -47,6 +48,7 @@ class HeadsAttrs(Attrs):
     rot: float = 1.0  # the fraction of each head's features that rotate
     window: int = 0  # sliding window (keys within `window` positions); 0: none
     norm: str = "layernorm"  # the pre-norm, for self-att and cross-att
+    masked: bool = False  # the last input is a key-padding mask (S bool)
 
 
 @dataclass(frozen=True)
@@ -125,13 +127,25 @@ def _keys(s: Expr, window: int) -> Expr | int:
 def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
     """Resolve the heads of `mha`, `self-att` and `cross-att` against the query input."""
     x = c.rank(2, what="T×D sequence")
-    if len(c.ins) > 1:
+    masked = _masked(c)
+    if len(c.ins) == 3 and not masked:
+        c.fail(
+            "the third input of attention is a key mask and must be bool",
+            "declare it `M: S bool` (true keeps a key)",
+        )
+    if _keys_input(c) is not None:
         c.rank(2, what="S×D sequence", i=1)
+    z = _mha_z(c)
+    if masked and c.ins[-1] != (z[0],):
+        c.fail(
+            f"the key mask must be {z[0]} bool (one flag per key), got {fmt_shape(c.ins[-1])}",
+            "true keeps a key; padding positions are false",
+        )
     h, dqk, dv = _heads(c, x[1])
     theta = c.hp["theta"] if c.hp["rope"] else 0.0
     rot = c.hp["rot"]
     if theta:
-        if len(c.ins) > 1:
+        if _keys_input(c) is not None:
             c.fail("rotary positions are for self-attention", "drop rope=true", "rope")
         if not 0.0 < rot <= 1.0:
             c.fail(f"the rotary fraction must be in (0, 1], got {rot}", hparam="rot")
@@ -162,6 +176,7 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         rot=rot,
         window=window,
         norm=c.hp.get("norm", "layernorm"),
+        masked=masked,
     )
 
 
@@ -209,7 +224,14 @@ def attention_ref(q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False
     return (e / np.where(total > 0, total, 1.0)) @ v
 
 
-def mha_ref(x: Any, z: Any, p: dict, a: HeadsAttrs, prefix: str = "") -> Any:
+def _mha_call_ref(xs: list, p: dict, a: Any) -> Any:
+    """`mha`'s inputs as written: X, then keys Z if given, then a key mask if `a.masked`."""
+    mask = xs[-1] if a.masked else None
+    xs = xs[:-1] if a.masked else xs
+    return mha_ref(xs[0], xs[-1], p, a, key_mask=mask)
+
+
+def mha_ref(x: Any, z: Any, p: dict, a: HeadsAttrs, prefix: str = "", key_mask: Any = None) -> Any:
     """Multi-head attention with separate projections; heads split on the last axis."""
     np = numpy()
 
@@ -228,6 +250,9 @@ def mha_ref(x: Any, z: Any, p: dict, a: HeadsAttrs, prefix: str = "") -> Any:
     k = np.stack([k[:, i // group] for i in range(a.heads)], axis=1)
     v = np.stack([v[:, i // group] for i in range(a.heads)], axis=1)
     mask = band_ref(q.shape[2], k.shape[2], a.window) if a.window else None
+    if key_mask is not None:
+        keys = np.asarray(key_mask, bool)[:, None, None, :]
+        mask = keys if mask is None else keys & mask
     o = attention_ref(q, k, v, mask, a.causal)
     o = o.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1)
     return np.asarray(proj(o, "o"))
@@ -263,8 +288,20 @@ def _mha_shape(c: Ctx) -> tuple:
     return (c.x[0], c.a.out)
 
 
+def _masked(c: Ctx) -> bool:
+    """A last input of type bool (beyond the queries) is a key-padding mask."""
+    return len(c.ins) > 1 and len(c.dtypes) == len(c.ins) and c.dtypes[-1] == "bool"
+
+
+def _keys_input(c: Ctx) -> int | None:
+    """The index of the keys' sequence when it is not the queries' own."""
+    n = len(c.ins) - (1 if _masked(c) else 0)
+    return 1 if n > 1 else None
+
+
 def _mha_z(c: Ctx) -> tuple:
-    return c.ins[1] if len(c.ins) > 1 else c.x
+    i = _keys_input(c)
+    return c.ins[i] if i is not None else c.x
 
 
 MHA = Layer(
@@ -277,14 +314,15 @@ MHA = Layer(
     "`kv=` key/value heads (grouped-query; 1: multi-query), `rope=true` rotary positions on "
     "queries and keys (rotate-half form, base `theta`, fraction `rot` of each head), `window=W` "
     "a sliding window (keys fewer than W positions away; MACs count the band), `obias` the "
-    "output projection's bias apart from the others'. Parameters: wq (D, h·dqk), wk (D, kv·dqk), "
-    "wv (D, kv·dv), wo (h·dv, out), biases bq, bk, bv, bo.",
+    "output projection's bias apart from the others'. A last input of type bool (S flags, "
+    "true keeps) masks padding keys: `mha(M)`, `mha(Z, M)`. Parameters: wq (D, h·dqk), "
+    "wk (D, kv·dqk), wv (D, kv·dv), wo (h·dv, out), biases bq, bk, bv, bo.",
     hparams=(
         *_ATT_HP,
         HP("causal", "bool", False, "mask attention to later positions"),
         HP("out", "size", None, "output dimension (default D)"),
     ),
-    arity=(1, 2),
+    arity=(1, 3),
     resolve=lambda c: _heads_attrs(c, c.hp.get("out")),
     shape=_mha_shape,
     params=lambda c: _mha_specs(c, c.x[1], _mha_z(c)[1], c.out[1]),
@@ -298,7 +336,7 @@ MHA = Layer(
         ("7×16", "mha h=2 window=2"),
         ("6×12", "mha h=2 rope=true theta=500.0 bias=true obias=false"),
     ),
-    reference=lambda xs, p, s, a: mha_ref(xs[0], xs[-1], p, a),
+    reference=lambda xs, p, s, a: _mha_call_ref(xs, p, a),
 )
 
 
@@ -363,15 +401,35 @@ def _att_inside(cross: bool):
         if hp.get("rope"):
             passed += _ROPE
         args = "".join(f" {n}={n}" for n in passed)
+        masked = len(ranks) > (2 if cross else 1)
         on = "X: T×D, Z: S×E" if cross else "X: T×D"
+        reads = ["Z"] if cross else []
+        if masked:
+            on += ", M: S bool" if cross else ", M: T bool"
+            reads = [*reads, "M"]
         return (
             f"block inside({', '.join([*passed, 'eps'])}) on {on}:\n"
             f"  {hp.get('norm', 'layernorm')} eps=eps -> ln\n"
-            f"  mha{'(Z)' if cross else ''}{args} -> att\n"
+            f"  mha{'(' + ', '.join(reads) + ')' if reads else ''}{args} -> att\n"
             "  +(X)\n"
         )
 
     return inside
+
+
+def _self_attrs(c: Ctx) -> HeadsAttrs:
+    if len(c.ins) > 1 and not _masked(c):
+        c.fail(
+            "self-att reads one sequence; its second input can only be a key mask",
+            "declare the mask `M: T bool`, or use cross-att(Z) for keys from another sequence",
+        )
+    return _heads_attrs(c)
+
+
+def _cross_attrs(c: Ctx) -> HeadsAttrs:
+    if _keys_input(c) is None:
+        c.fail("cross-att needs the sequence its keys come from: cross-att(Z)")
+    return _heads_attrs(c)
 
 
 def _norm_ref(x: Any, p: dict, norm: str, eps: float) -> Any:
@@ -381,8 +439,10 @@ def _norm_ref(x: Any, p: dict, norm: str, eps: float) -> Any:
 
 
 def _pre_norm_ref(xs: list, p: dict, a: HeadsAttrs) -> Any:
+    mask = xs[-1] if a.masked else None
+    xs = xs[:-1] if a.masked else xs
     h = _norm_ref(xs[0], p["ln"], a.norm, a.eps)
-    return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p["att"], a)
+    return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p["att"], a, key_mask=mask)
 
 
 SELF_ATT = Layer(
@@ -391,14 +451,16 @@ SELF_ATT = Layer(
     category="Transformer",
     doc="The self-attention block of Fig. 5.6: layernorm, multi-head attention with Q, K and V "
     "from that one sequence, and the residual sum. `causal=true` masks the future. LLaMA's and "
-    "Mistral's: `norm=rmsnorm rope=true kv=8 window=4096` (the options of `mha`).",
+    "Mistral's: `norm=rmsnorm rope=true kv=8 window=4096` (the options of `mha`). "
+    "`self-att(M)` with M: T bool masks padding keys.",
     hparams=(
         *_ATT_HP,
         HP("causal", "bool", False, "mask attention to later positions"),
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
     ),
-    resolve=_heads_attrs,
+    arity=(1, 2),
+    resolve=lambda c: _self_attrs(c),
     inside=_att_inside(cross=False),
     example=("16×64", "self-att h=4 causal=true"),
     cases=(
@@ -415,10 +477,11 @@ CROSS_ATT = Layer(
     category="Transformer",
     doc="The cross-attention block of Fig. 5.6: layernorm on X for the queries, keys and values "
     "from a second sequence Z (the encoder's output, given in parentheses), multi-head "
-    "attention, and the residual sum with X.",
+    "attention, and the residual sum with X. `cross-att(Z, M)` with M: S bool masks padding "
+    "keys.",
     hparams=(*_ATT_HP, HP(*_NORM), HP("eps", "float", 1e-5, "the pre-norm's epsilon")),
-    arity=(2, 2),
-    resolve=_heads_attrs,
+    arity=(2, 3),
+    resolve=lambda c: _cross_attrs(c),
     inside=_att_inside(cross=True),
     example=("16×64", "cross-att(Z) h=4"),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),

@@ -152,8 +152,11 @@ def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
 
 
 def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
-    """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm)."""
-    y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)
+    """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm),
+    normalised in float32 and scaled in x's type, as LLaMA's is under bfloat16."""
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(jnp.square(xf), axis=-1, keepdims=True) + eps)
+    y = y.astype(x.dtype)
     if scale is not None:
         y = y * trailing(scale, y.ndim)
     return y
@@ -340,9 +343,11 @@ def mha_lm(
     dropout: float = 0.0,
     train: bool = False,
     key=None,
+    mask=None,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
-    rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0."""
+    rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
+    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend."""
     b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
     q = dense(x, p["wq"], p.get("bq"))
     k = dense(z, p["wk"], p.get("bk"))
@@ -358,7 +363,9 @@ def mha_lm(
     if kv != heads:
         k = jnp.repeat(k, heads // kv, axis=1)
         v = jnp.repeat(v, heads // kv, axis=1)
-    mask = band_mask(tq, tk, window) if window else None
+    if window:
+        band = band_mask(tq, tk, window).reshape(1, 1, tq, tk)
+        mask = band if mask is None else jnp.logical_and(mask, band)
     out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
     out = out.transpose(0, 2, 1, 3).reshape(b, tq, heads * dv)
     return dense(out, p["wo"], p.get("bo"))

@@ -16,6 +16,8 @@ def _switches(e: Emit) -> dict[str, Any]:
         out["causal"] = True
     if e.a.dropout:
         out |= {"dropout": e.a.dropout, "train": e.train, "key": e.key()}
+    if e.a.masked:  # (B, S) flags of the keys, broadcast over heads and queries
+        out["mask"] = e.call("key_mask", e.x[-1])
     return out
 
 
@@ -29,7 +31,8 @@ def _mha(e: Emit, q_in: str, kv_in: str) -> str:
 
 
 def mha(e: Emit) -> str:
-    return _mha(e, e.x[0], e.x[1] if len(e.x) > 1 else e.x[0])
+    xs = e.x[:-1] if e.a.masked else e.x
+    return _mha(e, xs[0], xs[1] if len(xs) > 1 else xs[0])
 
 
 def attention(e: Emit) -> str:

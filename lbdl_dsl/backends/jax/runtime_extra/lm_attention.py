@@ -42,6 +42,11 @@ def band_mask(tq: int, tk: int, window: int) -> jax.Array:
     return jnp.asarray(np.abs(i - j) < window)
 
 
+def key_mask(m: jax.Array) -> jax.Array:
+    """(B, S) flags of the keys (true keeps) as a mask over (B, H, Tq, S)."""
+    return m[:, None, None, :]
+
+
 def mha_lm(
     x: jax.Array,
     z: jax.Array,
@@ -56,9 +61,11 @@ def mha_lm(
     dropout: float = 0.0,
     train: bool = False,
     key=None,
+    mask=None,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
-    rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0."""
+    rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
+    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend."""
     b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
     q = dense(x, p["wq"], p.get("bq"))
     k = dense(z, p["wk"], p.get("bk"))
@@ -74,7 +81,9 @@ def mha_lm(
     if kv != heads:
         k = jnp.repeat(k, heads // kv, axis=1)
         v = jnp.repeat(v, heads // kv, axis=1)
-    mask = band_mask(tq, tk, window) if window else None
+    if window:
+        band = band_mask(tq, tk, window).reshape(1, 1, tq, tk)
+        mask = band if mask is None else jnp.logical_and(mask, band)
     out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
     out = out.transpose(0, 2, 1, 3).reshape(b, tq, heads * dv)
     return dense(out, p["wo"], p.get("bo"))
