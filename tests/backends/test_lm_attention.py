@@ -160,3 +160,36 @@ def test_a_key_padding_mask_from_an_input(compile_text, inputs: str, line: str) 
 def test_bad_key_masks_are_user_errors(compile_text, inputs: str, line: str, message: str) -> None:
     with pytest.raises(LbdlError, match=message):
         compile_text(f"model m:\n{inputs}  {line}\n")
+
+
+@pytest.mark.parametrize("mask", ["6×5 bool", "4×6×5 bool"])
+def test_attention_over_a_heads_axis_with_a_mask(mask: str) -> None:
+    """h×T×d queries, h×S×d keys and values, one mask for all heads or one per head."""
+    text = (
+        f"model m:\n  input M: {mask}\n  input K: 4×5×8\n  input V: 4×5×3\n  input X: 4×6×8\n"
+        "  attention(K, V, M)   4×6×3\n  output Y\n"
+    )
+    model = lbdl_dsl.compile("case.lbdl", text=text)
+    arrays = dict(zip(model.inputs, model.example_inputs(jax.random.key(1), batch=2)))
+    keep = np.random.default_rng(0).random(arrays["M"].shape) < 0.7
+    keep[..., 0] = True
+    arrays["M"] = jnp.asarray(keep)
+    y, _ = model.apply(*model.init(jax.random.key(0)), *arrays.values())
+    want = np.stack(
+        [
+            np.stack(
+                [
+                    attention(
+                        arrays["X"][b, h][None, None],
+                        arrays["K"][b, h][None, None],
+                        arrays["V"][b, h][None, None],
+                        keep[b] if keep.ndim == 3 else keep[b, h],
+                    )[0, 0]
+                    for h in range(4)
+                ]
+            )
+            for b in range(2)
+        ]
+    )
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5, atol=1e-5)
+    assert model.checked.totals["macs"].as_int() == 4 * 6 * 5 * (8 + 3)

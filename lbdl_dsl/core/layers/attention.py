@@ -22,6 +22,7 @@ from lbdl_dsl.core.layers.base import (
     Layer,
     PSpec,
     fmt_shape,
+    numel,
     numpy,
 )
 from lbdl_dsl.core.layers.dense import dense_ref
@@ -341,27 +342,56 @@ MHA = Layer(
 
 
 def _att_shape(c: Ctx) -> tuple:
-    q = c.rank(2, what="T×D queries")
-    k = c.rank(2, what="S×D keys", i=1)
-    v = c.rank(2, what="S×D values", i=2)
-    if q[1] != k[1]:
-        c.fail(f"queries ({q[1]}) and keys ({k[1]}) must have the same dimension")
-    if k[0] != v[0]:
-        c.fail(f"keys ({k[0]}) and values ({v[0]}) must have the same length")
-    if len(c.ins) > 3 and c.ins[3] != (q[0], k[0]):
-        c.fail(f"the mask must be {q[0]}×{k[0]}, got {'×'.join(map(str, c.ins[3]))}")
+    q = c.x
+    if len(q) < 2:
+        c.fail(f"`attention` needs …×T×D queries, got {fmt_shape(q)}")
+    lead = q[:-2]
+    k = c.rank(len(q), what=f"{'×'.join([*map(str, lead), 'S', 'D'])} keys", i=1)
+    v = c.rank(len(q), what=f"{'×'.join([*map(str, lead), 'S', 'D'])} values", i=2)
+    if k[:-2] != lead or v[:-2] != lead:
+        c.fail(
+            f"queries, keys and values must share their leading axes {fmt_shape(lead)}",
+            "heads are a leading axis: h×T×d queries read h×S×d keys",
+        )
+    if q[-1] != k[-1]:
+        c.fail(f"queries ({q[-1]}) and keys ({k[-1]}) must have the same dimension")
+    if k[-2] != v[-2]:
+        c.fail(f"keys ({k[-2]}) and values ({v[-2]}) must have the same length")
+    if len(c.ins) > 3 and c.ins[3] not in ((q[-2], k[-2]), (*lead, q[-2], k[-2])):
+        c.fail(
+            f"the mask must be {q[-2]}×{k[-2]} (or with the leading axes), "
+            f"got {fmt_shape(c.ins[3])}"
+        )
     if len(c.ins) > 3 and len(c.dtypes) > 3 and c.dtypes[3] != "bool":
         c.fail(
             f"the mask must be Boolean (true keeps a key), got {c.dtypes[3]}",
             "declare it `bool` (M: T×S bool); an additive 0/−∞ mask would be read inverted",
         )
-    return (q[0], v[1])
+    return (*lead, q[-2], v[-1])
+
+
+@dataclass(frozen=True)
+class AttAttrs(Attrs):
+    causal: bool
+    p: float
+    rank: int  # the queries' axes per sample: 2 for T×D, more with leading (heads) axes
+
+
+def _att_macs(c: Ctx) -> Expr:
+    q, k, v = c.ins[:3]
+    return numel(q[:-1]) * k[-2] * (q[-1] + v[-1])
 
 
 def _att_ref(xs: list, p: dict, s: dict, a: Any) -> Any:
-    q, k, v = (x[:, None] for x in xs[:3])
-    mask = xs[3][:, None] if len(xs) > 3 else None
-    return attention_ref(q, k, v, mask, a.causal)[:, 0]
+    """Leading axes flattened into one heads axis, the mask broadcast over them."""
+    np = numpy()
+    q, k, v = (x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in xs[:3])
+    mask = None
+    if len(xs) > 3:
+        m = np.asarray(xs[3], bool)
+        mask = m.reshape(m.shape[0], -1, *m.shape[-2:])
+    out = attention_ref(q, k, v, mask, a.causal)
+    return out.reshape(*xs[0].shape[:-1], xs[2].shape[-1])
 
 
 ATTENTION = Layer(
@@ -370,15 +400,19 @@ ATTENTION = Layer(
     category="Attention",
     doc="The attention operator of § 4.8 on queries Q (T×D), keys K (S×D), values V (S×D'), "
     "and an optional Boolean T×S mask M (true keeps): softargmax(QKᵀ/√D)·V. Masked and, with "
-    "`causal=true`, future scores are set to −∞ before the softargmax.",
+    "`causal=true`, future scores are set to −∞ before the softargmax. Leading axes are "
+    "batch-like (heads as an axis: h×T×d queries with h×S×d keys and values give h×T×d'); a "
+    "T×S mask applies to every one of them.",
     hparams=(
         HP("causal", "bool", False, "mask attention to later positions"),
         HP("p", "float", 0.0, "dropout on the attention weights"),
     ),
     arity=(3, 4),
+    resolve=lambda c: AttAttrs(c.hp["causal"], c.hp["p"], len(c.x)),
     shape=_att_shape,
-    macs=lambda c: c.x[0] * c.ins[1][0] * (c.x[1] + c.ins[2][1]),
+    macs=_att_macs,
     example=("16×64", "attention(K, V)"),
+    cases=(("4×6×8", "attention(K, V) causal=true"), ("2×3×5×4", "attention(K, V)")),
     reference=_att_ref,
 )
 

@@ -36,10 +36,15 @@ def mha(e: Emit) -> str:
 
 
 def attention(e: Emit) -> str:
+    a = e.a
+    if a.rank > 2:  # heads (and any other leading axes) are already axes
+        switches: dict[str, Any] = {"causal": True} if a.causal else {}
+        if a.p:
+            switches |= {"dropout": a.p, "train": e.train, "key": e.key()}
+        return e.call("attention_nd", *e.x, **switches)
     q, k, v = (f"{x}[:, None]" for x in e.x[:3])
     mask = [f"{e.x[3]}[:, None]"] if len(e.x) > 3 else []
-    a = e.a
-    switches: dict[str, Any] = {"causal": True} if a.causal else {}
+    switches = {"causal": True} if a.causal else {}
     if a.p:
         switches |= {"dropout": a.p, "train": e.train, "key": e.key()}
     return f"{e.call('attention', q, k, v, *mask, **switches)}[:, 0]"

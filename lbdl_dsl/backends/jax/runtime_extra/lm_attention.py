@@ -42,6 +42,17 @@ def band_mask(tq: int, tk: int, window: int) -> jax.Array:
     return jnp.asarray(np.abs(i - j) < window)
 
 
+def attention_nd(q, k, v, mask=None, *, causal=False, dropout=0.0, train=False, key=None):
+    """`attention` on (B, *L, T, D) queries and (B, *L, S, D) keys and values: the leading axes
+    L (heads...) flattened into one; a mask is (B, T, S) or (B, *L, T, S), true keeps."""
+    lead = q.shape[:-2]
+    flat = [x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in (q, k, v)]
+    if mask is not None:
+        mask = mask.reshape(mask.shape[0], -1, *mask.shape[-2:])
+    out = attention(*flat, mask, causal=causal, dropout=dropout, train=train, key=key)
+    return out.reshape(*lead, *out.shape[-2:])
+
+
 def key_mask(m: jax.Array) -> jax.Array:
     """(B, S) flags of the keys (true keeps) as a mask over (B, H, Tq, S)."""
     return m[:, None, None, :]
