@@ -66,7 +66,7 @@ def test_a_training_step_adds_the_load_balancing_loss() -> None:
 
     (value, aux), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     assert np.isfinite(float(value)) and float(aux) > 0
-    router = grads["repeat_0"]["moe"]["router"]
+    router = grads["repeat_0"]["residual_0"]["moe"]["router"]
     assert router.shape == (2, 32, 4) and float(np.abs(router).sum()) > 0
     opt = optax.adamw(1e-3)
     updates, _ = opt.update(grads, opt.init(params), params)

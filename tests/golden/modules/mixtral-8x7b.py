@@ -24,11 +24,11 @@ PARAMS = {
     "repeat_0/attn/att/wk": ((32, 4096, 1024), "fan_in", 4096.0),
     "repeat_0/attn/att/wv": ((32, 4096, 1024), "fan_in", 4096.0),
     "repeat_0/attn/att/wo": ((32, 4096, 4096), "fan_in", 4096.0),
-    "repeat_0/norm/scale": ((32, 4096), "const", 1.0),
-    "repeat_0/moe/router": ((32, 4096, 8), "fan_in", 4096.0),
-    "repeat_0/moe/gate": ((32, 8, 4096, 14336), "fan_in", 4096.0),
-    "repeat_0/moe/up": ((32, 8, 4096, 14336), "fan_in", 4096.0),
-    "repeat_0/moe/down": ((32, 8, 14336, 4096), "fan_in", 14336.0),
+    "repeat_0/residual_0/norm/scale": ((32, 4096), "const", 1.0),
+    "repeat_0/residual_0/moe/router": ((32, 4096, 8), "fan_in", 4096.0),
+    "repeat_0/residual_0/moe/gate": ((32, 8, 4096, 14336), "fan_in", 4096.0),
+    "repeat_0/residual_0/moe/up": ((32, 8, 4096, 14336), "fan_in", 4096.0),
+    "repeat_0/residual_0/moe/down": ((32, 8, 14336, 4096), "fan_in", 14336.0),
     "rmsnorm_0/scale": ((4096,), "const", 1.0),
     "fc_0/w": ((4096, 32000), "fan_in", 4096.0),
 }
@@ -36,7 +36,7 @@ PARAMS = {
 
 # path: (shape, initialiser, its value)
 STATE = {
-    "repeat_0/moe/aux": ((32,), "const", 0.0),
+    "repeat_0/residual_0/moe/aux": ((32,), "const", 0.0),
 }
 
 
@@ -74,32 +74,35 @@ def apply(params, state, X, *, train=False, key=None):
             causal=True,
         )
         # self-att:4: +(X)  ->  T×4096
-        h1 = att + x1
-        # mixtral-8x7b.lbdl:18: rmsnorm eps=1e-5                                         -> norm  ->
-        norm = rms_norm(h1, p["norm"]["scale"], eps=1e-05)
-        # mixtral-8x7b.lbdl:19: moe e=E k=K hidden=F                                     -> moe  ->
+        attn = att + x1
+        # mixtral-8x7b.lbdl:17: residual:  ->  T×4096
+        ns_residual_0 = {}
+        # mixtral-8x7b.lbdl:18: rmsnorm eps=1e-5                                       -> norm  ->
+        norm = rms_norm(attn, p["residual_0"]["norm"]["scale"], eps=1e-05)
+        # mixtral-8x7b.lbdl:19: moe e=E k=K hidden=F                                   -> moe  ->  T
         (moe1, aux) = moe(
             norm,
             {
-                "router": p["moe"]["router"],
-                "gate": p["moe"]["gate"],
-                "up": p["moe"]["up"],
-                "down": p["moe"]["down"],
+                "router": p["residual_0"]["moe"]["router"],
+                "gate": p["residual_0"]["moe"]["gate"],
+                "up": p["residual_0"]["moe"]["up"],
+                "down": p["residual_0"]["moe"]["down"],
             },
             k=2,
             capacity=1.25,
             act="silu",
         )
-        ns["moe"] = {"aux": aux}
-        # mixtral-8x7b.lbdl:20: +(h)  ->  T×4096
-        h = moe1 + h1
+        ns_residual_0["moe"] = {"aux": aux}
+        # + (the residual sum)
+        h = moe1 + attn
+        ns["residual_0"] = ns_residual_0
         return h, ns
 
     x, ns_repeat_0 = scan_group(step_repeat_0, x, (params["repeat_0"], state["repeat_0"]), 32)
     new_state["repeat_0"] = ns_repeat_0
-    # mixtral-8x7b.lbdl:21: rmsnorm eps=1e-5  ->  T×4096
+    # mixtral-8x7b.lbdl:20: rmsnorm eps=1e-5  ->  T×4096
     x = rms_norm(x, params["rmsnorm_0"]["scale"], eps=1e-05)
-    # mixtral-8x7b.lbdl:22: fc bias=false                                              T×V
+    # mixtral-8x7b.lbdl:21: fc bias=false                                              T×V
     P = dense(x, params["fc_0"]["w"])
     return P, new_state
 
