@@ -325,9 +325,9 @@ def rope(x: jax.Array, *, theta: float = 10000.0, fraction: float = 1.0) -> jax.
 def band_mask(tq: int, tk: int, window: int) -> jax.Array:
     """(Tq, Tk) booleans, true where |i − j| < window: with causality, the W most recent keys
     (the query's own included), Mistral's sliding window."""
-    i = np.arange(tq)[:, None]
-    j = np.arange(tk)[None, :]
-    return jnp.asarray(np.abs(i - j) < window)
+    i = jax.lax.broadcasted_iota(jnp.int32, (tq, tk), 0)
+    j = jax.lax.broadcasted_iota(jnp.int32, (tq, tk), 1)
+    return jnp.abs(i - j) < window  # computed in the program: no T×S constant in it
 
 
 def mha_lm(

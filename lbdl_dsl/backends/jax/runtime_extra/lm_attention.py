@@ -9,7 +9,6 @@ Hugging Face's ``repeat_kv``.
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from lbdl_dsl.backends.jax.runtime import attention, dense
 
@@ -37,9 +36,9 @@ def rope(x: jax.Array, *, theta: float = 10000.0, fraction: float = 1.0) -> jax.
 def band_mask(tq: int, tk: int, window: int) -> jax.Array:
     """(Tq, Tk) booleans, true where |i − j| < window: with causality, the W most recent keys
     (the query's own included), Mistral's sliding window."""
-    i = np.arange(tq)[:, None]
-    j = np.arange(tk)[None, :]
-    return jnp.asarray(np.abs(i - j) < window)
+    i = jax.lax.broadcasted_iota(jnp.int32, (tq, tk), 0)
+    j = jax.lax.broadcasted_iota(jnp.int32, (tq, tk), 1)
+    return jnp.abs(i - j) < window  # computed in the program: no T×S constant in it
 
 
 def attention_nd(q, k, v, mask=None, *, causal=False, dropout=0.0, train=False, key=None):
