@@ -452,8 +452,8 @@ def group_norm(x: jax.Array, scale, bias, *, groups: int, eps: float = 1e-5) -> 
 
 def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
     """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm),
-    normalised in float32 and scaled in x's type, as LLaMA's is under bfloat16."""
-    xf = x.astype(jnp.float32)
+    normalised in at least float32 and scaled in x's type, as LLaMA's is under bfloat16."""
+    xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # at least float32
     y = xf * jax.lax.rsqrt(jnp.mean(jnp.square(xf), axis=-1, keepdims=True) + eps)
     y = y.astype(x.dtype)
     if scale is not None:
