@@ -105,6 +105,13 @@ def to_json(checked: Checked, depth: int | None = None) -> dict[str, Any]:
     }
 
 
+def _type(t: Any) -> str:
+    """An input's type as its declaration writes it: nothing for floats, ` int<V>`, ` bool`."""
+    if t.dtype == "int":
+        return f" int<{t.vocab}>" if t.vocab is not None else " int"
+    return "" if t.dtype == "float" else f" {t.dtype}"
+
+
 def _env_json(v: Any) -> Any:
     if isinstance(v, Expr):
         return _count(v)
@@ -203,7 +210,7 @@ def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False
         lines = [*export(head), *plain_table(all_rows)]
     t = checked.totals
     foot = console()
-    ins = ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())
+    ins = ", ".join(f"{k}: {v}{_type(v)}" for k, v in checked.inputs.items())
     outs = ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())
     foot.print(printable(f"inputs   {ins}\noutputs  {outs}", keep_newlines=True))
     foot.print(f"params   {fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state")

@@ -95,6 +95,10 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("gpt2", {"T": 1024}, {"P": (1024, 50_257)}, 124_439_808),
     # GPT-3 175B (Brown et al. 2020, Table 2.1; FIGURES.md note 7): learned positions, biases
     ("gpt3", {"T": 2048}, {"P": (2048, 50_257)}, 174_604_259_328),
+    # Language models since 2023: Hugging Face's configurations (meta-llama, mistralai).
+    ("llama2-7b", {"T": 4096}, {"P": (4096, 32_000)}, 6_738_415_616),
+    ("mistral-7b", {"T": 4096}, {"P": (4096, 32_000)}, 7_241_732_096),
+    ("mixtral-8x7b", {"T": 4096}, {"P": (4096, 32_000)}, 46_702_792_704),
 ]
 
 # Members of a family, made from one spec with --set: (spec, --set values, parameters).
@@ -109,7 +113,12 @@ FAMILIES: list[tuple[str, dict[str, Any], int]] = [
     ("resnet50-torchvision", {"L2": 8, "L3": 36}, 60_192_808),  # torchvision's resnet152
     ("densenet121", {"L3": 32, "L4": 32}, 14_149_480),  # DenseNet-169
     ("densenet121", {"L3": 48, "L4": 32}, 20_013_928),  # DenseNet-201
-    ("dqn", {"A": 4}, 1_686_180),  # the often-quoted DQN count is the four-action network
+    ("dqn", {"A": 4}, 1_686_180),
+    (
+        "llama2-7b",
+        {"N": 40, "D": 5120, "H": 40, "F": 13_824},
+        13_015_864_320,
+    ),  # LLaMA-2 13B  # the often-quoted DQN count is the four-action network
 ]
 
 

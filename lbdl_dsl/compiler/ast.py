@@ -167,6 +167,8 @@ class TensorPattern:
     name: str | None
     shape: ShapeAST
     span: Span
+    dtype: str | None = None  # `M: T×T bool`: the type the input must have (None: any)
+    vocab: SizeExpr | None = None  # `int<V>`
 
 
 @dataclass(frozen=True)

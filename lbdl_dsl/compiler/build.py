@@ -580,16 +580,27 @@ def build(loaded: Loaded) -> Program:
 def _build_block(builder: _Builder, b: ast.BlockDef) -> Block:
     known = {p.name for p in b.params}
     shape_symbols = _symbols_of([t.shape for t in b.inputs])
+    shape_symbols |= {s for t in b.inputs if t.vocab for s in t.vocab.expr.free_symbols}
     params = _param_decls(b.params, shape_symbols)
     known |= shape_symbols
     scope = _Scope(Graph(), known, {p.name for p in b.params}, top=True)
     sigs = []
     for i, pat in enumerate(b.inputs):
         dims = tuple(d.expr for d in pat.shape.dims)
-        sigs.append(TensorSig(pat.name, dims, tuple(d.text for d in pat.shape.dims), pat.span))
+        vocab = pat.vocab.expr if pat.vocab is not None else None
+        texts = tuple(d.text for d in pat.shape.dims)
+        sigs.append(TensorSig(pat.name, dims, texts, pat.span, pat.dtype, vocab))
         nid = "input" if i == 0 else f"input_{i}"
+        annotation = _annot(pat.shape, dims)
         scope.graph.add(
-            InputNode(id=nid, span=pat.span, annotation=_annot(pat.shape, dims), name=pat.name)
+            InputNode(
+                id=nid,
+                span=pat.span,
+                annotation=annotation,
+                name=pat.name,
+                dtype=pat.dtype or "float",
+                vocab=vocab,
+            )
         )
         scope.graph.inputs.append(nid)
         if pat.name:

@@ -229,6 +229,8 @@ class TensorSig:
     dims: tuple[Expr, ...]
     texts: tuple[str, ...]
     span: Span
+    dtype: str | None = None  # the type the pattern asks for (`M: T×T bool`); None: any
+    vocab: Expr | None = None  # `int<V>`: the range, matched like a dimension
 
 
 @dataclass

@@ -29,6 +29,7 @@ from lbdl_dsl.compiler.graph import (
     RepeatNode,
     ResidualNode,
     ShapeAssert,
+    TensorSig,
 )
 from lbdl_dsl.compiler.hparams import coerce
 from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, numel, sum_totals
@@ -145,8 +146,7 @@ class Checker:
         dims = tuple(self.size(d, env, s, "this input's size") for d, s in zip(ann.dims, ann.spans))
         vocab = _subs(node.vocab, env) if node.vocab is not None else None
         self.bounded(numel(dims), f"the number of elements of input `{node.name}`", node.span)
-        rf = (Expr.lift(1), Expr.lift(1)) if len(dims) >= 2 and node.dtype == "float" else None
-        return Tensor(dims, node.dtype, vocab, f"input `{node.name}`", node.span, rf)
+        return Tensor(dims, node.dtype, vocab, f"input `{node.name}`", node.span)
 
     def size(self, expr: Expr, env: dict[str, Any], span: Span, what: str) -> Expr:
         """A size with the environment's values in; whole, positive and not absurdly large."""
@@ -300,6 +300,7 @@ class Checker:
         for sig, t in zip(block.inputs, inst.inputs):
             for pat, text, actual in zip(sig.dims, sig.texts, t.shape):
                 self.match(pat, text, actual, benv, block, inst.node, t)
+            self.match_type(sig, t, benv, block, inst.node)
         mark = len(self.diagnostics)
         body, result, _ = self.graph(block.body, list(inst.inputs), benv)
         if len(self.diagnostics) > mark:
@@ -328,11 +329,19 @@ class Checker:
         return hp
 
     def rf(self, inst: Inst, layer: Layer, ctx: Ctx, out: Shape) -> RF:
-        rfs = [t.rf for t in inst.inputs if t.rf is not None]
-        if not rfs or len(out) < 2 or not layer.rf:
+        """The receptive field (and cumulative stride) of a map, from the first window over
+        a float input (a convolution, a pool) on: sequences and tokens, which no window has
+        slid over, have none, so `+` and `mul` on them show none."""
+        if len(out) < 2 or not layer.rf:
             return None
-        r, j = max(rfs, key=lambda t: (t[0].as_int() or 0, str(t[0])))  # the widest
         window = layer.window(ctx)
+        rfs = [t.rf for t in inst.inputs if t.rf is not None]
+        if not rfs:
+            x = inst.inputs[0] if inst.inputs else None
+            if window is None or x is None or x.dtype != "float" or len(x.shape) < 2:
+                return None
+            rfs = [(Expr.lift(1), Expr.lift(1))]
+        r, j = max(rfs, key=lambda t: (t[0].as_int() or 0, str(t[0])))  # the widest
         if window is None:
             return (r, j)
         k, s, d = window
@@ -467,10 +476,30 @@ class Checker:
                 )
             for pat, text, actual in zip(sig.dims, sig.texts, t.shape):
                 self.match(pat, text, actual, benv, block, node, t)
+            self.match_type(sig, t, benv, block, node)
         for p in block.params:
             if p.name not in benv:
                 benv[p.name] = _subs(p.default, benv)
         return benv
+
+    def match_type(self, sig: TensorSig, t: Tensor, benv: Env, block: Block, node: Node) -> None:
+        """A typed pattern (`M: T×T bool`, `X: T int<V>`) takes only tensors of its type."""
+        if sig.dtype is None:
+            return
+        if sig.dtype != t.dtype:
+            what = f"`{sig.name}`" if sig.name else "its input"
+            raise LbdlError(
+                f"block `{block.name}` takes a {sig.dtype} tensor as {what}, got a {t.dtype} "
+                f"tensor of shape {t}",
+                node.span,
+                hint="masks are declared `bool` (`input M: T×T bool`), tokens `int<V>`",
+                notes=[
+                    Note(f"it is made by {t.made_by}", t.span),
+                    Note("the block is defined here", block.span),
+                ],
+            )
+        if sig.vocab is not None and t.vocab is not None:
+            self.match(sig.vocab, str(sig.vocab), t.vocab, benv, block, node, t)
 
     def match(
         self, pat: Expr, text: str, actual: Expr, benv: Env, block: Block, node: Node, t: Tensor

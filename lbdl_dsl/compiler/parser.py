@@ -259,6 +259,7 @@ _TERMINAL_WORDS = {
     "_INDENT": "an indented line",
     "_DEDENT": "the end of the indented group",
     "NAME": "a name",
+    "DEFNAME": "a name",
     "SYM": "a name",
     "OP": "a layer name",
     "LEAKY": "a layer name",
@@ -800,15 +801,19 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
     def dtype(self, meta: Any, c: Children) -> DType:
         return (str(c[0]), self._size(c[1]) if c[1] is not None else None)
 
-    def input_decl(self, meta: Any, c: Children) -> ast.InputDecl:
-        dtype, vocab = c[2] if c[2] else ("float", None)
-        span = self._stmt_span(meta)
+    @staticmethod
+    def _known_type(dtype: str, span: Span) -> None:
         if dtype not in ("float", "int", "bool"):
             raise LbdlError(
                 f"unknown input type `{dtype}`",
                 span,
                 hint="inputs are `float` (the default), `int<N>` (tokens in [0, N)) or `bool`",
             )
+
+    def input_decl(self, meta: Any, c: Children) -> ast.InputDecl:
+        dtype, vocab = c[2] if c[2] else ("float", None)
+        span = self._stmt_span(meta)
+        self._known_type(dtype, span)
         if dtype == "int" and vocab is None:
             raise LbdlError(
                 "a token input needs its range", span, hint="write `int<V>` for tokens in [0, V)"
@@ -845,7 +850,11 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
         return params
 
     def tensor_pat(self, meta: Any, c: Children) -> ast.TensorPattern:
-        return ast.TensorPattern(str(c[0]) if c[0] else None, c[1], self._stmt_span(meta))
+        dtype, vocab = c[2] if c[2] else (None, None)
+        span = self._stmt_span(meta)
+        if dtype is not None:
+            self._known_type(dtype, span)
+        return ast.TensorPattern(str(c[0]) if c[0] else None, c[1], span, dtype, vocab)
 
     def tensor_pats(self, meta: Any, c: Children) -> Patterns:
         return tuple(c)

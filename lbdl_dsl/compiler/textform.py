@@ -90,7 +90,13 @@ def ast_text(module: ast.Module) -> str:
         params = ", ".join(
             p.name + (f"={_value(p.default)}" if p.default else "") for p in b.params
         )
-        pats = ", ".join((f"{t.name}: " if t.name else "") + t.shape.text for t in b.inputs)
+        pats = ", ".join(
+            (f"{t.name}: " if t.name else "")
+            + t.shape.text
+            + (f" {t.dtype}" if t.dtype else "")
+            + (f"<{t.vocab.text}>" if t.vocab else "")
+            for t in b.inputs
+        )
         lines.append(f"block {b.name}({params}) on {pats}")
         stmts(b.body, 1)
     for m in module.models:

@@ -32,6 +32,9 @@ SMALL: dict[str, dict] = {
     "whisper": dict(S=8),
     "vit-b16": dict(N=2),
     "resnet50-torchvision": dict(I=64),
+    "llama2-7b": dict(N=2, D=64, H=4, F=172, V=100, T=16),
+    "mistral-7b": dict(N=2, D=64, H=4, KV=2, F=128, V=100, W=8, T=16),
+    "mixtral-8x7b": dict(N=2, D=64, H=4, KV=2, F=128, E=4, V=100, T=16),
 }
 
 
@@ -96,6 +99,8 @@ TRAINING = [
     ("gpt", {"N": 2, "D": 32, "H": 4, "V": 50, "T": 12}, None),
     ("transformer", {"N": 1, "D": 32, "H": 4, "F": 64, "V": 40, "T": 10, "S": 9}, None),
     ("vit", {"N": 1, "D": 32, "H": 4, "P": 8, "I": 32, "C": 10}, None),
+    ("llama2-7b", {"N": 2, "D": 32, "H": 4, "F": 86, "V": 50, "T": 12}, None),
+    ("mistral-7b", {"N": 2, "D": 32, "H": 4, "KV": 2, "F": 64, "V": 50, "T": 12, "W": 4}, None),
 ]
 
 

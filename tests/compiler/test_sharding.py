@@ -198,7 +198,7 @@ def test_a_symbolic_size_is_assumed_to_divide() -> None:
     ("name", "spec", "mesh", "words"),
     [
         ("gpt3.tensor5", "gpt3.lbdl", "data=8,fsdp=16,tensor=5", ["fsdp+tp"]),
-        ("gpt.kv", "gpt.lbdl", "data=2,tensor=2", ["kv=tensor"]),
+        ("gpt.experts", "gpt.lbdl", "data=2,tensor=2", ["experts=tensor"]),
         ("gpt.H", "gpt.lbdl", "data=2,tensor=2", ["H=tensor"]),
         ("gpt.F", "gpt.lbdl", "data=2,tensor=2", ["F=tensor"]),
         ("resnet18.tp", "resnet18.lbdl", "data=2,tensor=2", ["tp"]),
@@ -212,7 +212,7 @@ def test_golden_error(name: str, spec: str, mesh: str, words: list[str]) -> None
 
 def test_a_size_that_does_not_divide_is_reported_at_the_box_once_per_role() -> None:
     message = failure("gpt3.lbdl", "data=8,fsdp=16,tensor=5", "fsdp+tp")
-    assert message.count("error:") == 2  # self-att's heads, ffw's mlp
+    assert message.count("error:") == 3  # self-att's heads and its kv heads, ffw's mlp
     assert message.startswith("specs/gpt3.lbdl:16:5: error: `self-att`: its heads axis")
     assert "specs/gpt3.lbdl:17:5: error: `ffw`: its mlp axis of 49,152" in message
 

@@ -21,7 +21,10 @@ Parameter layouts (user visible):
 * group norm: ``scale``, ``bias`` (C,); rms norm: ``scale`` (D,)
 * embed: ``table`` (N, D); learned positions: ``table`` (Tmax, D)
 * mha: ``wq`` (D, H*Dqk), ``wk`` (Dkv, H*Dqk), ``wv`` (Dkv, H*Dv), ``wo`` (H*Dv, Dout),
-  optional ``bq``, ``bk`` (H*Dqk,), ``bv`` (H*Dv,), ``bo`` (Dout,)
+  optional ``bq``, ``bk`` (H*Dqk,), ``bv`` (H*Dv,), ``bo`` (Dout,); with KV key/value heads
+  (grouped-query, ``mha_lm`` in runtime_extra/lm_attention.py) ``wk`` (Dkv, KV*Dqk), ``wv``
+  (Dkv, KV*Dv), ``bk``, ``bv`` likewise; query head h reads key/value head h // (H/KV)
+* gated feed-forward (ffw act=swiglu): ``gate/w``, ``up/w`` (D, F), ``down/w`` (F, D)
 * rnn / lstm / gru: ``w_ih`` (D, G*Hd), ``w_hh`` (Hd, G*Hd), ``b_ih``, ``b_hh`` (G*Hd,)
   with G = 1, 4 (gates i, f, g, o) or 3 (gates r, z, n), in PyTorch's gate order.
 
@@ -504,8 +507,11 @@ def group_norm(x: jax.Array, scale, bias, *, groups: int, eps: float = 1e-5) -> 
 
 
 def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
-    """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm)."""
-    y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)
+    """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm),
+    normalised in at least float32 and scaled in x's type, as LLaMA's is under bfloat16."""
+    xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # at least float32
+    y = xf * jax.lax.rsqrt(jnp.mean(jnp.square(xf), axis=-1, keepdims=True) + eps)
+    y = y.astype(x.dtype)
     if scale is not None:
         y = y * trailing(scale, y.ndim)
     return y

@@ -24,10 +24,12 @@ from lbdl_dsl.core.layers.base import (
     PSpec,
     Shape,
     Weights,
+    fmt_shape,
+    numel,
     numpy,
 )
 from lbdl_dsl.core.layers.dense import dense_ref
-from lbdl_dsl.core.layers.norm import layernorm_ref
+from lbdl_dsl.core.layers.norm import layernorm_ref, rmsnorm_ref
 from lbdl_dsl.core.symbolic import Expr
 
 
@@ -44,6 +46,13 @@ class HeadsAttrs(Attrs):
     bias: bool
     kbias: bool
     eps: float | None  # the pre-norm's, for self-att and cross-att
+    kv: int = 0  # key/value heads (grouped-query when fewer than `heads`)
+    obias: bool = False  # a bias on the output projection
+    theta: float = 0.0  # rotary positions' base; 0: none
+    rot: float = 1.0  # the fraction of each head's features that rotate
+    window: int = 0  # sliding window (keys within `window` positions); 0: none
+    norm: str = "layernorm"  # the pre-norm, for self-att and cross-att
+    masked: bool = False  # the last input is a key-padding mask (S bool)
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,21 @@ class FfwAttrs(Attrs):
     bias: bool
     act: str
     eps: float
+    norm: str = "layernorm"
+
+
+def _kv(c: Ctx, h: int) -> int:
+    """Key/value heads: `kv=` if given (it must divide the query heads), else one per query head."""
+    if c.hp.get("kv") is None:
+        return h
+    kv = c.const("kv")
+    if kv < 1 or h % kv:
+        c.fail(
+            f"{kv} key/value heads do not divide the {h} query heads",
+            "kv=1 is multi-query attention; kv=h is multi-head attention",
+            "kv",
+        )
+    return kv
 
 
 def _heads(c: Ctx, d: Expr) -> tuple[int, Expr, Expr]:
@@ -69,36 +93,77 @@ def _heads(c: Ctx, d: Expr) -> tuple[int, Expr, Expr]:
 
 def _mha_specs(c: Ctx, d: Expr, dz: Expr, out: Expr, prefix: str = "") -> dict[str, PSpec]:
     h, dqk, dv = _heads(c, d)
+    kv = c.a.kv
     specs = {
         "wq": PSpec((d, h * dqk), FanIn(d), ("embed", "heads")),
-        "wk": PSpec((dz, h * dqk), FanIn(dz), ("embed", "heads")),
-        "wv": PSpec((dz, h * dv), FanIn(dz), ("embed", "heads")),
+        "wk": PSpec((dz, kv * dqk), FanIn(dz), ("embed", "kv")),
+        "wv": PSpec((dz, kv * dv), FanIn(dz), ("embed", "kv")),
         "wo": PSpec((h * dv, out), FanIn(h * dv), ("heads", "embed")),
     }
     if c.a.bias:
         specs |= {
             "bq": PSpec((h * dqk,), ZEROS, ("heads",)),
-            "bk": PSpec((h * dqk,), ZEROS, ("heads",)),
-            "bv": PSpec((h * dv,), ZEROS, ("heads",)),
-            "bo": PSpec((out,), ZEROS, ("embed",)),
+            "bk": PSpec((kv * dqk,), ZEROS, ("kv",)),
+            "bv": PSpec((kv * dv,), ZEROS, ("kv",)),
         }
         if not c.a.kbias:  # Whisper: every projection but the keys'
             del specs["bk"]
+    if c.a.obias:
+        specs["bo"] = PSpec((out,), ZEROS, ("embed",))
     return {prefix + k: v for k, v in specs.items()}
 
 
 def _mha_macs(c: Ctx, t: Expr, d: Expr, s: Expr, dz: Expr, out: Expr) -> Expr:
     h, dqk, dv = _heads(c, d)
-    projections = t * d * h * dqk + s * dz * h * (dqk + dv) + t * h * dv * out
-    return projections + h * t * s * (dqk + dv)  # Q·Kᵀ and A·V
+    projections: Expr = t * d * h * dqk + s * dz * c.a.kv * (dqk + dv) + t * h * dv * out
+    return projections + h * t * _keys(s, c.a.window) * (dqk + dv)  # Q·Kᵀ and A·V
+
+
+def _keys(s: Expr, window: int) -> Expr | int:
+    """Keys each query reads: all S, or under a sliding window the band's W (when S is only
+    known as a symbol, S ≥ W is assumed: the window exists for long sequences)."""
+    if not window:
+        return s
+    known = s.as_int()
+    return min(known, window) if known is not None else window
 
 
 def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
     """Resolve the heads of `mha`, `self-att` and `cross-att` against the query input."""
     x = c.rank(2, what="T×D sequence")
-    if len(c.ins) > 1:
+    masked = _masked(c)
+    if len(c.ins) == 3 and not masked:
+        c.fail(
+            "the third input of attention is a key mask and must be bool",
+            "declare it `M: S bool` (true keeps a key)",
+        )
+    if _keys_input(c) is not None:
         c.rank(2, what="S×D sequence", i=1)
+    z = _mha_z(c)
+    if masked and c.ins[-1] != (z[0],):
+        c.fail(
+            f"the key mask must be {z[0]} bool (one flag per key), got {fmt_shape(c.ins[-1])}",
+            "true keeps a key; padding positions are false",
+        )
     h, dqk, dv = _heads(c, x[1])
+    theta = c.hp["theta"] if c.hp["rope"] else 0.0
+    rot = c.hp["rot"]
+    if theta:
+        if _keys_input(c) is not None:
+            c.fail("rotary positions are for self-attention", "drop rope=true", "rope")
+        if not 0.0 < rot <= 1.0:
+            c.fail(f"the rotary fraction must be in (0, 1], got {rot}", hparam="rot")
+        if theta <= 0:
+            c.fail(f"the rotary base must be positive, got {theta}", hparam="theta")
+        d = dqk.as_int() if isinstance(dqk, Expr) else dqk
+        if d is not None and int(d * rot) < 2:
+            c.fail(f"rot={rot} of {d} features rotates none", hparam="rot")
+    window = 0
+    if c.hp.get("window") is not None:
+        window = c.const("window")
+        if window < 1:
+            c.fail(f"the window must be at least 1, got {window}", hparam="window")
+    obias = c.hp.get("obias")
     return HeadsAttrs(
         h,
         dqk,
@@ -109,7 +174,41 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         c.hp["bias"],
         c.hp["kbias"],
         c.hp.get("eps"),
+        kv=_kv(c, h),
+        obias=c.hp["bias"] if obias is None else obias,
+        theta=theta,
+        rot=rot,
+        window=window,
+        norm=c.hp.get("norm", "layernorm"),
+        masked=masked,
     )
+
+
+def rope_ref(x: Any, theta: float, fraction: float = 1.0) -> Any:
+    """Rotary positions on (B, H, T, d), written from the formula: the pair (x_i, x_{i+r/2}) at
+    position t is multiplied by the 2×2 rotation of angle t·θ^(−2i/r), i < r/2."""
+    np = numpy()
+    y = np.array(x, dtype=np.float64)
+    d = x.shape[-1]
+    r = int(d * fraction) // 2 * 2
+    for t in range(x.shape[2]):
+        for i in range(r // 2):
+            angle = t * theta ** (-2.0 * i / r)
+            c, s = math.cos(angle), math.sin(angle)
+            a, b = x[:, :, t, i], x[:, :, t, i + r // 2]
+            y[:, :, t, i] = c * a - s * b
+            y[:, :, t, i + r // 2] = s * a + c * b
+    return y
+
+
+def band_ref(tq: int, tk: int, window: int) -> Any:
+    """Keep key j for query i when fewer than `window` positions apart, as a loop."""
+    np = numpy()
+    keep = np.zeros((tq, tk), bool)
+    for i in range(tq):
+        for j in range(tk):
+            keep[i, j] = abs(i - j) < window
+    return keep
 
 
 def attention_ref(q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False) -> Any:
@@ -129,7 +228,16 @@ def attention_ref(q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False
     return (e / np.where(total > 0, total, 1.0)) @ v
 
 
-def mha_ref(x: Any, z: Any, p: Weights, a: HeadsAttrs, prefix: str = "") -> Any:
+def _mha_call_ref(xs: Arrays, p: Weights, a: Any) -> Any:
+    """`mha`'s inputs as written: X, then keys Z if given, then a key mask if `a.masked`."""
+    mask = xs[-1] if a.masked else None
+    xs = xs[:-1] if a.masked else xs
+    return mha_ref(xs[0], xs[-1], p, a, key_mask=mask)
+
+
+def mha_ref(
+    x: Any, z: Any, p: Weights, a: HeadsAttrs, prefix: str = "", key_mask: Any = None
+) -> Any:
     """Multi-head attention with separate projections; heads split on the last axis."""
     np = numpy()
 
@@ -138,10 +246,20 @@ def mha_ref(x: Any, z: Any, p: Weights, a: HeadsAttrs, prefix: str = "") -> Any:
 
     q, k, v = proj(x, "q"), proj(z, "k"), proj(z, "v")
 
-    def heads(t: Any) -> Any:
-        return t.reshape(*t.shape[:2], a.heads, -1).transpose(0, 2, 1, 3)
+    def heads(t: Any, n: int) -> Any:
+        return t.reshape(*t.shape[:2], n, -1).transpose(0, 2, 1, 3)
 
-    o = attention_ref(heads(q), heads(k), heads(v), None, a.causal)
+    q, k, v = heads(q, a.heads), heads(k, a.kv), heads(v, a.kv)
+    if a.theta:
+        q, k = rope_ref(q, a.theta, a.rot), rope_ref(k, a.theta, a.rot)
+    group = a.heads // a.kv  # query head i reads key/value head i // group
+    k = np.stack([k[:, i // group] for i in range(a.heads)], axis=1)
+    v = np.stack([v[:, i // group] for i in range(a.heads)], axis=1)
+    mask = band_ref(q.shape[2], k.shape[2], a.window) if a.window else None
+    if key_mask is not None:
+        keys = np.asarray(key_mask, bool)[:, None, None, :]
+        mask = keys if mask is None else keys & mask
+    o = attention_ref(q, k, v, mask, a.causal)
     o = o.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1)
     return np.asarray(proj(o, "o"))
 
@@ -158,6 +276,17 @@ _ATT_HP = (
         "with bias=true, a bias on the keys' projection too (Whisper's has none)",
     ),
     HP("p", "float", 0.0, "dropout on the attention weights"),
+    HP(
+        "kv",
+        "size",
+        None,
+        "key/value heads, dividing h (default h; fewer: grouped-query, 1: multi-query)",
+    ),
+    HP("obias", "bool", None, "a bias on the output projection (default: as `bias`)"),
+    HP("rope", "bool", False, "rotary positions on queries and keys (rotate-half form)"),
+    HP("theta", "float", 10000.0, "the rotary base θ"),
+    HP("rot", "float", 1.0, "the fraction of each head's features that rotate"),
+    HP("window", "size", None, "sliding window: keys fewer than this many positions away"),
 )
 
 
@@ -165,8 +294,20 @@ def _mha_shape(c: Ctx) -> Shape:
     return (c.x[0], c.a.out)
 
 
+def _masked(c: Ctx) -> bool:
+    """A last input of type bool (beyond the queries) is a key-padding mask."""
+    return len(c.ins) > 1 and len(c.dtypes) == len(c.ins) and c.dtypes[-1] == "bool"
+
+
+def _keys_input(c: Ctx) -> int | None:
+    """The index of the keys' sequence when it is not the queries' own."""
+    n = len(c.ins) - (1 if _masked(c) else 0)
+    return 1 if n > 1 else None
+
+
 def _mha_z(c: Ctx) -> Shape:
-    return c.ins[1] if len(c.ins) > 1 else c.x
+    i = _keys_input(c)
+    return c.ins[i] if i is not None else c.x
 
 
 MHA = Layer(
@@ -175,41 +316,87 @@ MHA = Layer(
     category="Attention",
     doc="Multi-head attention (§ 4.8): queries from the first input, keys and values from the "
     "second (or the first again), H heads, scores scaled by 1/√dqk, softargmax, the "
-    "concatenated heads projected by W^O. `causal=true` masks the future.",
+    "concatenated heads projected by W^O. `causal=true` masks the future. Since 2020: "
+    "`kv=` key/value heads (grouped-query; 1: multi-query), `rope=true` rotary positions on "
+    "queries and keys (rotate-half form, base `theta`, fraction `rot` of each head), `window=W` "
+    "a sliding window (keys fewer than W positions away; MACs count the band), `obias` the "
+    "output projection's bias apart from the others'. A last input of type bool (S flags, "
+    "true keeps) masks padding keys: `mha(M)`, `mha(Z, M)`. Parameters: wq (D, h·dqk), "
+    "wk (D, kv·dqk), wv (D, kv·dv), wo (h·dv, out), biases bq, bk, bv, bo.",
     hparams=(
         *_ATT_HP,
         HP("causal", "bool", False, "mask attention to later positions"),
         HP("out", "size", None, "output dimension (default D)"),
     ),
-    arity=(1, 2),
+    arity=(1, 3),
     resolve=lambda c: _heads_attrs(c, c.hp.get("out")),
     shape=_mha_shape,
     params=lambda c: _mha_specs(c, c.x[1], _mha_z(c)[1], c.y[1]),
     macs=lambda c: _mha_macs(c, c.x[0], c.x[1], _mha_z(c)[0], _mha_z(c)[1], c.y[1]),
     from_annotation=(("out", -1),),
     example=("16×64", "mha h=4"),
-    cases=(("5×8", "mha h=2 bias=true causal=true"),),
-    reference=lambda xs, p, s, a: mha_ref(xs[0], xs[-1], p, a),
+    cases=(
+        ("5×8", "mha h=2 bias=true causal=true"),
+        ("6×16", "mha h=4 kv=2"),
+        ("9×16", "mha h=4 kv=1 causal=true window=4"),
+        ("7×16", "mha h=2 window=2"),
+        ("6×12", "mha h=2 rope=true theta=500.0 bias=true obias=false"),
+    ),
+    reference=lambda xs, p, s, a: _mha_call_ref(xs, p, a),
 )
 
 
 def _att_shape(c: Ctx) -> Shape:
-    q = c.rank(2, what="T×D queries")
-    k = c.rank(2, what="S×D keys", i=1)
-    v = c.rank(2, what="S×D values", i=2)
-    if q[1] != k[1]:
-        c.fail(f"queries ({q[1]}) and keys ({k[1]}) must have the same dimension")
-    if k[0] != v[0]:
-        c.fail(f"keys ({k[0]}) and values ({v[0]}) must have the same length")
-    if len(c.ins) > 3 and c.ins[3] != (q[0], k[0]):
-        c.fail(f"the mask must be {q[0]}×{k[0]}, got {'×'.join(map(str, c.ins[3]))}")
-    return (q[0], v[1])
+    q = c.x
+    if len(q) < 2:
+        c.fail(f"`attention` needs …×T×D queries, got {fmt_shape(q)}")
+    lead = q[:-2]
+    k = c.rank(len(q), what=f"{'×'.join([*map(str, lead), 'S', 'D'])} keys", i=1)
+    v = c.rank(len(q), what=f"{'×'.join([*map(str, lead), 'S', 'D'])} values", i=2)
+    if k[:-2] != lead or v[:-2] != lead:
+        c.fail(
+            f"queries, keys and values must share their leading axes {fmt_shape(lead)}",
+            "heads are a leading axis: h×T×d queries read h×S×d keys",
+        )
+    if q[-1] != k[-1]:
+        c.fail(f"queries ({q[-1]}) and keys ({k[-1]}) must have the same dimension")
+    if k[-2] != v[-2]:
+        c.fail(f"keys ({k[-2]}) and values ({v[-2]}) must have the same length")
+    if len(c.ins) > 3 and c.ins[3] not in ((q[-2], k[-2]), (*lead, q[-2], k[-2])):
+        c.fail(
+            f"the mask must be {q[-2]}×{k[-2]} (or with the leading axes), "
+            f"got {fmt_shape(c.ins[3])}"
+        )
+    if len(c.ins) > 3 and len(c.dtypes) > 3 and c.dtypes[3] != "bool":
+        c.fail(
+            f"the mask must be Boolean (true keeps a key), got {c.dtypes[3]}",
+            "declare it `bool` (M: T×S bool); an additive 0/−∞ mask would be read inverted",
+        )
+    return (*lead, q[-2], v[-1])
+
+
+@dataclass(frozen=True)
+class AttAttrs(Attrs):
+    causal: bool
+    p: float
+    rank: int  # the queries' axes per sample: 2 for T×D, more with leading (heads) axes
+
+
+def _att_macs(c: Ctx) -> Expr:
+    q, k, v = c.ins[:3]
+    return numel(q[:-1]) * k[-2] * (q[-1] + v[-1])
 
 
 def _att_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
-    q, k, v = (x[:, None] for x in xs[:3])
-    mask = xs[3][:, None] if len(xs) > 3 else None
-    return attention_ref(q, k, v, mask, a.causal)[:, 0]
+    """Leading axes flattened into one heads axis, the mask broadcast over them."""
+    np = numpy()
+    q, k, v = (x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in xs[:3])
+    mask = None
+    if len(xs) > 3:
+        m = np.asarray(xs[3], bool)
+        mask = m.reshape(m.shape[0], -1, *m.shape[-2:])
+    out = attention_ref(q, k, v, mask, a.causal)
+    return out.reshape(*xs[0].shape[:-1], xs[2].shape[-1])
 
 
 ATTENTION = Layer(
@@ -218,15 +405,19 @@ ATTENTION = Layer(
     category="Attention",
     doc="The attention operator of § 4.8 on queries Q (T×D), keys K (S×D), values V (S×D'), "
     "and an optional Boolean T×S mask M (true keeps): softargmax(QKᵀ/√D)·V. Masked and, with "
-    "`causal=true`, future scores are set to −∞ before the softargmax.",
+    "`causal=true`, future scores are set to −∞ before the softargmax. Leading axes are "
+    "batch-like (heads as an axis: h×T×d queries with h×S×d keys and values give h×T×d'); a "
+    "T×S mask applies to every one of them.",
     hparams=(
         HP("causal", "bool", False, "mask attention to later positions"),
         HP("p", "float", 0.0, "dropout on the attention weights"),
     ),
     arity=(3, 4),
+    resolve=lambda c: AttAttrs(c.hp["causal"], c.hp["p"], len(c.x)),
     shape=_att_shape,
-    macs=lambda c: c.x[0] * c.ins[1][0] * (c.x[1] + c.ins[2][1]),
+    macs=_att_macs,
     example=("16×64", "attention(K, V)"),
+    cases=(("4×6×8", "attention(K, V) causal=true"), ("2×3×5×4", "attention(K, V)")),
     reference=_att_ref,
 )
 
@@ -237,27 +428,61 @@ def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
 
 
 _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
+# Passed on only when set: the classic models' insides stay as they were.
+_MHA_OPTIONS = ("kv", "obias", "window")
+_ROPE = ("rope", "theta", "rot")
+_NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm"))
 
 
 def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], str]:
     def inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
-        passed = _given(hp, _MHA_PASSED)
+        passed = _given(hp, _MHA_PASSED) + _given(hp, _MHA_OPTIONS)
+        if hp.get("rope"):
+            passed += _ROPE
         args = "".join(f" {n}={n}" for n in passed)
+        masked = len(ranks) > (2 if cross else 1)
         on = "X: T×D, Z: S×E" if cross else "X: T×D"
+        reads = ["Z"] if cross else []
+        if masked:
+            on += ", M: S bool" if cross else ", M: T bool"
+            reads = [*reads, "M"]
         return (
             f"block inside({', '.join([*passed, 'eps'])}) on {on}:\n"
-            "  layernorm eps=eps -> ln\n"
-            f"  mha{'(Z)' if cross else ''}{args} -> att\n"
+            f"  {hp.get('norm', 'layernorm')} eps=eps -> ln\n"
+            f"  mha{'(' + ', '.join(reads) + ')' if reads else ''}{args} -> att\n"
             "  +(X)\n"
         )
 
     return inside
 
 
+def _self_attrs(c: Ctx) -> HeadsAttrs:
+    if len(c.ins) > 1 and not _masked(c):
+        c.fail(
+            "self-att reads one sequence; its second input can only be a key mask",
+            "declare the mask `M: T bool`, or use cross-att(Z) for keys from another sequence",
+        )
+    return _heads_attrs(c)
+
+
+def _cross_attrs(c: Ctx) -> HeadsAttrs:
+    if _keys_input(c) is None:
+        c.fail("cross-att needs the sequence its keys come from: cross-att(Z)")
+    return _heads_attrs(c)
+
+
+def _norm_ref(x: Any, p: Weights, norm: str, eps: float) -> Any:
+    if norm == "rmsnorm":
+        return rmsnorm_ref(x, p["scale"], eps)
+    return layernorm_ref(x, p["scale"], p["bias"], eps, 1)
+
+
 def _pre_norm_ref(xs: Arrays, p: Weights, a: HeadsAttrs) -> Any:
+    mask = xs[-1] if a.masked else None
+    xs = xs[:-1] if a.masked else xs
     assert a.eps is not None, "self-att and cross-att declare `eps`; only a bare mha has none"
-    h = layernorm_ref(xs[0], p["ln"]["scale"], p["ln"]["bias"], a.eps, 1)
-    return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p["att"], a)
+    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps)
+    return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p["att"], a, key_mask=mask)
 
 
 SELF_ATT = Layer(
@@ -265,16 +490,24 @@ SELF_ATT = Layer(
     aliases=("self-attention",),
     category="Transformer",
     doc="The self-attention block of Fig. 5.6: layernorm, multi-head attention with Q, K and V "
-    "from that one sequence, and the residual sum. `causal=true` masks the future.",
+    "from that one sequence, and the residual sum. `causal=true` masks the future. LLaMA's and "
+    "Mistral's: `norm=rmsnorm rope=true kv=8 window=4096` (the options of `mha`). "
+    "`self-att(M)` with M: T bool masks padding keys.",
     hparams=(
         *_ATT_HP,
         HP("causal", "bool", False, "mask attention to later positions"),
-        HP("eps", "float", 1e-5, "layernorm's epsilon"),
+        HP(*_NORM),
+        HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
     ),
-    resolve=_heads_attrs,
+    arity=(1, 2),
+    resolve=lambda c: _self_attrs(c),
     inside=_att_inside(cross=False),
     example=("16×64", "self-att h=4 causal=true"),
-    cases=(("5×8", "self-att h=2 bias=true kbias=false"),),
+    cases=(
+        ("5×8", "self-att h=2 bias=true kbias=false"),
+        ("7×16", "self-att h=4 kv=2 rope=true window=3 causal=true norm=rmsnorm"),
+        ("6×16", "self-att h=4 kv=1 bias=true obias=false rope=true rot=0.5 theta=100.0"),
+    ),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )
 
@@ -284,10 +517,11 @@ CROSS_ATT = Layer(
     category="Transformer",
     doc="The cross-attention block of Fig. 5.6: layernorm on X for the queries, keys and values "
     "from a second sequence Z (the encoder's output, given in parentheses), multi-head "
-    "attention, and the residual sum with X.",
-    hparams=(*_ATT_HP, HP("eps", "float", 1e-5, "layernorm's epsilon")),
-    arity=(2, 2),
-    resolve=_heads_attrs,
+    "attention, and the residual sum with X. `cross-att(Z, M)` with M: S bool masks padding "
+    "keys.",
+    hparams=(*_ATT_HP, HP(*_NORM), HP("eps", "float", 1e-5, "the pre-norm's epsilon")),
+    arity=(2, 3),
+    resolve=lambda c: _cross_attrs(c),
     inside=_att_inside(cross=True),
     example=("16×64", "cross-att(Z) h=4"),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
@@ -298,19 +532,33 @@ def _ffw_attrs(c: Ctx) -> FfwAttrs:
     c.rank(1, 2, 3)
     hidden = c.hp.get("hidden")
     hidden = hidden if hidden is not None else 4 * c.x[-1]
-    return FfwAttrs(hidden, c.hp["p"], c.hp["bias"], c.hp["act"], c.hp["eps"])
+    return FfwAttrs(hidden, c.hp["p"], c.hp["bias"], c.hp["act"], c.hp["eps"], c.hp["norm"])
 
 
 _ACT = {"gelu": "gelu", "gelu-tanh": "gelu approximate=true", "relu": "relu"}
+_GATED = {"swiglu": "silu", "geglu": "gelu"}
 
 
 def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
     pattern = "×".join(["A", "B"][: ranks[0] - 1] + ["D"])
     hidden = "hidden" if hp.get("hidden") is not None else "4D"
     params = ["hidden"] if hp.get("hidden") is not None else []
-    return (
+    head = (
         f"block inside({', '.join([*params, 'bias', 'p', 'eps'])}) on X: {pattern}:\n"
-        "  layernorm eps=eps -> ln\n"
+        f"  {hp.get('norm', 'layernorm')} eps=eps -> ln\n"
+    )
+    if hp["act"] in _GATED:  # Shazeer 2020: act(x·W_gate) ⊙ (x·W_up), then W_down
+        return head + (
+            f"  fc out={hidden} bias=bias -> up\n"
+            "  from ln\n"
+            f"  fc out={hidden} bias=bias -> gate\n"
+            f"  {_GATED[hp['act']]}\n"
+            "  mul(up)\n"
+            "  fc out=D bias=bias -> down\n"
+            "  dropout p=p\n"
+            "  +(X)\n"
+        )
+    return head + (
         f"  fc out={hidden} bias=bias -> fc1\n"
         f"  {_ACT[hp['act']]}\n"
         "  fc out=D bias=bias -> fc2\n"
@@ -321,7 +569,12 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
 
 def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
     np = numpy()
-    h = layernorm_ref(xs[0], p["ln"]["scale"], p["ln"]["bias"], a.eps, 1)
+    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps)
+    if a.act in _GATED:
+        g = dense_ref(h, p["gate"]["w"], p["gate"].get("b"))
+        g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, False)
+        h = g * dense_ref(h, p["up"]["w"], p["up"].get("b"))
+        return xs[0] + dense_ref(h, p["down"]["w"], p["down"].get("b"))
     h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))
     h = np.maximum(h, 0.0) if a.act == "relu" else gelu_ref(h, a.act == "gelu-tanh")
     return xs[0] + dense_ref(h, p["fc2"]["w"], p["fc2"].get("b"))
@@ -332,7 +585,10 @@ FFW = Layer(
     aliases=("feed-forward", "mlp-block"),
     category="Transformer",
     doc="The feed-forward block of Fig. 5.6: layernorm, fc to a hidden dimension (4D by "
-    "default), gelu, fc back to D, dropout, and the residual sum.",
+    "default), gelu, fc back to D, dropout, and the residual sum. `act=swiglu` (LLaMA, "
+    "Mistral) or `act=geglu` make it gated (Shazeer 2020): act(x·W_gate) ⊙ x·W_up, then "
+    "W_down; parameters gate/w (D, hidden), up/w (D, hidden), down/w (hidden, D). LLaMA's "
+    "hidden size 256·⌈(8D/3)/256⌉ is written as a number in the spec (11008 for D=4096).",
     hparams=(
         HP("hidden", "size", None, "hidden dimension (default 4D)"),
         HP("p", "float", 0.1, "dropout after the second fc (PyTorch's transformer default)"),
@@ -341,16 +597,22 @@ FFW = Layer(
             "act",
             "choice",
             "gelu",
-            "the activation (gelu-tanh: GPT-2's approximation)",
-            ("gelu", "gelu-tanh", "relu"),
+            "the activation (gelu-tanh: GPT-2's approximation; swiglu, geglu: gated)",
+            ("gelu", "gelu-tanh", "relu", *_GATED),
         ),
-        HP("eps", "float", 1e-5, "layernorm's epsilon"),
+        HP(*_NORM),
+        HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
     ),
     resolve=_ffw_attrs,
     inside=_ffw_inside,
     stochastic=True,
     example=("16×64", "ffw hidden=256"),
-    cases=(("6×8", "ffw act=gelu-tanh bias=false"), ("6×8", "ffw act=relu hidden=5")),
+    cases=(
+        ("6×8", "ffw act=gelu-tanh bias=false"),
+        ("6×8", "ffw act=relu hidden=5"),
+        ("6×8", "ffw act=swiglu hidden=12 bias=false p=0.0 norm=rmsnorm"),
+        ("6×8", "ffw act=geglu hidden=6"),
+    ),
     reference=_ffw_ref,
 )
 

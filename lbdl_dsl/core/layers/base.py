@@ -111,6 +111,7 @@ ROLES: dict[str, str] = {
     "kernel": "a spatial axis of a convolution kernel",
     "norm": "the features a normalisation scales and shifts",
     "hidden": "a recurrent layer's hidden state",
+    "experts": "the E experts of a mixture, stacked",
     "layers": "the copies of a ×N group, stacked (added by the parameter table, not by entries)",
 }
 """The logical role of each parameter axis: what sharding rules map to mesh axes."""

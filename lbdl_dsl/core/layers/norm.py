@@ -154,6 +154,14 @@ GROUPNORM = Layer(
     reference=lambda xs, p, s, a: groupnorm_ref(xs[0], p["scale"], p["bias"], a.g, a.eps),
 )
 
+
+def rmsnorm_ref(x: Any, scale: Any, eps: float) -> Any:
+    """x / √(mean(x²) + ε) · scale over the last axis, in float64."""
+    np = numpy()
+    x = np.asarray(x, np.float64)
+    return x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + eps) * scale
+
+
 RMSNORM = Layer(
     name="rmsnorm",
     aliases=("rms-norm",),
@@ -164,9 +172,7 @@ RMSNORM = Layer(
     shape=lambda c: c.rank(1, 2, 3),
     params=lambda c: {"scale": PSpec((c.x[-1],), ONES, ("norm",))},
     example=("16×64", "rmsnorm"),
-    reference=lambda xs, p, s, a: (
-        xs[0] / numpy().sqrt((xs[0] ** 2).mean(axis=-1, keepdims=True) + a.eps) * p["scale"]
-    ),
+    reference=lambda xs, p, s, a: rmsnorm_ref(xs[0], p["scale"], a.eps),
 )
 
 LAYERS = (BATCHNORM, LAYERNORM, GROUPNORM, RMSNORM)

@@ -16,23 +16,35 @@ def _switches(e: Emit) -> dict[str, Any]:
         out["causal"] = True
     if e.a.dropout:
         out |= {"dropout": e.a.dropout, "train": e.train, "key": e.key()}
+    if e.a.masked:  # (B, S) flags of the keys, broadcast over heads and queries
+        out["mask"] = e.call("key_mask", e.x[-1])
     return out
 
 
 def _mha(e: Emit, q_in: str, kv_in: str) -> str:
-    weights = ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n))
-    return e.call("mha", q_in, kv_in, "{" + weights + "}", heads=e.a.heads, **_switches(e))
+    weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
+    a = e.a
+    if a.kv == a.heads and not a.theta and not a.window:
+        return e.call("mha", q_in, kv_in, weights, heads=a.heads, **_switches(e))
+    options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
+    return e.call("mha_lm", q_in, kv_in, weights, heads=a.heads, kv=a.kv, **options, **_switches(e))
 
 
 def mha(e: Emit) -> str:
-    return _mha(e, e.x[0], e.x[1] if len(e.x) > 1 else e.x[0])
+    xs = e.x[:-1] if e.a.masked else e.x
+    return _mha(e, xs[0], xs[1] if len(xs) > 1 else xs[0])
 
 
 def attention(e: Emit) -> str:
+    a = e.a
+    if a.rank > 2:  # heads (and any other leading axes) are already axes
+        switches: dict[str, Any] = {"causal": True} if a.causal else {}
+        if a.p:
+            switches |= {"dropout": a.p, "train": e.train, "key": e.key()}
+        return e.call("attention_nd", *e.x, **switches)
     q, k, v = (f"{x}[:, None]" for x in e.x[:3])
     mask = [f"{e.x[3]}[:, None]"] if len(e.x) > 3 else []
-    a = e.a
-    switches: dict[str, Any] = {"causal": True} if a.causal else {}
+    switches = {"causal": True} if a.causal else {}
     if a.p:
         switches |= {"dropout": a.p, "train": e.train, "key": e.key()}
     return f"{e.call('attention', q, k, v, *mask, **switches)}[:, 0]"

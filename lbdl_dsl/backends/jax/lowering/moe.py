@@ -1,0 +1,16 @@
+"""Lowering of the mixture of experts: the dispatching runtime function, its loss as state."""
+
+from __future__ import annotations
+
+from lbdl_dsl.backends.jax.emit import Emit, Lowering
+
+
+def moe(e: Emit) -> str:
+    weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in ("router", "gate", "up", "down"))
+    call = e.call("moe", e.x[0], weights + "}", k=e.a.k, capacity=e.a.capacity, act=repr(e.a.act))
+    y, aux = e.unpack(call, e.target, "aux")
+    e.set_state("aux", aux)
+    return y
+
+
+LOWER: dict[str, Lowering] = {"moe": moe}

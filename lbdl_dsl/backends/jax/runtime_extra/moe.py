@@ -1,0 +1,46 @@
+"""Mixture of experts: top-k routing with a capacity per expert (GShard, Switch Transformer).
+
+Tokens are dispatched to fixed-size expert buffers (E, C, D) by one-hot dispatch tensors, so
+each expert runs on C tokens rather than on all of them; a token beyond an expert's capacity is
+dropped by that expert (its other choices still count). Buffers fill by choice rank first (every
+token's first choice before any second choice), then in token order, as GShard does.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbdl_dsl.backends.jax.runtime import dense, gelu, silu
+
+
+def moe(x: jax.Array, p: dict, *, k: int, capacity: float, act: str) -> tuple:
+    """Sparse mixture of gated experts on x (B, T, D); returns (y, load-balancing loss).
+
+    ``p``: router (D, E); gate, up (E, D, F); down (E, F, D). The gates are the softmax of the
+    router's logits renormalised over the k chosen experts (Mixtral). Each expert holds
+    C = ceil(capacity·k·B·T/E) tokens. The auxiliary loss is Switch's E·Σ_e f_e·P_e, with f_e
+    the fraction of the k·B·T choices that went to expert e and P_e its mean router probability.
+    """
+    b, t, d = x.shape
+    e = p["router"].shape[-1]
+    n = b * t
+    tokens = x.reshape(n, d)
+    probs = jax.nn.softmax(dense(tokens, p["router"]).astype(jnp.float32), axis=-1)
+    top, chosen = jax.lax.top_k(probs, k)
+    gates = (top / jnp.sum(top, axis=-1, keepdims=True)).astype(x.dtype)
+    onehot = jax.nn.one_hot(chosen, e, dtype=jnp.int32)  # (n, k, E)
+    ranked = onehot.transpose(1, 0, 2).reshape(k * n, e)  # choice rank first, then token
+    slot = (jnp.cumsum(ranked, axis=0) - 1).reshape(k, n, e).transpose(1, 0, 2)
+    c = int(np.ceil(capacity * k * n / e))
+    kept = (onehot > 0) & (slot < c)
+    where = jax.nn.one_hot(jnp.where(kept, slot, c), c, dtype=x.dtype)  # (n, k, E, C)
+    dispatch = jnp.sum(where, axis=1)
+    combine = jnp.einsum("nkec,nk->nec", where, gates)
+    buffers = jnp.einsum("nec,nd->ecd", dispatch, tokens)
+    g = jnp.einsum("ecd,edf->ecf", buffers, p["gate"])
+    g = silu(g) if act == "silu" else gelu(g)
+    h = g * jnp.einsum("ecd,edf->ecf", buffers, p["up"])
+    y = jnp.einsum("nec,ecd->nd", combine, jnp.einsum("ecf,efd->ecd", h, p["down"]))
+    share = jnp.mean(onehot.astype(jnp.float32), axis=(0, 1))
+    aux = e * jnp.sum(share * jnp.mean(probs, axis=0))
+    return y.reshape(b, t, d), aux

@@ -1,0 +1,127 @@
+"""Mixture of experts (Shazeer et al. 2017; GShard; Switch; Mixtral): a router picks k of E
+gated feed-forward experts per token.
+
+The box counts every expert's parameters but only the k active experts' multiply-accumulates
+(plus the router's), as the papers quote "active" compute. Its lowering dispatches tokens to
+expert buffers of a fixed capacity (runtime_extra/moe.py) and reports the load-balancing loss
+as the state entry `aux`: training code reads it from the new state that `apply` returns and
+adds it, scaled (Mixtral: 0.02), to the task loss; under a ×N frame it is one value per layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from lbdl_dsl.core.layers.activation import gelu_ref
+from lbdl_dsl.core.layers.base import HP, ZEROS, Attrs, Ctx, FanIn, Layer, PSpec, Weights, numpy
+from lbdl_dsl.core.symbolic import Expr
+
+
+@dataclass(frozen=True)
+class MoeAttrs(Attrs):
+    experts: int
+    k: int
+    hidden: Expr
+    capacity: float
+    act: str  # the gate's activation: silu (SwiGLU experts) or gelu (GeGLU)
+
+
+_ACTS = {"swiglu": "silu", "geglu": "gelu"}
+
+
+def _attrs(c: Ctx) -> MoeAttrs:
+    c.rank(2, what="T×D sequence")
+    e, k = c.const("e"), c.const("k")
+    if e < 1:
+        c.fail("a mixture needs at least one expert", hparam="e")
+    if not 1 <= k <= e:
+        c.fail(f"k={k} experts per token must be between 1 and e={e}", hparam="k")
+    if c.hp["cap"] <= 0:
+        c.fail(f"the capacity factor must be positive, got {c.hp['cap']}", hparam="cap")
+    hidden = c.hp.get("hidden")
+    return MoeAttrs(
+        e, k, hidden if hidden is not None else 4 * c.x[1], c.hp["cap"], _ACTS[c.hp["act"]]
+    )
+
+
+def _params(c: Ctx) -> dict[str, PSpec]:
+    d, f, e = c.x[1], c.a.hidden, c.a.experts
+    return {
+        "router": PSpec((d, e), FanIn(d), ("embed", "experts")),
+        "gate": PSpec((e, d, f), FanIn(d), ("experts", "embed", "mlp")),
+        "up": PSpec((e, d, f), FanIn(d), ("experts", "embed", "mlp")),
+        "down": PSpec((e, f, d), FanIn(f), ("experts", "mlp", "embed")),
+    }
+
+
+def _macs(c: Ctx) -> Expr:
+    t, d, a = Expr.lift(c.x[0]), c.x[1], c.a
+    router: Expr = t * d * a.experts
+    experts: Expr = a.k * t * 3 * d * a.hidden
+    return router + experts  # the router, k active experts
+
+
+def moe_ref(x: Any, p: Weights, a: Any) -> Any:
+    """A dense loop over experts with the same routing: tokens (batch-major) ranked by choice
+    then position; expert e keeps its first C; each kept token adds gate · expert(token)."""
+    np = numpy()
+    tokens = np.asarray(x, np.float64).reshape(-1, x.shape[-1])
+    n, e = tokens.shape[0], p["router"].shape[-1]
+    logits = tokens @ p["router"]
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    chosen = np.argsort(-probs, axis=-1)[:, : a.k]
+    cap = math.ceil(a.capacity * a.k * n / e)
+    out = np.zeros_like(tokens)
+    for expert in range(e):
+        taken = 0
+        for rank in range(a.k):
+            for i in range(n):
+                if chosen[i, rank] != expert:
+                    continue
+                if taken == cap:
+                    continue
+                taken += 1
+                gate = probs[i, expert] / probs[i, chosen[i]].sum()
+                g = tokens[i] @ p["gate"][expert]
+                g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, False)
+                h = g * (tokens[i] @ p["up"][expert])
+                out[i] += gate * (h @ p["down"][expert])
+    return out.reshape(x.shape)
+
+
+MOE = Layer(
+    name="moe",
+    aliases=("mixture-of-experts",),
+    category="Transformer",
+    doc="A sparse mixture of E gated feed-forward experts (Mixtral's SwiGLU experts by default): "
+    "a router (fc D→E) scores the experts, each token goes to its top k, weighted by the "
+    "softmax renormalised over those k. The MACs are the router's and k experts' (the active "
+    "compute); the parameters are all E experts'. Each expert takes at most "
+    "⌈cap·k·tokens/E⌉ tokens of a batch (GShard/Switch capacity; overflow is dropped by that "
+    "expert). The load-balancing loss E·Σ f_e·P_e is the state entry `aux` of the new state "
+    "`apply` returns: add it, scaled, to the training loss. Parameters: router (D, E), gate and "
+    "up (E, D, hidden), down (E, hidden, D).",
+    hparams=(
+        HP("e", "size", doc="number of experts"),
+        HP("k", "size", 2, "experts per token"),
+        HP("hidden", "size", None, "each expert's hidden dimension (default 4D)"),
+        HP("act", "choice", "swiglu", "each expert's gated activation", tuple(_ACTS)),
+        HP("cap", "float", 1.25, "capacity factor: expert buffers hold cap·k·tokens/E tokens"),
+    ),
+    resolve=_attrs,
+    shape=lambda c: c.x,
+    params=_params,
+    state=lambda c: {"aux": PSpec((), ZEROS, ())},
+    macs=_macs,
+    example=("6×8", "moe e=4 k=2 hidden=12"),
+    cases=(
+        ("8×8", "moe e=4 k=1 hidden=6 cap=0.5 act=geglu"),
+        ("7×8", "moe e=3 k=2 hidden=5 cap=4.0"),
+    ),
+    reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
+)
+
+LAYERS = (MOE,)

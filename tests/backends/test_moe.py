@@ -1,0 +1,73 @@
+"""The mixture of experts: capacity drops, active MACs, and the load-balancing loss reached by a
+training step of the small Mixtral (the dispatch itself is checked against the entry's dense
+loop by tests/backends/test_jax_layers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import optax
+
+import lbdl_dsl
+from lbdl_dsl.backends.jax.runtime_extra.moe import moe
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+
+
+def _experts(e: int, d: int, f: int) -> dict:
+    r = np.random.default_rng(0)
+    shapes = {"router": (d, e), "gate": (e, d, f), "up": (e, d, f), "down": (e, f, d)}
+    return {k: r.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+
+
+def test_tokens_beyond_capacity_are_dropped() -> None:
+    p = _experts(2, 4, 3)
+    p["router"][:] = 0.0
+    p["router"][:, 0] = 100.0  # every token prefers expert 0 ...
+    x = np.abs(np.random.default_rng(1).normal(size=(1, 8, 4))).astype(np.float32)
+    y, _ = moe(x, p, k=1, capacity=0.5, act="silu")  # ... which holds ⌈0.5·8/2⌉ = 2
+    kept = np.abs(np.asarray(y)).sum(-1)[0] > 0
+    assert kept.tolist() == [True, True] + [False] * 6
+
+
+def test_balanced_routing_has_the_least_auxiliary_loss() -> None:
+    p = _experts(4, 4, 3)
+    x = np.random.default_rng(2).normal(size=(2, 16, 4)).astype(np.float32)
+    _, aux = moe(x, p, k=2, capacity=2.0, act="silu")
+    p["router"][:] = 0.0
+    _, uniform = moe(x, p, k=2, capacity=2.0, act="silu")
+    assert float(uniform) <= float(aux) + 1e-6
+    np.testing.assert_allclose(float(uniform), 1.0, rtol=1e-5)  # E · Σ_e (1/E)·(1/E) = 1
+
+
+def test_mixtral_counts_two_active_experts_of_eight() -> None:
+    small = {"N": 1, "D": 64, "H": 4, "KV": 2, "F": 128, "V": 100, "T": 16}
+    two = lbdl_dsl.compile(str(SPECS / "mixtral-8x7b.lbdl"), **small, E=8, K=2)
+    one = lbdl_dsl.compile(str(SPECS / "mixtral-8x7b.lbdl"), **small, E=8, K=1)
+    macs = [m.checked.totals["macs"].as_int() for m in (two, one)]
+    assert macs[0] - macs[1] == 16 * 3 * 64 * 128  # one expert's SwiGLU per token
+
+
+def test_a_training_step_adds_the_load_balancing_loss() -> None:
+    model = lbdl_dsl.compile(
+        str(SPECS / "mixtral-8x7b.lbdl"), N=2, D=32, H=4, KV=2, F=48, E=4, V=50, T=12
+    )
+    params, state = model.init(jax.random.key(0))
+    (tokens,) = model.example_inputs(jax.random.key(1), batch=2)
+    targets = jax.random.randint(jax.random.key(2), (2, 12), 0, 50)
+
+    def loss(params):
+        logits, new_state = model.apply(params, state, tokens, train=True, key=jax.random.key(3))
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+        aux = sum(jax.tree.leaves(jax.tree.map(lambda a: a.sum(), new_state)))
+        return ce + 0.02 * aux, aux
+
+    (value, aux), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    assert np.isfinite(float(value)) and float(aux) > 0
+    router = grads["repeat_0"]["residual_0"]["moe"]["router"]
+    assert router.shape == (2, 32, 4) and float(np.abs(router).sum()) > 0
+    opt = optax.adamw(1e-3)
+    updates, _ = opt.update(grads, opt.init(params), params)
+    assert jax.tree.structure(optax.apply_updates(params, updates)) == jax.tree.structure(params)
