@@ -257,13 +257,15 @@ class _Builder:
             if st.name is not None:
                 self.define(scope, st.name, scope.current)
             return
-        inputs = [self.flowing(scope, st.span)] + [self.resolve(scope, r) for r in st.args]
+        layer = lookup(st.op)
+        source = layer is not None and layer.source  # a constant: it reads no tensor
+        flowing = [] if source else [self.flowing(scope, st.span)]
+        inputs = flowing + [self.resolve(scope, r) for r in st.args]
         annotation = (
             _annot(st.shape, tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims))
             if st.shape
             else None
         )
-        layer = lookup(st.op)
         if layer is not None:
             node = self.layer_node(scope, st, layer, inputs, annotation)
             if in_frame:  # the frame checks the annotation; each copy may only read sizes in it

@@ -239,9 +239,7 @@ class Checker:
             self.composite(inst, layer, out)
         if node.shares:
             self.tie(inst, graph, layer)
-        keeps = layer.keeps_dtype
-        dtype = inst.inputs[0].dtype if keeps else "float"
-        vocab = inst.inputs[0].vocab if keeps else None
+        dtype, vocab = _out_type(layer, ctx, inst.inputs)
         return Tensor(out, dtype, vocab, _where(node), node.span, self.rf(inst, layer, ctx, out))
 
     def composite(self, inst: Inst, layer: Any, out: tuple[Expr, ...]) -> None:
@@ -516,6 +514,16 @@ class Checker:
             )
         rf = result.rf
         return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, rf)
+
+
+def _out_type(layer: Any, ctx: Ctx, inputs: list[Tensor]) -> tuple[str, Expr | None]:
+    """The output's type and range: the entry's (a constant index is whole numbers, a band a
+    mask), the input's for a box that keeps it (tokens stay tokens), else float."""
+    if layer.out_type is not None:
+        return layer.out_type(ctx)
+    if layer.keeps_dtype:
+        return inputs[0].dtype, inputs[0].vocab
+    return "float", None
 
 
 def _grow(before, after, copies: Expr):

@@ -245,10 +245,11 @@ class Layer:
     params: Callable[[Ctx], dict[str, PSpec]] = lambda c: {}
     state: Callable[[Ctx], dict[str, PSpec]] = lambda c: {}
     macs: Callable[[Ctx], Expr | int] = lambda c: 0
-    arity: tuple[int, int] = (1, 1)  # min and max number of input tensors
+    arity: tuple[int, int] = (1, 1)  # min and max number of input tensors; (0, 0): a source
     aliases: tuple[str, ...] = ()
     from_annotation: tuple[tuple[str, int | None], ...] = ()  # (hyper-parameter, output axis)
-    layout: str = "cf"  # "cf": spec layout; "cl": channels-last spatial; "any": elementwise
+    layout: str = "cf"  # "cf": spec layout; "cl": channels-last spatial; "any": elementwise;
+    # "attrs": the resolved record's `layout` field, for a box whose axis is chosen per use
     out_layout: str | None = None  # the output's layout when it differs from `layout`
     spatial: int = 0  # spatial axes, for `sizes` hyper-parameters (k=3 → (3, 3) when 2)
     inside: Callable[[Mapping[str, Any], tuple[int, ...]], str] | None = None  # a composite
@@ -261,10 +262,16 @@ class Layer:
     glyph: str | None = None  # drawn as this symbol in a circle (`+`), not as a box
     ident: str | None = None  # the name in node ids and code, when `name` is not one (`+`)
     keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
+    out_type: Callable[[Ctx], tuple[str, Expr | None]] | None = None  # (type, range) it makes
     reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
 
     def hparam(self, name: str) -> HP | None:
         return next((h for h in self.hparams if h.name == name), None)
+
+    @property
+    def source(self) -> bool:
+        """Reads no tensor: a constant the compiler computes from sizes (a sin-cos table)."""
+        return self.arity == (0, 0)
 
     @property
     def composite(self) -> bool:

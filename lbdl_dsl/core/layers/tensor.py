@@ -240,6 +240,23 @@ SPLIT = Layer(
 )
 
 
+@dataclass(frozen=True)
+class BroadcastAttrs(Attrs):
+    """How many leading axes each input lacks against the widest (a D vector added to T×D
+    lacks one): the code puts them in after the batch axis. Printed only when some input
+    lacks axes, as the common case needs no record."""
+
+    missing: tuple[int, ...]
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        return (("missing", self.missing),) if any(self.missing) else ()
+
+
+def _missing(c: Ctx) -> BroadcastAttrs:
+    rank = max(len(s) for s in c.ins)
+    return BroadcastAttrs(tuple(rank - len(s) for s in c.ins))
+
+
 def _broadcast(c: Ctx) -> tuple:
     rank = max(len(s) for s in c.ins)
     out = []
@@ -260,6 +277,7 @@ ADD = Layer(
     doc="Elementwise sum of the flowing tensor and the tensors named in parentheses: "
     "`+(skip)`. Shapes must match (a size of 1 broadcasts).",
     arity=(2, 16),
+    resolve=_missing,
     shape=_broadcast,
     layout="any",
     rf=True,
@@ -276,6 +294,7 @@ MUL = Layer(
     doc="Elementwise product (gating, squeeze-and-excitation): `mul(gate)`; a size of 1 "
     "broadcasts, so C×H×W times C×1×1 scales each channel.",
     arity=(2, 16),
+    resolve=_missing,
     shape=_broadcast,
     layout="any",
     rf=True,

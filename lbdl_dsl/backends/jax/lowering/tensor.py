@@ -24,6 +24,14 @@ def matmul(e: Emit) -> str:
     return f"{e.x[0]} @ {other}"
 
 
+def _widened(e: Emit) -> list[str]:
+    """The inputs, each given the leading per-sample axes it lacks (after the batch axis)."""
+    return [
+        f"jnp.expand_dims({x}, {tuple(range(1, k + 1))})" if k else x
+        for x, k in zip(e.x, e.a.missing)
+    ]
+
+
 def sample(e: Emit) -> str:
     return e.call("reparameterize", e.x[0], e.x[1], train=e.train, key=e.key())
 
@@ -35,8 +43,8 @@ LOWER: dict[str, Lowering] = {
     "take": lambda e: _index(e, e.a.axis, e.a.index),
     "slice": lambda e: _index(e, e.a.axis, f"{e.a.start}:{e.a.stop}"),
     "split": lambda e: _index(e, e.a.axis, f"{e.a.start}:{e.a.stop}"),
-    "+": lambda e: " + ".join(e.x),
-    "mul": lambda e: " * ".join(e.x),
+    "+": lambda e: " + ".join(_widened(e)),
+    "mul": lambda e: " * ".join(_widened(e)),
     "concat": lambda e: f"jnp.concatenate([{', '.join(e.x)}], axis={e.a.axis + 1})",
     "matmul": matmul,
     "mean": lambda e: f"{e.x[0]}.mean(axis={e.a.axis + 1})",
