@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers import activation, attention, conv, dense, extra, norm, recurrent, tensor
+from lbdl_dsl.core.layers import (
+    activation,
+    attention,
+    constants,
+    conv,
+    dense,
+    extra,
+    generic,
+    norm,
+    recurrent,
+    tensor,
+)
 from lbdl_dsl.core.layers.base import HP, REQUIRED, Attrs, Ctx, Layer, PSpec, ShapeFailure
 
-_FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent, extra)
+_FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent, extra, generic, constants)
 
 LAYERS: dict[str, Layer] = {}
 ALIASES: dict[str, str] = {}

@@ -13,6 +13,7 @@ table with one row per entry; a test checks that the table covers the registry.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from math import prod
@@ -280,6 +281,30 @@ class Layer:
 
     def attrs(self, ctx: Ctx) -> Attrs:
         return self.resolve(ctx) if self.resolve is not None else Given(tuple(ctx.hp.items()))
+
+
+def example_model(input_shape: str, box_line: str, output: str | None = None) -> str:
+    """The smallest model holding one example box: its input ``X`` of ``input_shape``, the
+    tensors its box names in parentheses declared before it with the same shape, the box.
+
+    ``input_shape`` may declare inputs of their own after semicolons (``5×3; I: 4 int<5>``,
+    for an index), and is empty for a constant, which reads no input: the model then passes
+    an input ``X`` through as an output of its own, as a model needs an input.
+    """
+    first, *declared = [part.strip() for part in input_shape.split(";")]
+    named = {d.split(":")[0].strip() for d in declared}
+    match = re.match(r"\s*[^\s(]+(?:\s+relu)?\(([^)]*)\)", box_line)
+    extra = [n.strip() for n in match.group(1).split(",")] if match else []
+    lines = ["model example:"]
+    lines += [f"  input {d}" for d in declared]
+    lines += [f"  input {name}: {first}" for name in extra if name not in named | {"X"}]
+    if first:
+        lines += [f"  input X: {first}", f"  {box_line}"]
+    else:  # a model has an input; a constant reads none, so X only passes through
+        lines += ["  input X: 1", "  output X", f"  {box_line}"]
+        output = output or "Y"
+    lines += [f"  output {output}"] if output else []
+    return "\n".join(lines) + "\n"
 
 
 def numpy() -> Any:

@@ -8,10 +8,19 @@ kept for an entry that is gone).
 from __future__ import annotations
 
 from lbdl_dsl.backends.jax.emit import Lowering
-from lbdl_dsl.backends.jax.lowering import activation, attention, conv, dense, norm, tensor
+from lbdl_dsl.backends.jax.lowering import (
+    activation,
+    attention,
+    constants,
+    conv,
+    dense,
+    generic,
+    norm,
+    tensor,
+)
 
 LOWERINGS: dict[str, Lowering] = {}
-for _family in (dense, conv, norm, activation, attention, tensor):
+for _family in (dense, conv, norm, activation, attention, tensor, generic, constants):
     for _name, _lower in _family.LOWER.items():
         assert _name not in LOWERINGS, _name
         LOWERINGS[_name] = _lower
