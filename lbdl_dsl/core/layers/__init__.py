@@ -13,10 +13,23 @@ from lbdl_dsl.core.layers import (
     norm,
     recurrent,
     tensor,
+    vision,
 )
 from lbdl_dsl.core.layers.base import HP, REQUIRED, Attrs, Ctx, Layer, PSpec, ShapeFailure
 
-_FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent, extra, generic, constants)
+_FAMILIES = (
+    dense,
+    conv,
+    norm,
+    activation,
+    attention,
+    tensor,
+    recurrent,
+    extra,
+    generic,
+    constants,
+    vision,
+)
 
 LAYERS: dict[str, Layer] = {}
 ALIASES: dict[str, str] = {}

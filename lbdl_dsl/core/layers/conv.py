@@ -401,7 +401,7 @@ AVGPOOL1D = _pool("avg", 1, ("16×100", "avgpool-1d k=4  16×25"), (("3×8", "av
 
 GLOBAL_AVGPOOL = Layer(
     name="global-avgpool",
-    aliases=("gap", "adaptive-avgpool"),
+    aliases=("gap",),
     category="Pooling",
     doc="Average over all spatial positions of each channel: C×H×W → C×1×1.",
     shape=lambda c: (c.rank(2, 3, what="C×T or C×H×W")[0],) + (Expr.lift(1),) * (len(c.x) - 1),

@@ -17,10 +17,11 @@ from lbdl_dsl.backends.jax.lowering import (
     generic,
     norm,
     tensor,
+    vision,
 )
 
 LOWERINGS: dict[str, Lowering] = {}
-for _family in (dense, conv, norm, activation, attention, tensor, generic, constants):
+for _family in (dense, conv, norm, activation, attention, tensor, generic, constants, vision):
     for _name, _lower in _family.LOWER.items():
         assert _name not in LOWERINGS, _name
         LOWERINGS[_name] = _lower
