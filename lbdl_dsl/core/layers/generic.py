@@ -7,7 +7,8 @@ attention scores, quick-GELU's 1.702), `neg` negates; `sin` and `cos` apply to a
 al. 2016; as ConvNeXt, Swin and EfficientNet use it); `layer-scale` multiplies each channel by a
 trainable factor that starts small (CaiT, ConvNeXt: 1e-6); `gather(idx)` picks values at the
 whole-number positions of another tensor (a constant index, such as Swin's relative positions);
-`timestep-embed` is the sinusoidal embedding of a diffusion step (DDPM, ADM, DiT).
+`timestep-embed` is the sinusoidal embedding of a diffusion step (DDPM, ADM, DiT); `token-drop`
+is DiT's label dropout for classifier-free guidance.
 """
 
 from __future__ import annotations
@@ -274,4 +275,41 @@ TIMESTEP_EMBED = Layer(
     reference=lambda xs, p, s, a: timestep_ref(xs[0], a.d, a.period, a.sin_first),
 )
 
-LAYERS = (TIMES, NEG, SIN, COS, DROP_PATH, LAYER_SCALE, GATHER, TIMESTEP_EMBED)
+
+def _token_drop_type(c: Ctx) -> tuple[str, Expr | None]:
+    null, vocab = Expr.lift(c.hp["null"]), c.vocab[0] if c.vocab else None
+    if vocab is None:
+        return "int", None
+    top = (vocab - null - 1).as_int()
+    return "int", vocab if top is not None and top >= 0 else null + 1
+
+
+def _token_drop_shape(c: Ctx) -> tuple:
+    if c.dtypes and c.dtypes[0] != "int":
+        c.fail("`token-drop` replaces tokens (integers), got a float tensor")
+    if not 0.0 <= c.hp["p"] < 1.0:
+        c.fail(f"the drop probability must be in [0, 1), got {c.hp['p']}", hparam="p")
+    c.const("null")
+    return c.x
+
+
+TOKEN_DROP = Layer(
+    name="token-drop",
+    aliases=("label-drop",),
+    category="Dense",
+    doc="In training, replaces all the tokens of a sample, with probability p, by the token "
+    "`null` (DiT's label dropout for classifier-free guidance: the class becomes the extra "
+    '"no class" label, 1000 of 1001); the identity in evaluation. The range of the tokens '
+    "grows to include `null`, so that an `embed` after it has the row.",
+    hparams=(
+        HP("p", "float", 0.1, "probability of replacing a sample's tokens"),
+        HP("null", "size", doc="the token that replaces them"),
+    ),
+    shape=_token_drop_shape,
+    out_type=_token_drop_type,
+    stochastic=True,
+    example=("1 int<10>", "token-drop null=10"),
+    reference=lambda xs, p, s, a: xs[0],  # evaluation: the identity
+)
+
+LAYERS = (TIMES, NEG, SIN, COS, DROP_PATH, LAYER_SCALE, GATHER, TIMESTEP_EMBED, TOKEN_DROP)

@@ -24,4 +24,7 @@ LOWER: dict[str, Lowering] = {
     "layer-scale": layer_scale,
     "gather": lambda e: e.call("gather", e.x[0], e.x[1], axis=e.a.axis),
     "timestep-embed": timestep_embed,
+    "token-drop": lambda e: e.call(
+        "token_drop", e.x[0], e.a.p, e.a.null, train=e.train, key=e.key()
+    ),
 }

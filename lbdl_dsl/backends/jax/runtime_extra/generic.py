@@ -45,3 +45,14 @@ def timestep_embedding(
     if dim % 2:
         parts.append(jnp.zeros_like(args[..., :1]))
     return jnp.concatenate(parts, axis=-1)
+
+
+def token_drop(ids: jax.Array, p: float, null: int, *, train: bool, key) -> jax.Array:
+    """In training, each sample's tokens all become ``null`` with probability p (DiT's label
+    dropout for classifier-free guidance); the identity otherwise."""
+    if not train or p == 0:
+        return ids
+    if key is None:
+        raise ValueError("token-drop in training needs a PRNG key: apply(..., train=True, key=k)")
+    drop = jax.random.bernoulli(key, p, (ids.shape[0],) + (1,) * (ids.ndim - 1))
+    return jnp.where(drop, jnp.asarray(null, ids.dtype), ids)
