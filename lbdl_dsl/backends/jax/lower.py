@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from lbdl_dsl.backends.jax import layout
 from lbdl_dsl.backends.jax.lowering import LOWERINGS
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, size_code
 from lbdl_dsl.backends.jax.runtime_source import defaults
@@ -82,7 +83,8 @@ class Fn:
         self.lines.append(_INDENT * self.depth + text)
 
     def comment(self, text: str) -> None:
-        self.line("# " + printable(text))
+        room = layout.WIDTH - len(_INDENT) * self.depth - 2
+        self.line("# " + printable(text, room))
 
     def next_key(self) -> str:
         self.keys += 1
@@ -108,10 +110,10 @@ class Fn:
         return sorted(u[1:] for u in self.uses if u.startswith("$"))
 
 
-def printable(text: str) -> str:
+def printable(text: str, width: int = 90) -> str:
     """Spec text made safe for a comment or docstring: one line, printable, bounded."""
     clean = "".join(c if c.isprintable() and c not in '"\\' else " " for c in text)
-    return clean.strip()[:90]
+    return clean.strip()[:width].rstrip()
 
 
 def has_state(inst: Inst) -> bool:
@@ -417,8 +419,8 @@ class Lowerer:
                 f'{_INDENT}"""Block `{printable(block.name)}` of '
                 f'{PurePath(block.span.file).name}:{block.span.line}; returns {returns}."""'
             )
-            head_line = f"def {name}({', '.join(head + star)}):"
-            self.functions.append("\n".join([head_line, doc, *fn.lines]))
+            head_lines = layout.statement(f"def {name}({', '.join(head + star)}):")
+            self.functions.append("\n".join([*head_lines, doc, *layout.lines(fn.lines)]))
             self.blocks[cache_key] = BlockFn(
                 name, result.layout, params, state, symbols, train, key
             )

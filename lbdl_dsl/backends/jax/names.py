@@ -29,6 +29,10 @@ LOCAL_RESERVED = frozenset(
 """Locals every generated function has; a spec's tensor names never take them."""
 
 
+_AMBIGUOUS = frozenset({"l", "I", "O"})
+"""Names that read as digits in many fonts (pycodestyle's E741): a spec's `I` becomes `I_`."""
+
+
 class Code(str):
     """Source text standing for a value; its repr is the text itself, so it can sit in tuples."""
 
@@ -58,7 +62,12 @@ class Namespace:
         if name in self.given:
             return self.given[name]
         base = identifier(name)
-        if keyword.iskeyword(base) or base in self.reserved or keyword.issoftkeyword(base):
+        if (
+            keyword.iskeyword(base)
+            or base in self.reserved
+            or keyword.issoftkeyword(base)
+            or base in _AMBIGUOUS
+        ):
             base = f"{base}_"
         out, n = base, 1
         while out in self.used or out in self.reserved:
