@@ -350,7 +350,8 @@ class _Builder:
                 raise LbdlError(
                     f"`{layer.name}` has no hyper-parameter `{hp.key}`",
                     hp.span,
-                    hint=did_you_mean(hp.key, names)
+                    hint=_named_by_doc(hp.key, layer.hparams)
+                    or did_you_mean(hp.key, names)
                     or (
                         f"its hyper-parameters are {', '.join(names)}"
                         if names
@@ -443,6 +444,14 @@ class _Builder:
             annotation,
             explicit=frozenset(values),
         )
+
+
+def _named_by_doc(word: str, hparams) -> str | None:
+    """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`)."""
+    for h in hparams:
+        if word.lower() in (w.strip(",;:()`").lower() for w in h.doc.split()[:2]):
+            return f"did you mean `{h.name}` ({h.doc.split(',')[0]})?"
+    return None
 
 
 def _arg_value(value: ast.Value, scope: _Scope) -> HValue:

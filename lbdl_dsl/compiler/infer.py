@@ -12,6 +12,8 @@ copy sees the shapes of the copy before it.
 from __future__ import annotations
 
 import dataclasses
+import math
+from fractions import Fraction
 from typing import Any
 
 from lbdl_dsl.compiler import composite
@@ -42,8 +44,19 @@ def _param_hint(ref: ParamRef) -> str:
     return f"give `{ref.name}` a value of that kind where the block is used, or as its default"
 
 
+def _fmt_fraction(value: float) -> str:
+    """4.5 as ``9/2``, the way a spec writes a fraction."""
+    f = Fraction(value).limit_denominator(10**6)
+    return str(f.numerator) if f.denominator == 1 else f"{f.numerator}/{f.denominator}"
+
+
 def _subs(value: Any, env: dict[str, Any]) -> Any:
     exprs = {k: v for k, v in env.items() if isinstance(v, Expr)}
+    if isinstance(value, Expr):  # a number such as `n=9/2` used as a size: its exact value, so
+        for k in value.free_symbols:  # that the size is refused, never left as a symbol `n`
+            v = env.get(k)
+            if isinstance(v, float) and math.isfinite(v):
+                exprs[k] = Expr.lift(Fraction(v).limit_denominator(10**6))
     if isinstance(value, Expr):
         return value.subs(exprs)
     if isinstance(value, tuple):
@@ -131,6 +144,15 @@ class Checker:
             v = value.const_value
             if v.denominator != 1 and not expr.free_symbols:  # `fc 1.5`: nothing was divided
                 raise LbdlError(f"{what} is {v}, not a whole number", span)
+            fractional = [k for k in sorted(expr.free_symbols) if isinstance(env.get(k), float)]
+            if v.denominator != 1 and fractional:  # `b n=9/2`, `model m(T=7/2)`: never floored
+                shown = ", ".join(f"{k}={_fmt_fraction(env[k])}" for k in fractional)
+                raise LbdlError(
+                    f"{what} is {_fmt_fraction(float(v))}, not a whole number: {shown}",
+                    span,
+                    hint=f"give {' and '.join(f'`{k}`' for k in fractional)} a whole number"
+                    " where it is set (the block's use, the model's header or --set)",
+                )
             if v.denominator != 1:
                 values = {k: env[k] for k in sorted(expr.free_symbols) if k in env}
                 raise LbdlError(
