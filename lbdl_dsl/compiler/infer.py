@@ -290,11 +290,14 @@ class Checker:
         hp = {}
         for key, raw in node.hparams:
             value = _subs(raw, env)
-            if isinstance(raw, ParamRef):
+            if isinstance(raw, ParamRef) or (
+                isinstance(raw, Expr) and layer.hparam(key).kind == "float"
+            ):
                 try:
-                    value = coerce(layer, layer.hparam(key), value, f"`{raw.name}`")
+                    value = coerce(layer, layer.hparam(key), value, f"`{raw}`")
                 except LbdlError as err:
-                    raise LbdlError(err.first.message, node.span, hint=_param_hint(raw)) from None
+                    hint = _param_hint(raw) if isinstance(raw, ParamRef) else None
+                    raise LbdlError(err.first.message, node.span, hint=hint) from None
             hp[key] = value
         return hp
 

@@ -15,6 +15,8 @@ import optax
 import pytest
 
 import lbdl_dsl
+from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.core.errors import LbdlError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -185,3 +187,16 @@ def test_layernorm_of_the_last_axes_runs():
     np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(y.std(-1), 1.0, atol=1e-3)
     assert params["layernorm_0"]["scale"].shape == (6, 8)
+
+
+def test_a_rate_may_be_an_expression_of_a_block_parameter():
+    """`drop-path p=i/55`: the i-th block's rate, as Swin and ConvNeXt raise it with depth; a
+    fraction used where a size is needed is refused, never left as a symbol."""
+    text = (
+        "block b(i) on C×H×W:\n  drop-path p=i/10\n\nmodel m:\n  input X: 4×3×3\n  b i=3\n  b i=7\n"
+    )
+    compiled = compile_spec(text, file="rates.lbdl")
+    rates = [inst.body[0].attrs.p for inst in compiled.checked.root]
+    assert rates == pytest.approx([0.3, 0.7])
+    with pytest.raises(LbdlError, match="9/2, not a whole number"):
+        compile_spec("model m(n=9/2):\n  input X: 4\n  fc n\n", file="n.lbdl")

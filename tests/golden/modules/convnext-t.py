@@ -238,7 +238,7 @@ def convnext(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.0, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -271,7 +271,7 @@ def convnext_v(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.0058823529411764705, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -304,7 +304,7 @@ def convnext_v1(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.011764705882352941, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -346,7 +346,7 @@ def convnext_v2(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.01764705882352941, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -379,7 +379,7 @@ def convnext_v3(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.023529411764705882, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -412,7 +412,7 @@ def convnext_v4(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.029411764705882353, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -445,7 +445,7 @@ def convnext_v5(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.03529411764705882, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -478,7 +478,7 @@ def convnext_v6(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.041176470588235294, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -511,7 +511,7 @@ def convnext_v7(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.047058823529411764, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -544,7 +544,7 @@ def convnext_v8(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.052941176470588235, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -577,7 +577,7 @@ def convnext_v9(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.058823529411764705, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -610,7 +610,7 @@ def convnext_v10(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.06470588235294118, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -643,7 +643,7 @@ def convnext_v11(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.07058823529411765, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -676,7 +676,7 @@ def convnext_v12(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.07647058823529412, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -709,7 +709,7 @@ def convnext_v13(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.08235294117647059, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -742,7 +742,7 @@ def convnext_v14(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.08823529411764706, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -775,7 +775,7 @@ def convnext_v15(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.09411764705882353, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -808,7 +808,7 @@ def convnext_v16(p, x, *, train=False, key=None):
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"], p["residual_0"]["conv_2d_2"]["b"])
     # convnext-t.lbdl:24: layer-scale init=1e-6
     h = scale_along(h, p["residual_0"]["layer_scale_0"]["gamma"])
-    # convnext-t.lbdl:25: drop-path p=p
+    # convnext-t.lbdl:25: drop-path p=i/170
     h = drop_path(h, 0.1, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -822,47 +822,47 @@ def apply(params, state, X, *, train=False, key=None):
     x = conv(X_cl, params["conv_2d_0"]["w"], params["conv_2d_0"]["b"], stride=(4, 4))
     # convnext-t.lbdl:35: layernorm axis=0 eps=1e-6  ->  96×56×56
     x = layer_norm(x, params["layernorm_0"]["scale"], params["layernorm_0"]["bias"], eps=1e-06)
-    # convnext-t.lbdl:36: convnext p=0/170  ->  96×56×56
+    # convnext-t.lbdl:36: convnext i=0  ->  96×56×56
     x = convnext(params["convnext_0"], x, train=train, key=fold(key, 1))
-    # convnext-t.lbdl:37: convnext p=1/170  ->  96×56×56
+    # convnext-t.lbdl:37: convnext i=1  ->  96×56×56
     x = convnext_v(params["convnext_1"], x, train=train, key=fold(key, 2))
-    # convnext-t.lbdl:38: convnext p=2/170                C×I/4×I/4
+    # convnext-t.lbdl:38: convnext i=2                C×I/4×I/4
     x = convnext_v1(params["convnext_2"], x, train=train, key=fold(key, 3))
     # convnext-t.lbdl:39: downsample                      2C×I/8×I/8
     x = downsample(params["downsample_0"], x)
-    # convnext-t.lbdl:40: convnext p=3/170  ->  192×28×28
+    # convnext-t.lbdl:40: convnext i=3  ->  192×28×28
     x = convnext_v2(params["convnext_3"], x, train=train, key=fold(key, 4))
-    # convnext-t.lbdl:41: convnext p=4/170  ->  192×28×28
+    # convnext-t.lbdl:41: convnext i=4  ->  192×28×28
     x = convnext_v3(params["convnext_4"], x, train=train, key=fold(key, 5))
-    # convnext-t.lbdl:42: convnext p=5/170  ->  192×28×28
+    # convnext-t.lbdl:42: convnext i=5  ->  192×28×28
     x = convnext_v4(params["convnext_5"], x, train=train, key=fold(key, 6))
     # convnext-t.lbdl:43: downsample                      4C×I/16×I/16
     x = downsample(params["downsample_1"], x)
-    # convnext-t.lbdl:44: convnext p=6/170  ->  384×14×14
+    # convnext-t.lbdl:44: convnext i=6  ->  384×14×14
     x = convnext_v5(params["convnext_6"], x, train=train, key=fold(key, 7))
-    # convnext-t.lbdl:45: convnext p=7/170  ->  384×14×14
+    # convnext-t.lbdl:45: convnext i=7  ->  384×14×14
     x = convnext_v6(params["convnext_7"], x, train=train, key=fold(key, 8))
-    # convnext-t.lbdl:46: convnext p=8/170  ->  384×14×14
+    # convnext-t.lbdl:46: convnext i=8  ->  384×14×14
     x = convnext_v7(params["convnext_8"], x, train=train, key=fold(key, 9))
-    # convnext-t.lbdl:47: convnext p=9/170  ->  384×14×14
+    # convnext-t.lbdl:47: convnext i=9  ->  384×14×14
     x = convnext_v8(params["convnext_9"], x, train=train, key=fold(key, 10))
-    # convnext-t.lbdl:48: convnext p=10/170  ->  384×14×14
+    # convnext-t.lbdl:48: convnext i=10  ->  384×14×14
     x = convnext_v9(params["convnext_10"], x, train=train, key=fold(key, 11))
-    # convnext-t.lbdl:49: convnext p=11/170  ->  384×14×14
+    # convnext-t.lbdl:49: convnext i=11  ->  384×14×14
     x = convnext_v10(params["convnext_11"], x, train=train, key=fold(key, 12))
-    # convnext-t.lbdl:50: convnext p=12/170  ->  384×14×14
+    # convnext-t.lbdl:50: convnext i=12  ->  384×14×14
     x = convnext_v11(params["convnext_12"], x, train=train, key=fold(key, 13))
-    # convnext-t.lbdl:51: convnext p=13/170  ->  384×14×14
+    # convnext-t.lbdl:51: convnext i=13  ->  384×14×14
     x = convnext_v12(params["convnext_13"], x, train=train, key=fold(key, 14))
-    # convnext-t.lbdl:52: convnext p=14/170  ->  384×14×14
+    # convnext-t.lbdl:52: convnext i=14  ->  384×14×14
     x = convnext_v13(params["convnext_14"], x, train=train, key=fold(key, 15))
     # convnext-t.lbdl:53: downsample                      8C×I/32×I/32
     x = downsample(params["downsample_2"], x)
-    # convnext-t.lbdl:54: convnext p=15/170  ->  768×7×7
+    # convnext-t.lbdl:54: convnext i=15  ->  768×7×7
     x = convnext_v14(params["convnext_15"], x, train=train, key=fold(key, 16))
-    # convnext-t.lbdl:55: convnext p=16/170  ->  768×7×7
+    # convnext-t.lbdl:55: convnext i=16  ->  768×7×7
     x = convnext_v15(params["convnext_16"], x, train=train, key=fold(key, 17))
-    # convnext-t.lbdl:56: convnext p=17/170  ->  768×7×7
+    # convnext-t.lbdl:56: convnext i=17  ->  768×7×7
     x = convnext_v16(params["convnext_17"], x, train=train, key=fold(key, 18))
     # convnext-t.lbdl:57: global-avgpool                  8C×1×1
     x = global_avg_pool(x)

@@ -360,11 +360,11 @@ def se(p, x):
 
 
 def dmbconv(p, s, x, *, train=False):
-    """Block `dmbconv` of efficientnet-b0.lbdl:40; returns (output, new state)."""
+    """Block `dmbconv` of efficientnet-b0.lbdl:41; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:41: conv-2d k=1 bias=false          t*C×H×W
+    # efficientnet-b0.lbdl:42: conv-2d k=1 bias=false          t*C×H×W
     x = conv(x, p["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:42: batchnorm
+    # efficientnet-b0.lbdl:43: batchnorm
     (x, mean, var) = batch_norm(
         x,
         p["batchnorm_0"]["scale"],
@@ -374,11 +374,11 @@ def dmbconv(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:43: silu
+    # efficientnet-b0.lbdl:44: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:44: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
+    # efficientnet-b0.lbdl:45: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
     x = conv(x, p["conv_2d_1"]["w"], stride=(2, 2), padding=((1, 1), (1, 1)), groups=96)
-    # efficientnet-b0.lbdl:45: batchnorm
+    # efficientnet-b0.lbdl:46: batchnorm
     (x, mean1, var1) = batch_norm(
         x,
         p["batchnorm_1"]["scale"],
@@ -388,13 +388,13 @@ def dmbconv(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:46: silu
+    # efficientnet-b0.lbdl:47: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:47: se S=C/4
+    # efficientnet-b0.lbdl:48: se S=C/4
     x = se(p["se_0"], x)
-    # efficientnet-b0.lbdl:48: conv-2d k=1 bias=false          c×H/s×W/s
+    # efficientnet-b0.lbdl:49: conv-2d k=1 bias=false          c×H/s×W/s
     x = conv(x, p["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:49: batchnorm
+    # efficientnet-b0.lbdl:50: batchnorm
     (x, mean2, var2) = batch_norm(
         x,
         p["batchnorm_2"]["scale"],
@@ -408,13 +408,13 @@ def dmbconv(p, s, x, *, train=False):
 
 
 def mbconv(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -424,11 +424,11 @@ def mbconv(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((1, 1), (1, 1)), groups=144)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -438,13 +438,13 @@ def mbconv(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -454,7 +454,7 @@ def mbconv(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.025, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -463,11 +463,11 @@ def mbconv(p, s, x, *, train=False, key=None):
 
 
 def dmbconv_v(p, s, x, *, train=False):
-    """Block `dmbconv` of efficientnet-b0.lbdl:40; returns (output, new state)."""
+    """Block `dmbconv` of efficientnet-b0.lbdl:41; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:41: conv-2d k=1 bias=false          t*C×H×W
+    # efficientnet-b0.lbdl:42: conv-2d k=1 bias=false          t*C×H×W
     x = conv(x, p["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:42: batchnorm
+    # efficientnet-b0.lbdl:43: batchnorm
     (x, mean, var) = batch_norm(
         x,
         p["batchnorm_0"]["scale"],
@@ -477,11 +477,11 @@ def dmbconv_v(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:43: silu
+    # efficientnet-b0.lbdl:44: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:44: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
+    # efficientnet-b0.lbdl:45: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
     x = conv(x, p["conv_2d_1"]["w"], stride=(2, 2), padding=((2, 2), (2, 2)), groups=144)
-    # efficientnet-b0.lbdl:45: batchnorm
+    # efficientnet-b0.lbdl:46: batchnorm
     (x, mean1, var1) = batch_norm(
         x,
         p["batchnorm_1"]["scale"],
@@ -491,13 +491,13 @@ def dmbconv_v(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:46: silu
+    # efficientnet-b0.lbdl:47: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:47: se S=C/4
+    # efficientnet-b0.lbdl:48: se S=C/4
     x = se(p["se_0"], x)
-    # efficientnet-b0.lbdl:48: conv-2d k=1 bias=false          c×H/s×W/s
+    # efficientnet-b0.lbdl:49: conv-2d k=1 bias=false          c×H/s×W/s
     x = conv(x, p["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:49: batchnorm
+    # efficientnet-b0.lbdl:50: batchnorm
     (x, mean2, var2) = batch_norm(
         x,
         p["batchnorm_2"]["scale"],
@@ -511,13 +511,13 @@ def dmbconv_v(p, s, x, *, train=False):
 
 
 def mbconv_v(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -527,11 +527,11 @@ def mbconv_v(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((2, 2), (2, 2)), groups=240)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -541,13 +541,13 @@ def mbconv_v(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -557,7 +557,7 @@ def mbconv_v(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.05, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -566,11 +566,11 @@ def mbconv_v(p, s, x, *, train=False, key=None):
 
 
 def dmbconv_v1(p, s, x, *, train=False):
-    """Block `dmbconv` of efficientnet-b0.lbdl:40; returns (output, new state)."""
+    """Block `dmbconv` of efficientnet-b0.lbdl:41; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:41: conv-2d k=1 bias=false          t*C×H×W
+    # efficientnet-b0.lbdl:42: conv-2d k=1 bias=false          t*C×H×W
     x = conv(x, p["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:42: batchnorm
+    # efficientnet-b0.lbdl:43: batchnorm
     (x, mean, var) = batch_norm(
         x,
         p["batchnorm_0"]["scale"],
@@ -580,11 +580,11 @@ def dmbconv_v1(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:43: silu
+    # efficientnet-b0.lbdl:44: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:44: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
+    # efficientnet-b0.lbdl:45: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
     x = conv(x, p["conv_2d_1"]["w"], stride=(2, 2), padding=((1, 1), (1, 1)), groups=240)
-    # efficientnet-b0.lbdl:45: batchnorm
+    # efficientnet-b0.lbdl:46: batchnorm
     (x, mean1, var1) = batch_norm(
         x,
         p["batchnorm_1"]["scale"],
@@ -594,13 +594,13 @@ def dmbconv_v1(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:46: silu
+    # efficientnet-b0.lbdl:47: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:47: se S=C/4
+    # efficientnet-b0.lbdl:48: se S=C/4
     x = se(p["se_0"], x)
-    # efficientnet-b0.lbdl:48: conv-2d k=1 bias=false          c×H/s×W/s
+    # efficientnet-b0.lbdl:49: conv-2d k=1 bias=false          c×H/s×W/s
     x = conv(x, p["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:49: batchnorm
+    # efficientnet-b0.lbdl:50: batchnorm
     (x, mean2, var2) = batch_norm(
         x,
         p["batchnorm_2"]["scale"],
@@ -614,13 +614,13 @@ def dmbconv_v1(p, s, x, *, train=False):
 
 
 def mbconv_v1(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -630,11 +630,11 @@ def mbconv_v1(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((1, 1), (1, 1)), groups=480)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -644,13 +644,13 @@ def mbconv_v1(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -660,7 +660,7 @@ def mbconv_v1(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.075, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -669,13 +669,13 @@ def mbconv_v1(p, s, x, *, train=False, key=None):
 
 
 def mbconv_v2(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -685,11 +685,11 @@ def mbconv_v2(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((1, 1), (1, 1)), groups=480)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -699,13 +699,13 @@ def mbconv_v2(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -715,7 +715,7 @@ def mbconv_v2(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.0875, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -724,11 +724,11 @@ def mbconv_v2(p, s, x, *, train=False, key=None):
 
 
 def dmbconv_v2(p, s, x, *, train=False):
-    """Block `dmbconv` of efficientnet-b0.lbdl:40; returns (output, new state)."""
+    """Block `dmbconv` of efficientnet-b0.lbdl:41; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:41: conv-2d k=1 bias=false          t*C×H×W
+    # efficientnet-b0.lbdl:42: conv-2d k=1 bias=false          t*C×H×W
     x = conv(x, p["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:42: batchnorm
+    # efficientnet-b0.lbdl:43: batchnorm
     (x, mean, var) = batch_norm(
         x,
         p["batchnorm_0"]["scale"],
@@ -738,11 +738,11 @@ def dmbconv_v2(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:43: silu
+    # efficientnet-b0.lbdl:44: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:44: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
+    # efficientnet-b0.lbdl:45: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
     x = conv(x, p["conv_2d_1"]["w"], padding=((2, 2), (2, 2)), groups=480)
-    # efficientnet-b0.lbdl:45: batchnorm
+    # efficientnet-b0.lbdl:46: batchnorm
     (x, mean1, var1) = batch_norm(
         x,
         p["batchnorm_1"]["scale"],
@@ -752,13 +752,13 @@ def dmbconv_v2(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:46: silu
+    # efficientnet-b0.lbdl:47: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:47: se S=C/4
+    # efficientnet-b0.lbdl:48: se S=C/4
     x = se(p["se_0"], x)
-    # efficientnet-b0.lbdl:48: conv-2d k=1 bias=false          c×H/s×W/s
+    # efficientnet-b0.lbdl:49: conv-2d k=1 bias=false          c×H/s×W/s
     x = conv(x, p["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:49: batchnorm
+    # efficientnet-b0.lbdl:50: batchnorm
     (x, mean2, var2) = batch_norm(
         x,
         p["batchnorm_2"]["scale"],
@@ -772,13 +772,13 @@ def dmbconv_v2(p, s, x, *, train=False):
 
 
 def mbconv_v3(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -788,11 +788,11 @@ def mbconv_v3(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((2, 2), (2, 2)), groups=672)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -802,13 +802,13 @@ def mbconv_v3(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -818,7 +818,7 @@ def mbconv_v3(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.1125, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -827,13 +827,13 @@ def mbconv_v3(p, s, x, *, train=False, key=None):
 
 
 def mbconv_v4(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -843,11 +843,11 @@ def mbconv_v4(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((2, 2), (2, 2)), groups=672)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -857,13 +857,13 @@ def mbconv_v4(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -873,7 +873,7 @@ def mbconv_v4(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.125, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -882,11 +882,11 @@ def mbconv_v4(p, s, x, *, train=False, key=None):
 
 
 def dmbconv_v3(p, s, x, *, train=False):
-    """Block `dmbconv` of efficientnet-b0.lbdl:40; returns (output, new state)."""
+    """Block `dmbconv` of efficientnet-b0.lbdl:41; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:41: conv-2d k=1 bias=false          t*C×H×W
+    # efficientnet-b0.lbdl:42: conv-2d k=1 bias=false          t*C×H×W
     x = conv(x, p["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:42: batchnorm
+    # efficientnet-b0.lbdl:43: batchnorm
     (x, mean, var) = batch_norm(
         x,
         p["batchnorm_0"]["scale"],
@@ -896,11 +896,11 @@ def dmbconv_v3(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:43: silu
+    # efficientnet-b0.lbdl:44: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:44: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
+    # efficientnet-b0.lbdl:45: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
     x = conv(x, p["conv_2d_1"]["w"], stride=(2, 2), padding=((2, 2), (2, 2)), groups=672)
-    # efficientnet-b0.lbdl:45: batchnorm
+    # efficientnet-b0.lbdl:46: batchnorm
     (x, mean1, var1) = batch_norm(
         x,
         p["batchnorm_1"]["scale"],
@@ -910,13 +910,13 @@ def dmbconv_v3(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:46: silu
+    # efficientnet-b0.lbdl:47: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:47: se S=C/4
+    # efficientnet-b0.lbdl:48: se S=C/4
     x = se(p["se_0"], x)
-    # efficientnet-b0.lbdl:48: conv-2d k=1 bias=false          c×H/s×W/s
+    # efficientnet-b0.lbdl:49: conv-2d k=1 bias=false          c×H/s×W/s
     x = conv(x, p["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:49: batchnorm
+    # efficientnet-b0.lbdl:50: batchnorm
     (x, mean2, var2) = batch_norm(
         x,
         p["batchnorm_2"]["scale"],
@@ -930,13 +930,13 @@ def dmbconv_v3(p, s, x, *, train=False):
 
 
 def mbconv_v5(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -946,11 +946,11 @@ def mbconv_v5(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((2, 2), (2, 2)), groups=1152)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -960,13 +960,13 @@ def mbconv_v5(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -976,7 +976,7 @@ def mbconv_v5(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.15, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -985,13 +985,13 @@ def mbconv_v5(p, s, x, *, train=False, key=None):
 
 
 def mbconv_v6(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -1001,11 +1001,11 @@ def mbconv_v6(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((2, 2), (2, 2)), groups=1152)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -1015,13 +1015,13 @@ def mbconv_v6(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -1031,7 +1031,7 @@ def mbconv_v6(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.1625, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -1040,13 +1040,13 @@ def mbconv_v6(p, s, x, *, train=False, key=None):
 
 
 def mbconv_v7(p, s, x, *, train=False, key=None):
-    """Block `mbconv` of efficientnet-b0.lbdl:26; returns (output, new state)."""
+    """Block `mbconv` of efficientnet-b0.lbdl:27; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:27: residual:
+    # efficientnet-b0.lbdl:28: residual:
     ns_residual_0 = {}
-    # efficientnet-b0.lbdl:28: conv-2d k=1 bias=false        t*C×H×W
+    # efficientnet-b0.lbdl:29: conv-2d k=1 bias=false        t*C×H×W
     h = conv(x, p["residual_0"]["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:29: batchnorm
+    # efficientnet-b0.lbdl:30: batchnorm
     (h, mean, var) = batch_norm(
         h,
         p["residual_0"]["batchnorm_0"]["scale"],
@@ -1056,11 +1056,11 @@ def mbconv_v7(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:30: silu
+    # efficientnet-b0.lbdl:31: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:31: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
+    # efficientnet-b0.lbdl:32: conv-2d k=k p=(k-1)/2 g=t*C bias=false     t*C×H×W
     h = conv(h, p["residual_0"]["conv_2d_1"]["w"], padding=((2, 2), (2, 2)), groups=1152)
-    # efficientnet-b0.lbdl:32: batchnorm
+    # efficientnet-b0.lbdl:33: batchnorm
     (h, mean1, var1) = batch_norm(
         h,
         p["residual_0"]["batchnorm_1"]["scale"],
@@ -1070,13 +1070,13 @@ def mbconv_v7(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:33: silu
+    # efficientnet-b0.lbdl:34: silu
     h = silu(h)
-    # efficientnet-b0.lbdl:34: se S=C/4
+    # efficientnet-b0.lbdl:35: se S=C/4
     h = se(p["residual_0"]["se_0"], h)
-    # efficientnet-b0.lbdl:35: conv-2d k=1 bias=false        C×H×W
+    # efficientnet-b0.lbdl:36: conv-2d k=1 bias=false        C×H×W
     h = conv(h, p["residual_0"]["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:36: batchnorm
+    # efficientnet-b0.lbdl:37: batchnorm
     (h, mean2, var2) = batch_norm(
         h,
         p["residual_0"]["batchnorm_2"]["scale"],
@@ -1086,7 +1086,7 @@ def mbconv_v7(p, s, x, *, train=False, key=None):
         train=train,
     )
     ns_residual_0["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:37: drop-path p=p
+    # efficientnet-b0.lbdl:38: drop-path p=i/80
     h = drop_path(h, 0.175, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
@@ -1095,11 +1095,11 @@ def mbconv_v7(p, s, x, *, train=False, key=None):
 
 
 def dmbconv_v4(p, s, x, *, train=False):
-    """Block `dmbconv` of efficientnet-b0.lbdl:40; returns (output, new state)."""
+    """Block `dmbconv` of efficientnet-b0.lbdl:41; returns (output, new state)."""
     ns = {}
-    # efficientnet-b0.lbdl:41: conv-2d k=1 bias=false          t*C×H×W
+    # efficientnet-b0.lbdl:42: conv-2d k=1 bias=false          t*C×H×W
     x = conv(x, p["conv_2d_0"]["w"])
-    # efficientnet-b0.lbdl:42: batchnorm
+    # efficientnet-b0.lbdl:43: batchnorm
     (x, mean, var) = batch_norm(
         x,
         p["batchnorm_0"]["scale"],
@@ -1109,11 +1109,11 @@ def dmbconv_v4(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:43: silu
+    # efficientnet-b0.lbdl:44: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:44: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
+    # efficientnet-b0.lbdl:45: conv-2d k=k s=s p=(k-1)/2 g=t*C bias=false   t*C×H/s×W/s
     x = conv(x, p["conv_2d_1"]["w"], padding=((1, 1), (1, 1)), groups=1152)
-    # efficientnet-b0.lbdl:45: batchnorm
+    # efficientnet-b0.lbdl:46: batchnorm
     (x, mean1, var1) = batch_norm(
         x,
         p["batchnorm_1"]["scale"],
@@ -1123,13 +1123,13 @@ def dmbconv_v4(p, s, x, *, train=False):
         train=train,
     )
     ns["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:46: silu
+    # efficientnet-b0.lbdl:47: silu
     x = silu(x)
-    # efficientnet-b0.lbdl:47: se S=C/4
+    # efficientnet-b0.lbdl:48: se S=C/4
     x = se(p["se_0"], x)
-    # efficientnet-b0.lbdl:48: conv-2d k=1 bias=false          c×H/s×W/s
+    # efficientnet-b0.lbdl:49: conv-2d k=1 bias=false          c×H/s×W/s
     x = conv(x, p["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:49: batchnorm
+    # efficientnet-b0.lbdl:50: batchnorm
     (x, mean2, var2) = batch_norm(
         x,
         p["batchnorm_2"]["scale"],
@@ -1145,10 +1145,10 @@ def dmbconv_v4(p, s, x, *, train=False):
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
     new_state = {}
-    # efficientnet-b0.lbdl:53: conv-2d k=3 s=2 p=1 bias=false  32×I/2×I/2
+    # efficientnet-b0.lbdl:54: conv-2d k=3 s=2 p=1 bias=false  32×I/2×I/2
     X_cl = to_channels_last(X)
     x = conv(X_cl, params["conv_2d_0"]["w"], stride=(2, 2), padding=((1, 1), (1, 1)))
-    # efficientnet-b0.lbdl:54: batchnorm  ->  32×112×112
+    # efficientnet-b0.lbdl:55: batchnorm  ->  32×112×112
     (x, mean, var) = batch_norm(
         x,
         params["batchnorm_0"]["scale"],
@@ -1158,11 +1158,11 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
     )
     new_state["batchnorm_0"] = {"mean": mean, "var": var}
-    # efficientnet-b0.lbdl:55: silu  ->  32×112×112
+    # efficientnet-b0.lbdl:56: silu  ->  32×112×112
     x = silu(x)
-    # efficientnet-b0.lbdl:57: conv-2d k=3 p=1 g=32 bias=false 32×I/2×I/2
+    # efficientnet-b0.lbdl:58: conv-2d k=3 p=1 g=32 bias=false 32×I/2×I/2
     x = conv(x, params["conv_2d_1"]["w"], padding=((1, 1), (1, 1)), groups=32)
-    # efficientnet-b0.lbdl:58: batchnorm  ->  32×112×112
+    # efficientnet-b0.lbdl:59: batchnorm  ->  32×112×112
     (x, mean1, var1) = batch_norm(
         x,
         params["batchnorm_1"]["scale"],
@@ -1172,13 +1172,13 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
     )
     new_state["batchnorm_1"] = {"mean": mean1, "var": var1}
-    # efficientnet-b0.lbdl:59: silu  ->  32×112×112
+    # efficientnet-b0.lbdl:60: silu  ->  32×112×112
     x = silu(x)
-    # efficientnet-b0.lbdl:60: se S=8  ->  32×112×112
+    # efficientnet-b0.lbdl:61: se S=8  ->  32×112×112
     x = se(params["se_0"], x)
-    # efficientnet-b0.lbdl:61: conv-2d k=1 bias=false          16×I/2×I/2
+    # efficientnet-b0.lbdl:62: conv-2d k=1 bias=false          16×I/2×I/2
     x = conv(x, params["conv_2d_2"]["w"])
-    # efficientnet-b0.lbdl:62: batchnorm  ->  16×112×112
+    # efficientnet-b0.lbdl:63: batchnorm  ->  16×112×112
     (x, mean2, var2) = batch_norm(
         x,
         params["batchnorm_2"]["scale"],
@@ -1188,9 +1188,9 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
     )
     new_state["batchnorm_2"] = {"mean": mean2, "var": var2}
-    # efficientnet-b0.lbdl:64: dmbconv k=3 s=2 c=24            24×I/4×I/4
+    # efficientnet-b0.lbdl:65: dmbconv k=3 s=2 c=24            24×I/4×I/4
     x, new_state["dmbconv_0"] = dmbconv(params["dmbconv_0"], state["dmbconv_0"], x, train=train)
-    # efficientnet-b0.lbdl:65: mbconv k=3 p=2/80  ->  24×56×56
+    # efficientnet-b0.lbdl:66: mbconv k=3 i=2  ->  24×56×56
     (x, new_state["mbconv_0"]) = mbconv(
         params["mbconv_0"],
         state["mbconv_0"],
@@ -1198,9 +1198,9 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 1),
     )
-    # efficientnet-b0.lbdl:66: dmbconv k=5 s=2 c=40            40×I/8×I/8
+    # efficientnet-b0.lbdl:67: dmbconv k=5 s=2 c=40            40×I/8×I/8
     x, new_state["dmbconv_1"] = dmbconv_v(params["dmbconv_1"], state["dmbconv_1"], x, train=train)
-    # efficientnet-b0.lbdl:67: mbconv k=5 p=4/80  ->  40×28×28
+    # efficientnet-b0.lbdl:68: mbconv k=5 i=4  ->  40×28×28
     (x, new_state["mbconv_1"]) = mbconv_v(
         params["mbconv_1"],
         state["mbconv_1"],
@@ -1208,9 +1208,9 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 2),
     )
-    # efficientnet-b0.lbdl:68: dmbconv k=3 s=2 c=80            80×I/16×I/16
+    # efficientnet-b0.lbdl:69: dmbconv k=3 s=2 c=80            80×I/16×I/16
     x, new_state["dmbconv_2"] = dmbconv_v1(params["dmbconv_2"], state["dmbconv_2"], x, train=train)
-    # efficientnet-b0.lbdl:69: mbconv k=3 p=6/80  ->  80×14×14
+    # efficientnet-b0.lbdl:70: mbconv k=3 i=6  ->  80×14×14
     (x, new_state["mbconv_2"]) = mbconv_v1(
         params["mbconv_2"],
         state["mbconv_2"],
@@ -1218,7 +1218,7 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 3),
     )
-    # efficientnet-b0.lbdl:70: mbconv k=3 p=7/80  ->  80×14×14
+    # efficientnet-b0.lbdl:71: mbconv k=3 i=7  ->  80×14×14
     (x, new_state["mbconv_3"]) = mbconv_v2(
         params["mbconv_3"],
         state["mbconv_3"],
@@ -1226,9 +1226,9 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 4),
     )
-    # efficientnet-b0.lbdl:71: dmbconv k=5 c=112               112×I/16×I/16
+    # efficientnet-b0.lbdl:72: dmbconv k=5 c=112               112×I/16×I/16
     x, new_state["dmbconv_3"] = dmbconv_v2(params["dmbconv_3"], state["dmbconv_3"], x, train=train)
-    # efficientnet-b0.lbdl:72: mbconv k=5 p=9/80  ->  112×14×14
+    # efficientnet-b0.lbdl:73: mbconv k=5 i=9  ->  112×14×14
     (x, new_state["mbconv_4"]) = mbconv_v3(
         params["mbconv_4"],
         state["mbconv_4"],
@@ -1236,7 +1236,7 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 5),
     )
-    # efficientnet-b0.lbdl:73: mbconv k=5 p=10/80  ->  112×14×14
+    # efficientnet-b0.lbdl:74: mbconv k=5 i=10  ->  112×14×14
     (x, new_state["mbconv_5"]) = mbconv_v4(
         params["mbconv_5"],
         state["mbconv_5"],
@@ -1244,9 +1244,9 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 6),
     )
-    # efficientnet-b0.lbdl:74: dmbconv k=5 s=2 c=192           192×I/32×I/32
+    # efficientnet-b0.lbdl:75: dmbconv k=5 s=2 c=192           192×I/32×I/32
     x, new_state["dmbconv_4"] = dmbconv_v3(params["dmbconv_4"], state["dmbconv_4"], x, train=train)
-    # efficientnet-b0.lbdl:75: mbconv k=5 p=12/80  ->  192×7×7
+    # efficientnet-b0.lbdl:76: mbconv k=5 i=12  ->  192×7×7
     (x, new_state["mbconv_6"]) = mbconv_v5(
         params["mbconv_6"],
         state["mbconv_6"],
@@ -1254,7 +1254,7 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 7),
     )
-    # efficientnet-b0.lbdl:76: mbconv k=5 p=13/80  ->  192×7×7
+    # efficientnet-b0.lbdl:77: mbconv k=5 i=13  ->  192×7×7
     (x, new_state["mbconv_7"]) = mbconv_v6(
         params["mbconv_7"],
         state["mbconv_7"],
@@ -1262,7 +1262,7 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 8),
     )
-    # efficientnet-b0.lbdl:77: mbconv k=5 p=14/80  ->  192×7×7
+    # efficientnet-b0.lbdl:78: mbconv k=5 i=14  ->  192×7×7
     (x, new_state["mbconv_8"]) = mbconv_v7(
         params["mbconv_8"],
         state["mbconv_8"],
@@ -1270,11 +1270,11 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
         key=fold(key, 9),
     )
-    # efficientnet-b0.lbdl:78: dmbconv k=3 c=320               320×I/32×I/32
+    # efficientnet-b0.lbdl:79: dmbconv k=3 c=320               320×I/32×I/32
     x, new_state["dmbconv_5"] = dmbconv_v4(params["dmbconv_5"], state["dmbconv_5"], x, train=train)
-    # efficientnet-b0.lbdl:79: conv-2d k=1 bias=false          1280×I/32×I/32
+    # efficientnet-b0.lbdl:80: conv-2d k=1 bias=false          1280×I/32×I/32
     x = conv(x, params["conv_2d_3"]["w"])
-    # efficientnet-b0.lbdl:80: batchnorm  ->  1280×7×7
+    # efficientnet-b0.lbdl:81: batchnorm  ->  1280×7×7
     (x, mean3, var3) = batch_norm(
         x,
         params["batchnorm_3"]["scale"],
@@ -1284,16 +1284,16 @@ def apply(params, state, X, *, train=False, key=None):
         train=train,
     )
     new_state["batchnorm_3"] = {"mean": mean3, "var": var3}
-    # efficientnet-b0.lbdl:81: silu  ->  1280×7×7
+    # efficientnet-b0.lbdl:82: silu  ->  1280×7×7
     x = silu(x)
-    # efficientnet-b0.lbdl:82: global-avgpool                  1280×1×1
+    # efficientnet-b0.lbdl:83: global-avgpool                  1280×1×1
     x = global_avg_pool(x)
-    # efficientnet-b0.lbdl:83: reshape                         1280
+    # efficientnet-b0.lbdl:84: reshape                         1280
     x = to_channels_first(x)
     x = x.reshape(x.shape[0], 1280)
-    # efficientnet-b0.lbdl:84: dropout p=0.2  ->  1280
+    # efficientnet-b0.lbdl:85: dropout p=0.2  ->  1280
     x = dropout(x, 0.2, train=train, key=fold(key, 10))
-    # efficientnet-b0.lbdl:85: fc                              classes
+    # efficientnet-b0.lbdl:86: fc                              classes
     Y = dense(x, params["fc_0"]["w"], params["fc_0"]["b"])
     return Y, new_state
 

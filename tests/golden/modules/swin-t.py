@@ -22,219 +22,219 @@ PARAMS = {
     "conv_2d_0/b": ((96,), "const", 0.0),
     "layernorm_0/scale": ((96,), "const", 1.0),
     "layernorm_0/bias": ((96,), "const", 0.0),
-    "swin_0/residual_0/layernorm_0/scale": ((96,), "const", 1.0),
-    "swin_0/residual_0/layernorm_0/bias": ((96,), "const", 0.0),
-    "swin_0/residual_0/window_att_0/wq": ((96, 96), "fan_in", 96.0),
-    "swin_0/residual_0/window_att_0/wk": ((96, 96), "fan_in", 96.0),
-    "swin_0/residual_0/window_att_0/wv": ((96, 96), "fan_in", 96.0),
-    "swin_0/residual_0/window_att_0/wo": ((96, 96), "fan_in", 96.0),
-    "swin_0/residual_0/window_att_0/bq": ((96,), "const", 0.0),
-    "swin_0/residual_0/window_att_0/bk": ((96,), "const", 0.0),
-    "swin_0/residual_0/window_att_0/bv": ((96,), "const", 0.0),
-    "swin_0/residual_0/window_att_0/bo": ((96,), "const", 0.0),
-    "swin_0/residual_0/window_att_0/table": ((169, 3), "std", 0.02),
-    "swin_0/residual_1/layernorm_0/scale": ((96,), "const", 1.0),
-    "swin_0/residual_1/layernorm_0/bias": ((96,), "const", 0.0),
-    "swin_0/residual_1/conv_2d_0/w": ((1, 1, 96, 384), "fan_in", 96.0),
-    "swin_0/residual_1/conv_2d_0/b": ((384,), "const", 0.0),
-    "swin_0/residual_1/conv_2d_1/w": ((1, 1, 384, 96), "fan_in", 384.0),
-    "swin_0/residual_1/conv_2d_1/b": ((96,), "const", 0.0),
-    "swin_1/residual_0/layernorm_0/scale": ((96,), "const", 1.0),
-    "swin_1/residual_0/layernorm_0/bias": ((96,), "const", 0.0),
-    "swin_1/residual_0/window_att_0/wq": ((96, 96), "fan_in", 96.0),
-    "swin_1/residual_0/window_att_0/wk": ((96, 96), "fan_in", 96.0),
-    "swin_1/residual_0/window_att_0/wv": ((96, 96), "fan_in", 96.0),
-    "swin_1/residual_0/window_att_0/wo": ((96, 96), "fan_in", 96.0),
-    "swin_1/residual_0/window_att_0/bq": ((96,), "const", 0.0),
-    "swin_1/residual_0/window_att_0/bk": ((96,), "const", 0.0),
-    "swin_1/residual_0/window_att_0/bv": ((96,), "const", 0.0),
-    "swin_1/residual_0/window_att_0/bo": ((96,), "const", 0.0),
-    "swin_1/residual_0/window_att_0/table": ((169, 3), "std", 0.02),
-    "swin_1/residual_1/layernorm_0/scale": ((96,), "const", 1.0),
-    "swin_1/residual_1/layernorm_0/bias": ((96,), "const", 0.0),
-    "swin_1/residual_1/conv_2d_0/w": ((1, 1, 96, 384), "fan_in", 96.0),
-    "swin_1/residual_1/conv_2d_0/b": ((384,), "const", 0.0),
-    "swin_1/residual_1/conv_2d_1/w": ((1, 1, 384, 96), "fan_in", 384.0),
-    "swin_1/residual_1/conv_2d_1/b": ((96,), "const", 0.0),
+    "swin2_0/swin_0/residual_0/layernorm_0/scale": ((96,), "const", 1.0),
+    "swin2_0/swin_0/residual_0/layernorm_0/bias": ((96,), "const", 0.0),
+    "swin2_0/swin_0/residual_0/window_att_0/wq": ((96, 96), "fan_in", 96.0),
+    "swin2_0/swin_0/residual_0/window_att_0/wk": ((96, 96), "fan_in", 96.0),
+    "swin2_0/swin_0/residual_0/window_att_0/wv": ((96, 96), "fan_in", 96.0),
+    "swin2_0/swin_0/residual_0/window_att_0/wo": ((96, 96), "fan_in", 96.0),
+    "swin2_0/swin_0/residual_0/window_att_0/bq": ((96,), "const", 0.0),
+    "swin2_0/swin_0/residual_0/window_att_0/bk": ((96,), "const", 0.0),
+    "swin2_0/swin_0/residual_0/window_att_0/bv": ((96,), "const", 0.0),
+    "swin2_0/swin_0/residual_0/window_att_0/bo": ((96,), "const", 0.0),
+    "swin2_0/swin_0/residual_0/window_att_0/table": ((169, 3), "std", 0.02),
+    "swin2_0/swin_0/residual_1/layernorm_0/scale": ((96,), "const", 1.0),
+    "swin2_0/swin_0/residual_1/layernorm_0/bias": ((96,), "const", 0.0),
+    "swin2_0/swin_0/residual_1/conv_2d_0/w": ((1, 1, 96, 384), "fan_in", 96.0),
+    "swin2_0/swin_0/residual_1/conv_2d_0/b": ((384,), "const", 0.0),
+    "swin2_0/swin_0/residual_1/conv_2d_1/w": ((1, 1, 384, 96), "fan_in", 384.0),
+    "swin2_0/swin_0/residual_1/conv_2d_1/b": ((96,), "const", 0.0),
+    "swin2_0/swin_1/residual_0/layernorm_0/scale": ((96,), "const", 1.0),
+    "swin2_0/swin_1/residual_0/layernorm_0/bias": ((96,), "const", 0.0),
+    "swin2_0/swin_1/residual_0/window_att_0/wq": ((96, 96), "fan_in", 96.0),
+    "swin2_0/swin_1/residual_0/window_att_0/wk": ((96, 96), "fan_in", 96.0),
+    "swin2_0/swin_1/residual_0/window_att_0/wv": ((96, 96), "fan_in", 96.0),
+    "swin2_0/swin_1/residual_0/window_att_0/wo": ((96, 96), "fan_in", 96.0),
+    "swin2_0/swin_1/residual_0/window_att_0/bq": ((96,), "const", 0.0),
+    "swin2_0/swin_1/residual_0/window_att_0/bk": ((96,), "const", 0.0),
+    "swin2_0/swin_1/residual_0/window_att_0/bv": ((96,), "const", 0.0),
+    "swin2_0/swin_1/residual_0/window_att_0/bo": ((96,), "const", 0.0),
+    "swin2_0/swin_1/residual_0/window_att_0/table": ((169, 3), "std", 0.02),
+    "swin2_0/swin_1/residual_1/layernorm_0/scale": ((96,), "const", 1.0),
+    "swin2_0/swin_1/residual_1/layernorm_0/bias": ((96,), "const", 0.0),
+    "swin2_0/swin_1/residual_1/conv_2d_0/w": ((1, 1, 96, 384), "fan_in", 96.0),
+    "swin2_0/swin_1/residual_1/conv_2d_0/b": ((384,), "const", 0.0),
+    "swin2_0/swin_1/residual_1/conv_2d_1/w": ((1, 1, 384, 96), "fan_in", 384.0),
+    "swin2_0/swin_1/residual_1/conv_2d_1/b": ((96,), "const", 0.0),
     "patch_merge_0/norm/scale": ((384,), "const", 1.0),
     "patch_merge_0/norm/bias": ((384,), "const", 0.0),
     "patch_merge_0/reduction/w": ((1, 1, 384, 192), "fan_in", 384.0),
-    "swin_2/residual_0/layernorm_0/scale": ((192,), "const", 1.0),
-    "swin_2/residual_0/layernorm_0/bias": ((192,), "const", 0.0),
-    "swin_2/residual_0/window_att_0/wq": ((192, 192), "fan_in", 192.0),
-    "swin_2/residual_0/window_att_0/wk": ((192, 192), "fan_in", 192.0),
-    "swin_2/residual_0/window_att_0/wv": ((192, 192), "fan_in", 192.0),
-    "swin_2/residual_0/window_att_0/wo": ((192, 192), "fan_in", 192.0),
-    "swin_2/residual_0/window_att_0/bq": ((192,), "const", 0.0),
-    "swin_2/residual_0/window_att_0/bk": ((192,), "const", 0.0),
-    "swin_2/residual_0/window_att_0/bv": ((192,), "const", 0.0),
-    "swin_2/residual_0/window_att_0/bo": ((192,), "const", 0.0),
-    "swin_2/residual_0/window_att_0/table": ((169, 6), "std", 0.02),
-    "swin_2/residual_1/layernorm_0/scale": ((192,), "const", 1.0),
-    "swin_2/residual_1/layernorm_0/bias": ((192,), "const", 0.0),
-    "swin_2/residual_1/conv_2d_0/w": ((1, 1, 192, 768), "fan_in", 192.0),
-    "swin_2/residual_1/conv_2d_0/b": ((768,), "const", 0.0),
-    "swin_2/residual_1/conv_2d_1/w": ((1, 1, 768, 192), "fan_in", 768.0),
-    "swin_2/residual_1/conv_2d_1/b": ((192,), "const", 0.0),
-    "swin_3/residual_0/layernorm_0/scale": ((192,), "const", 1.0),
-    "swin_3/residual_0/layernorm_0/bias": ((192,), "const", 0.0),
-    "swin_3/residual_0/window_att_0/wq": ((192, 192), "fan_in", 192.0),
-    "swin_3/residual_0/window_att_0/wk": ((192, 192), "fan_in", 192.0),
-    "swin_3/residual_0/window_att_0/wv": ((192, 192), "fan_in", 192.0),
-    "swin_3/residual_0/window_att_0/wo": ((192, 192), "fan_in", 192.0),
-    "swin_3/residual_0/window_att_0/bq": ((192,), "const", 0.0),
-    "swin_3/residual_0/window_att_0/bk": ((192,), "const", 0.0),
-    "swin_3/residual_0/window_att_0/bv": ((192,), "const", 0.0),
-    "swin_3/residual_0/window_att_0/bo": ((192,), "const", 0.0),
-    "swin_3/residual_0/window_att_0/table": ((169, 6), "std", 0.02),
-    "swin_3/residual_1/layernorm_0/scale": ((192,), "const", 1.0),
-    "swin_3/residual_1/layernorm_0/bias": ((192,), "const", 0.0),
-    "swin_3/residual_1/conv_2d_0/w": ((1, 1, 192, 768), "fan_in", 192.0),
-    "swin_3/residual_1/conv_2d_0/b": ((768,), "const", 0.0),
-    "swin_3/residual_1/conv_2d_1/w": ((1, 1, 768, 192), "fan_in", 768.0),
-    "swin_3/residual_1/conv_2d_1/b": ((192,), "const", 0.0),
+    "swin2_1/swin_0/residual_0/layernorm_0/scale": ((192,), "const", 1.0),
+    "swin2_1/swin_0/residual_0/layernorm_0/bias": ((192,), "const", 0.0),
+    "swin2_1/swin_0/residual_0/window_att_0/wq": ((192, 192), "fan_in", 192.0),
+    "swin2_1/swin_0/residual_0/window_att_0/wk": ((192, 192), "fan_in", 192.0),
+    "swin2_1/swin_0/residual_0/window_att_0/wv": ((192, 192), "fan_in", 192.0),
+    "swin2_1/swin_0/residual_0/window_att_0/wo": ((192, 192), "fan_in", 192.0),
+    "swin2_1/swin_0/residual_0/window_att_0/bq": ((192,), "const", 0.0),
+    "swin2_1/swin_0/residual_0/window_att_0/bk": ((192,), "const", 0.0),
+    "swin2_1/swin_0/residual_0/window_att_0/bv": ((192,), "const", 0.0),
+    "swin2_1/swin_0/residual_0/window_att_0/bo": ((192,), "const", 0.0),
+    "swin2_1/swin_0/residual_0/window_att_0/table": ((169, 6), "std", 0.02),
+    "swin2_1/swin_0/residual_1/layernorm_0/scale": ((192,), "const", 1.0),
+    "swin2_1/swin_0/residual_1/layernorm_0/bias": ((192,), "const", 0.0),
+    "swin2_1/swin_0/residual_1/conv_2d_0/w": ((1, 1, 192, 768), "fan_in", 192.0),
+    "swin2_1/swin_0/residual_1/conv_2d_0/b": ((768,), "const", 0.0),
+    "swin2_1/swin_0/residual_1/conv_2d_1/w": ((1, 1, 768, 192), "fan_in", 768.0),
+    "swin2_1/swin_0/residual_1/conv_2d_1/b": ((192,), "const", 0.0),
+    "swin2_1/swin_1/residual_0/layernorm_0/scale": ((192,), "const", 1.0),
+    "swin2_1/swin_1/residual_0/layernorm_0/bias": ((192,), "const", 0.0),
+    "swin2_1/swin_1/residual_0/window_att_0/wq": ((192, 192), "fan_in", 192.0),
+    "swin2_1/swin_1/residual_0/window_att_0/wk": ((192, 192), "fan_in", 192.0),
+    "swin2_1/swin_1/residual_0/window_att_0/wv": ((192, 192), "fan_in", 192.0),
+    "swin2_1/swin_1/residual_0/window_att_0/wo": ((192, 192), "fan_in", 192.0),
+    "swin2_1/swin_1/residual_0/window_att_0/bq": ((192,), "const", 0.0),
+    "swin2_1/swin_1/residual_0/window_att_0/bk": ((192,), "const", 0.0),
+    "swin2_1/swin_1/residual_0/window_att_0/bv": ((192,), "const", 0.0),
+    "swin2_1/swin_1/residual_0/window_att_0/bo": ((192,), "const", 0.0),
+    "swin2_1/swin_1/residual_0/window_att_0/table": ((169, 6), "std", 0.02),
+    "swin2_1/swin_1/residual_1/layernorm_0/scale": ((192,), "const", 1.0),
+    "swin2_1/swin_1/residual_1/layernorm_0/bias": ((192,), "const", 0.0),
+    "swin2_1/swin_1/residual_1/conv_2d_0/w": ((1, 1, 192, 768), "fan_in", 192.0),
+    "swin2_1/swin_1/residual_1/conv_2d_0/b": ((768,), "const", 0.0),
+    "swin2_1/swin_1/residual_1/conv_2d_1/w": ((1, 1, 768, 192), "fan_in", 768.0),
+    "swin2_1/swin_1/residual_1/conv_2d_1/b": ((192,), "const", 0.0),
     "patch_merge_1/norm/scale": ((768,), "const", 1.0),
     "patch_merge_1/norm/bias": ((768,), "const", 0.0),
     "patch_merge_1/reduction/w": ((1, 1, 768, 384), "fan_in", 768.0),
-    "swin_4/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_4/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_4/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
-    "swin_4/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
-    "swin_4/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
-    "swin_4/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
-    "swin_4/residual_0/window_att_0/bq": ((384,), "const", 0.0),
-    "swin_4/residual_0/window_att_0/bk": ((384,), "const", 0.0),
-    "swin_4/residual_0/window_att_0/bv": ((384,), "const", 0.0),
-    "swin_4/residual_0/window_att_0/bo": ((384,), "const", 0.0),
-    "swin_4/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
-    "swin_4/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_4/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_4/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
-    "swin_4/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
-    "swin_4/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
-    "swin_4/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
-    "swin_5/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_5/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_5/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
-    "swin_5/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
-    "swin_5/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
-    "swin_5/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
-    "swin_5/residual_0/window_att_0/bq": ((384,), "const", 0.0),
-    "swin_5/residual_0/window_att_0/bk": ((384,), "const", 0.0),
-    "swin_5/residual_0/window_att_0/bv": ((384,), "const", 0.0),
-    "swin_5/residual_0/window_att_0/bo": ((384,), "const", 0.0),
-    "swin_5/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
-    "swin_5/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_5/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_5/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
-    "swin_5/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
-    "swin_5/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
-    "swin_5/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
-    "swin_6/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_6/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_6/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
-    "swin_6/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
-    "swin_6/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
-    "swin_6/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
-    "swin_6/residual_0/window_att_0/bq": ((384,), "const", 0.0),
-    "swin_6/residual_0/window_att_0/bk": ((384,), "const", 0.0),
-    "swin_6/residual_0/window_att_0/bv": ((384,), "const", 0.0),
-    "swin_6/residual_0/window_att_0/bo": ((384,), "const", 0.0),
-    "swin_6/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
-    "swin_6/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_6/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_6/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
-    "swin_6/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
-    "swin_6/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
-    "swin_6/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
-    "swin_7/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_7/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_7/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
-    "swin_7/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
-    "swin_7/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
-    "swin_7/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
-    "swin_7/residual_0/window_att_0/bq": ((384,), "const", 0.0),
-    "swin_7/residual_0/window_att_0/bk": ((384,), "const", 0.0),
-    "swin_7/residual_0/window_att_0/bv": ((384,), "const", 0.0),
-    "swin_7/residual_0/window_att_0/bo": ((384,), "const", 0.0),
-    "swin_7/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
-    "swin_7/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_7/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_7/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
-    "swin_7/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
-    "swin_7/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
-    "swin_7/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
-    "swin_8/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_8/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_8/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
-    "swin_8/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
-    "swin_8/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
-    "swin_8/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
-    "swin_8/residual_0/window_att_0/bq": ((384,), "const", 0.0),
-    "swin_8/residual_0/window_att_0/bk": ((384,), "const", 0.0),
-    "swin_8/residual_0/window_att_0/bv": ((384,), "const", 0.0),
-    "swin_8/residual_0/window_att_0/bo": ((384,), "const", 0.0),
-    "swin_8/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
-    "swin_8/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_8/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_8/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
-    "swin_8/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
-    "swin_8/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
-    "swin_8/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
-    "swin_9/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_9/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_9/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
-    "swin_9/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
-    "swin_9/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
-    "swin_9/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
-    "swin_9/residual_0/window_att_0/bq": ((384,), "const", 0.0),
-    "swin_9/residual_0/window_att_0/bk": ((384,), "const", 0.0),
-    "swin_9/residual_0/window_att_0/bv": ((384,), "const", 0.0),
-    "swin_9/residual_0/window_att_0/bo": ((384,), "const", 0.0),
-    "swin_9/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
-    "swin_9/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
-    "swin_9/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
-    "swin_9/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
-    "swin_9/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
-    "swin_9/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
-    "swin_9/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
+    "swin2_2/swin_0/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_2/swin_0/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_2/swin_0/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
+    "swin2_2/swin_0/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
+    "swin2_2/swin_0/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
+    "swin2_2/swin_0/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
+    "swin2_2/swin_0/residual_0/window_att_0/bq": ((384,), "const", 0.0),
+    "swin2_2/swin_0/residual_0/window_att_0/bk": ((384,), "const", 0.0),
+    "swin2_2/swin_0/residual_0/window_att_0/bv": ((384,), "const", 0.0),
+    "swin2_2/swin_0/residual_0/window_att_0/bo": ((384,), "const", 0.0),
+    "swin2_2/swin_0/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
+    "swin2_2/swin_0/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_2/swin_0/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_2/swin_0/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
+    "swin2_2/swin_0/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
+    "swin2_2/swin_0/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
+    "swin2_2/swin_0/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
+    "swin2_2/swin_1/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_2/swin_1/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_2/swin_1/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
+    "swin2_2/swin_1/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
+    "swin2_2/swin_1/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
+    "swin2_2/swin_1/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
+    "swin2_2/swin_1/residual_0/window_att_0/bq": ((384,), "const", 0.0),
+    "swin2_2/swin_1/residual_0/window_att_0/bk": ((384,), "const", 0.0),
+    "swin2_2/swin_1/residual_0/window_att_0/bv": ((384,), "const", 0.0),
+    "swin2_2/swin_1/residual_0/window_att_0/bo": ((384,), "const", 0.0),
+    "swin2_2/swin_1/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
+    "swin2_2/swin_1/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_2/swin_1/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_2/swin_1/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
+    "swin2_2/swin_1/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
+    "swin2_2/swin_1/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
+    "swin2_2/swin_1/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
+    "swin2_3/swin_0/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_3/swin_0/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_3/swin_0/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
+    "swin2_3/swin_0/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
+    "swin2_3/swin_0/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
+    "swin2_3/swin_0/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
+    "swin2_3/swin_0/residual_0/window_att_0/bq": ((384,), "const", 0.0),
+    "swin2_3/swin_0/residual_0/window_att_0/bk": ((384,), "const", 0.0),
+    "swin2_3/swin_0/residual_0/window_att_0/bv": ((384,), "const", 0.0),
+    "swin2_3/swin_0/residual_0/window_att_0/bo": ((384,), "const", 0.0),
+    "swin2_3/swin_0/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
+    "swin2_3/swin_0/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_3/swin_0/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_3/swin_0/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
+    "swin2_3/swin_0/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
+    "swin2_3/swin_0/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
+    "swin2_3/swin_0/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
+    "swin2_3/swin_1/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_3/swin_1/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_3/swin_1/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
+    "swin2_3/swin_1/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
+    "swin2_3/swin_1/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
+    "swin2_3/swin_1/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
+    "swin2_3/swin_1/residual_0/window_att_0/bq": ((384,), "const", 0.0),
+    "swin2_3/swin_1/residual_0/window_att_0/bk": ((384,), "const", 0.0),
+    "swin2_3/swin_1/residual_0/window_att_0/bv": ((384,), "const", 0.0),
+    "swin2_3/swin_1/residual_0/window_att_0/bo": ((384,), "const", 0.0),
+    "swin2_3/swin_1/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
+    "swin2_3/swin_1/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_3/swin_1/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_3/swin_1/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
+    "swin2_3/swin_1/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
+    "swin2_3/swin_1/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
+    "swin2_3/swin_1/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
+    "swin2_4/swin_0/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_4/swin_0/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_4/swin_0/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
+    "swin2_4/swin_0/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
+    "swin2_4/swin_0/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
+    "swin2_4/swin_0/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
+    "swin2_4/swin_0/residual_0/window_att_0/bq": ((384,), "const", 0.0),
+    "swin2_4/swin_0/residual_0/window_att_0/bk": ((384,), "const", 0.0),
+    "swin2_4/swin_0/residual_0/window_att_0/bv": ((384,), "const", 0.0),
+    "swin2_4/swin_0/residual_0/window_att_0/bo": ((384,), "const", 0.0),
+    "swin2_4/swin_0/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
+    "swin2_4/swin_0/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_4/swin_0/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_4/swin_0/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
+    "swin2_4/swin_0/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
+    "swin2_4/swin_0/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
+    "swin2_4/swin_0/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
+    "swin2_4/swin_1/residual_0/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_4/swin_1/residual_0/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_4/swin_1/residual_0/window_att_0/wq": ((384, 384), "fan_in", 384.0),
+    "swin2_4/swin_1/residual_0/window_att_0/wk": ((384, 384), "fan_in", 384.0),
+    "swin2_4/swin_1/residual_0/window_att_0/wv": ((384, 384), "fan_in", 384.0),
+    "swin2_4/swin_1/residual_0/window_att_0/wo": ((384, 384), "fan_in", 384.0),
+    "swin2_4/swin_1/residual_0/window_att_0/bq": ((384,), "const", 0.0),
+    "swin2_4/swin_1/residual_0/window_att_0/bk": ((384,), "const", 0.0),
+    "swin2_4/swin_1/residual_0/window_att_0/bv": ((384,), "const", 0.0),
+    "swin2_4/swin_1/residual_0/window_att_0/bo": ((384,), "const", 0.0),
+    "swin2_4/swin_1/residual_0/window_att_0/table": ((169, 12), "std", 0.02),
+    "swin2_4/swin_1/residual_1/layernorm_0/scale": ((384,), "const", 1.0),
+    "swin2_4/swin_1/residual_1/layernorm_0/bias": ((384,), "const", 0.0),
+    "swin2_4/swin_1/residual_1/conv_2d_0/w": ((1, 1, 384, 1536), "fan_in", 384.0),
+    "swin2_4/swin_1/residual_1/conv_2d_0/b": ((1536,), "const", 0.0),
+    "swin2_4/swin_1/residual_1/conv_2d_1/w": ((1, 1, 1536, 384), "fan_in", 1536.0),
+    "swin2_4/swin_1/residual_1/conv_2d_1/b": ((384,), "const", 0.0),
     "patch_merge_2/norm/scale": ((1536,), "const", 1.0),
     "patch_merge_2/norm/bias": ((1536,), "const", 0.0),
     "patch_merge_2/reduction/w": ((1, 1, 1536, 768), "fan_in", 1536.0),
-    "swin_10/residual_0/layernorm_0/scale": ((768,), "const", 1.0),
-    "swin_10/residual_0/layernorm_0/bias": ((768,), "const", 0.0),
-    "swin_10/residual_0/window_att_0/wq": ((768, 768), "fan_in", 768.0),
-    "swin_10/residual_0/window_att_0/wk": ((768, 768), "fan_in", 768.0),
-    "swin_10/residual_0/window_att_0/wv": ((768, 768), "fan_in", 768.0),
-    "swin_10/residual_0/window_att_0/wo": ((768, 768), "fan_in", 768.0),
-    "swin_10/residual_0/window_att_0/bq": ((768,), "const", 0.0),
-    "swin_10/residual_0/window_att_0/bk": ((768,), "const", 0.0),
-    "swin_10/residual_0/window_att_0/bv": ((768,), "const", 0.0),
-    "swin_10/residual_0/window_att_0/bo": ((768,), "const", 0.0),
-    "swin_10/residual_0/window_att_0/table": ((169, 24), "std", 0.02),
-    "swin_10/residual_1/layernorm_0/scale": ((768,), "const", 1.0),
-    "swin_10/residual_1/layernorm_0/bias": ((768,), "const", 0.0),
-    "swin_10/residual_1/conv_2d_0/w": ((1, 1, 768, 3072), "fan_in", 768.0),
-    "swin_10/residual_1/conv_2d_0/b": ((3072,), "const", 0.0),
-    "swin_10/residual_1/conv_2d_1/w": ((1, 1, 3072, 768), "fan_in", 3072.0),
-    "swin_10/residual_1/conv_2d_1/b": ((768,), "const", 0.0),
-    "swin_11/residual_0/layernorm_0/scale": ((768,), "const", 1.0),
-    "swin_11/residual_0/layernorm_0/bias": ((768,), "const", 0.0),
-    "swin_11/residual_0/window_att_0/wq": ((768, 768), "fan_in", 768.0),
-    "swin_11/residual_0/window_att_0/wk": ((768, 768), "fan_in", 768.0),
-    "swin_11/residual_0/window_att_0/wv": ((768, 768), "fan_in", 768.0),
-    "swin_11/residual_0/window_att_0/wo": ((768, 768), "fan_in", 768.0),
-    "swin_11/residual_0/window_att_0/bq": ((768,), "const", 0.0),
-    "swin_11/residual_0/window_att_0/bk": ((768,), "const", 0.0),
-    "swin_11/residual_0/window_att_0/bv": ((768,), "const", 0.0),
-    "swin_11/residual_0/window_att_0/bo": ((768,), "const", 0.0),
-    "swin_11/residual_0/window_att_0/table": ((169, 24), "std", 0.02),
-    "swin_11/residual_1/layernorm_0/scale": ((768,), "const", 1.0),
-    "swin_11/residual_1/layernorm_0/bias": ((768,), "const", 0.0),
-    "swin_11/residual_1/conv_2d_0/w": ((1, 1, 768, 3072), "fan_in", 768.0),
-    "swin_11/residual_1/conv_2d_0/b": ((3072,), "const", 0.0),
-    "swin_11/residual_1/conv_2d_1/w": ((1, 1, 3072, 768), "fan_in", 3072.0),
-    "swin_11/residual_1/conv_2d_1/b": ((768,), "const", 0.0),
+    "swin2_5/swin_0/residual_0/layernorm_0/scale": ((768,), "const", 1.0),
+    "swin2_5/swin_0/residual_0/layernorm_0/bias": ((768,), "const", 0.0),
+    "swin2_5/swin_0/residual_0/window_att_0/wq": ((768, 768), "fan_in", 768.0),
+    "swin2_5/swin_0/residual_0/window_att_0/wk": ((768, 768), "fan_in", 768.0),
+    "swin2_5/swin_0/residual_0/window_att_0/wv": ((768, 768), "fan_in", 768.0),
+    "swin2_5/swin_0/residual_0/window_att_0/wo": ((768, 768), "fan_in", 768.0),
+    "swin2_5/swin_0/residual_0/window_att_0/bq": ((768,), "const", 0.0),
+    "swin2_5/swin_0/residual_0/window_att_0/bk": ((768,), "const", 0.0),
+    "swin2_5/swin_0/residual_0/window_att_0/bv": ((768,), "const", 0.0),
+    "swin2_5/swin_0/residual_0/window_att_0/bo": ((768,), "const", 0.0),
+    "swin2_5/swin_0/residual_0/window_att_0/table": ((169, 24), "std", 0.02),
+    "swin2_5/swin_0/residual_1/layernorm_0/scale": ((768,), "const", 1.0),
+    "swin2_5/swin_0/residual_1/layernorm_0/bias": ((768,), "const", 0.0),
+    "swin2_5/swin_0/residual_1/conv_2d_0/w": ((1, 1, 768, 3072), "fan_in", 768.0),
+    "swin2_5/swin_0/residual_1/conv_2d_0/b": ((3072,), "const", 0.0),
+    "swin2_5/swin_0/residual_1/conv_2d_1/w": ((1, 1, 3072, 768), "fan_in", 3072.0),
+    "swin2_5/swin_0/residual_1/conv_2d_1/b": ((768,), "const", 0.0),
+    "swin2_5/swin_1/residual_0/layernorm_0/scale": ((768,), "const", 1.0),
+    "swin2_5/swin_1/residual_0/layernorm_0/bias": ((768,), "const", 0.0),
+    "swin2_5/swin_1/residual_0/window_att_0/wq": ((768, 768), "fan_in", 768.0),
+    "swin2_5/swin_1/residual_0/window_att_0/wk": ((768, 768), "fan_in", 768.0),
+    "swin2_5/swin_1/residual_0/window_att_0/wv": ((768, 768), "fan_in", 768.0),
+    "swin2_5/swin_1/residual_0/window_att_0/wo": ((768, 768), "fan_in", 768.0),
+    "swin2_5/swin_1/residual_0/window_att_0/bq": ((768,), "const", 0.0),
+    "swin2_5/swin_1/residual_0/window_att_0/bk": ((768,), "const", 0.0),
+    "swin2_5/swin_1/residual_0/window_att_0/bv": ((768,), "const", 0.0),
+    "swin2_5/swin_1/residual_0/window_att_0/bo": ((768,), "const", 0.0),
+    "swin2_5/swin_1/residual_0/window_att_0/table": ((169, 24), "std", 0.02),
+    "swin2_5/swin_1/residual_1/layernorm_0/scale": ((768,), "const", 1.0),
+    "swin2_5/swin_1/residual_1/layernorm_0/bias": ((768,), "const", 0.0),
+    "swin2_5/swin_1/residual_1/conv_2d_0/w": ((1, 1, 768, 3072), "fan_in", 768.0),
+    "swin2_5/swin_1/residual_1/conv_2d_0/b": ((3072,), "const", 0.0),
+    "swin2_5/swin_1/residual_1/conv_2d_1/w": ((1, 1, 3072, 768), "fan_in", 3072.0),
+    "swin2_5/swin_1/residual_1/conv_2d_1/b": ((768,), "const", 0.0),
     "layernorm_1/scale": ((768,), "const", 1.0),
     "layernorm_1/bias": ((768,), "const", 0.0),
     "fc_0/w": ((768, 1000), "fan_in", 768.0),
@@ -252,15 +252,15 @@ def init(key):
 
 
 def swin_(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -277,24 +277,24 @@ def swin_(p, x, *, train=False, key=None):
         heads=3,
         window=7,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.0, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.0, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
@@ -302,15 +302,15 @@ def swin_(p, x, *, train=False, key=None):
 
 
 def swin__v(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -328,40 +328,49 @@ def swin__v(p, x, *, train=False, key=None):
         window=7,
         shift=3,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.01818181818181818, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.01818181818181818, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
     return x
 
 
+def swin2(p, x, *, train=False, key=None):
+    """Block `swin2` of swin-t.lbdl:35; returns its output."""
+    # swin-t.lbdl:36: swin heads=heads i=i w=w
+    x = swin_(p["swin_0"], x, train=train, key=fold(key, 1))
+    # swin-t.lbdl:37: swin heads=heads i=i+1 w=w s=s
+    x = swin__v(p["swin_1"], x, train=train, key=fold(key, 2))
+    return x
+
+
 def swin__v1(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -378,24 +387,24 @@ def swin__v1(p, x, *, train=False, key=None):
         heads=6,
         window=7,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.03636363636363636, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.03636363636363636, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
@@ -403,15 +412,15 @@ def swin__v1(p, x, *, train=False, key=None):
 
 
 def swin__v2(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -429,40 +438,49 @@ def swin__v2(p, x, *, train=False, key=None):
         window=7,
         shift=3,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.05454545454545454, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.05454545454545454, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
     return x
 
 
+def swin2_v(p, x, *, train=False, key=None):
+    """Block `swin2` of swin-t.lbdl:35; returns its output."""
+    # swin-t.lbdl:36: swin heads=heads i=i w=w
+    x = swin__v1(p["swin_0"], x, train=train, key=fold(key, 1))
+    # swin-t.lbdl:37: swin heads=heads i=i+1 w=w s=s
+    x = swin__v2(p["swin_1"], x, train=train, key=fold(key, 2))
+    return x
+
+
 def swin__v3(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -479,24 +497,24 @@ def swin__v3(p, x, *, train=False, key=None):
         heads=12,
         window=7,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.07272727272727272, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.07272727272727272, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
@@ -504,15 +522,15 @@ def swin__v3(p, x, *, train=False, key=None):
 
 
 def swin__v4(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -530,40 +548,49 @@ def swin__v4(p, x, *, train=False, key=None):
         window=7,
         shift=3,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.09090909090909091, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.09090909090909091, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
     return x
 
 
+def swin2_v1(p, x, *, train=False, key=None):
+    """Block `swin2` of swin-t.lbdl:35; returns its output."""
+    # swin-t.lbdl:36: swin heads=heads i=i w=w
+    x = swin__v3(p["swin_0"], x, train=train, key=fold(key, 1))
+    # swin-t.lbdl:37: swin heads=heads i=i+1 w=w s=s
+    x = swin__v4(p["swin_1"], x, train=train, key=fold(key, 2))
+    return x
+
+
 def swin__v5(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -580,24 +607,24 @@ def swin__v5(p, x, *, train=False, key=None):
         heads=12,
         window=7,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.10909090909090909, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.10909090909090909, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
@@ -605,15 +632,15 @@ def swin__v5(p, x, *, train=False, key=None):
 
 
 def swin__v6(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -631,40 +658,49 @@ def swin__v6(p, x, *, train=False, key=None):
         window=7,
         shift=3,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.12727272727272726, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.12727272727272726, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
     return x
 
 
+def swin2_v2(p, x, *, train=False, key=None):
+    """Block `swin2` of swin-t.lbdl:35; returns its output."""
+    # swin-t.lbdl:36: swin heads=heads i=i w=w
+    x = swin__v5(p["swin_0"], x, train=train, key=fold(key, 1))
+    # swin-t.lbdl:37: swin heads=heads i=i+1 w=w s=s
+    x = swin__v6(p["swin_1"], x, train=train, key=fold(key, 2))
+    return x
+
+
 def swin__v7(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -681,24 +717,24 @@ def swin__v7(p, x, *, train=False, key=None):
         heads=12,
         window=7,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.14545454545454545, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.14545454545454545, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
@@ -706,15 +742,15 @@ def swin__v7(p, x, *, train=False, key=None):
 
 
 def swin__v8(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -732,40 +768,49 @@ def swin__v8(p, x, *, train=False, key=None):
         window=7,
         shift=3,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.16363636363636364, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.16363636363636364, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
     return x
 
 
+def swin2_v3(p, x, *, train=False, key=None):
+    """Block `swin2` of swin-t.lbdl:35; returns its output."""
+    # swin-t.lbdl:36: swin heads=heads i=i w=w
+    x = swin__v7(p["swin_0"], x, train=train, key=fold(key, 1))
+    # swin-t.lbdl:37: swin heads=heads i=i+1 w=w s=s
+    x = swin__v8(p["swin_1"], x, train=train, key=fold(key, 2))
+    return x
+
+
 def swin__v9(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -782,24 +827,24 @@ def swin__v9(p, x, *, train=False, key=None):
         heads=24,
         window=7,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.18181818181818182, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.18181818181818182, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
@@ -807,15 +852,15 @@ def swin__v9(p, x, *, train=False, key=None):
 
 
 def swin__v10(p, x, *, train=False, key=None):
-    """Block `swin` of swin-t.lbdl:21; returns its output."""
-    # swin-t.lbdl:22: residual:
-    # swin-t.lbdl:23: layernorm axis=0
+    """Block `swin` of swin-t.lbdl:22; returns its output."""
+    # swin-t.lbdl:23: residual:
+    # swin-t.lbdl:24: layernorm axis=0
     h = layer_norm(
         x,
         p["residual_0"]["layernorm_0"]["scale"],
         p["residual_0"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:24: window-att h=heads w=w shift=s
+    # swin-t.lbdl:25: window-att h=heads w=w shift=s
     h = window_attention(
         h,
         {
@@ -832,42 +877,49 @@ def swin__v10(p, x, *, train=False, key=None):
         heads=24,
         window=7,
     )
-    # swin-t.lbdl:25: drop-path p=p
+    # swin-t.lbdl:26: drop-path p=i/55
     h = drop_path(h, 0.2, train=train, key=fold(key, 1))
     # + (the residual sum)
     x = h + x
-    # swin-t.lbdl:26: residual:
-    # swin-t.lbdl:27: layernorm axis=0
+    # swin-t.lbdl:27: residual:
+    # swin-t.lbdl:28: layernorm axis=0
     h1 = layer_norm(
         x,
         p["residual_1"]["layernorm_0"]["scale"],
         p["residual_1"]["layernorm_0"]["bias"],
     )
-    # swin-t.lbdl:28: conv-2d k=1                   4C×H×W
+    # swin-t.lbdl:29: conv-2d k=1                   4C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_0"]["w"], p["residual_1"]["conv_2d_0"]["b"])
-    # swin-t.lbdl:29: gelu
+    # swin-t.lbdl:30: gelu
     h1 = gelu(h1)
-    # swin-t.lbdl:30: conv-2d k=1                   C×H×W
+    # swin-t.lbdl:31: conv-2d k=1                   C×H×W
     h1 = conv(h1, p["residual_1"]["conv_2d_1"]["w"], p["residual_1"]["conv_2d_1"]["b"])
-    # swin-t.lbdl:31: drop-path p=p
+    # swin-t.lbdl:32: drop-path p=i/55
     h1 = drop_path(h1, 0.2, train=train, key=fold(key, 2))
     # + (the residual sum)
     x = h1 + x
     return x
 
 
+def swin2_v4(p, x, *, train=False, key=None):
+    """Block `swin2` of swin-t.lbdl:35; returns its output."""
+    # swin-t.lbdl:36: swin heads=heads i=i w=w
+    x = swin__v9(p["swin_0"], x, train=train, key=fold(key, 1))
+    # swin-t.lbdl:37: swin heads=heads i=i+1 w=w s=s
+    x = swin__v10(p["swin_1"], x, train=train, key=fold(key, 2))
+    return x
+
+
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
-    # swin-t.lbdl:35: conv-2d k=4 s=4                 C×I/4×I/4
+    # swin-t.lbdl:41: conv-2d k=4 s=4                 C×I/4×I/4
     X_cl = to_channels_last(X)
     x = conv(X_cl, params["conv_2d_0"]["w"], params["conv_2d_0"]["b"], stride=(4, 4))
-    # swin-t.lbdl:36: layernorm axis=0  ->  96×56×56
+    # swin-t.lbdl:42: layernorm axis=0  ->  96×56×56
     x = layer_norm(x, params["layernorm_0"]["scale"], params["layernorm_0"]["bias"])
-    # swin-t.lbdl:38: swin heads=3 w=w p=0/55  ->  96×56×56
-    x = swin_(params["swin_0"], x, train=train, key=fold(key, 1))
-    # swin-t.lbdl:39: swin heads=3 w=w s=s p=1/55     C×I/4×I/4
-    x = swin__v(params["swin_1"], x, train=train, key=fold(key, 2))
-    # swin-t.lbdl:40: patch-merge                     2C×I/8×I/8
+    # swin-t.lbdl:44: swin2 heads=3 i=0 w=w s=s       C×I/4×I/4
+    x = swin2(params["swin2_0"], x, train=train, key=fold(key, 1))
+    # swin-t.lbdl:45: patch-merge                     2C×I/8×I/8
     # patch-merge:2: space-to-depth f=2 order=swin  ->  384×28×28
     x = space_to_depth(x, 2, swin=True)
     # patch-merge:3: layernorm axis=0 eps=eps -> norm  ->  384×28×28
@@ -878,11 +930,9 @@ def apply(params, state, X, *, train=False, key=None):
     )
     # patch-merge:4: conv-2d k=1 c=c bias=false -> reduction  ->  192×28×28
     reduction = conv(norm, params["patch_merge_0"]["reduction"]["w"])
-    # swin-t.lbdl:42: swin heads=6 w=w p=2/55  ->  192×28×28
-    x = swin__v1(params["swin_2"], reduction, train=train, key=fold(key, 3))
-    # swin-t.lbdl:43: swin heads=6 w=w s=s p=3/55     2C×I/8×I/8
-    x = swin__v2(params["swin_3"], x, train=train, key=fold(key, 4))
-    # swin-t.lbdl:44: patch-merge                     4C×I/16×I/16
+    # swin-t.lbdl:47: swin2 heads=6 i=2 w=w s=s       2C×I/8×I/8
+    x = swin2_v(params["swin2_1"], reduction, train=train, key=fold(key, 2))
+    # swin-t.lbdl:48: patch-merge                     4C×I/16×I/16
     # patch-merge:2: space-to-depth f=2 order=swin  ->  768×14×14
     x = space_to_depth(x, 2, swin=True)
     # patch-merge:3: layernorm axis=0 eps=eps -> norm  ->  768×14×14
@@ -893,19 +943,13 @@ def apply(params, state, X, *, train=False, key=None):
     )
     # patch-merge:4: conv-2d k=1 c=c bias=false -> reduction  ->  384×14×14
     reduction1 = conv(norm1, params["patch_merge_1"]["reduction"]["w"])
-    # swin-t.lbdl:46: swin heads=12 w=w p=4/55  ->  384×14×14
-    x = swin__v3(params["swin_4"], reduction1, train=train, key=fold(key, 5))
-    # swin-t.lbdl:47: swin heads=12 w=w s=s p=5/55  ->  384×14×14
-    x = swin__v4(params["swin_5"], x, train=train, key=fold(key, 6))
-    # swin-t.lbdl:48: swin heads=12 w=w p=6/55  ->  384×14×14
-    x = swin__v5(params["swin_6"], x, train=train, key=fold(key, 7))
-    # swin-t.lbdl:49: swin heads=12 w=w s=s p=7/55  ->  384×14×14
-    x = swin__v6(params["swin_7"], x, train=train, key=fold(key, 8))
-    # swin-t.lbdl:50: swin heads=12 w=w p=8/55  ->  384×14×14
-    x = swin__v7(params["swin_8"], x, train=train, key=fold(key, 9))
-    # swin-t.lbdl:51: swin heads=12 w=w s=s p=9/55    4C×I/16×I/16
-    x = swin__v8(params["swin_9"], x, train=train, key=fold(key, 10))
-    # swin-t.lbdl:52: patch-merge                     8C×I/32×I/32
+    # swin-t.lbdl:50: swin2 heads=12 i=4 w=w s=s  ->  384×14×14
+    x = swin2_v1(params["swin2_2"], reduction1, train=train, key=fold(key, 3))
+    # swin-t.lbdl:51: swin2 heads=12 i=6 w=w s=s  ->  384×14×14
+    x = swin2_v2(params["swin2_3"], x, train=train, key=fold(key, 4))
+    # swin-t.lbdl:52: swin2 heads=12 i=8 w=w s=s      4C×I/16×I/16
+    x = swin2_v3(params["swin2_4"], x, train=train, key=fold(key, 5))
+    # swin-t.lbdl:53: patch-merge                     8C×I/32×I/32
     # patch-merge:2: space-to-depth f=2 order=swin  ->  1536×7×7
     x = space_to_depth(x, 2, swin=True)
     # patch-merge:3: layernorm axis=0 eps=eps -> norm  ->  1536×7×7
@@ -916,10 +960,8 @@ def apply(params, state, X, *, train=False, key=None):
     )
     # patch-merge:4: conv-2d k=1 c=c bias=false -> reduction  ->  768×7×7
     reduction2 = conv(norm2, params["patch_merge_2"]["reduction"]["w"])
-    # swin-t.lbdl:54: swin heads=24 w=w p=10/55  ->  768×7×7
-    x = swin__v9(params["swin_10"], reduction2, train=train, key=fold(key, 11))
-    # swin-t.lbdl:55: swin heads=24 w=w s=s p=11/55   8C×I/32×I/32
-    x = swin__v10(params["swin_11"], x, train=train, key=fold(key, 12))
+    # swin-t.lbdl:55: swin2 heads=24 i=10 w=w s=s     8C×I/32×I/32
+    x = swin2_v4(params["swin2_5"], reduction2, train=train, key=fold(key, 6))
     # swin-t.lbdl:56: layernorm axis=0  ->  768×7×7
     x = layer_norm(x, params["layernorm_1"]["scale"], params["layernorm_1"]["bias"])
     # swin-t.lbdl:57: global-avgpool                  8C×1×1
