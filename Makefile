@@ -24,7 +24,7 @@ system:
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[diagram,jax,bench,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[diagram,jax,train,data,bench,dev]'
 	touch $(STAMP)
 
 gallery: setup

@@ -1,11 +1,13 @@
 """lbdl: neural architectures written the way The Little Book of Deep Learning draws them.
 
 ``lbdl_dsl.compile(spec, **params)`` gives a runnable JAX model; ``lbdl_dsl.check(spec)`` gives
-the checked program (shapes, parameter and MAC counts) without importing JAX.
+the checked program (shapes, parameter and MAC counts) without importing JAX;
+``lbdl_dsl.train(spec, data, steps=...)`` trains it (importing JAX, optax and orbax then).
 """
 
 from lbdl_dsl.api import check, compile
 from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.training import TrainConfig, train
 
-__all__ = ["LbdlError", "check", "compile"]
+__all__ = ["LbdlError", "TrainConfig", "check", "compile", "train"]
 __version__ = "0.1.0"

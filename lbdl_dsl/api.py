@@ -15,8 +15,8 @@ from lbdl_dsl.compiler.driver import Compiled, compile_spec
 def check(spec: str | os.PathLike[str], *, text: str | None = None, **overrides: Any) -> Compiled:
     """Parse, build and check a spec (a path, or ``text`` named by ``spec``)."""
     if text is not None:
-        return compile_spec(text, file=str(spec), overrides=overrides)
-    return compile_spec(os.fspath(spec), overrides=overrides)
+        return compile_spec(text, file=str(spec), overrides=overrides, origin="keyword")
+    return compile_spec(os.fspath(spec), overrides=overrides, origin="keyword")
 
 
 def compile(  # noqa: A001 - the verb users expect, as in jax.jit(...).lower(...).compile()

@@ -1,8 +1,9 @@
 """``lbdl-compile``: the command line, on top of every other floor.
 
-Exit codes: 0 success, 1 an error in the spec (printed as ``FILE:LINE:COL: error: ...`` with the
-source line, a caret and a hint), 2 a usage error (argparse's), 3 an internal error of ours. No
-traceback is ever shown for anything the user wrote; ``LBDL_DEBUG=1`` shows ours.
+Exit codes: 0 success, 1 anything the user gave that we refuse (an error in the spec, printed as
+``FILE:LINE:COL: error: ...`` with the source line, a caret and a hint; a bad flag or flag value,
+printed with the usage, the flag and a hint), 3 an internal error of ours. No traceback is ever
+shown for anything the user wrote; ``LBDL_DEBUG=1`` shows ours.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec, parse_value, spec_name
+from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec, spec_name
 from lbdl_dsl.core.errors import LbdlError
 
 TEXT_FORMATS = ("ast", "graph", "shapes", "json")
@@ -25,8 +26,18 @@ ALL_FORMATS = TEXT_FORMATS + DIAGRAM_FORMATS + CODE_FORMATS
 DEFAULT_FORMATS = ("svg", "png", "py", "json")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag treated like any other bad input: the usage, the message, a hint
+    to ``--help``, and exit code 1 (argparse's own is 2, which the house keeps for nothing)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\nhint: see `{self.prog} --help`\n")
+        raise SystemExit(1)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="lbdl-compile",
         description="Compile a neural architecture written as The Little Book of Deep Learning "
         "draws it: check its shapes, count it, draw it, and lower it to JAX.",
@@ -103,7 +114,7 @@ def parse_overrides(items: list[str], parser: argparse.ArgumentParser) -> dict[s
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             parser.error(f"--set takes KEY=VALUE, got {item!r}")
-        out[key.strip()] = parse_value(value)
+        out[key.strip()] = value.strip()  # read as its parameter's kind by the compiler
     return out
 
 

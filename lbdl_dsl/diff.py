@@ -18,10 +18,10 @@ import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from lbdl_dsl.boxtext import box_label
 from lbdl_dsl.compiler.infer import Checked, Inst
 from lbdl_dsl.compiler.instance import numel
 from lbdl_dsl.core.symbolic import Expr, fmt_count, total
-from lbdl_dsl.report import box_label as _label
 
 COUNTS = ("params", "state", "macs", "activations")
 """What a change is measured in; activations are values per sample (×4 bytes in float32)."""
@@ -60,7 +60,8 @@ class Diff:
 
 def diff(a: Checked, b: Checked) -> Diff:
     """The changes from ``a`` to ``b``; both must have checked without errors."""
-    changes = list(_scope(a.root, b.root, "", "", Expr.lift(1)))
+    labels = _labels(a) | _labels(b)
+    changes = list(_Align(labels).scope(a.root, b.root, "", "", Expr.lift(1)))
     delta = {k: b.totals[k] - a.totals[k] for k in COUNTS}
     params_a = dict(parameter_shapes(a))
     params_b = dict(parameter_shapes(b))
@@ -73,6 +74,21 @@ def diff(a: Checked, b: Checked) -> Diff:
         carried,
         len(params_b),
     )
+
+
+def _labels(checked: Checked) -> dict[int, str]:
+    out: dict[int, str] = {}
+
+    def visit(insts: list[Inst]) -> None:
+        for inst in insts:
+            out[id(inst)] = box_label(inst, checked.program.blocks)
+            visit(inst.body)
+            visit(inst.shortcut)
+            for cp in inst.copies:
+                visit(cp.body)
+
+    visit(checked.root)
+    return out
 
 
 # -- alignment --------------------------------------------------------------------------------
@@ -94,15 +110,6 @@ def _own(inst: Inst) -> dict[str, Expr]:
     }
 
 
-def _same(a: Inst, b: Inst) -> bool:
-    """Nothing to report: same label, same output, same costs inside."""
-    return (
-        _label(a) == _label(b)
-        and str(a.output) == str(b.output)
-        and all(a.totals.get(k, Expr()) == b.totals.get(k, Expr()) for k in COUNTS)
-    )
-
-
 def _opens(a: Inst, b: Inst) -> bool:
     """Whether the pair's inside accounts for all of its difference (so it may be opened)."""
     if a.kind != b.kind or a.node.op != b.node.op:
@@ -116,70 +123,89 @@ def _opens(a: Inst, b: Inst) -> bool:
     return False
 
 
-def _scope(
-    insts_a: list[Inst], insts_b: list[Inst], pa: str, pb: str, times: Expr
-) -> Iterator[Change]:
-    matcher = difflib.SequenceMatcher(
-        None, [_key(i) for i in insts_a], [_key(i) for i in insts_b], autojunk=False
-    )
-    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
-        if tag == "equal":
-            for ia, ib in zip(insts_a[a0:a1], insts_b[b0:b1]):
-                yield from _pair(ia, ib, pa, pb, times)
-            continue
-        for ia in insts_a[a0:a1]:
-            yield _whole("removed", ia, None, pa, pb, times)
-        for ib in insts_b[b0:b1]:
-            yield _whole("added", None, ib, pa, pb, times)
+@dataclass(frozen=True)
+class _Align:
+    """The alignment of two trees; ``labels`` holds each instance's label (`box_label`, which
+    needs its own program's blocks), by identity."""
 
+    labels: dict[int, str]
 
-def _pair(a: Inst, b: Inst, pa: str, pb: str, times: Expr) -> Iterator[Change]:
-    if _same(a, b):
-        return
-    if not _opens(a, b):
-        yield _whole("changed", a, b, pa, pb, times)
-        return
-    own_a, own_b = _own(a), _own(b)
-    if any(own_a[k] != own_b[k] for k in COUNTS) or str(a.output) != str(b.output):
-        yield _change("changed", a, b, pa, pb, times, {k: own_b[k] - own_a[k] for k in COUNTS})
-    path_a, path_b = _join(pa, a.id), _join(pb, b.id)
-    yield from _scope(a.body, b.body, path_a, path_b, times)
-    yield from _scope(a.shortcut, b.shortcut, f"{path_a}/shortcut", f"{path_b}/shortcut", times)
-    many = len(a.copies) > 1
-    for i, (ca, cb) in enumerate(zip(a.copies, b.copies)):
-        sub_a, sub_b = (f"{path_a}/{i}", f"{path_b}/{i}") if many else (path_a, path_b)
-        yield from _scope(ca.body, cb.body, sub_a, sub_b, times * ca.count)
+    def same(self, a: Inst, b: Inst) -> bool:
+        """Nothing to report: same label, same output, same costs inside."""
+        return (
+            self.labels[id(a)] == self.labels[id(b)]
+            and str(a.output) == str(b.output)
+            and all(a.totals.get(k, Expr()) == b.totals.get(k, Expr()) for k in COUNTS)
+        )
 
+    def scope(
+        self, insts_a: list[Inst], insts_b: list[Inst], pa: str, pb: str, times: Expr
+    ) -> Iterator[Change]:
+        matcher = difflib.SequenceMatcher(
+            None, [_key(i) for i in insts_a], [_key(i) for i in insts_b], autojunk=False
+        )
+        for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+            if tag == "equal":
+                for ia, ib in zip(insts_a[a0:a1], insts_b[b0:b1]):
+                    yield from self.pair(ia, ib, pa, pb, times)
+                continue
+            for ia in insts_a[a0:a1]:
+                yield self.whole("removed", ia, None, pa, pb, times)
+            for ib in insts_b[b0:b1]:
+                yield self.whole("added", None, ib, pa, pb, times)
 
-def _whole(status: str, a: Inst | None, b: Inst | None, pa: str, pb: str, times: Expr) -> Change:
-    ta = a.totals if a is not None else {}
-    tb = b.totals if b is not None else {}
-    delta = {k: (tb.get(k, Expr()) - ta.get(k, Expr())) for k in COUNTS}
-    return _change(status, a, b, pa, pb, times, delta)
+    def pair(self, a: Inst, b: Inst, pa: str, pb: str, times: Expr) -> Iterator[Change]:
+        if self.same(a, b):
+            return
+        if not _opens(a, b):
+            yield self.whole("changed", a, b, pa, pb, times)
+            return
+        own_a, own_b = _own(a), _own(b)
+        if any(own_a[k] != own_b[k] for k in COUNTS) or str(a.output) != str(b.output):
+            yield self.change(
+                "changed", a, b, pa, pb, times, {k: own_b[k] - own_a[k] for k in COUNTS}
+            )
+        path_a, path_b = _join(pa, a.id), _join(pb, b.id)
+        yield from self.scope(a.body, b.body, path_a, path_b, times)
+        yield from self.scope(
+            a.shortcut, b.shortcut, f"{path_a}/shortcut", f"{path_b}/shortcut", times
+        )
+        many = len(a.copies) > 1
+        for i, (ca, cb) in enumerate(zip(a.copies, b.copies)):
+            sub_a, sub_b = (f"{path_a}/{i}", f"{path_b}/{i}") if many else (path_a, path_b)
+            yield from self.scope(ca.body, cb.body, sub_a, sub_b, times * ca.count)
 
+    def whole(
+        self, status: str, a: Inst | None, b: Inst | None, pa: str, pb: str, times: Expr
+    ) -> Change:
+        ta = a.totals if a is not None else {}
+        tb = b.totals if b is not None else {}
+        delta = {k: (tb.get(k, Expr()) - ta.get(k, Expr())) for k in COUNTS}
+        return self.change(status, a, b, pa, pb, times, delta)
 
-def _change(
-    status: str,
-    a: Inst | None,
-    b: Inst | None,
-    pa: str,
-    pb: str,
-    times: Expr,
-    delta: dict[str, Expr],
-) -> Change:
-    return Change(
-        status,
-        _join(pa, a.id) if a is not None else None,
-        _join(pb, b.id) if b is not None else None,
-        _label(a) if a is not None else None,
-        _label(b) if b is not None else None,
-        str(a.output) if a is not None and a.output is not None else None,
-        str(b.output) if b is not None and b.output is not None else None,
-        a.node.span.line if a is not None else None,
-        b.node.span.line if b is not None else None,
-        times,
-        {k: v * times for k, v in delta.items()},
-    )
+    def change(
+        self,
+        status: str,
+        a: Inst | None,
+        b: Inst | None,
+        pa: str,
+        pb: str,
+        times: Expr,
+        delta: dict[str, Expr],
+    ) -> Change:
+        return Change(
+            status,
+            _join(pa, a.id) if a is not None else None,
+            _join(pb, b.id) if b is not None else None,
+            self.labels[id(a)] if a is not None else None,
+            self.labels[id(b)] if b is not None else None,
+            str(a.output) if a is not None and a.output is not None else None,
+            str(b.output) if b is not None and b.output is not None else None,
+            a.node.span.line if a is not None else None,
+            b.node.span.line if b is not None else None,
+            times,
+            {k: v * times for k, v in delta.items()},
+        )
 
 
 def _join(prefix: str, step: str) -> str:
@@ -288,3 +314,22 @@ def to_json(d: Diff) -> dict[str, object]:
         "carried": list(d.carried),
         "parameter_arrays_b": d.params_b,
     }
+
+
+ADDED_FILL = "#a8dc98"
+CHANGED_FILL = "#f2b45a"
+REMOVED_FILL = "#ffffff"
+
+
+def colours(d: Diff) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+    """B's boxes coloured by what happened to them (instance path → fill), and the legend; what
+    A had and B has not cannot be drawn on B, so the legend names it."""
+    fills: dict[str, str] = {}
+    for c in d.changes:
+        if c.path_b is not None:
+            fills[c.path_b] = ADDED_FILL if c.status == "added" else CHANGED_FILL
+    legend = [("added in B", ADDED_FILL), ("changed", CHANGED_FILL)]
+    removed = [f"{c.label_a} (A:{c.line_a})" for c in d.changes if c.status == "removed"]
+    if removed:
+        legend.append(("removed: " + ", ".join(removed), REMOVED_FILL))
+    return fills, tuple(legend)

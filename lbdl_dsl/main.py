@@ -11,13 +11,14 @@ import argparse
 import importlib
 import sys
 
+from lbdl_dsl.cli import Parser
 from lbdl_dsl.commands import VERBS
 
 
 def _parser() -> argparse.ArgumentParser:
     from lbdl_dsl import __version__
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="lbdl",
         description="Neural architectures written as The Little Book of Deep Learning draws "
         "them: check, draw, lower to JAX, train, import and export.",

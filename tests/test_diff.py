@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+import lbdl_dsl
 from lbdl_dsl import diff, main
+from lbdl_dsl.backends import diagram
+from lbdl_dsl.backends.diagram.paint import paint
+from lbdl_dsl.backends.diagram.scene import Box
 from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.compiler.infer import Checked
 from lbdl_dsl.core.symbolic import Expr, total
@@ -128,3 +132,59 @@ def test_a_bad_spec_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main.main(["diff", str(REPO / "specs" / "mlp.lbdl"), str(bad)]) == 1
     err = capsys.readouterr().err
     assert f"{bad}:3:" in err and "Traceback" not in err
+
+
+# -- the figure of B ----------------------------------------------------------------------------
+
+
+def _figure(tmp_path: Path, a: str, b: str, *extra: str) -> str:
+    out = tmp_path / "b.dot"
+    assert main.main(["diff", str(REPO / a), str(REPO / b), "--figure", str(out), *extra]) == 0
+    return out.read_text("utf-8")
+
+
+def test_the_figure_of_b_marks_a_changed_frame(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dot = _figure(tmp_path, "specs/resnet50.lbdl", "specs/resnet101.lbdl")
+    frames = {
+        line.split('"')[1]: line for line in dot.splitlines() if line.strip().startswith("subgraph")
+    }
+    assert set(frames) >= {"cluster:repeat_1", "cluster:repeat_2"}
+    body = dot.split('subgraph "cluster:repeat_2"', 1)[1].split("subgraph", 1)[0]
+    assert diff.CHANGED_FILL in body
+    other = dot.split('subgraph "cluster:repeat_1"', 1)[1].split("subgraph", 1)[0]
+    assert diff.CHANGED_FILL not in other
+    assert "added in B" in dot and "removed" not in dot
+
+
+def test_the_figure_of_b_fills_added_boxes_and_names_the_removed(tmp_path: Path) -> None:
+    dot = _figure(tmp_path, "specs/vit.lbdl", "tests/fixtures/diff/vit-postnorm.lbdl")
+    assert dot.count(diff.ADDED_FILL) == 2  # the postnorm box and its swatch in the legend
+    assert "removed: tlayer H=12 F=3072 (A:21)" in dot
+
+
+def test_a_change_inside_a_collapsed_block_colours_the_block(tmp_path: Path) -> None:
+    colours = {"repeat_2/resblock_0/residual_0/conv_2d_0": "#123456"}
+    checked = lbdl_dsl.check(REPO / "specs/resnet101.lbdl")
+    scene = paint(diagram.scene(checked), colours)
+    box = scene.elements()["repeat_2/resblock_0"]
+    assert isinstance(box, Box) and box.fill == "#123456"
+
+
+def test_the_figure_needs_a_known_suffix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main.main(
+            [
+                "diff",
+                str(REPO / "specs/lenet.lbdl"),
+                str(REPO / "specs/lenet.lbdl"),
+                "--figure",
+                str(tmp_path / "x.txt"),
+            ]
+        )
+    assert info.value.code == 1
+    assert "--figure" in capsys.readouterr().err
+    assert not (tmp_path / "x.txt").exists()

@@ -46,5 +46,5 @@ def test_build_writes_the_requested_formats(tmp_path: Path) -> None:
 def test_unknown_verb_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main.main(["frobnicate"])
-    assert exit_.value.code == 2
+    assert exit_.value.code == 1
     assert "invalid choice" in capsys.readouterr().err

@@ -37,6 +37,7 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     # The book's figures (FIGURES.md).
     ("mlp", {}, {"Y": (2,)}, 1_557),  # Fig. 5.1
     ("lenet", {}, {"Ŷ": (10,)}, 105_506),  # Fig. 5.2
+    ("digits-cnn", {}, {"Ŷ": (10,)}, 160 + 4_640 + 9_248 + 1_290),  # `lbdl train`'s example
     ("resnet50", {}, {"Ŷ": (1000,)}, 25_557_032),  # Fig. 5.5; torchvision
     ("transformer_blocks", {"T": 10, "S": 12}, {"Y": (10, 512)}, 16 * 512**2 + 11 * 512),
     ("transformer", {"T": 10, "S": 12}, {"P": (12, 37_000)}, 63_082_632),  # Fig. 5.7, as drawn

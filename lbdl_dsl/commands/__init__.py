@@ -13,4 +13,5 @@ VERBS: dict[str, str] = {
     "check": "check",
     "build": "build",
     "diff": "diff",
+    "train": "train",
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 from lbdl_dsl import cli
 
@@ -19,6 +21,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set-b", nargs="+", default=[], metavar="K=V", help="overrides for B only")
     p.add_argument("--json", action="store_true", help="print the diff as one JSON object")
     p.add_argument("--carried", action="store_true", help="list the weights B can take from A")
+    p.add_argument(
+        "--figure",
+        metavar="FILE",
+        help="write B's figure with added and changed boxes coloured (.svg, .png, .pdf or .dot)",
+    )
+    p.add_argument(
+        "--expand",
+        metavar="BLOCKS",
+        help="open block calls in the figure, as lbdl build's --expand (all, or block names)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         a = compile_spec(args.a, overrides=over_a)
         b = compile_spec(args.b, overrides=over_b)
         result = diff.diff(a.checked, b.checked)
+        if args.figure:
+            _figure(b, result, args.figure, args.expand)
         if args.json:
             sys.stdout.write(json.dumps(diff.to_json(result), indent=2, ensure_ascii=False) + "\n")
         else:
@@ -41,4 +55,25 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("".join(f"  {p}\n" for p in result.carried))
         return 0
 
+    if args.figure and Path(args.figure).suffix not in FIGURE_SUFFIXES:
+        args.parser.error(
+            f"--figure {args.figure}: the name must end in {', '.join(FIGURE_SUFFIXES)}"
+        )
     return cli.guarded(work, args.b)
+
+
+FIGURE_SUFFIXES = (".svg", ".png", ".pdf", ".dot")
+
+
+def _figure(b: Any, result: Any, path: str, expand: str | None) -> None:
+    """B's figure with the diff's colours, written atomically where the user asked."""
+    from lbdl_dsl import diff
+    from lbdl_dsl.backends import diagram
+    from lbdl_dsl.backends.diagram import dot
+    from lbdl_dsl.backends.diagram.paint import paint
+    from lbdl_dsl.output import write_atomic
+
+    fills, legend = diff.colours(result)
+    text = dot.write(paint(diagram.scene(b, expand), fills, legend))
+    fmt = Path(path).suffix[1:]
+    write_atomic(Path(path), text if fmt == "dot" else diagram.render(text, fmt))

@@ -19,18 +19,25 @@ from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.graph import (
     Annotation,
     Block,
+    CallNode,
+    CountAssert,
     Graph,
     HValue,
+    InputNode,
+    LayerNode,
     Model,
     Node,
     ParamDecl,
-    ParamRef,
     Program,
+    RepeatNode,
+    ResidualNode,
+    ShapeAssert,
     TensorSig,
 )
-from lbdl_dsl.compiler.hparams import check_symbols, default_value, hyphenated, normalise
+from lbdl_dsl.compiler.hparams import check_symbols, default_value, normalise
 from lbdl_dsl.compiler.imports import Loaded
 from lbdl_dsl.compiler.limits import MAX_REPEAT
+from lbdl_dsl.compiler.values import written
 from lbdl_dsl.core.errors import LbdlError, Note, Span, did_you_mean
 from lbdl_dsl.core.layers import LAYERS, lookup
 from lbdl_dsl.core.symbolic import Expr
@@ -100,7 +107,7 @@ class _Builder:
             if outer is not None:
                 port = len(scope.graph.inputs)
                 nid = f"capture_{port}"
-                scope.graph.add(Node(nid, "input", "", ref.span, name=ref.name))
+                scope.graph.add(InputNode(id=nid, span=ref.span, name=ref.name))
                 scope.graph.inputs.append(nid)
                 scope.graph.names[ref.name] = nid
                 scope.captures.append(outer)
@@ -167,11 +174,9 @@ class _Builder:
         dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
         vocab = check_symbols(st.vocab, scope.known, "range") if st.vocab else None
         nid = f"input:{st.name.name}"
-        node = Node(
-            nid,
-            "input",
-            "",
-            st.span,
+        node = InputNode(
+            id=nid,
+            span=st.span,
             annotation=_annot(st.shape, dims),
             name=st.name.name,
             dtype=st.dtype,
@@ -216,23 +221,21 @@ class _Builder:
             raise LbdlError("count assertions belong in the model's own body", st.span)
         if not isinstance(st.value, ast.SizeExpr):
             raise LbdlError("compare with a whole number, e.g. `26M`", st.value.span)
-        scope.graph.asserts.append(("count", st.quantity.name, st.op, _metric(st.value), st.span))
+        scope.graph.asserts.append(CountAssert(st.quantity.name, st.op, _metric(st.value), st.span))
 
     def _AssertShape(self, scope: _Scope, st: ast.AssertShape) -> None:
         nid = self.resolve(scope, st.name)
         dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
-        scope.graph.asserts.append(("shape", nid, _annot(st.shape, dims), st.span, st.name.name))
+        scope.graph.asserts.append(ShapeAssert(nid, _annot(st.shape, dims), st.span, st.name.name))
 
     def _RepeatGroup(
         self, scope: _Scope, st: ast.RepeatGroup, annotation=None, framed: bool = False
     ) -> None:
         count = self.count(scope, st.count)
         body, sub = self.subgraph(scope, st.body, framed)
-        node = Node(
-            scope.new_id("repeat"),
-            "repeat",
-            "",
-            st.span,
+        node = RepeatNode(
+            id=scope.new_id("repeat"),
+            span=st.span,
             body=body,
             count=count,
             count_span=st.count.span,
@@ -247,7 +250,7 @@ class _Builder:
         if st.shortcut is not None:
             short, ssub = self.subgraph(scope, st.shortcut)
             captures += ssub.captures  # ports: x, the body's captures, the shortcut's
-        node = Node(scope.new_id("residual"), "residual", "", st.span, body=body, shortcut=short)
+        node = ResidualNode(id=scope.new_id("residual"), span=st.span, body=body, shortcut=short)
         self.emit(scope, node, [x, *captures])
 
     def _Box(self, scope: _Scope, st: ast.Box, in_frame: bool = False) -> None:
@@ -314,7 +317,7 @@ class _Builder:
     ) -> tuple[Graph, _Scope]:
         sub = _Scope(Graph(), scope.known, scope.params, parent=scope, in_model=scope.in_model)
         first = scope.graph.node(self.flowing(scope, stmts[0].span)) if stmts else None
-        sub.graph.add(Node("input", "input", "", first.span if first else Span.point("", 1, 1)))
+        sub.graph.add(InputNode(id="input", span=first.span if first else Span.point("", 1, 1)))
         sub.graph.inputs.append("input")
         sub.current = "input"
         if framed:
@@ -326,7 +329,7 @@ class _Builder:
         sub.graph.result = sub.current
         return sub.graph, sub
 
-    def layer_node(self, scope: _Scope, st: ast.Box, layer, inputs, annotation) -> Node:
+    def layer_node(self, scope: _Scope, st: ast.Box, layer, inputs, annotation) -> LayerNode:
         lo, hi = layer.arity
         if not lo <= len(inputs) <= hi:
             extra = "" if hi == 1 else f" (the flowing tensor and {lo - 1} named in parentheses)"
@@ -376,13 +379,12 @@ class _Builder:
                     ),
                 )
             values[decl.name] = None if decl.required else default_value(layer, decl)
-        return Node(
-            scope.box_id(layer.name, st.name),
-            "layer",
-            layer.name,
-            st.span,
-            tuple(values.items()),
-            annotation,
+        return LayerNode(
+            id=scope.box_id(layer.name, st.name),
+            span=st.span,
+            op=layer.name,
+            hparams=tuple(values.items()),
+            annotation=annotation,
             explicit=explicit,
             shares=shares,
         )
@@ -398,7 +400,7 @@ class _Builder:
         nid = self.resolve(scope, ast.Ref(name, hp.value.span))
         other = scope.graph.node(nid)
         allowed = {op for op, _ in layer.ties} | {layer.name}
-        if other.kind != "layer" or other.op not in allowed:
+        if not isinstance(other, LayerNode) or other.op not in allowed:
             raise LbdlError(
                 f"`{layer.name}` cannot share the parameters of `{other.op or name}`",
                 hp.value.span,
@@ -406,7 +408,7 @@ class _Builder:
             )
         return nid
 
-    def call_node(self, scope: _Scope, st: ast.Box, inputs, annotation) -> Node:
+    def call_node(self, scope: _Scope, st: ast.Box, inputs, annotation) -> CallNode:
         block = self.blocks_ast[st.op]
         if len(inputs) != len(block.inputs):
             raise LbdlError(
@@ -426,7 +428,7 @@ class _Builder:
                     or f"its parameters are {', '.join(declared) or 'none'}",
                     notes=[Note("defined here", block.name_span)],
                 )
-            values[hp.key] = _arg_value(hp.value, scope)
+            values[hp.key] = written(hp.value, scope.known, scope.params, "argument")
         for p in block.params:
             if p.name not in values and p.default is None:
                 raise LbdlError(
@@ -435,13 +437,12 @@ class _Builder:
                     hint=f"write `{block.name} {p.name}=...`",
                     notes=[Note("defined here", p.span)],
                 )
-        return Node(
-            scope.box_id(block.name, st.name),
-            "call",
-            block.name,
-            st.span,
-            tuple(values.items()),
-            annotation,
+        return CallNode(
+            id=scope.box_id(block.name, st.name),
+            span=st.span,
+            op=block.name,
+            hparams=tuple(values.items()),
+            annotation=annotation,
             explicit=frozenset(values),
         )
 
@@ -452,24 +453,6 @@ def _named_by_doc(word: str, hparams) -> str | None:
         if word.lower() in (w.strip(",;:()`").lower() for w in h.doc.split()[:2]):
             return f"did you mean `{h.name}` ({h.doc.split(',')[0]})?"
     return None
-
-
-def _arg_value(value: ast.Value, scope: _Scope) -> HValue:
-    """A block argument: a size, a boolean, a float or a word; typed where it is used."""
-    if isinstance(value, ast.Literal):
-        return value.value
-    if isinstance(value, ast.TupleValue):
-        return tuple(check_symbols(v, scope.known, "argument") for v in value.items)
-    if value.bare_name in ("true", "True", "false", "False"):
-        return value.bare_name.lower() == "true"
-    if value.bare_name is not None and value.bare_name not in scope.known:
-        return value.bare_name  # a word: a choice such as mode=bilinear
-    if value.bare_name is not None and value.bare_name in scope.params:
-        return ParamRef(value.bare_name, value.span)
-    word = hyphenated(value)
-    if word is not None and not set(word.split("-")) & scope.known:
-        return word  # act=gelu-tanh, unless its parts are sizes known here (D-K)
-    return check_symbols(value, scope.known, "argument")
 
 
 def _annot(shape: ast.ShapeAST, dims: tuple[Expr, ...]) -> Annotation:
@@ -528,20 +511,11 @@ def _symbols_of(shapes: list[ast.ShapeAST]) -> set[str]:
 
 
 def _param_decls(params: tuple[ast.Param, ...], known: set[str]) -> tuple[ParamDecl, ...]:
+    """A header's parameters, each default read as any written value is (`values.written`),
+    over the names known so far (those before it)."""
     out = []
     for p in params:
-        default: HValue = None
-        if p.default is not None:
-            if isinstance(p.default, ast.Literal):
-                default = p.default.value
-            elif isinstance(p.default, ast.TupleValue):
-                default = tuple(check_symbols(v, known, "default") for v in p.default.items)
-            elif p.default.bare_name in ("true", "True", "false", "False"):
-                default = p.default.bare_name.lower() == "true"
-            elif p.default.bare_name is not None and p.default.bare_name not in known:
-                default = p.default.bare_name
-            else:
-                default = check_symbols(p.default, known, "default")
+        default = None if p.default is None else written(p.default, known, set(), "default")
         out.append(ParamDecl(p.name, default, p.span))
         known = known | {p.name}
     return tuple(out)
@@ -611,7 +585,7 @@ def _build_block(builder: _Builder, b: ast.BlockDef) -> Block:
         sigs.append(TensorSig(pat.name, dims, tuple(d.text for d in pat.shape.dims), pat.span))
         nid = "input" if i == 0 else f"input_{i}"
         scope.graph.add(
-            Node(nid, "input", "", pat.span, annotation=_annot(pat.shape, dims), name=pat.name)
+            InputNode(id=nid, span=pat.span, annotation=_annot(pat.shape, dims), name=pat.name)
         )
         scope.graph.inputs.append(nid)
         if pat.name:
@@ -655,7 +629,7 @@ def _check_recursion(program: Program) -> None:
 
     calls: dict[str, list[Node]] = {}
     for name, block in program.blocks.items():
-        calls[name] = [n for _, n in walk(block.body) if n.kind == "call"]
+        calls[name] = [n for _, n in walk(block.body) if isinstance(n, CallNode)]
 
     def visit(name: str, path: list[str], site: Node | None) -> None:
         if name in path:

@@ -1,25 +1,26 @@
-"""The compiler as a list of steps: parse → build → check.
+"""The compiler as a list of steps: `parse` → `build_program` → `check_program`.
 
-`compile_spec` reads as the pipeline it runs; ``stop_after`` ends it early (the CLI's ``--emit
-ast`` and ``--emit graph``, and tests of each stage). Backends take the `Compiled` result and never
-re-parse. Model parameters are resolved here once: declared defaults in order, each one able to
-use those before it, then ``--set`` overrides, which may also give values to input symbols
-(``--set T=1024``).
+Each step is one function from one stage result to the next (`stages.Parsed`, `stages.Built`,
+`instance.Checked`); `compile_spec` reads as the pipeline it runs, and ``stop_after`` ends it
+early (the CLI's ``--emit ast`` and ``--emit graph``, and tests of each stage). Backends take
+`Checked` and never re-parse. Model parameters are resolved here once: declared defaults in
+order, each one able to use those before it, then ``--set`` overrides, which may also give values
+to input symbols (``--set T=1024``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.build import build
 from lbdl_dsl.compiler.graph import Program, verify
-from lbdl_dsl.compiler.imports import Loaded, load, read_spec
+from lbdl_dsl.compiler.imports import load, read_spec
 from lbdl_dsl.compiler.infer import Checked, check
+from lbdl_dsl.compiler.stages import Built, Parsed
+from lbdl_dsl.compiler.values import setting
 from lbdl_dsl.core.errors import LbdlError, Span, did_you_mean
 from lbdl_dsl.core.layers import LAYERS
 from lbdl_dsl.core.symbolic import Expr
@@ -27,50 +28,13 @@ from lbdl_dsl.core.symbolic import Expr
 STAGES = ("parse", "build", "check")
 
 
-@dataclass
-class Compiled:
-    """What the compiler knows about one spec, as far as it got."""
-
-    file: str
-    loaded: Loaded
-    program: Program | None = None
-    checked: Checked | None = None
-
-    @property
-    def sources(self) -> dict[str, str]:
-        return self.loaded.sources
-
-    @property
-    def ast(self) -> ast.Module:
-        return self.loaded.main
+Compiled = Checked
+"""What backends take: the `Checked` stage (the name the API has always used)."""
 
 
-def parse_value(text: str) -> Any:
-    """A ``--set`` value: a whole number (``50_257``, ``26M`` is not a size), a float or a word."""
-    t = text.strip()
-    try:
-        return int(t.replace("_", ""))
-    except ValueError:
-        pass
-    try:
-        return float(t)
-    except ValueError:
-        pass
-    if t in ("true", "True", "false", "False"):
-        return t.lower() == "true"
-    return t
-
-
-def _as_env_value(value: Any) -> Any:
-    if isinstance(value, (bool, str, float)):
-        return value
-    if isinstance(value, (int, Fraction)):
-        return Expr.lift(value)
-    return value
-
-
-def model_env(program: Program, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The model's parameter values: defaults in order, with ``overrides`` applied."""
+def model_env(program: Program, overrides: dict[str, Any], origin: str = "--set") -> dict[str, Any]:
+    """The model's parameter values: defaults in order, with ``overrides`` applied, each read
+    as its default's kind (`values.setting`); ``origin`` names where they were given."""
     model = program.model
     declared = {p.name for p in model.params}
     symbols: set[str] = set()
@@ -89,9 +53,15 @@ def model_env(program: Program, overrides: dict[str, Any]) -> dict[str, Any]:
                 hint=did_you_mean(key, known) or f"its parameters are {', '.join(known) or 'none'}",
             )
     env: dict[str, Any] = {}
+
+    def given(name: str, default: Any, size: bool = False) -> Any:
+        value = overrides[name]
+        where = f"{origin} {name}={value}" if origin == "--set" else f"{name}={value!r}"
+        return setting(name, value, default, where, size=size)
+
     for p in model.params:
         if p.name in overrides:
-            env[p.name] = _as_env_value(overrides[p.name])
+            env[p.name] = given(p.name, p.default)
         elif p.default is None:
             raise LbdlError(
                 f"model parameter `{p.name}` has no default",
@@ -111,10 +81,36 @@ def model_env(program: Program, overrides: dict[str, Any]) -> dict[str, Any]:
             env[p.name] = value
         else:
             env[p.name] = p.default
-    for key, value in overrides.items():
+    for key in overrides:
         if key not in env:
-            env[key] = _as_env_value(value)
+            env[key] = given(key, None, size=True)  # an input's size, such as a sequence's T
     return env
+
+
+def parse(source: str | bytes, file: str) -> Parsed:
+    """Stage 1: the text of ``file`` and, recursively, the files it imports."""
+    return Parsed(file, load(source, file))
+
+
+def build_program(parsed: Parsed) -> Built:
+    """Stage 2: the program of graphs, verified."""
+    program = build(parsed.loaded)
+    verify(program, set(LAYERS))
+    return Built(parsed, program)
+
+
+def check_program(
+    built: Built, overrides: dict[str, Any] | None = None, origin: str = "--set"
+) -> Checked:
+    """Stage 3: shapes, counts and diagnostics with the model's parameters (and ``overrides``).
+
+    A check that finds errors returns them in `Checked.diagnostics`; `compile_spec` raises
+    them as `CheckFailed`, which keeps this partial result."""
+    program = built.program
+    program.bindings = model_env(program, dict(overrides or {}), origin)
+    declared = {p.name for p in program.model.params}
+    checked = check(program, program.bindings, overridden=bool(declared & set(overrides or {})))
+    return dataclasses.replace(checked, built=built)
 
 
 def compile_spec(
@@ -123,8 +119,10 @@ def compile_spec(
     file: str | None = None,
     overrides: dict[str, Any] | None = None,
     stop_after: str = "check",
-) -> Compiled:
-    """Run the pipeline on a path (or on text, with ``file`` naming it); raises `LbdlError`."""
+    origin: str = "--set",
+) -> Any:
+    """The pipeline on a path (or on text, with ``file`` naming it), as far as ``stop_after``:
+    `Parsed`, `Built` or `Checked`; raises `LbdlError` (`CheckFailed` for checking errors)."""
     if stop_after not in STAGES:
         raise ValueError(f"stop_after must be one of {STAGES}")
     if file is None:
@@ -135,29 +133,25 @@ def compile_spec(
                 file = "<spec>"
         else:
             file, source = str(source), read_spec(source)
-    out = Compiled(file, load(source, file))
+    parsed = parse(source, file)
     if stop_after == "parse":
-        return out
-    out.program = build(out.loaded)
-    verify(out.program, set(LAYERS))
+        return parsed
+    built = build_program(parsed)
     if stop_after == "build":
-        return out
-    out.program.bindings = model_env(out.program, dict(overrides or {}))
-    declared = {p.name for p in out.program.model.params}
-    out.checked = check(
-        out.program, out.program.bindings, overridden=bool(declared & set(overrides or {}))
-    )
-    if out.checked.diagnostics:
-        raise CheckFailed(out)
-    return out
+        return built
+    checked = check_program(built, overrides, origin)
+    if checked.diagnostics:
+        raise CheckFailed(checked)
+    return checked
 
 
 class CheckFailed(LbdlError):
-    """The checker found errors; the partial result is kept so a diagram can still be drawn."""
+    """The checker found errors; the partial `Checked` is kept so a diagram can still be drawn."""
 
-    def __init__(self, compiled: Compiled) -> None:
-        super().__init__(diagnostics=compiled.checked.diagnostics)
-        self.compiled = compiled
+    def __init__(self, checked: Checked) -> None:
+        super().__init__(diagnostics=checked.diagnostics)
+        self.checked = checked
+        self.compiled = checked
 
 
 def spec_name(path: str) -> str:

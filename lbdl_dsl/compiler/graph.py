@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import networkx as nx
 
@@ -55,30 +55,123 @@ class Annotation:
         return "×".join(self.texts)
 
 
-@dataclass(frozen=True)
-class Node:
-    """One box. ``id`` is unique in its graph and stable: it names parameters and code."""
+@dataclass(frozen=True, kw_only=True)
+class InputNode:
+    """A tensor entering a scope: a model input, a block input, or a captured outer tensor."""
 
+    kind: ClassVar[str] = "input"
+    op: ClassVar[str] = ""
     id: str
-    kind: str  # "input" | "layer" | "call" | "repeat" | "residual"
-    op: str  # the layer's canonical name, the block's name, or "" for inputs and groups
     span: Span
-    hparams: tuple[tuple[str, HValue], ...] = ()
+    name: str | None = None  # the input's name (a block's flowing input has none)
     annotation: Annotation | None = None
-    name: str | None = None  # the tensor name given with `->` (or the input's name)
-    body: Graph | None = None
-    shortcut: Graph | None = None
-    count: Expr | None = None
-    count_span: Span | None = None
-    explicit: frozenset[str] = frozenset()  # hyper-parameters the spec wrote (drawn in blue)
-    dtype: str = "float"  # inputs: "float", "int" or "bool"
+    dtype: str = "float"  # "float", "int" or "bool"
     vocab: Expr | None = None  # int inputs: values in [0, vocab)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerNode:
+    """A box of the registry. ``id`` is unique in its graph and stable: it names parameters."""
+
+    kind: ClassVar[str] = "layer"
+    id: str
+    span: Span
+    op: str  # the layer's canonical name
+    hparams: tuple[tuple[str, HValue], ...] = ()
+    explicit: frozenset[str] = frozenset()  # hyper-parameters the spec wrote (drawn in blue)
+    annotation: Annotation | None = None
+    name: str | None = None  # the tensor name given with `->`
     shares: str | None = None  # id of the layer whose parameters this one reuses
     fill: Annotation | None = None  # `conv-2d ×3  32×H×W`: a source of left-out sizes only
 
     @property
     def hp(self) -> dict[str, HValue]:
         return dict(self.hparams)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallNode:
+    """A use of a block definition, whose body lives once in `Program.blocks`."""
+
+    kind: ClassVar[str] = "call"
+    id: str
+    span: Span
+    op: str  # the block's name
+    hparams: tuple[tuple[str, HValue], ...] = ()  # the arguments written
+    explicit: frozenset[str] = frozenset()
+    annotation: Annotation | None = None
+    name: str | None = None
+
+    @property
+    def hp(self) -> dict[str, HValue]:
+        return dict(self.hparams)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepeatNode:
+    """A ×N frame; `body` is one copy."""
+
+    kind: ClassVar[str] = "repeat"
+    op: ClassVar[str] = ""
+    id: str
+    span: Span
+    body: Graph
+    count: Expr
+    count_span: Span
+    annotation: Annotation | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResidualNode:
+    """A group whose input (or `shortcut`'s output) is added to its body's output."""
+
+    kind: ClassVar[str] = "residual"
+    op: ClassVar[str] = ""
+    id: str
+    span: Span
+    body: Graph
+    shortcut: Graph | None = None
+    annotation: Annotation | None = None
+    name: str | None = None
+
+
+Node = Union[InputNode, LayerNode, CallNode, RepeatNode, ResidualNode]
+"""One box of a graph; passes dispatch on its type with ``match``."""
+
+
+def subgraphs(node: Node) -> tuple[Graph, ...]:
+    """The graphs a node holds: a frame's copy, a residual group's paths; none otherwise."""
+    match node:
+        case RepeatNode(body=body):
+            return (body,)
+        case ResidualNode(body=body, shortcut=shortcut):
+            return (body,) if shortcut is None else (body, shortcut)
+        case _:
+            return ()
+
+
+@dataclass(frozen=True)
+class CountAssert:
+    """``assert params == 25_557_032``: a bound on a total (params, state or macs)."""
+
+    quantity: str
+    op: str
+    bound: int
+    span: Span
+
+
+@dataclass(frozen=True)
+class ShapeAssert:
+    """``assert Z: 768``: the shape of a named tensor."""
+
+    node: str
+    annotation: Annotation
+    span: Span
+    name: str
+
+
+Assertion = Union[CountAssert, ShapeAssert]
 
 
 @dataclass
@@ -90,7 +183,7 @@ class Graph:
     result: str | None = None  # the node whose output leaves the scope
     outputs: list[tuple[str, str]] = field(default_factory=list)  # model outputs: (name, id)
     names: dict[str, str] = field(default_factory=dict)  # tensor name → node id
-    asserts: list[Any] = field(default_factory=list)
+    asserts: list[Assertion] = field(default_factory=list)
 
     def add(self, node: Node, inputs: list[str] = ()) -> str:
         self.g.add_node(node.id, node=node)
@@ -172,10 +265,9 @@ def walk(graph: Graph, blocks: dict[str, Block] | None = None) -> Iterator[tuple
     def visit(gr: Graph) -> Iterator[tuple[Graph, Node]]:
         for node in gr.nodes():
             yield gr, node
-            for sub in (node.body, node.shortcut):
-                if sub is not None:
-                    yield from visit(sub)
-            if node.kind == "call" and blocks is not None and node.op not in seen:
+            for sub in subgraphs(node):
+                yield from visit(sub)
+            if isinstance(node, CallNode) and blocks is not None and node.op not in seen:
                 seen.add(node.op)
                 yield from visit(blocks[node.op].body)
 
@@ -207,12 +299,10 @@ def _verify_graph(graph: Graph, where: str, program: Program, known: set[str] | 
         problem = _node_problem(node, nid, ports, program, known)
         if problem:
             fail(problem)
-        if node.kind in ("repeat", "residual"):
-            _verify_graph(node.body, f"{where}/{nid}", program, known)
-            if node.shortcut is not None:
-                _verify_graph(node.shortcut, f"{where}/{nid}:shortcut", program, known)
+        for sub, label in zip(subgraphs(node), ("", ":shortcut")):
+            _verify_graph(sub, f"{where}/{nid}{label}", program, known)
     for i in graph.inputs:
-        if i not in graph.g or graph.node(i).kind != "input":
+        if i not in graph.g or not isinstance(graph.node(i), InputNode):
             fail(f"input {i} missing")
     if graph.result is not None and graph.result not in graph.g:
         fail(f"result {graph.result} missing")
@@ -228,18 +318,18 @@ def _node_problem(
         return f"node {nid} has no span"
     if ports != list(range(len(ports))):
         return f"node {nid} has ports {ports}"
-    if node.kind == "input" and ports:
-        return f"input {nid} has inputs"
-    if node.kind == "layer" and known is not None and node.op not in known:
-        return f"unknown op {node.op} at {nid}"
-    if node.kind == "call" and node.op not in program.blocks:
-        return f"call of unknown block {node.op}"
-    if node.kind in ("repeat", "residual"):
-        if node.body is None or node.body.result is None:
-            return f"group {nid} has no body"
-        expected = len(node.body.inputs) + (
-            len(node.shortcut.inputs) - 1 if node.shortcut is not None else 0
-        )
-        if len(ports) != expected:
-            return f"group {nid} has {len(ports)} inputs for {expected} ports"
+    match node:
+        case InputNode() if ports:
+            return f"input {nid} has inputs"
+        case LayerNode(op=op) if known is not None and op not in known:
+            return f"unknown op {op} at {nid}"
+        case CallNode(op=op) if op not in program.blocks:
+            return f"call of unknown block {op}"
+        case RepeatNode(body=body) | ResidualNode(body=body):
+            if body.result is None:
+                return f"group {nid} has no body"
+            shortcut = node.shortcut if isinstance(node, ResidualNode) else None
+            expected = len(body.inputs) + (len(shortcut.inputs) - 1 if shortcut is not None else 0)
+            if len(ports) != expected:
+                return f"group {nid} has {len(ports)} inputs for {expected} ports"
     return None

@@ -17,7 +17,20 @@ from fractions import Fraction
 from typing import Any
 
 from lbdl_dsl.compiler import composite
-from lbdl_dsl.compiler.graph import Graph, GraphInvariantError, Node, ParamRef, Program
+from lbdl_dsl.compiler.graph import (
+    CallNode,
+    CountAssert,
+    Graph,
+    GraphInvariantError,
+    InputNode,
+    LayerNode,
+    Node,
+    ParamRef,
+    Program,
+    RepeatNode,
+    ResidualNode,
+    ShapeAssert,
+)
 from lbdl_dsl.compiler.hparams import coerce
 from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, compute_totals, numel
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
@@ -34,10 +47,15 @@ class _Poisoned(Exception):
 
 
 def _where(node: Node) -> str:
-    what = node.op or {"repeat": "×N group", "residual": "residual group"}.get(node.kind, "input")
-    if node.kind == "input":
-        return f"input `{node.name}`" if node.name else "the block's input"
-    return f"`{what}` at line {node.span.line}"
+    match node:
+        case InputNode(name=name):
+            return f"input `{name}`" if name else "the block's input"
+        case RepeatNode():
+            return f"`×N group` at line {node.span.line}"
+        case ResidualNode():
+            return f"`residual group` at line {node.span.line}"
+        case _:
+            return f"`{node.op}` at line {node.span.line}"
 
 
 def _param_hint(ref: ParamRef) -> str:
@@ -98,7 +116,7 @@ class Checker:
         insts: list[Inst] = []
         for nid in graph.order():
             node = graph.node(nid)
-            if node.kind == "input":
+            if isinstance(node, InputNode):
                 if nid not in outs:
                     try:
                         outs[nid] = self.model_input(node, env)
@@ -192,15 +210,16 @@ class Checker:
                 node.span,
                 hint="docs/language.md, Limits",
             )
-        if node.kind == "layer":
-            out = self.layer(inst, graph, env)
-        elif node.kind == "call":
-            out = self.call(inst, env)
-        elif node.kind == "repeat":
-            out = self.repeat(inst, env)
-        else:
-            out = self.residual(inst, env)
-        if node.annotation is not None and node.kind != "layer":
+        match node:
+            case LayerNode():
+                return self.layer(inst, graph, env)
+            case CallNode():
+                out = self.call(inst, env)
+            case RepeatNode():
+                out = self.repeat(inst, env)
+            case ResidualNode():
+                out = self.residual(inst, env)
+        if node.annotation is not None:
             self.check_annotation(inst, out.shape, env)
         return out
 
@@ -593,8 +612,7 @@ def check(program: Program, env: dict[str, Any], overridden: bool = False) -> Ch
     )
     if checker.diagnostics:
         return checked
-    _check_asserts(checked, outs, checker, overridden)
-    checked.diagnostics = checker.diagnostics
+    _check_asserts(checked, outs, checker, overridden)  # reports into checked.diagnostics
     return checked
 
 
@@ -603,44 +621,49 @@ _OPS = {"<": int.__lt__, "<=": int.__le__, ">": int.__gt__, ">=": int.__ge__, "=
 
 def _check_asserts(checked: Checked, outs, checker: Checker, overridden: bool) -> None:
     for item in checked.program.model.body.asserts:
-        if item[0] == "count" and overridden:
-            checked.assumptions.append(
-                f"count assertion of line {item[4].line} not checked: "
-                "model parameters were overridden"
+        match item:
+            case CountAssert(span=span) if overridden:
+                checked.assumptions.append(
+                    f"count assertion of line {span.line} not checked: "
+                    "model parameters were overridden"
+                )
+            case CountAssert():
+                _check_count(checked, item, checker)
+            case ShapeAssert(node=nid, annotation=ann, name=name):
+                t = outs.get(nid)
+                if t is None:
+                    continue
+                want = tuple(_subs(d, checked.env) for d in ann.dims)
+                if want != t.shape:
+                    checker.report(
+                        LbdlError(
+                            f"assertion failed: `{name}` has shape {t}, not {fmt_shape(want)}",
+                            ann.span,
+                            notes=[Note(f"it is made by {t.made_by}", t.span)],
+                        )
+                    )
+
+
+def _check_count(checked: Checked, item: CountAssert, checker: Checker) -> None:
+    total = checked.totals[item.quantity]
+    value = total.as_int()
+    if value is None:
+        checker.report(
+            LbdlError(
+                f"`{item.quantity}` is {total}, which depends on "
+                f"{', '.join(sorted(total.free_symbols))}",
+                item.span,
+                hint="give the symbols values with --set to check this assertion",
             )
-        elif item[0] == "count":
-            _, quantity, op, bound, span = item
-            value = checked.totals[quantity].as_int()
-            if value is None:
-                checker.report(
-                    LbdlError(
-                        f"`{quantity}` is {checked.totals[quantity]}, which depends on "
-                        f"{', '.join(sorted(checked.totals[quantity].free_symbols))}",
-                        span,
-                        hint="give the symbols values with --set to check this assertion",
-                    )
-                )
-            elif not _OPS[op](value, bound):
-                checker.report(
-                    LbdlError(
-                        f"assertion failed: {quantity} = {value:,}, which is not {op} {bound:,}",
-                        span,
-                    )
-                )
-        else:
-            _, nid, ann, span, name = item
-            t = outs.get(nid)
-            if t is None:
-                continue
-            want = tuple(_subs(d, checked.env) for d in ann.dims)
-            if want != t.shape:
-                checker.report(
-                    LbdlError(
-                        f"assertion failed: `{name}` has shape {t}, not {fmt_shape(want)}",
-                        ann.span,
-                        notes=[Note(f"it is made by {t.made_by}", t.span)],
-                    )
-                )
+        )
+    elif not _OPS[item.op](value, item.bound):
+        checker.report(
+            LbdlError(
+                f"assertion failed: {item.quantity} = {value:,}, "
+                f"which is not {item.op} {item.bound:,}",
+                item.span,
+            )
+        )
 
 
 __all__ = ["Checked", "Inst", "Tensor", "check", "numel"]

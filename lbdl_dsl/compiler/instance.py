@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lbdl_dsl.compiler.graph import Block, Node, Program
+from lbdl_dsl.compiler.graph import Block, LayerNode, Node, Program
+from lbdl_dsl.compiler.imports import Loaded
+from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import Diagnostic, Span
 from lbdl_dsl.core.layers.base import Attrs, PSpec, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, total
@@ -100,7 +102,7 @@ def compute_totals(inst: Inst, memo: dict[int, dict[str, Expr]]) -> dict[str, Ex
         "state": total(numel(p.shape) for p in inst.state.values()),
         "macs": inst.macs,
         "activations": numel(inst.output.shape)
-        if inst.output is not None and inst.kind == "layer" and inst.inside is None
+        if inst.output is not None and isinstance(inst.node, LayerNode) and inst.inside is None
         else Expr(),
     }
     for _, child, mult in inst.children():
@@ -112,9 +114,10 @@ def compute_totals(inst: Inst, memo: dict[int, dict[str, Expr]]) -> dict[str, Ex
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Checked:
-    """The result of checking a program: the instance tree, totals and diagnostics."""
+    """Stage 3, what backends take: the instance tree, totals and diagnostics of a program,
+    and (through `built`) the program and the texts it came from."""
 
     program: Program
     env: dict[str, Any]  # the model's parameters and bound input symbols
@@ -125,6 +128,28 @@ class Checked:
     diagnostics: list[Diagnostic]
     assumptions: list[str]
     free: list[str]  # input symbols left symbolic
+    built: Built | None = None  # set by the driver
+
+    @property
+    def file(self) -> str:
+        return self.built.file if self.built is not None else self.program.main_file
+
+    @property
+    def sources(self) -> dict[str, str]:
+        return self.built.sources if self.built is not None else self.program.sources
+
+    @property
+    def loaded(self) -> Loaded | None:
+        return self.built.loaded if self.built is not None else None
+
+    @property
+    def ast(self) -> Any:
+        return self.built.ast if self.built is not None else None
+
+    @property
+    def checked(self) -> Checked:
+        """Itself: code written for the former `Compiled` (``compiled.checked.root``) reads on."""
+        return self
 
     @property
     def ok(self) -> bool:

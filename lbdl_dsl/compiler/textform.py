@@ -11,7 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from lbdl_dsl.compiler import ast
-from lbdl_dsl.compiler.graph import Graph, ParamRef, Program
+from lbdl_dsl.compiler.graph import (
+    CallNode,
+    Graph,
+    InputNode,
+    LayerNode,
+    Node,
+    ParamRef,
+    Program,
+    RepeatNode,
+    ResidualNode,
+)
 from lbdl_dsl.compiler.infer import Checked
 from lbdl_dsl.core.layers.base import fmt_shape
 from lbdl_dsl.core.symbolic import Expr, fmt_count
@@ -92,27 +102,42 @@ def ast_text(module: ast.Module) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _node_line(node: Node, preds: list[str]) -> str:
+    """``fc(relu_0) out=10 : 10 -> logits``: one node of the graph text, less its id."""
+    ins = ", ".join(preds)
+    ann = f" : {node.annotation.text}" if node.annotation else ""
+    head, hp, extra, share, name = node.op, "", "", "", ""
+    match node:
+        case InputNode():
+            head = f"input {node.name or ''}".rstrip()
+        case RepeatNode(count=count):
+            head, extra = "repeat", f" ×{count}"
+        case ResidualNode():
+            head = "residual"
+        case LayerNode() | CallNode():
+            hp = " ".join(f"{k}={_value(v)}" for k, v in node.hparams if v is not None)
+            if isinstance(node, LayerNode) and node.shares:
+                share = f" tie={node.shares}"
+    if node.name and not isinstance(node, InputNode):
+        name = f" -> {node.name}"
+    return f"{head}{extra}({ins}) {hp}{share}{ann}{name}"
+
+
 def graph_text(program: Program) -> str:
     lines: list[str] = []
 
     def graph(g: Graph, indent: int) -> None:
         pad = "  " * indent
         for node in g.nodes():
-            ins = ", ".join(g.preds(node.id))
-            hp = " ".join(f"{k}={_value(v)}" for k, v in node.hparams if v is not None)
-            ann = f" : {node.annotation.text}" if node.annotation else ""
-            extra = f" ×{node.count}" if node.count is not None else ""
-            share = f" tie={node.shares}" if node.shares else ""
-            name = f" -> {node.name}" if node.name and node.kind != "input" else ""
-            head = node.op or node.kind
-            if node.kind == "input":
-                head = f"input {node.name or ''}".rstrip()
-            lines.append(f"{pad}{node.id} = {head}{extra}({ins}) {hp}{share}{ann}{name}".rstrip())
-            if node.body is not None:
-                graph(node.body, indent + 1)
-            if node.shortcut is not None:
-                lines.append(f"{pad}  shortcut:")
-                graph(node.shortcut, indent + 2)
+            lines.append(f"{pad}{node.id} = {_node_line(node, g.preds(node.id))}".rstrip())
+            match node:
+                case RepeatNode(body=body):
+                    graph(body, indent + 1)
+                case ResidualNode(body=body, shortcut=shortcut):
+                    graph(body, indent + 1)
+                    if shortcut is not None:
+                        lines.append(f"{pad}  shortcut:")
+                        graph(shortcut, indent + 2)
         if g.result:
             lines.append(f"{pad}return {g.result}")
 

@@ -94,8 +94,8 @@ tests/golden/errors/; do not edit by hand. -->
 Every problem `lbdl-compile` finds in a spec is reported the same way: `FILE:LINE:COL: error:`
 and the message, the source line with a caret under the offending text, notes pointing at
 related places (where a tensor was made, where a block is defined or used), and a `hint:`.
-Independent failures are all reported in one run. The exit code is 1 for an error in the spec,
-2 for a usage error of the command, and 3 for an internal error, which is always a bug of ours.
+Independent failures are all reported in one run. The exit code is 1 for an error in the spec
+or a bad flag, and 3 for an internal error, which is always a bug of ours.
 
 Each message below is the exact text `lbdl-compile SPEC --check` prints for the spec above it.
 They are golden files of the test suite (tests/golden/errors/), so this page changes only when a

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from lbdl_dsl.compiler.driver import Compiled, compile_spec
-from lbdl_dsl.compiler.graph import Graph, ParamRef, Program, verify, walk
+from lbdl_dsl.compiler.graph import CountAssert, Graph, ParamRef, Program, ShapeAssert, verify, walk
+from lbdl_dsl.compiler.paths import arrays
+from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers import LAYERS
 from lbdl_dsl.core.symbolic import Expr, sym
@@ -48,7 +50,7 @@ def edges(graph: Graph, node_id: str) -> list[str]:
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.name)
 def test_every_spec_builds_into_a_graph_that_verifies(spec: Path) -> None:
     compiled = compile_spec(spec, stop_after="build")
-    assert compiled.program is not None and compiled.checked is None
+    assert isinstance(compiled, Built) and compiled.parsed.file == str(spec)
     verify(compiled.program, set(LAYERS))
     for _, node in walk(compiled.program.model.body, compiled.program.blocks):
         assert node.span.file  # every node points back into a file
@@ -256,12 +258,10 @@ def test_assertions_are_kept_on_the_model_graph(build) -> None:
         "  assert macs == 32\n"
     )
     asserts = program.model.body.asserts
-    assert [a[:4] for a in asserts if a[0] == "count"] == [
-        ("count", "params", "<=", 1000),
-        ("count", "macs", "==", 32),
-    ]
-    (shape,) = [a for a in asserts if a[0] == "shape"]
-    assert shape[1] == "h" and shape[2].dims == (Expr.lift(4),)
+    counts = [(a.quantity, a.op, a.bound) for a in asserts if isinstance(a, CountAssert)]
+    assert counts == [("params", "<=", 1000), ("macs", "==", 32)]
+    (shape,) = [a for a in asserts if isinstance(a, ShapeAssert)]
+    assert shape.node == "h" and shape.annotation.dims == (Expr.lift(4),) and shape.name == "h"
 
 
 def test_named_boxes_keep_their_names_and_others_skip_them(build) -> None:
@@ -320,3 +320,24 @@ def test_hyphenated_words_are_words(build, compile_text) -> None:
     assert [d.as_int() for d in compiled.checked.outputs["Y"].shape] == [8, 14]
     with pytest.raises(LbdlError, match="is one of `gelu`, `gelu-tanh`, `relu`, not `gelu-tan`"):
         compile_text("model m:\n  input X: 8×16\n  ffw hidden=64 act=gelu-tan\n")
+
+
+def test_a_box_added_in_one_scope_renames_no_box_of_another() -> None:
+    """Positional names count per scope, so weights saved before an edit still load."""
+    before = """model m(D=8):
+  input X: T×D
+  fc out=D
+  residual:
+    fc out=D
+    relu
+  output Y
+"""
+    after = before.replace("  fc out=D\n  residual:", "  fc out=D\n  fc out=D\n  residual:")
+
+    def paths(text: str) -> set[str]:
+        return {a.path for a in arrays(compile_spec(text, file="m.lbdl").root)}
+
+    old, new = paths(before), paths(after)
+    inner = {p for p in old if p.count("/") > 1}
+    assert inner and inner <= new
+    assert new - old == {"fc_1/w", "fc_1/b"}

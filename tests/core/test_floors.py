@@ -20,6 +20,7 @@ FLOORS = {
     "lbdl_dsl.core": 0,
     "lbdl_dsl.compiler": 1,
     "lbdl_dsl.report": 2,
+    "lbdl_dsl.boxtext": 2,
     "lbdl_dsl.output": 2,
     "lbdl_dsl.backends": 2,
     "lbdl_dsl.cli": 3,

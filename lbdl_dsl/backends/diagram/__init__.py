@@ -17,24 +17,27 @@ from lbdl_dsl.backends.diagram import failures
 from lbdl_dsl.backends.diagram.run_dot import render
 from lbdl_dsl.backends.diagram.scene import Scene
 from lbdl_dsl.backends.diagram.walk import Walker
-from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.compiler.instance import Checked
+from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
 
 
-def scene(compiled: Compiled, expand: str | None = None) -> Scene:
-    """What `to_dot` draws, before it is written: for tests and other writers."""
+def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
+    """What `to_dot` draws, before it is written: for tests and other writers. A `Built`
+    program (no shapes yet) is drawn from its graphs alone."""
     program = compiled.program
     if program is None:
         raise LbdlError("nothing to draw: the spec did not get past building its graph")
-    walker = Walker(program, compiled.checked, _expand.parse(expand, program.blocks))
+    checked = compiled if isinstance(compiled, Checked) else None
+    walker = Walker(program, checked, _expand.parse(expand, program.blocks))
     out = Scene(program.model.name)
     walker.model(out)
-    if compiled.checked is not None:
-        out.note = failures.attach(walker.sites, compiled.checked.diagnostics)
+    if checked is not None:
+        out.note = failures.attach(walker.sites, checked.diagnostics)
     return out
 
 
-def to_dot(compiled: Compiled, expand: str | None = None) -> str:
+def to_dot(compiled: Built | Checked, expand: str | None = None) -> str:
     """The DOT document of ``compiled``'s model; ``expand`` opens block calls (see `expand`)."""
     return _dot.write(scene(compiled, expand))
 

@@ -91,7 +91,7 @@ def _side(
 
 
 def box_label(box: Box, cols: Columns, tag: str = "") -> str:
-    fill = {PARAM: S.PARAM_FILL, POISON: S.POISON_FILL}.get(box.look, S.PLAIN_FILL)
+    fill = box.fill or {PARAM: S.PARAM_FILL, POISON: S.POISON_FILL}.get(box.look, S.PLAIN_FILL)
     border = {FAIL: S.FAIL, POISON: S.POISON}.get(box.look, S.BOX_BORDER)
     ink = S.POISON if box.look == POISON else S.INK
     dashed = ",dashed" if box.look == POISON else ""
@@ -120,6 +120,16 @@ def terminal_label(term: Terminal, cols: Columns, output: bool) -> str:
     )
     side = _side(cols, shape=term.shape, message=term.message)
     return _ROW.format(cell + (side if term.shape or term.message else ""))
+
+
+def legend(entries: tuple[tuple[str, str], ...]) -> str:
+    """A row of coloured swatches with their meaning (boxes coloured by sharding)."""
+    cells = "".join(
+        f'<TD BGCOLOR="{colour}" BORDER="1" COLOR="{S.BOX_BORDER}" WIDTH="14" HEIGHT="10"></TD>'
+        f'<TD ALIGN="LEFT">&#160;{_font(text, S.INK, S.SIDE_FONT_SIZE)}&#160;&#160;</TD>'
+        for text, colour in entries
+    )
+    return f'<TABLE BORDER="0" CELLSPACING="2" CELLPADDING="1"><TR>{cells}</TR></TABLE>'
 
 
 @dataclass
@@ -208,8 +218,8 @@ def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
         # Nested frames inherit what is not set again, so every frame sets its label.
         ("label", f"<{title}>" if title else '""'),
         ("labelloc", "t"),
-        ("color", q(color)),
-        ("penwidth", "2" if frame.look == FAIL else "1"),
+        ("color", q(frame.mark or color)),
+        ("penwidth", "2.5" if frame.mark else "2" if frame.look == FAIL else "1"),
         ("margin", "8"),
         ("fontsize", str(S.FRAME_FONT_SIZE)),
     ]
@@ -303,5 +313,7 @@ def write(scene: Scene) -> str:
     out += ["  " + edge_stmt(e, kinds) for e in edges]
     if scene.note:
         out.append(f"  graph [labelloc=b, labeljust=l, label=<{_message(scene.note)}>];")
+    elif scene.legend:
+        out.append(f"  graph [labelloc=b, labeljust=l, label=<{legend(scene.legend)}>];")
     out.append("}")
     return "\n".join(out) + "\n"

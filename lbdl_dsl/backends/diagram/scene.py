@@ -28,6 +28,7 @@ class Box:
     tall: bool = False  # a composite (self-att, ffw, a block call): drawn taller
     tooltip: str = ""
     message: str = ""
+    fill: str = ""  # a colour that overrides the look's (boxes coloured by sharding)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Frame:
     items: list[Item] = field(default_factory=list)
     look: str = PLAIN
     message: str = ""
+    mark: str = ""  # a border colour laid over the look (`paint`: a frame lbdl diff changed)
 
 
 Item = Union[Box, Plus, Fork, Stub, Frame]
@@ -112,6 +114,7 @@ class Scene:
     outputs: list[Terminal] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
     note: str = ""  # a diagnostic that belongs to no box (a failed count assertion)
+    legend: tuple[tuple[str, str], ...] = ()  # (text, colour) under the figure (sharding)
 
     def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""

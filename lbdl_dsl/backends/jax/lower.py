@@ -25,7 +25,14 @@ from lbdl_dsl.backends.jax.lowering import LOWERINGS
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, size_code
 from lbdl_dsl.backends.jax.runtime_source import defaults
 from lbdl_dsl.compiler import composite
-from lbdl_dsl.compiler.graph import Graph, Program
+from lbdl_dsl.compiler.graph import (
+    CallNode,
+    Graph,
+    LayerNode,
+    Program,
+    RepeatNode,
+    ResidualNode,
+)
 from lbdl_dsl.compiler.instance import Inst
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
@@ -300,14 +307,16 @@ class Lowerer:
         written = inst.node.annotation is not None
         shape = f"  ->  {fmt_shape(inst.output.shape)}" if fn.shapes and not written else ""
         fn.comment(f"{self.where(inst.node.span)}{shape}")
-        kind = inst.node.kind
-        if kind == "layer":
-            return self.layer(fn, inst, ins, d, target)
-        if kind == "call":
-            return self.call(fn, inst, ins, d, target)
-        if kind == "residual":
-            return self.residual(fn, inst, ins, d, target)
-        return self.repeat(fn, inst, ins, d, target)
+        match inst.node:
+            case LayerNode():
+                return self.layer(fn, inst, ins, d, target)
+            case CallNode():
+                return self.call(fn, inst, ins, d, target)
+            case ResidualNode():
+                return self.residual(fn, inst, ins, d, target)
+            case RepeatNode():
+                return self.repeat(fn, inst, ins, d, target)
+        raise AssertionError(inst.node)
 
     # -- layers ---------------------------------------------------------------------------------
     def layer(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:

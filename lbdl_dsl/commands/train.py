@@ -1,0 +1,154 @@
+"""``lbdl train SPEC --data NAME|FILE --steps N``: a thin layer over `lbdl_dsl.training`.
+
+The flags become a `TrainConfig` (which validates them and names the flag in its messages);
+the loop does the rest. Progress is a bar on a terminal and plain lines otherwise; the final
+lines say where the run's files are and the last evaluation. Exit codes: 0 done, 1 a user
+error (the spec, a flag, the data, the run folder, a NaN loss), 130 interrupted after saving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lbdl_dsl import cli
+
+HELP = "train a spec on data (digits, shakespeare, synthetic, .npz, .txt), with checkpoints"
+
+
+def _float_or_none(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from lbdl_dsl.training.config import DTYPES, OPTIMIZERS, SCHEDULES, TASKS
+
+    cli.add_spec_arguments(p)
+    g = p.add_argument_group("data and task")
+    g.add_argument(
+        "--data",
+        required=True,
+        metavar="NAME|FILE",
+        help="digits, shakespeare, synthetic, or a .npz (inputs by name, targets `y`) or .txt file",
+    )
+    g.add_argument(
+        "--task", choices=TASKS, default="auto", help="the loss (default: from the output)"
+    )
+    g.add_argument("--target", metavar="OUTPUT", help="the output the loss reads (several outputs)")
+    g = p.add_argument_group("length")
+    length = g.add_mutually_exclusive_group(required=True)
+    length.add_argument("--steps", type=int, help="training steps")
+    length.add_argument("--epochs", type=_float_or_none, help="passes over the training data")
+    g.add_argument("--batch", type=int, default=32, help="samples per step (default 32)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw", help="default adamw")
+    g.add_argument("--lr", type=_float_or_none, default=1e-3, help="peak learning rate (1e-3)")
+    g.add_argument("--schedule", choices=SCHEDULES, default="constant", help="after warm-up")
+    g.add_argument("--warmup", type=int, default=0, metavar="STEPS", help="linear warm-up")
+    g.add_argument("--clip", type=_float_or_none, metavar="NORM", help="clip the gradient norm")
+    g.add_argument(
+        "--weight-decay",
+        type=_float_or_none,
+        metavar="W",
+        help="decoupled for adamw (default 1e-4) and lion (1e-3); added to the gradients else",
+    )
+    g.add_argument("--seed", type=int, default=0, help="initialisation, order, dropout (0)")
+    g.add_argument("--dtype", choices=DTYPES, default="float32", help="compute type")
+    g = p.add_argument_group("run folder")
+    g.add_argument("-o", "--output", metavar="RUN", help="the run folder (default runs/SPECNAME)")
+    g.add_argument("--resume", action="store_true", help="continue the run in the folder")
+    g.add_argument(
+        "--eval-every", type=int, metavar="K", help="evaluate every K steps (and at the end)"
+    )
+    g.add_argument(
+        "--eval-samples", type=int, metavar="N", help="evaluate on N samples (default: all)"
+    )
+    g.add_argument(
+        "--save-every", type=int, metavar="K", help="checkpoint every K steps (and at the end)"
+    )
+    g.add_argument("--keep", type=int, default=3, metavar="K", help="checkpoints kept (3)")
+    g.add_argument(
+        "--log-every", type=int, default=10, metavar="K", help="record every K steps (10)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    overrides = cli.parse_overrides(args.set, args.parser)
+
+    def work() -> int:
+        from lbdl_dsl.training.config import TrainConfig
+
+        config = TrainConfig(
+            spec=args.spec,
+            data=args.data,
+            output_dir=args.output or str(Path("runs") / Path(args.spec).stem),
+            overrides=overrides,
+            task=args.task,
+            target=args.target,
+            steps=args.steps,
+            epochs=args.epochs,
+            batch=args.batch,
+            optimizer=args.optimizer,
+            lr=args.lr,
+            schedule=args.schedule,
+            warmup=args.warmup,
+            clip=args.clip,
+            weight_decay=args.weight_decay,
+            eval_every=args.eval_every,
+            eval_samples=args.eval_samples,
+            save_every=args.save_every,
+            keep=args.keep,
+            log_every=args.log_every,
+            seed=args.seed,
+            dtype=args.dtype,
+            resume=args.resume,
+        )
+        return _train(config)
+
+    return cli.guarded(work, args.spec)
+
+
+def _train(config) -> int:
+    from lbdl_dsl.training import loop, progress
+
+    display = progress.display_for(sys.stdout)
+    try:
+        result = loop.run(config, display=display)
+    except loop.TrainingInterrupted as stop:
+        print(
+            f"interrupted at step {stop.step}: checkpoint saved in {stop.run_dir}/checkpoints\n"
+            f"hint: continue with the same command and --resume",
+            file=sys.stderr,
+        )
+        return 130
+    for line in summary(result):
+        print(line)
+    return 0
+
+
+def summary(result) -> list[str]:
+    """The closing lines: the last evaluation, the time, and the files written."""
+    lines = []
+    ev = result.eval
+    if ev is not None:
+        words = [f"loss {ev['loss']:.4f}"]
+        if "accuracy" in ev:
+            words.insert(0, f"accuracy {100 * ev['accuracy']:.2f}%")
+        if "perplexity" in ev:
+            words.append(f"perplexity {ev['perplexity']:.2f}")
+        lines.append(
+            f"test: {', '.join(words)} ({ev['samples']} samples) after {result.step} steps"
+        )
+    elif result.train is not None:
+        lines.append(f"training loss {result.train['loss']:.4f} after {result.step} steps")
+    lines.append(f"{result.seconds:.1f} s; run folder {result.run_dir}:")
+    files = ["run.json", "metrics.jsonl", result.params_path.name, "checkpoints/"]
+    if result.plot_path is not None:
+        files.insert(2, result.plot_path.name)
+    lines.append("  " + "  ".join(files))
+    return lines

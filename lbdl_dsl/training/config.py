@@ -1,0 +1,152 @@
+"""Everything that varies from one training run to another, as one frozen record.
+
+`TrainConfig` is what ``lbdl train``'s flags and `lbdl_dsl.train`'s keywords become. It is
+written into the run folder (``run.json``) and into every checkpoint, so a run can be reproduced,
+or continued, from its folder alone. Validation happens here, once, with messages that name the
+flag; later modules trust the values. Nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lbdl_dsl.core.errors import LbdlError
+
+OPTIMIZERS = ("adamw", "adam", "sgd", "momentum", "lion", "rmsprop", "adafactor")
+SCHEDULES = ("constant", "cosine", "linear")
+TASKS = ("auto", "classify", "next-token", "mse", "reconstruct")
+DTYPES = ("float32", "bfloat16")
+
+# Fields that may change when a run is resumed: how long it goes on and how it reports, never
+# what it computes. Everything else must match the checkpoint's, or resuming is refused. The spec
+# is compared by the hash of its text (`rundir.spec_hash`), not by its path.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "spec",
+        "steps",
+        "epochs",
+        "eval_every",
+        "save_every",
+        "keep",
+        "log_every",
+        "output_dir",
+        "resume",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One run: the spec and its ``--set`` values, the data, the optimiser, and the schedule."""
+
+    spec: str
+    data: str
+    output_dir: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    task: str = "auto"
+    target: str | None = None  # the spec output the loss reads; None: the only (or token) one
+    steps: int | None = None
+    epochs: float | None = None
+    batch: int = 32
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    schedule: str = "constant"
+    warmup: int = 0
+    clip: float | None = None
+    weight_decay: float | None = None  # None: the optimiser's own default (adamw: 1e-4)
+    eval_every: int | None = None
+    eval_samples: int | None = None  # None: the whole evaluation split
+    save_every: int | None = None
+    keep: int = 3
+    log_every: int = 10
+    seed: int = 0
+    dtype: str = "float32"
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        for problem in _problems(self):
+            raise LbdlError(problem[0], None, hint=problem[1])
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as JSON-ready values (overrides as a plain, sorted dictionary)."""
+        out = dataclasses.asdict(self)
+        out["overrides"] = {k: self.overrides[k] for k in sorted(self.overrides)}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def differences(self, other: TrainConfig) -> list[str]:
+        """What differs from ``other`` in the fields a resumed run may not change."""
+        lines = []
+        mine, theirs = self.to_json(), other.to_json()
+        for name in mine:
+            if name not in RESUMABLE_CHANGES and mine[name] != theirs[name]:
+                lines.append(f"{_flag(name)}: {_show(theirs[name])} then, {_show(mine[name])} now")
+        return lines
+
+
+def _flag(name: str) -> str:
+    return {"overrides": "--set", "spec": "the spec path"}.get(name, "--" + name.replace("_", "-"))
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items()) or "(none)"
+    return "(none)" if value is None else str(value)
+
+
+def _positive(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def _problems(c: TrainConfig) -> list[tuple[str, str]]:
+    """Each invalid value as (message naming the flag, hint); the first is raised."""
+    out: list[tuple[str, str]] = []
+
+    def choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+        if value not in allowed:
+            out.append((f"{flag}: unknown value `{value}`", "choose from " + ", ".join(allowed)))
+
+    choice("--optimizer", c.optimizer, OPTIMIZERS)
+    choice("--schedule", c.schedule, SCHEDULES)
+    choice("--task", c.task, TASKS)
+    choice("--dtype", c.dtype, DTYPES)
+    if c.steps is not None and c.epochs is not None:
+        out.append(("--steps and --epochs both given", "give one: how long the run is"))
+    if c.steps is None and c.epochs is None:
+        out.append(("give --steps N or --epochs E", "how long to train, in steps or epochs"))
+    if c.steps is not None and (not isinstance(c.steps, int) or c.steps < 1):
+        out.append((f"--steps must be a whole number ≥ 1, got {c.steps}", "e.g. --steps 500"))
+    if c.epochs is not None and not _positive(c.epochs):
+        out.append((f"--epochs must be > 0, got {c.epochs}", "e.g. --epochs 10 (or 0.5)"))
+    if not isinstance(c.batch, int) or c.batch < 1:
+        out.append((f"--batch must be a whole number ≥ 1, got {c.batch}", "e.g. --batch 64"))
+    return out + _number_problems(c)
+
+
+def _number_problems(c: TrainConfig) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    if not _positive(c.lr):
+        out.append((f"--lr must be a number > 0, got {c.lr}", "e.g. --lr 1e-3"))
+    if c.warmup < 0:
+        out.append((f"--warmup must be ≥ 0 steps, got {c.warmup}", "e.g. --warmup 100"))
+    if c.clip is not None and not _positive(c.clip):
+        out.append((f"--clip must be a norm > 0, got {c.clip}", "e.g. --clip 1.0"))
+    if c.weight_decay is not None and not (math.isfinite(c.weight_decay) and c.weight_decay >= 0):
+        out.append((f"--weight-decay must be ≥ 0, got {c.weight_decay}", "e.g. 0.01"))
+    every = (("--eval-every", c.eval_every), ("--save-every", c.save_every))
+    for flag, value in (*every, ("--eval-samples", c.eval_samples)):
+        if value is not None and value < 1:
+            out.append((f"{flag} must be ≥ 1, got {value}", "or leave it out"))
+    if c.keep < 1:
+        out.append((f"--keep must be ≥ 1 checkpoint, got {c.keep}", "e.g. --keep 3"))
+    if c.log_every < 1:
+        out.append((f"--log-every must be ≥ 1 step, got {c.log_every}", "e.g. --log-every 10"))
+    return out

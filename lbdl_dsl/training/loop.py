@@ -1,0 +1,334 @@
+"""``train(...)``: the training loop, the Python function behind ``lbdl train``.
+
+The loop reads as the run: compile the spec, choose the task from its outputs, open the data
+and check it against the inputs, claim the run folder (or resume from its last checkpoint),
+then step. Every ``--log-every`` steps the step metrics are fetched at once (one host sync per
+log, not per step), checked for NaN, written to ``metrics.jsonl`` and shown; evaluation and
+checkpoints happen at their own intervals and at the end, with ``params.safetensors`` and the
+loss plot. Ctrl-C (or SIGTERM) asks the loop to stop after the current step: it saves a
+checkpoint and raises `TrainingInterrupted`; a second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.training import optim, progress, rundir
+from lbdl_dsl.training.checkpoint import Checkpoints
+from lbdl_dsl.training.config import TrainConfig
+from lbdl_dsl.training.datasets import Data, open_data
+from lbdl_dsl.training.loader import Loader, Position, eval_batches
+from lbdl_dsl.training.plot import plot
+from lbdl_dsl.training.progress import Display, MetricsFile, Record
+from lbdl_dsl.training.signature import signature
+from lbdl_dsl.training.step import TrainState, init_state, make_eval_step, make_train_step
+from lbdl_dsl.training.tasks import Task, choose
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run leaves: its folder, files, last records and final arrays."""
+
+    run_dir: Path
+    step: int
+    seconds: float  # wall time of this command (a resumed run counts from its resumption)
+    train: Record | None  # the last training record
+    eval: Record | None  # the last evaluation record
+    params_path: Path
+    plot_path: Path | None
+    params: Any
+    state: Any
+    model: Any
+    task: Task
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised after Ctrl-C once the checkpoint of ``step`` is saved in ``run_dir``."""
+
+    def __init__(self, step: int, run_dir: Path) -> None:
+        super().__init__(f"interrupted at step {step}")
+        self.step, self.run_dir = step, run_dir
+
+
+class _StopRequest:
+    """Ctrl-C and SIGTERM as a request to stop after the current step (main thread only)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested:  # asked twice: stop now, without the checkpoint
+            raise KeyboardInterrupt
+        self.requested = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+
+def train(
+    spec: str | Path,
+    data: str | Path,
+    *,
+    output_dir: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    quiet: bool = False,
+    callbacks: Sequence[Callable[[Record], None]] = (),
+    **options: Any,
+) -> TrainResult:
+    """Train ``spec`` on ``data``; the keywords are ``lbdl train``'s flags (`TrainConfig`).
+
+    ``lbdl_dsl.train("specs/digits-cnn.lbdl", "digits", epochs=10, batch=32, lr=3e-3)``.
+    ``overrides`` are the ``--set`` values; ``callbacks`` are called with every record.
+    """
+    names = {f.name for f in dataclasses.fields(TrainConfig)} - {"spec", "data", "output_dir"}
+    unknown = sorted(set(options) - names)
+    if unknown:
+        raise TypeError(f"train() got unknown options {unknown}; known: {sorted(names)}")
+    out = Path(output_dir) if output_dir is not None else Path("runs") / Path(spec).stem
+    config = TrainConfig(
+        spec=str(spec),
+        data=str(data),
+        output_dir=str(out),
+        overrides=dict(overrides or {}),
+        **options,
+    )
+    display = progress.QuietDisplay() if quiet else progress.display_for()
+    return run(config, display=display, callbacks=callbacks)
+
+
+def run(
+    config: TrainConfig,
+    *,
+    display: Display | None = None,
+    callbacks: Sequence[Callable[[Record], None]] = (),
+) -> TrainResult:
+    """Run ``config``: a new run, or the continuation of the one in its folder (``resume``)."""
+    import lbdl_dsl
+
+    started = time.perf_counter()
+    display = display or progress.display_for()
+    run_dir = Path(config.output_dir)
+    model = lbdl_dsl.compile(config.spec, dtype=config.dtype, **dict(config.overrides))
+    digest = rundir.spec_hash(model.compiled.sources)
+    old = rundir.check_claim(run_dir, config, digest)
+    sig = signature(model)
+    task = choose(sig, config.task, config.target)
+    data = open_data(config.data, sig, task, config.seed)
+    loader = Loader(data.train, config.batch, config.seed)
+    total = config.steps or max(1, math.ceil((config.epochs or 1) * loader.steps_per_epoch))
+    lr = optim.schedule(config, total)
+    tx = optim.optimizer(config, lr)
+    ts = init_state(model, tx, config.seed)
+    ckpts = Checkpoints(run_dir, config.keep)
+    loop = _Loop(config, model, task, data, loader, total, run_dir, ckpts, display, callbacks)
+    loop.record = {
+        "config": config.to_json(),
+        "spec_hash": digest,
+        "model": {"name": model.name, "params": model.param_count},
+        "task": task.describe(),
+        "data": {"name": data.name, **data.info},
+        "steps_per_epoch": loader.steps_per_epoch,
+        "versions": rundir.versions(),
+    }
+    try:
+        ts = loop.start(ts, old)
+        ts = loop.steps(ts, make_train_step(model, task, tx, lr))
+        return loop.finish(ts, started)
+    finally:
+        ckpts.close()
+
+
+class _Loop:
+    """The state of one command's loop; each method is one phase of the run."""
+
+    def __init__(self, config, model, task, data: Data, loader, total, run_dir, ckpts, display,
+                 callbacks) -> None:  # fmt: skip
+        self.config, self.model, self.task, self.data = config, model, task, data
+        self.loader, self.total, self.run_dir, self.ckpts = loader, total, run_dir, ckpts
+        self.display, self.callbacks = display, callbacks
+        self.metrics = MetricsFile(run_dir / "metrics.jsonl")
+        self.position = Position()
+        self.time_offset = 0.0
+        self.clock = self.last_flush = time.perf_counter()
+        self.records: list[Record] = []
+        self.record: dict[str, Any] = {}
+        self.eval_step = make_eval_step(model, task)
+        self.stop = _StopRequest()
+
+    # -- phases ---------------------------------------------------------------------------------
+    def start(self, ts: TrainState, old: dict[str, Any] | None) -> TrainState:
+        latest = self.ckpts.latest() if old is not None else None
+        if self.config.resume and old is None:
+            self.display.note(f"{self.run_dir}: nothing to resume there; starting a new run")
+        if latest is None:
+            self.metrics.reset()
+            self._write_record(0)
+            return ts
+        if latest > self.total:
+            raise LbdlError(
+                f"{self.run_dir}: the last checkpoint is at step {latest}, past the {self.total} "
+                "steps asked for",
+                None,
+                hint=f"ask for more: --steps {latest + self.total}",
+            )
+        meta = self.ckpts.read_meta(latest)
+        ts = self.ckpts.restore(latest, ts)
+        self.position = Position.from_json(meta["position"])
+        self.time_offset = float(meta.get("time", 0.0))
+        self.records = self.metrics.keep_until(latest)
+        self.display.note(f"{self.run_dir}: resuming from the checkpoint of step {latest}")
+        self._write_record(latest)
+        return ts
+
+    def steps(self, ts: TrainState, train_step: Callable) -> TrainState:
+        step = int(ts.step)
+        pending: list[dict[str, Any]] = []
+        self.clock = self.last_flush = time.perf_counter()
+        self.display.start(self.total, step)
+        try:
+            with self.stop.installed():
+                while step < self.total and not self.stop.requested:
+                    ts, metrics = train_step(ts, self.loader.batch_at(self.position))
+                    self.position = self.loader.advance(self.position)
+                    step += 1
+                    pending.append(metrics)
+                    last = step == self.total or self.stop.requested
+                    if self._due(step, self.config.log_every) or last:
+                        self._flush(step, pending)
+                    if self.data.test is not None and self._due(step, self.config.eval_every):
+                        self._flush(step, pending)
+                        self._evaluate(ts, step)
+                    if self._due(step, self.config.save_every) or self.stop.requested:
+                        self._flush(step, pending)
+                        self._save(ts, step)
+                if self.stop.requested:
+                    raise TrainingInterrupted(step, self.run_dir)
+        finally:
+            self.display.stop()
+        return ts
+
+    def finish(self, ts: TrainState, started: float) -> TrainResult:
+        step = int(ts.step)
+        last_eval = next((r for r in reversed(self.records) if r["kind"] == "eval"), None)
+        if self.data.test is not None and (last_eval is None or last_eval["step"] != step):
+            last_eval = self._evaluate(ts, step)
+        self._save(ts, step)
+        params_path = self.model.save(self.run_dir / "params.safetensors", ts.params, ts.state)
+        title = f"{self.model.name} on {self.data.name}: {self.task.describe()}"
+        plot_path = plot(self.records, self.run_dir / "loss.png", title)
+        if plot_path is None:
+            self.display.note("no loss plot: matplotlib is not installed (pip install matplotlib)")
+        last_train = next((r for r in reversed(self.records) if r["kind"] == "train"), None)
+        return TrainResult(
+            self.run_dir,
+            step,
+            time.perf_counter() - started,
+            last_train,
+            last_eval,
+            params_path,
+            plot_path,
+            ts.params,
+            ts.state,
+            self.model,
+            self.task,
+        )
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _due(self, step: int, every: int | None) -> bool:
+        return bool(every) and step % every == 0  # type: ignore[operator]
+
+    def _elapsed(self) -> float:
+        return self.time_offset + time.perf_counter() - self.clock
+
+    def _emit(self, record: Record) -> None:
+        self.records.append(record)
+        self.metrics.append(record)
+        self.display.show(record)
+        for callback in self.callbacks:
+            callback(record)
+
+    def _flush(self, step: int, pending: list[dict[str, Any]]) -> None:
+        """Fetch the metrics of the steps since the last record; stop at a NaN loss."""
+        if not pending:
+            return
+        values = jax.device_get(pending)
+        first = step - len(values) + 1
+        for i, v in enumerate(values):
+            if not np.isfinite(v["loss"]):
+                self._nan(first + i, float(v["loss"]), float(v["lr"]))
+        now = time.perf_counter()
+        seconds = max(now - self.last_flush, 1e-9)
+        self.last_flush = now
+        record: Record = {"kind": "train", "step": step}
+        record["epoch"] = round(step / self.loader.steps_per_epoch, 4)
+        for key in ("loss", *self.task.metrics):  # means over the steps since the last record
+            record[key] = float(np.mean([v[key] for v in values]))
+        record["lr"] = float(values[-1]["lr"])
+        record["grad_norm"] = float(values[-1]["grad_norm"])
+        record["time"] = round(self._elapsed(), 3)
+        rate = len(values) / seconds
+        record["samples_per_s"] = round(rate * self.config.batch, 1)
+        record["eta"] = round((self.total - step) / rate, 1)
+        pending.clear()
+        self._emit(record)
+
+    def _nan(self, step: int, value: float, lr: float) -> None:
+        saved = self.ckpts.latest()
+        kept = f"the checkpoint of step {saved} is kept" if saved else "no checkpoint was saved"
+        raise LbdlError(
+            f"{self.run_dir}: the loss is {value} at step {step}; training stopped ({kept})",
+            None,
+            hint=f"lower the learning rate (--lr {lr:.3g} at that step), clip the gradients "
+            "(--clip 1.0) or warm up (--warmup 100), in a new -o folder",
+        )
+
+    def _evaluate(self, ts: TrainState, step: int) -> Record:
+        sums: dict[str, float] = {}
+        count = 0.0
+        assert self.data.test is not None
+        for batch, weights in eval_batches(
+            self.data.test, self.config.batch, self.config.eval_samples
+        ):
+            out = jax.device_get(self.eval_step(ts.params, ts.state, batch, weights))
+            count += float(weights.sum())
+            for key, value in out.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        record: Record = {"kind": "eval", "step": step}
+        record |= {key: value / count for key, value in sums.items()}
+        if self.task.kind == "next-token":
+            record["perplexity"] = math.exp(min(record["loss"], 700.0))
+        record["samples"] = int(count)
+        record["time"] = round(self._elapsed(), 3)
+        self._emit(record)
+        return record
+
+    def _save(self, ts: TrainState, step: int) -> None:
+        meta = dict(self.record)
+        meta |= {"position": self.position.to_json(), "time": self._elapsed(), "step": step}
+        self.ckpts.save(ts, meta)
+        self._write_record(step)
+
+    def _write_record(self, step: int) -> None:
+        rundir.write_record(self.run_dir, {**self.record, "step": step})
