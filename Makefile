@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: setup
 	$(VENV)/bin/lbdl-compile specs/resnet50.lbdl -o build/resnet50
 
-test: setup
+test: lint
 	$(PY) -m pytest
 
 setup: system $(STAMP)
@@ -37,13 +37,17 @@ docs: setup
 bench: setup
 	$(PY) bench/run.py
 	$(PY) bench/kernels.py
+	$(PY) bench/diagrams.py
 
 fuzz: setup
 	$(PY) bench/fuzz.py --cases 100000
 
+# Before the tests (CI runs `make test`), failing on any finding: ruff's rules and format on the
+# code, then mypy, strict on lbdl_dsl/compiler and lbdl_dsl/core (pyproject.toml, [tool.mypy]).
 lint: setup
 	$(VENV)/bin/ruff check lbdl_dsl tests bench
 	$(VENV)/bin/ruff format --check lbdl_dsl tests bench
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf build

@@ -94,6 +94,13 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
         help="diagram: draw inside block calls: `all`, a block name, or a depth",
     )
     p.add_argument(
+        "--block",
+        default=None,
+        metavar="NAME",
+        help="draw the block NAME of the spec on its own, in its own symbols (C×H×W...), "
+        "as the book draws resblock; the spec may be a file of blocks",
+    )
+    p.add_argument(
         "--run", action="store_true", help="jit the model, run it on random inputs and time it"
     )
     p.add_argument("--batch", type=int, default=2, help="batch size for --run (default 2)")
@@ -138,6 +145,8 @@ def run_namespace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     overrides = parse_overrides(args.set, parser)
     formats = _formats(args, parser)
     depth = None if args.depth == "all" else _int_arg(args.depth, "--depth", parser)
+    if getattr(args, "block", None):
+        formats = _block_formats(args, formats, parser)
 
     def partial(err: CheckFailed) -> None:
         _partial_diagram(err.compiled, args, formats)
@@ -202,17 +211,45 @@ def _sources_for(err: LbdlError) -> dict[str, str]:
     return out
 
 
+def _block_formats(args, formats, parser: argparse.ArgumentParser) -> tuple[str, ...]:
+    """What ``--block`` writes: a figure only (a block alone has no module to run)."""
+    if args.run:
+        parser.error("--block draws a block; --run runs a model")
+    if args.emit is None:
+        return () if args.check else ("svg", "png")
+    other = [f for f in formats if f not in DIAGRAM_FORMATS]
+    if other:
+        parser.error(f"--block writes a figure: --emit takes {', '.join(DIAGRAM_FORMATS)}")
+    return formats
+
+
+def _compile(args, overrides) -> Compiled:
+    """The spec's model, or with ``--block`` one of its blocks on its own."""
+    if getattr(args, "block", None):
+        from lbdl_dsl.compiler.blockdef import compile_block
+
+        return compile_block(Path(args.spec), args.block, overrides)
+    return compile_spec(Path(args.spec), overrides=overrides)
+
+
 def _run(args, overrides, formats, depth) -> int:
-    compiled = compile_spec(Path(args.spec), overrides=overrides)
+    compiled = _compile(args, overrides)
     checked = compiled.checked
     from lbdl_dsl import report
 
-    if args.json:
+    unchecked = getattr(compiled, "unchecked", ())
+    if unchecked:  # a block whose parameters have no value: no counts to print
+        print(
+            f"{', '.join(unchecked)} without a value: the figure shows the block's annotations "
+            f"past the first box that needs one; --set {unchecked[0]}=... checks and counts it",
+            file=sys.stderr,
+        )
+    elif args.json:
         sys.stdout.write(report.dumps(checked))
     else:
         sys.stdout.write(report.render_table(checked, depth, terminal=sys.stdout.isatty()))
     if formats:
-        outdir = Path(args.output) if args.output else Path("build") / spec_name(args.spec)
+        outdir = Path(args.output) if args.output else Path("build") / _name(args)
         for path in write_artefacts(compiled, formats, outdir, args):
             print(f"wrote {path}", file=sys.stderr)
     if args.run:
@@ -225,7 +262,7 @@ def write_artefacts(compiled: Compiled, formats, outdir: Path, args) -> list[Pat
     from lbdl_dsl.compiler import textform
     from lbdl_dsl.output import write_atomic
 
-    name = spec_name(compiled.file)
+    name = getattr(args, "block", None) or spec_name(compiled.file)
     written = []
     for fmt in formats:
         if fmt == "ast":
@@ -263,14 +300,19 @@ def _partial_diagram(compiled: Compiled, args, formats) -> None:
         from lbdl_dsl.backends import diagram
         from lbdl_dsl.output import write_atomic
 
-        outdir = Path(args.output) if args.output else Path("build") / spec_name(args.spec)
+        outdir = Path(args.output) if args.output else Path("build") / _name(args)
         dot = diagram.to_dot(compiled, expand=args.expand)
         for fmt in wanted:
             data = dot if fmt == "dot" else diagram.render(dot, fmt)
-            path = write_atomic(outdir / f"{spec_name(args.spec)}.{fmt}", data)
+            path = write_atomic(outdir / f"{_name(args)}.{fmt}", data)
             print(f"wrote {path} (up to the error)", file=sys.stderr)
     except LbdlError as err:
         print(err.render(), file=sys.stderr)
+
+
+def _name(args) -> str:
+    """The stem of what is written: the spec's name, or the block's with ``--block``."""
+    return getattr(args, "block", None) or spec_name(args.spec)
 
 
 def _run_model(compiled: Compiled, args) -> None:

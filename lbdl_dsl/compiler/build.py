@@ -39,7 +39,8 @@ from lbdl_dsl.compiler.imports import Loaded
 from lbdl_dsl.compiler.limits import MAX_REPEAT
 from lbdl_dsl.compiler.values import written
 from lbdl_dsl.core.errors import LbdlError, Note, Span, did_you_mean
-from lbdl_dsl.core.layers import LAYERS, lookup
+from lbdl_dsl.core.layers import LAYERS, Layer, lookup
+from lbdl_dsl.core.layers.base import HP
 from lbdl_dsl.core.symbolic import Expr
 
 _COUNTED = ("params", "state", "macs")
@@ -65,7 +66,7 @@ class _Scope:
     params: set[str]  # parameter names (for `causal=causal`)
     parent: _Scope | None = None
     current: str | None = None
-    counters: Counter = field(default_factory=Counter)
+    counters: Counter[str] = field(default_factory=Counter)
     name_spans: dict[str, Span] = field(default_factory=dict)
     later: dict[str, Span] = field(default_factory=dict)  # names defined further down
     captures: list[str] = field(default_factory=list)  # outer node ids, by port (from 1)
@@ -229,7 +230,11 @@ class _Builder:
         scope.graph.asserts.append(ShapeAssert(nid, _annot(st.shape, dims), st.span, st.name.name))
 
     def _RepeatGroup(
-        self, scope: _Scope, st: ast.RepeatGroup, annotation=None, framed: bool = False
+        self,
+        scope: _Scope,
+        st: ast.RepeatGroup,
+        annotation: Annotation | None = None,
+        framed: bool = False,
     ) -> None:
         count = self.count(scope, st.count)
         body, sub = self.subgraph(scope, st.body, framed)
@@ -258,7 +263,7 @@ class _Builder:
             group = ast.RepeatGroup(st.count, (_replace_count(st),), st.span)
             self._RepeatGroup(scope, group, _box_annotation(st, scope), framed=True)
             if st.name is not None:
-                self.define(scope, st.name, scope.current)
+                self.define(scope, st.name, self.flowing(scope, st.span))
             return
         layer = lookup(st.op)
         source = layer is not None and layer.source  # a constant: it reads no tensor
@@ -269,6 +274,7 @@ class _Builder:
             if st.shape
             else None
         )
+        node: Node
         if layer is not None:
             node = self.layer_node(scope, st, layer, inputs, annotation)
             if in_frame:  # the frame checks the annotation; each copy may only read sizes in it
@@ -323,13 +329,22 @@ class _Builder:
         if framed:
             for name, span in _defined_names(stmts):
                 sub.later.setdefault(name, span)
-            self._Box(sub, stmts[0], in_frame=True)
+            box = stmts[0]
+            assert isinstance(box, ast.Box), "a frame holds one box (`resblock ×2`)"
+            self._Box(sub, box, in_frame=True)
         else:
             self.body(sub, stmts)
         sub.graph.result = sub.current
         return sub.graph, sub
 
-    def layer_node(self, scope: _Scope, st: ast.Box, layer, inputs, annotation) -> LayerNode:
+    def layer_node(
+        self,
+        scope: _Scope,
+        st: ast.Box,
+        layer: Layer,
+        inputs: list[str],
+        annotation: Annotation | None,
+    ) -> LayerNode:
         lo, hi = layer.arity
         if not lo <= len(inputs) <= hi:
             extra = "" if hi == 1 else f" (the flowing tensor and {lo - 1} named in parentheses)"
@@ -389,7 +404,7 @@ class _Builder:
             shares=shares,
         )
 
-    def tie(self, scope: _Scope, layer, hp: ast.HParam) -> str:
+    def tie(self, scope: _Scope, layer: Layer, hp: ast.HParam) -> str:
         name = getattr(hp.value, "bare_name", None)
         if name is None:
             raise LbdlError(
@@ -408,7 +423,9 @@ class _Builder:
             )
         return nid
 
-    def call_node(self, scope: _Scope, st: ast.Box, inputs, annotation) -> CallNode:
+    def call_node(
+        self, scope: _Scope, st: ast.Box, inputs: list[str], annotation: Annotation | None
+    ) -> CallNode:
         block = self.blocks_ast[st.op]
         if len(inputs) != len(block.inputs):
             raise LbdlError(
@@ -447,7 +464,7 @@ class _Builder:
         )
 
 
-def _named_by_doc(word: str, hparams) -> str | None:
+def _named_by_doc(word: str, hparams: tuple[HP, ...]) -> str | None:
     """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`)."""
     for h in hparams:
         if word.lower() in (w.strip(",;:()`").lower() for w in h.doc.split()[:2]):
@@ -612,7 +629,7 @@ def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:
     graph = scope.graph
     graph.result = scope.current
     if not graph.outputs:
-        graph.outputs.append(("Y", scope.current))
+        graph.outputs.append(("Y", builder.flowing(scope, m.span)))
     for nid in graph.inputs:
         if graph.g.out_degree(nid) == 0 and nid not in {o for _, o in graph.outputs}:
             node = graph.node(nid)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from lbdl_dsl.compiler.build import build
-from lbdl_dsl.compiler.graph import Program, verify
+from lbdl_dsl.compiler.graph import InputNode, Program, verify
 from lbdl_dsl.compiler.imports import load, read_spec
 from lbdl_dsl.compiler.infer import Checked, check
 from lbdl_dsl.compiler.stages import Built, Parsed
@@ -40,6 +40,7 @@ def model_env(program: Program, overrides: dict[str, Any], origin: str = "--set"
     symbols: set[str] = set()
     for nid in model.body.inputs:
         node = model.body.node(nid)
+        assert isinstance(node, InputNode), "a graph's inputs are input nodes (`verify`)"
         for d in node.annotation.dims if node.annotation else ():
             symbols |= d.free_symbols
         if node.vocab is not None:
@@ -113,14 +114,61 @@ def check_program(
     return dataclasses.replace(checked, built=built)
 
 
+Source = str | bytes | os.PathLike[str]
+
+
+@overload
 def compile_spec(
-    source: str | bytes | os.PathLike[str],
+    source: Source,
+    *,
+    file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stop_after: Literal["check"] = "check",
+    origin: str = "--set",
+) -> Checked: ...
+
+
+@overload
+def compile_spec(
+    source: Source,
+    *,
+    file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stop_after: Literal["build"],
+    origin: str = "--set",
+) -> Built: ...
+
+
+@overload
+def compile_spec(
+    source: Source,
+    *,
+    file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stop_after: Literal["parse"],
+    origin: str = "--set",
+) -> Parsed: ...
+
+
+@overload
+def compile_spec(
+    source: Source,
+    *,
+    file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    stop_after: str,
+    origin: str = "--set",
+) -> Parsed | Built | Checked: ...
+
+
+def compile_spec(
+    source: Source,
     *,
     file: str | None = None,
     overrides: dict[str, Any] | None = None,
     stop_after: str = "check",
     origin: str = "--set",
-) -> Any:
+) -> Parsed | Built | Checked:
     """The pipeline on a path (or on text, with ``file`` naming it), as far as ``stop_after``:
     `Parsed`, `Built` or `Checked`; raises `LbdlError` (`CheckFailed` for checking errors)."""
     if stop_after not in STAGES:
@@ -133,6 +181,8 @@ def compile_spec(
                 file = "<spec>"
         else:
             file, source = str(source), read_spec(source)
+    elif isinstance(source, os.PathLike):
+        raise TypeError("`file=` names a spec given as text; give a path without it")
     parsed = parse(source, file)
     if stop_after == "parse":
         return parsed

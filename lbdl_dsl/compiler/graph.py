@@ -17,7 +17,7 @@ networkx enforces nothing, so `verify` checks the invariants; tests run it after
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
@@ -38,7 +38,7 @@ class ParamRef:
         return self.name
 
 
-HValue = Union[Expr, tuple, float, bool, str, ParamRef, None]
+HValue = Union[Expr, tuple["HValue", ...], float, bool, str, ParamRef, None]
 
 
 @dataclass(frozen=True)
@@ -185,14 +185,15 @@ class Graph:
     names: dict[str, str] = field(default_factory=dict)  # tensor name → node id
     asserts: list[Assertion] = field(default_factory=list)
 
-    def add(self, node: Node, inputs: list[str] = ()) -> str:
+    def add(self, node: Node, inputs: Sequence[str] = ()) -> str:
         self.g.add_node(node.id, node=node)
         for port, src in enumerate(inputs):
             self.g.add_edge(src, node.id, port=port)
         return node.id
 
     def node(self, node_id: str) -> Node:
-        return self.g.nodes[node_id]["node"]
+        node: Node = self.g.nodes[node_id]["node"]  # networkx's attributes are untyped
+        return node
 
     def preds(self, node_id: str) -> list[str]:
         """The node's inputs, in port order."""
@@ -202,7 +203,7 @@ class Graph:
     def order(self) -> list[str]:
         """Topological order, ties broken by source position then id: the same every time."""
 
-        def key(nid: str) -> tuple:
+        def key(nid: str) -> tuple[int, int, str]:
             n = self.node(nid)
             return (n.span.line, n.span.column, n.id)
 

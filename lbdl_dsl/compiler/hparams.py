@@ -146,7 +146,8 @@ def default_value(layer: Layer, hp: HP) -> HValue:
         return (Expr.lift(d),) * max(layer.spatial, 1)
     if hp.kind in ("size", "index"):
         return Expr.lift(d)
-    return d
+    given: HValue = d  # `HP.default` is untyped across kinds; these kinds declare it canonical
+    return given
 
 
 def _kind_name(hp: HP) -> str:

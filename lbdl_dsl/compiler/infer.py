@@ -14,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, overload
 
 from lbdl_dsl.compiler import composite
 from lbdl_dsl.compiler.graph import (
+    Block,
     CallNode,
     CountAssert,
     Graph,
@@ -35,11 +36,17 @@ from lbdl_dsl.compiler.hparams import coerce
 from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, compute_totals, numel
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
-from lbdl_dsl.core.layers import Ctx, ShapeFailure, lookup
-from lbdl_dsl.core.layers.base import fmt_shape
+from lbdl_dsl.core.layers import Ctx, Layer, ShapeFailure, lookup
+from lbdl_dsl.core.layers.base import Shape, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, InexactDivision
 
 _MAX_DIAGNOSTICS = 20
+
+Env = dict[str, Any]
+"""Symbols and parameters in scope: sizes as `Expr`, and any other hyper-parameter value."""
+RF = tuple[Expr, Expr] | None  # receptive field and cumulative stride, when it has one
+Outs = dict[str, Tensor | None]  # each node's output in a scope; None where it failed
+CallKey = tuple[str, tuple[Shape, ...], tuple[tuple[str, str], ...]]  # block, inputs, symbols
 
 
 class _Poisoned(Exception):
@@ -68,7 +75,12 @@ def _fmt_fraction(value: float) -> str:
     return str(f.numerator) if f.denominator == 1 else f"{f.numerator}/{f.denominator}"
 
 
-def _subs(value: Any, env: dict[str, Any]) -> Any:
+# a size stays a size; any other value (tuples, words, parameter references) keeps its kind
+@overload
+def _subs(value: Expr, env: Env) -> Expr: ...
+@overload
+def _subs(value: Any, env: Env) -> Any: ...
+def _subs(value: Any, env: Env) -> Any:
     exprs = {k: v for k, v in env.items() if isinstance(v, Expr)}
     if isinstance(value, Expr):  # a number such as `n=9/2` used as a size: its exact value, so
         for k in value.free_symbols:  # that the size is refused, never left as a symbol `n`
@@ -92,7 +104,7 @@ class Checker:
         self.env = env
         self.diagnostics: list[Diagnostic] = []
         self.assumptions: list[str] = []
-        self.memo: dict[tuple, tuple[list[Inst], Tensor | None, dict]] = {}
+        self.memo: dict[CallKey, tuple[list[Inst], Tensor | None, Env]] = {}
         self.stack: list[tuple[str, Span]] = []  # block calls being checked, for notes
         self.layers_seen = 0
 
@@ -108,9 +120,11 @@ class Checker:
                 self.diagnostics.append(diag)
 
     # -- graphs ---------------------------------------------------------------------------------
-    def graph(self, graph: Graph, ins: list[Tensor | None], env: dict[str, Any]):
+    def graph(
+        self, graph: Graph, ins: list[Tensor | None], env: Env
+    ) -> tuple[list[Inst], Tensor | None, Outs]:
         """Check one scope; returns its instances, its result tensor, and every node's output."""
-        outs: dict[str, Tensor | None] = {}
+        outs: Outs = {}
         for nid, t in zip(graph.inputs, ins):
             outs[nid] = t
         insts: list[Inst] = []
@@ -138,8 +152,9 @@ class Checker:
             outs[nid] = inst.output
         return insts, outs.get(graph.result) if graph.result else None, outs
 
-    def model_input(self, node: Node, env: dict[str, Any]) -> Tensor:
+    def model_input(self, node: InputNode, env: Env) -> Tensor:
         ann = node.annotation
+        assert ann is not None, "a model's input declares its shape (a block's inputs are given)"
         dims = tuple(self.size(d, env, s, "this input's size") for d, s in zip(ann.dims, ann.spans))
         vocab = _subs(node.vocab, env) if node.vocab is not None else None
         self.bounded(numel(dims), f"the number of elements of input `{node.name}`", node.span)
@@ -201,7 +216,7 @@ class Checker:
             )
 
     # -- one box --------------------------------------------------------------------------------
-    def box(self, inst: Inst, graph: Graph, env: dict[str, Any], outs) -> Tensor:
+    def box(self, inst: Inst, graph: Graph, env: Env, outs: Outs) -> Tensor:
         node = inst.node
         self.layers_seen += 1
         if self.layers_seen > MAX_EXPANDED_LAYERS:
@@ -223,9 +238,11 @@ class Checker:
             self.check_annotation(inst, out.shape, env)
         return out
 
-    def layer(self, inst: Inst, graph: Graph, env: dict[str, Any]) -> Tensor:
+    def layer(self, inst: Inst, graph: Graph, env: Env) -> Tensor:
         node = inst.node
+        assert isinstance(node, LayerNode), "`box` dispatches layers here"
         layer = lookup(node.op)
+        assert layer is not None, "build made layer nodes of registry entries only"
         hp = self.hparams(node, layer, env)
         ann = None
         source = node.annotation or node.fill
@@ -241,7 +258,8 @@ class Checker:
                     elif -len(ann) <= axis < len(ann):
                         hp[name] = ann[axis]
         for name, _ in layer.from_annotation:
-            if hp.get(name) is None and (layer.hparam(name).required):
+            decl = layer.hparam(name)
+            if hp.get(name) is None and decl is not None and decl.required:
                 raise LbdlError(
                     f"`{node.op}` needs `{name}`",
                     node.span,
@@ -262,7 +280,7 @@ class Checker:
             ctx.out = out
             if ann is not None and node.annotation is not None:
                 self.compare(inst, ann, out)
-            inst.params = layer.params(ctx) if layer.params else {}
+            inst.params = layer.params(ctx)
             inst.state = layer.state(ctx)
             inst.macs = Expr.lift(layer.macs(ctx))
             self.bounded(
@@ -283,7 +301,7 @@ class Checker:
         dtype, vocab = _out_type(layer, ctx, inst.inputs)
         return Tensor(out, dtype, vocab, _where(node), node.span, self.rf(inst, layer, ctx, out))
 
-    def composite(self, inst: Inst, layer: Any, out: tuple[Expr, ...]) -> None:
+    def composite(self, inst: Inst, layer: Layer, out: Shape) -> None:
         """Check a composite's inside as a block call, so that its parameters, state and MACs
         are its primitives'. The entry's own rules have validated the box already: a failure
         inside is reported at the box, and an inside whose output disagrees is our bug."""
@@ -303,24 +321,26 @@ class Checker:
         inst.body, inst.inside = body, block
 
     @staticmethod
-    def hparams(node: Node, layer: Any, env: dict[str, Any]) -> dict[str, Any]:
+    def hparams(node: LayerNode, layer: Layer, env: Env) -> dict[str, Any]:
         """The box's hyper-parameters with this use's values; one that arrives through a
         block or model parameter (``p=p``) is read as the kind the layer declares."""
-        hp = {}
+        hp: dict[str, Any] = {}
         for key, raw in node.hparams:
             value = _subs(raw, env)
+            decl = layer.hparam(key)
             if isinstance(raw, ParamRef) or (
-                isinstance(raw, Expr) and layer.hparam(key).kind == "float"
+                isinstance(raw, Expr) and decl is not None and decl.kind == "float"
             ):
+                assert decl is not None, "build kept only declared hyper-parameters"
                 try:
-                    value = coerce(layer, layer.hparam(key), value, f"`{raw}`")
+                    value = coerce(layer, decl, value, f"`{raw}`")
                 except LbdlError as err:
                     hint = _param_hint(raw) if isinstance(raw, ParamRef) else None
                     raise LbdlError(err.first.message, node.span, hint=hint) from None
             hp[key] = value
         return hp
 
-    def rf(self, inst: Inst, layer, ctx: Ctx, out) -> tuple[Expr, Expr] | None:
+    def rf(self, inst: Inst, layer: Layer, ctx: Ctx, out: Shape) -> RF:
         rfs = [t.rf for t in inst.inputs if t.rf is not None]
         if not rfs or len(out) < 2 or not layer.rf:
             return None
@@ -331,8 +351,10 @@ class Checker:
         k, s, d = window
         return (r + (k - 1) * d * j, j * s)
 
-    def tie(self, inst: Inst, graph: Graph, layer) -> None:
-        other_id = inst.node.shares
+    def tie(self, inst: Inst, graph: Graph, layer: Layer) -> None:
+        node = inst.node
+        assert isinstance(node, LayerNode) and node.shares is not None, "a sharing layer"
+        other_id = node.shares
         other = graph.node(other_id)
         mapping = dict(layer.ties).get(other.op)
         if other.op == inst.node.op:
@@ -342,8 +364,9 @@ class Checker:
                 inst.tied[mine] = (other_id, theirs, transposed)
                 del inst.params[mine]
 
-    def compare(self, inst: Inst, ann: tuple[Expr, ...], out: tuple[Expr, ...]) -> None:
+    def compare(self, inst: Inst, ann: Shape, out: Shape) -> None:
         node = inst.node
+        assert node.annotation is not None, "called for an annotated box"
         same = len(ann) == len(out) and all(a == o for a, o in zip(ann, out))
         if (
             not same
@@ -369,16 +392,18 @@ class Checker:
                 else [],
             )
 
-    def check_annotation(self, inst: Inst, out, env) -> None:
+    def check_annotation(self, inst: Inst, out: Shape, env: Env) -> None:
+        annotation = inst.node.annotation
+        assert annotation is not None, "called for an annotated box"
         ann = tuple(
             self.size(d, env, s, "the annotation")
-            for d, s in zip(inst.node.annotation.dims, inst.node.annotation.spans)
+            for d, s in zip(annotation.dims, annotation.spans)
         )
         label = inst.node.op or "group"
         if len(ann) != len(out) or any(a != o and a != o.drop_floors() for a, o in zip(ann, out)):
             raise LbdlError(
                 f"`{label}` gives {fmt_shape(out)}, but the annotation says {fmt_shape(ann)}",
-                inst.node.annotation.span,
+                annotation.span,
                 hint="fix the annotation, or the arguments if the annotation is right",
             )
 
@@ -402,13 +427,14 @@ class Checker:
         return LbdlError(message, span, exc.hint, notes)
 
     # -- composites -----------------------------------------------------------------------------
-    def call(self, inst: Inst, env: dict[str, Any]) -> Tensor:
+    def call(self, inst: Inst, env: Env) -> Tensor:
         node = inst.node
+        assert isinstance(node, CallNode), "`box` dispatches calls here"
         block = self.program.blocks[node.op]
         if len(self.stack) >= MAX_CALL_DEPTH:
             raise LbdlError(f"block calls nested deeper than {MAX_CALL_DEPTH}", node.span)
         benv = self.bind_block(inst, block, env)
-        key = (
+        key: CallKey = (
             node.op,
             tuple(t.shape for t in inst.inputs),
             tuple(sorted((k, repr(v)) for k, v in benv.items())),
@@ -428,13 +454,14 @@ class Checker:
             raise _poison()
         return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, result.rf)
 
-    def bind_block(self, inst: Inst, block, env: dict[str, Any]) -> dict[str, Any]:
+    def bind_block(self, inst: Inst, block: Block, env: Env) -> Env:
         """The block's symbols at this use: arguments, then the input patterns, then defaults.
 
         Defaults come last so that they may use the input's sizes (``F=4D`` on ``T×D``).
         """
         node = inst.node
-        benv: dict[str, Any] = {}
+        assert isinstance(node, CallNode), "a block is bound at its call"
+        benv: Env = {}
         args = dict(node.hparams)
         for p in block.params:
             if p.name in args:
@@ -456,7 +483,9 @@ class Checker:
                 benv[p.name] = _subs(p.default, benv)
         return benv
 
-    def match(self, pat: Expr, text: str, actual: Expr, benv, block, node, t) -> None:
+    def match(
+        self, pat: Expr, text: str, actual: Expr, benv: Env, block: Block, node: Node, t: Tensor
+    ) -> None:
         exprs = {k: v for k, v in benv.items() if isinstance(v, Expr)}
         value = pat.subs(exprs)
         unbound = sorted(s for s in value.free_symbols if s not in benv)
@@ -478,8 +507,9 @@ class Checker:
                 ],
             )
 
-    def repeat(self, inst: Inst, env: dict[str, Any]) -> Tensor:
+    def repeat(self, inst: Inst, env: Env) -> Tensor:
         node = inst.node
+        assert isinstance(node, RepeatNode), "`box` dispatches ×N groups here"
         count = _subs(node.count, env)
         n = count.as_int()
         x, captures = inst.inputs[0], inst.inputs[1:]
@@ -529,8 +559,9 @@ class Checker:
             seen_in.shape, seen_in.dtype, seen_in.vocab, _where(node), node.span, seen_in.rf
         )
 
-    def residual(self, inst: Inst, env: dict[str, Any]) -> Tensor:
+    def residual(self, inst: Inst, env: Env) -> Tensor:
         node = inst.node
+        assert isinstance(node, ResidualNode), "`box` dispatches residual groups here"
         x = inst.inputs[0]
         nb = len(node.body.inputs) - 1
         body, result, _ = self.graph(node.body, [x, *inst.inputs[1 : 1 + nb]], env)
@@ -560,7 +591,7 @@ class Checker:
         return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, rf)
 
 
-def _out_type(layer: Any, ctx: Ctx, inputs: list[Tensor]) -> tuple[str, Expr | None]:
+def _out_type(layer: Layer, ctx: Ctx, inputs: list[Tensor]) -> tuple[str, Expr | None]:
     """The output's type and range: the entry's (a constant index is whole numbers, a band a
     mask), the input's for a box that keeps it (tokens stay tokens), else float."""
     if layer.out_type is not None:
@@ -570,7 +601,7 @@ def _out_type(layer: Any, ctx: Ctx, inputs: list[Tensor]) -> tuple[str, Expr | N
     return "float", None
 
 
-def _grow(before, after, copies: Expr):
+def _grow(before: RF, after: RF, copies: Expr) -> RF:
     """The receptive field after ``copies`` identical copies, from what one copy does to it."""
     if before is None or after is None or before[1] != after[1]:
         return after
@@ -591,9 +622,14 @@ def check(program: Program, env: dict[str, Any], overridden: bool = False) -> Ch
     checker = Checker(program, env)
     graph = program.model.body
     root, _, outs = checker.graph(graph, [], env)
-    inputs = {graph.node(i).name: outs[i] for i in graph.inputs if outs.get(i) is not None}
+    inputs: dict[str, Tensor] = {}
+    for i in graph.inputs:
+        node, t = graph.node(i), outs.get(i)
+        assert isinstance(node, InputNode) and node.name is not None, "a model's inputs are named"
+        if t is not None:
+            inputs[node.name] = t
     outputs = {name: outs.get(nid) for name, nid in graph.outputs}
-    memo: dict = {}
+    memo: dict[int, dict[str, Expr]] = {}
     totals = {"params": Expr(), "state": Expr(), "macs": Expr(), "activations": Expr()}
     for inst in root:
         sub = compute_totals(inst, memo)
@@ -619,7 +655,7 @@ def check(program: Program, env: dict[str, Any], overridden: bool = False) -> Ch
 _OPS = {"<": int.__lt__, "<=": int.__le__, ">": int.__gt__, ">=": int.__ge__, "==": int.__eq__}
 
 
-def _check_asserts(checked: Checked, outs, checker: Checker, overridden: bool) -> None:
+def _check_asserts(checked: Checked, outs: Outs, checker: Checker, overridden: bool) -> None:
     for item in checked.program.model.body.asserts:
         match item:
             case CountAssert(span=span) if overridden:

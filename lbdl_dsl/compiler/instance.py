@@ -18,7 +18,7 @@ from lbdl_dsl.compiler.graph import Block, LayerNode, Node, Program
 from lbdl_dsl.compiler.imports import Loaded
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import Diagnostic, Span
-from lbdl_dsl.core.layers.base import Attrs, PSpec, fmt_shape
+from lbdl_dsl.core.layers.base import Attrs, PSpec, Sizes, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, total
 
 Shape = tuple[Expr, ...]
@@ -85,7 +85,7 @@ class Inst:
                 yield (f"{i}/{inst.id}" if len(self.copies) > 1 else inst.id), inst, cp.count
 
 
-def numel(shape: Shape) -> Expr:
+def numel(shape: Sizes) -> Expr:
     out = Expr.lift(1)
     for d in shape:
         out = out * d
@@ -162,7 +162,9 @@ class Checked:
     def walk(self) -> Iterator[tuple[tuple[str, ...], Inst, Expr]]:
         """Every instance with its path and total multiplicity, depth first."""
 
-        def visit(insts: list[Inst], prefix: tuple[str, ...], mult: Expr) -> Iterator:
+        def visit(
+            insts: list[Inst], prefix: tuple[str, ...], mult: Expr
+        ) -> Iterator[tuple[tuple[str, ...], Inst, Expr]]:
             for inst in insts:
                 path = (*prefix, inst.id)
                 yield path, inst, mult

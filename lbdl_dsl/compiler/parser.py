@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Hashable
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import (
@@ -347,7 +348,8 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
             found = f"`{tok.value}`"
             width = len(str(tok.value))
     elif isinstance(exc, UnexpectedCharacters):
-        ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        pos = cast(int, exc.pos_in_stream)  # lark declares it None; the lexer sets its position
+        ch = text[pos] if pos < len(text) else ""
         found = f"`{ch}`"
     span = Span.point(file, line, col, width)
     label = _known_mistake(exc)
@@ -366,8 +368,7 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
         return LbdlError(_INDENTED[0], span, _INDENTED[1])
     expected = getattr(exc, "expected", None) or getattr(exc, "allowed", None) or set()
     message = f"did not expect {found or 'this'} here"
-    hint = f"expected {_words(set(expected))}" if expected else None
-    return LbdlError(message, span, hint)
+    return LbdlError(message, span, f"expected {_words(set(expected))}" if expected else None)
 
 
 def _dangling(before: str) -> tuple[str, str] | None:
@@ -389,7 +390,7 @@ def _dangling(before: str) -> tuple[str, str] | None:
     return next(label for label in MISTAKES if label[0].startswith(message))
 
 
-def _signature(exc: UnexpectedInput) -> tuple:
+def _signature(exc: UnexpectedInput) -> tuple[Hashable, ...]:
     """What the parser saw when it failed: its state and the offending token or character."""
     state = exc.state
     if hasattr(state, "position"):  # lark's ParserState: equal when stack depth and top agree
@@ -400,9 +401,9 @@ def _signature(exc: UnexpectedInput) -> tuple:
 
 
 @functools.cache
-def _mistake_signatures() -> dict[tuple, tuple[str, str]]:
+def _mistake_signatures() -> dict[tuple[Hashable, ...], tuple[str, str]]:
     """Each known mistake as the parser sees it, computed once from the MISTAKES examples."""
-    out: dict[tuple, tuple[str, str]] = {}
+    out: dict[tuple[Hashable, ...], tuple[str, str]] = {}
     for label, examples in MISTAKES.items():
         for example in examples:
             try:
@@ -437,7 +438,11 @@ def _trim(span: Span, lines: list[str]) -> Span:
 
 
 def _tok_span(file: str, tok: Token) -> Span:
-    return Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
+    line, column, end_line, end_column = tok.line, tok.column, tok.end_line, tok.end_column
+    # lark types positions optional, for tokens made by hand; the lexer places every token
+    assert line is not None and column is not None and end_line is not None
+    assert end_column is not None
+    return Span(file, line, column, end_line, end_column)
 
 
 _MAX_DIGITS = 40  # 2^62 has 19 digits; Python itself refuses to read 4,300
@@ -483,8 +488,20 @@ class _Spanned:
         self.expr, self.span, self.bare = expr, span, bare
 
 
+Children = list[Any]
+"""What lark hands a rule: its children as transformed so far (tokens, `_Spanned` sizes, AST
+nodes, None for an absent optional part), in grammar order; their types depend on the rule."""
+Stmts = tuple[ast.Stmt, ...]
+Refs = tuple[ast.Ref, ...]
+Params = tuple[ast.Param, ...]
+Patterns = tuple[ast.TensorPattern, ...]
+Shortcut = tuple[Stmts, Span]
+DType = tuple[str, ast.SizeExpr | None]  # `int<V>`: the type's name and its range
+# (``tuple`` itself names the rule method `_ToAst.tuple` inside the class: aliases above)
+
+
 @v_args(meta=True)
-class _ToAst(Transformer):
+class _ToAst(Transformer[Token, ast.Module]):
     def __init__(self, text: str, file: str) -> None:
         super().__init__()
         self.text, self.file = text, file
@@ -511,10 +528,10 @@ class _ToAst(Transformer):
                 f"cannot divide by the sum `{b.expr}`", span, hint="divide by a number or a name"
             ) from exc
 
-    def int(self, meta: Any, c: list) -> _Spanned:
+    def int(self, meta: Any, c: Children) -> _Spanned:
         return _Spanned(Expr.lift(_number(c[0], self.file)), _tok_span(self.file, c[0]))
 
-    def float(self, meta: Any, c: list) -> _Spanned:
+    def float(self, meta: Any, c: Children) -> _Spanned:
         span = _tok_span(self.file, c[0])
         mantissa, _, exponent = c[0].value.lower().partition("e")
         if len(mantissa.strip("0.")) > _MAX_DIGITS or len(exponent.lstrip("+-0")) > 2:
@@ -526,28 +543,28 @@ class _ToAst(Transformer):
         out.bare = "#float:" + c[0].value
         return out
 
-    def name(self, meta: Any, c: list) -> _Spanned:
+    def name(self, meta: Any, c: Children) -> _Spanned:
         return _Spanned(sym(str(c[0])), _tok_span(self.file, c[0]), bare=str(c[0]))
 
-    def scaled(self, meta: Any, c: list) -> _Spanned:
+    def scaled(self, meta: Any, c: Children) -> _Spanned:
         return _Spanned(_number(c[0], self.file) * sym(str(c[1])), _span(self.file, meta))
 
-    def add(self, meta: Any, c: list) -> _Spanned:
+    def add(self, meta: Any, c: Children) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a + b)
 
-    def sub(self, meta: Any, c: list) -> _Spanned:
+    def sub(self, meta: Any, c: Children) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a - b)
 
-    def mul(self, meta: Any, c: list) -> _Spanned:
+    def mul(self, meta: Any, c: Children) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a * b)
 
-    def div(self, meta: Any, c: list) -> _Spanned:
+    def div(self, meta: Any, c: Children) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a / b)
 
-    def neg(self, meta: Any, c: list) -> _Spanned:
+    def neg(self, meta: Any, c: Children) -> _Spanned:
         return _Spanned(-c[1].expr, _span(self.file, meta))
 
-    def pow(self, meta: Any, c: list) -> _Spanned:
+    def pow(self, meta: Any, c: Children) -> _Spanned:
         n = _number(c[2], self.file)
         span = _span(self.file, meta)
         if n > 8:
@@ -569,36 +586,39 @@ class _ToAst(Transformer):
                 value = float(v.expr.const_value)
                 return ast.Literal(value, self._slice(v.span), v.span)
             return self._size(v)
-        return v
+        if isinstance(v, (ast.Literal, ast.TupleValue)):  # `string` and `tuple` made them
+            return v
+        raise AssertionError(f"not a hyper-parameter value: {v!r}")
 
-    def string(self, meta: Any, c: list) -> ast.Literal:
+    def string(self, meta: Any, c: Children) -> ast.Literal:
         return ast.Literal(str(c[0])[1:-1], str(c[0]), _span(self.file, meta))
 
-    def tuple(self, meta: Any, c: list) -> ast.TupleValue:
+    def tuple(self, meta: Any, c: Children) -> ast.TupleValue:
         span = _span(self.file, meta)
         return ast.TupleValue(tuple(self._size(x) for x in c), self._slice(span), span)
 
-    def shape(self, meta: Any, c: list) -> ast.ShapeAST:
+    def shape(self, meta: Any, c: Children) -> ast.ShapeAST:
         dims = tuple(self._size(x) for x in c if isinstance(x, _Spanned))
         return ast.ShapeAST(dims, _span(self.file, meta))
 
     # statements
-    def hparam(self, meta: Any, c: list) -> ast.HParam:
+    def hparam(self, meta: Any, c: Children) -> ast.HParam:
         return ast.HParam(str(c[0]), self._value(c[1]), self._stmt_span(meta))
 
-    def op(self, meta: Any, c: list) -> Token:
-        return c[0]
+    def op(self, meta: Any, c: Children) -> Token:
+        tok: Token = c[0]  # OP, LEAKY or PLUS
+        return tok
 
-    def args(self, meta: Any, c: list) -> tuple[ast.Ref, ...]:
+    def args(self, meta: Any, c: Children) -> Refs:
         return tuple(ast.Ref(str(t), _tok_span(self.file, t)) for t in c)
 
-    def repeat(self, meta: Any, c: list) -> ast.SizeExpr:
+    def repeat(self, meta: Any, c: Children) -> ast.SizeExpr:
         return self._size(c[1])
 
-    def arrow(self, meta: Any, c: list) -> ast.Ref:
+    def arrow(self, meta: Any, c: Children) -> ast.Ref:
         return ast.Ref(str(c[1]), _tok_span(self.file, c[1]))
 
-    def box(self, meta: Any, c: list) -> ast.Box:
+    def box(self, meta: Any, c: Children) -> ast.Box:
         op_tok, args, *rest = c
         shape_ast, name = rest[-2], rest[-1]
         counts = [x for x in rest[:-2] if isinstance(x, ast.SizeExpr)]
@@ -625,16 +645,16 @@ class _ToAst(Transformer):
             op, _tok_span(self.file, op_tok), args or (), count, hparams, shape_ast, name, span
         )
 
-    def body(self, meta: Any, c: list) -> tuple:
+    def body(self, meta: Any, c: Children) -> Stmts:
         return tuple(c)
 
-    def repeat_group(self, meta: Any, c: list) -> ast.RepeatGroup:
+    def repeat_group(self, meta: Any, c: Children) -> ast.RepeatGroup:
         return ast.RepeatGroup(self._size(c[1]), c[2], self._stmt_span(meta))
 
-    def shortcut(self, meta: Any, c: list) -> tuple:
+    def shortcut(self, meta: Any, c: Children) -> Shortcut:
         return (c[0], self._stmt_span(meta))
 
-    def residual_group(self, meta: Any, c: list) -> ast.ResidualGroup:
+    def residual_group(self, meta: Any, c: Children) -> ast.ResidualGroup:
         short = c[1]
         return ast.ResidualGroup(
             c[0], short[0] if short else None, self._stmt_span(meta), short[1] if short else None
@@ -643,10 +663,10 @@ class _ToAst(Transformer):
     def _ref(self, tok: Token) -> ast.Ref:
         return ast.Ref(str(tok), _tok_span(self.file, tok))
 
-    def dtype(self, meta: Any, c: list) -> tuple[str, ast.SizeExpr | None]:
+    def dtype(self, meta: Any, c: Children) -> DType:
         return (str(c[0]), self._size(c[1]) if c[1] is not None else None)
 
-    def input_decl(self, meta: Any, c: list) -> ast.InputDecl:
+    def input_decl(self, meta: Any, c: Children) -> ast.InputDecl:
         dtype, vocab = c[2] if c[2] else ("float", None)
         span = self._stmt_span(meta)
         if dtype not in ("float", "int", "bool"):
@@ -661,27 +681,27 @@ class _ToAst(Transformer):
             )
         return ast.InputDecl(self._ref(c[0]), c[1], dtype, vocab, span)
 
-    def output_decl(self, meta: Any, c: list) -> ast.OutputDecl:
+    def output_decl(self, meta: Any, c: Children) -> ast.OutputDecl:
         return ast.OutputDecl(self._ref(c[0]), self._stmt_span(meta))
 
-    def from_stmt(self, meta: Any, c: list) -> ast.FromStmt:
+    def from_stmt(self, meta: Any, c: Children) -> ast.FromStmt:
         return ast.FromStmt(self._ref(c[0]), self._stmt_span(meta))
 
-    def name_stmt(self, meta: Any, c: list) -> ast.NameStmt:
+    def name_stmt(self, meta: Any, c: Children) -> ast.NameStmt:
         return ast.NameStmt(self._ref(c[1]), self._stmt_span(meta))
 
-    def assert_count(self, meta: Any, c: list) -> ast.AssertCount:
+    def assert_count(self, meta: Any, c: Children) -> ast.AssertCount:
         return ast.AssertCount(self._ref(c[0]), str(c[1]), self._value(c[2]), self._stmt_span(meta))
 
-    def assert_shape(self, meta: Any, c: list) -> ast.AssertShape:
+    def assert_shape(self, meta: Any, c: Children) -> ast.AssertShape:
         return ast.AssertShape(self._ref(c[0]), c[1], self._stmt_span(meta))
 
     # definitions
-    def param(self, meta: Any, c: list) -> ast.Param:
+    def param(self, meta: Any, c: Children) -> ast.Param:
         default = self._value(c[1]) if c[1] is not None else None
         return ast.Param(str(c[0]), default, self._stmt_span(meta))
 
-    def param_list(self, meta: Any, c: list) -> tuple[ast.Param, ...]:
+    def param_list(self, meta: Any, c: Children) -> Params:
         params = tuple(p for p in c if p is not None)
         seen: set[str] = set()
         for p in params:
@@ -690,26 +710,26 @@ class _ToAst(Transformer):
             seen.add(p.name)
         return params
 
-    def tensor_pat(self, meta: Any, c: list) -> ast.TensorPattern:
+    def tensor_pat(self, meta: Any, c: Children) -> ast.TensorPattern:
         return ast.TensorPattern(str(c[0]) if c[0] else None, c[1], self._stmt_span(meta))
 
-    def tensor_pats(self, meta: Any, c: list) -> tuple[ast.TensorPattern, ...]:
+    def tensor_pats(self, meta: Any, c: Children) -> Patterns:
         return tuple(c)
 
-    def block_def(self, meta: Any, c: list) -> ast.BlockDef:
+    def block_def(self, meta: Any, c: Children) -> ast.BlockDef:
         return ast.BlockDef(
             str(c[0]), c[1] or (), c[2], c[3], self._stmt_span(meta), _tok_span(self.file, c[0])
         )
 
-    def model_def(self, meta: Any, c: list) -> ast.ModelDef:
+    def model_def(self, meta: Any, c: Children) -> ast.ModelDef:
         return ast.ModelDef(
             str(c[0]), c[1] or (), c[2], self._stmt_span(meta), _tok_span(self.file, c[0])
         )
 
-    def import_stmt(self, meta: Any, c: list) -> ast.Import:
+    def import_stmt(self, meta: Any, c: Children) -> ast.Import:
         return ast.Import(str(c[0])[1:-1], self._stmt_span(meta))
 
-    def start(self, meta: Any, c: list) -> ast.Module:
+    def start(self, meta: Any, c: Children) -> ast.Module:
         items = [x for x in c if x is not None]
         return ast.Module(
             self.file,

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lbdl_dsl.compiler.instance import Inst
-from lbdl_dsl.core.layers.base import PSpec
+from lbdl_dsl.core.layers.base import PSpec, Sizes
 from lbdl_dsl.core.symbolic import Expr
 
 
@@ -32,7 +32,7 @@ class Array:
     trainable: bool
 
     @property
-    def shape(self) -> tuple[Expr, ...]:
+    def shape(self) -> Sizes:
         return (*self.stack, *self.spec.shape)
 
     @property

@@ -71,7 +71,7 @@ def _statement(st: Any) -> str:
 def ast_text(module: ast.Module) -> str:
     lines = [f'import "{i.path}"' for i in module.imports]
 
-    def stmts(body: tuple, indent: int) -> None:
+    def stmts(body: tuple[ast.Stmt, ...], indent: int) -> None:
         pad = "  " * indent
         for st in body:
             if isinstance(st, ast.RepeatGroup):

@@ -40,7 +40,7 @@ def _atom_key(atom: Atom) -> tuple[int, str]:
     return (0, atom) if isinstance(atom, str) else (1, str(atom))
 
 
-def _mono_key(mono: Monomial) -> tuple:
+def _mono_key(mono: Monomial) -> tuple[int, list[tuple[tuple[int, str], int]]]:
     degree = sum(p for _, p in mono)
     return (-degree, [(_atom_key(a), -p) for a, p in mono])
 
@@ -55,7 +55,7 @@ def _mono_mul(a: Monomial, b: Monomial) -> Monomial:
 class InexactDivision(ArithmeticError):
     """A size that should be whole is not, for the values at hand (``H/2`` with H=7)."""
 
-    def __init__(self, expr: Expr, values: Mapping[str, Number], result: Fraction) -> None:
+    def __init__(self, expr: Expr, values: Mapping[str, ExprLike], result: Fraction) -> None:
         used = {k: values[k] for k in sorted(expr.free_symbols) if k in values}
         shown = ", ".join(f"{k}={v}" for k, v in used.items())
         super().__init__(f"{expr} = {_fmt_number(result)} is not a whole number for {shown}")

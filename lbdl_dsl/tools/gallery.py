@@ -1,11 +1,13 @@
-"""Regenerate the gallery: every spec of specs/ drawn, beside its text and its counts.
+"""Regenerate the gallery: the book's figures, then every spec of specs/ drawn beside its text.
 
-``python -m lbdl_dsl.tools.gallery`` writes ``docs/gallery/NAME.png`` and ``NAME.svg`` for each
-spec that compiles and rewrites ``docs/gallery.md``; a spec that does not compile is skipped
-with a note on stderr (someone is still writing it) rather than stopping the others. Every
-figure and number on the page comes from the compiler, so the page shows what the specs say
-today, and since the backend is deterministic a rerun that changes nothing rewrites the same
-bytes.
+``python -m lbdl_dsl.tools.gallery`` draws each of the book's figures (`book_figures`) into
+``docs/gallery/book/`` with its command and its review, writes ``docs/gallery/NAME.png`` and
+``NAME.svg`` for each spec that compiles, and rewrites ``docs/gallery.md``; a spec that does
+not compile is skipped with a note on stderr (someone is still writing it) rather than stopping
+the others. Every figure and number on the page comes from the compiler, so the page shows what
+the specs say today, and since the backend is deterministic a rerun that changes nothing
+rewrites the same bytes. It prints how long each figure took, from the spec's text to its PNG
+and SVG (``bench/diagrams.py`` holds the time every figure must stay under).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import struct
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from lbdl_dsl.compiler.driver import Compiled, compile_spec, spec_name
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.symbolic import fmt_count
 from lbdl_dsl.output import write_atomic
+from lbdl_dsl.tools.book_figures import FIGURES, BookFigure
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_WIDTH = 480  # pixels a figure may take on the page, beside its spec
@@ -59,25 +63,81 @@ def png_size(png: bytes) -> tuple[int, int]:
     return width, height
 
 
+def _write(dot: str, out: Path, name: str) -> tuple[int, int]:
+    """The PNG and SVG of ``dot`` as ``out/name.*``; returns the PNG's size."""
+    png = diagram.render(dot, "png")
+    write_atomic(out / f"{name}.png", png)
+    write_atomic(out / f"{name}.svg", diagram.render(dot, "svg"))
+    return png_size(png)
+
+
 def draw(spec: Path, out: Path) -> Entry:
     """Compile one spec and write its figures; raises `LbdlError` if it does not compile."""
     compiled = compile_spec(spec)
     name = spec_name(str(spec))
-    dot = diagram.to_dot(compiled)
-    png = diagram.render(dot, "png")
-    write_atomic(out / f"{name}.png", png)
-    write_atomic(out / f"{name}.svg", diagram.render(dot, "svg"))
-    width, height = png_size(png)
+    width, height = _write(diagram.to_dot(compiled), out, name)
     return Entry(name, spec.read_text("utf-8"), summary(compiled), width, height)
 
 
-def page(entries: list[Entry], skipped: list[str]) -> str:
-    """docs/gallery.md: an index, then each spec's figure beside its source."""
+def draw_figure(fig: BookFigure, repo: Path, out: Path) -> tuple[int, int]:
+    """One of the book's figures, drawn as its command draws it."""
+    dot = diagram.to_dot(fig.compile(repo), fig.expand)
+    return _write(dot, out, fig.slug)
+
+
+def book_section(sizes: dict[str, tuple[int, int]]) -> list[str]:
+    """The book's figures: for each, the one command that draws it, the picture, the review."""
+    lines = [
+        "## The book's figures",
+        "",
+        "Each figure of *The Little Book of Deep Learning*'s chapter 5, and Fig. 4.10, drawn by",
+        "one command (run from the repository's root), and reviewed against the book's figure",
+        "box by box (`FIGURES.md`): what matches, what differs and why.",
+        "",
+        "| figure | command |",
+        "|---|---|",
+    ]
+    lines += [f"| [{f.figure} {f.title}](#{f.slug}) | `{f.command}` |" for f in FIGURES]
+    lines.append("")
+    for fig in FIGURES:
+        width = min(round(sizes[fig.slug][0] * PNG_DPI_TO_CSS), MAX_WIDTH)
+        lines += [
+            f'### <a id="{fig.slug}"></a>Fig. {fig.figure}: {fig.title}',
+            "",
+            f"`{fig.command}`",
+            "",
+        ]
+        if fig.pending:
+            lines += [f"*Waits for {fig.pending}.*", ""]
+        lines += [
+            '<table><tr><td valign="top">',
+            "",
+            f'<img src="gallery/book/{fig.slug}.png" width="{width}" alt="Fig. {fig.figure}">',
+            "",
+            f"[SVG](gallery/book/{fig.slug}.svg)",
+            "",
+            '</td><td valign="top">',
+            "",
+            fig.review,
+            "",
+            "</td></tr></table>",
+            "",
+        ]
+    return lines
+
+
+def page(entries: list[Entry], skipped: list[str], sizes: dict[str, tuple[int, int]]) -> str:
+    """docs/gallery.md: the book's figures, then an index and each spec beside its source."""
     lines = [
         "# Gallery",
         "",
-        "Every spec of `specs/`, drawn by the Graphviz backend as the book draws its figures,",
-        "beside its source. Generated by `python -m lbdl_dsl.tools.gallery`; do not edit by hand.",
+        "The book's figures, then every spec of `specs/`, drawn by the Graphviz backend as the",
+        "book draws its figures. Generated by `python -m lbdl_dsl.tools.gallery` (`make gallery`);",
+        "do not edit by hand: the reviews live in `lbdl_dsl/tools/book_figures.py`.",
+        "",
+        *book_section(sizes),
+        "## Every spec",
+        "",
         "Block calls are drawn as one box; `lbdl-compile SPEC --emit png --expand all` opens them.",
         "",
         " · ".join(f"[{e.name}](#{e.name.lower()})" for e in entries),
@@ -120,16 +180,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--specs", type=Path, default=REPO / "specs", help="the specs' folder")
     parser.add_argument("--docs", type=Path, default=REPO / "docs", help="the docs' folder")
     args = parser.parse_args(argv)
+    sizes: dict[str, tuple[int, int]] = {}
+    for fig in FIGURES:
+        start = time.perf_counter()
+        sizes[fig.slug] = draw_figure(fig, args.specs.parent, args.docs / "gallery" / "book")
+        print(f"Fig. {fig.figure}: {time.perf_counter() - start:.2f} s", file=sys.stderr)
     entries, skipped = [], []
     for spec in sorted(args.specs.glob("*.lbdl")):
+        start = time.perf_counter()
         try:
             entries.append(draw(spec, args.docs / "gallery"))
         except LbdlError as err:
             first = err.diagnostics[0].message if err.diagnostics else str(err)
             print(f"skipping {spec.name}: {first}", file=sys.stderr)
             skipped.append(spec.name)
-    write_atomic(args.docs / "gallery.md", page(entries, skipped))
-    print(f"drew {len(entries)} specs into {args.docs / 'gallery'}", file=sys.stderr)
+            continue
+        print(f"{spec.stem}: {time.perf_counter() - start:.2f} s", file=sys.stderr)
+    write_atomic(args.docs / "gallery.md", page(entries, skipped, sizes))
+    print(
+        f"drew {len(FIGURES)} book figures and {len(entries)} specs into {args.docs / 'gallery'}",
+        file=sys.stderr,
+    )
     return 0
 
 

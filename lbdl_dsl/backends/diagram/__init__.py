@@ -11,12 +11,13 @@ the look fixed in `style`.
 
 from __future__ import annotations
 
+from lbdl_dsl.backends.diagram import conventions, failures, layout
 from lbdl_dsl.backends.diagram import dot as _dot
 from lbdl_dsl.backends.diagram import expand as _expand
-from lbdl_dsl.backends.diagram import failures
 from lbdl_dsl.backends.diagram.run_dot import render
 from lbdl_dsl.backends.diagram.scene import Scene
 from lbdl_dsl.backends.diagram.walk import Walker
+from lbdl_dsl.compiler.blockdef import BlockCompiled
 from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
@@ -24,16 +25,28 @@ from lbdl_dsl.core.errors import LbdlError
 
 def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
     """What `to_dot` draws, before it is written: for tests and other writers. A `Built`
-    program (no shapes yet) is drawn from its graphs alone."""
+    program (no shapes yet) is drawn from its graphs alone; a block checked on its own
+    (`compile_block`) is drawn as its body, between its input pattern and its result."""
     program = compiled.program
     if program is None:
         raise LbdlError("nothing to draw: the spec did not get past building its graph")
     checked = compiled if isinstance(compiled, Checked) else None
-    walker = Walker(program, checked, _expand.parse(expand, program.blocks))
+    expansion = _expand.parse(expand, program.blocks)
+    found = conventions.find(program.model.body, program.blocks)
+    walker = Walker(program, checked, expansion, found)
+    unchecked = compiled.unchecked if isinstance(compiled, BlockCompiled) else ()
+    walker.sketch = bool(unchecked)
     out = Scene(program.model.name)
     walker.model(out)
-    if checked is not None:
+    if unchecked:
+        names = ", ".join(unchecked)
+        out.remark = (
+            f"{names} without a value: shapes past the first box that needs one are the "
+            f"block's annotations, unchecked (--set {unchecked[0]}=2 checks them)"
+        )
+    elif checked is not None:
         out.note = failures.attach(walker.sites, checked.diagnostics)
+    layout.arrange(out)
     return out
 
 

@@ -1,7 +1,8 @@
 """How wide the cells beside the boxes are: one set of widths per lane.
 
 A lane is a run of boxes joined by data-path arrows, which Graphviz draws as one straight
-column: all of ResNet-50, or a Transformer's encoder and, beside it, its decoder. Within a lane
+column: all of ResNet-50, or a Transformer's encoder and, beside it, its decoder, or the way back
+up of a U. Within a lane
 every row gets the same widths, so its shapes line up at the far right as in the book; lanes
 side by side (a shortcut path, the branches of a pyramid pooling) keep their own, narrower
 widths instead of the widest of the whole figure. Every box of a figure has the same width.
@@ -12,16 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lbdl_dsl.backends.diagram import style as S
-from lbdl_dsl.backends.diagram.scene import MAIN, Box, Scene, Terminal
+from lbdl_dsl.backends.diagram.scene import ACROSS, MAIN, UP, Box, Scene, Terminal
 
 
 @dataclass(frozen=True)
 class Columns:
-    """Widths in points: the box, its hyper-parameters, its shape."""
+    """Widths in points: the box, its hyper-parameters, its shape, and the names of tensors it
+    reads by name, on its left (``temb →``)."""
 
     box: int
     hparams: int
     shape: int
+    wires: int = 0
 
 
 def lanes(scene: Scene) -> dict[str, int]:
@@ -36,7 +39,8 @@ def lanes(scene: Scene) -> dict[str, int]:
         return i
 
     for edge in scene.edges:
-        if edge.kind == MAIN and edge.src in order and edge.dst in order:
+        column = (edge.kind == MAIN and edge.route != ACROSS) or edge.route == UP
+        if column and edge.src in order and edge.dst in order:
             a, b = find(order[edge.src]), find(order[edge.dst])
             parent[max(a, b)] = min(a, b)
     return {eid: find(i) for eid, i in order.items()}
@@ -61,9 +65,19 @@ def columns(scene: Scene) -> dict[str, Columns]:
     )
     hps: dict[int, int] = {}
     shapes: dict[int, int] = {}
+    wires: dict[int, int] = {}
     for r in rows:
         n = lane[r.id]
         hp = _width(r.hparams, S.SIDE_FONT_SIZE) if isinstance(r, Box) else 0
         hps[n] = max(hps.get(n, 0), hp)
         shapes[n] = max(shapes.get(n, 0), _width(r.shape, S.SIDE_FONT_SIZE))
-    return {r.id: Columns(box, hps[lane[r.id]], shapes[lane[r.id]]) for r in rows}
+        wire = _width(wire_text(r.wires), S.SIDE_FONT_SIZE) if isinstance(r, Box) else 0
+        wires[n] = max(wires.get(n, 0), wire)
+    return {
+        r.id: Columns(box, hps[lane[r.id]], shapes[lane[r.id]], wires[lane[r.id]]) for r in rows
+    }
+
+
+def wire_text(names: list[str]) -> str:
+    """The names a box reads by name, as written on its left."""
+    return ", ".join(names) + " →" if names else ""

@@ -18,15 +18,17 @@ from dataclasses import dataclass
 from html import escape
 
 from lbdl_dsl.backends.diagram import style as S
-from lbdl_dsl.backends.diagram.columns import Columns, columns
+from lbdl_dsl.backends.diagram.columns import Columns, columns, wire_text
 from lbdl_dsl.backends.diagram.labels import wrap
 from lbdl_dsl.backends.diagram.scene import (
+    ACROSS,
     BRANCH,
+    BYPASS,
     FAIL,
     FAN,
     MAIN,
-    PARAM,
     POISON,
+    UP,
     Box,
     Edge,
     Fork,
@@ -38,7 +40,12 @@ from lbdl_dsl.backends.diagram.scene import (
     Terminal,
 )
 
-_ROW = '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0"><TR>{}</TR></TABLE>>'
+# A row of cells; the last, empty one (port ``r``) is where an arrow along a row leaves, past
+# the text beside the box: Graphviz ignores a compass point on a flat arrow between neighbours.
+_ROW = (
+    '<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0"><TR>{}'
+    '<TD PORT="r" WIDTH="1"></TD></TR></TABLE>>'
+)
 
 
 def q(text: str) -> str:
@@ -70,28 +77,26 @@ def _side(
     hparams: str = "",
     shape: str = "",
     blue: str = S.HPARAM,
-    tag: str = "",
     message: str = "",
 ) -> str:
-    """The cells right of a box: hyper-parameters in blue, the shape, a frame's ×N, an error."""
+    """The cells right of a box: hyper-parameters in blue, the shape, an error."""
     cells = [
         f'<TD WIDTH="{S.GAP}"></TD>',
         f'<TD ALIGN="LEFT" WIDTH="{cols.hparams}">{_font(hparams, blue, S.SIDE_FONT_SIZE)}</TD>',
         f'<TD WIDTH="{S.SHAPE_GAP if cols.hparams and cols.shape else 0}"></TD>',
         f'<TD ALIGN="RIGHT" WIDTH="{cols.shape}">{_font(shape, S.SHAPE, S.SIDE_FONT_SIZE)}</TD>',
     ]
-    if tag:
-        cells += [
-            f'<TD WIDTH="{S.SHAPE_GAP}"></TD>',
-            f'<TD ALIGN="RIGHT">{_font(tag, S.INK, S.FRAME_FONT_SIZE)}</TD>',
-        ]
     if message:
         cells += [f'<TD WIDTH="{S.GAP}"></TD>', f'<TD ALIGN="LEFT">{_message(message)}</TD>']
     return "".join(cells)
 
 
-def box_label(box: Box, cols: Columns, tag: str = "") -> str:
-    fill = box.fill or {PARAM: S.PARAM_FILL, POISON: S.POISON_FILL}.get(box.look, S.PLAIN_FILL)
+def box_label(box: Box, cols: Columns, entered: bool = False) -> str:
+    """A box and the cells of its row; ``entered``: an arrow along the row comes into it from
+    the left, so the names it reads by name move up out of the arrow's way."""
+    fill = box.fill or (
+        S.POISON_FILL if box.look == POISON else S.PARAM_FILL if box.trainable else S.PLAIN_FILL
+    )
     border = {FAIL: S.FAIL, POISON: S.POISON}.get(box.look, S.BOX_BORDER)
     ink = S.POISON if box.look == POISON else S.INK
     dashed = ",dashed" if box.look == POISON else ""
@@ -104,26 +109,40 @@ def box_label(box: Box, cols: Columns, tag: str = "") -> str:
         "</TR></TABLE>"
     )
     blue = S.POISON if box.look == POISON else S.HPARAM
-    side = _side(cols, box.hparams, box.shape, blue, tag, box.message)
-    return _ROW.format(f'<TD PORT="b">{inner}</TD>{side}')
+    side = _side(cols, box.hparams, box.shape, blue, box.message)
+    wires = _wires(cols, box.wires, "TOP" if entered else "MIDDLE")
+    return _ROW.format(f'{wires}<TD PORT="b">{inner}</TD>{side}')
 
 
-def terminal_label(term: Terminal, cols: Columns, output: bool) -> str:
-    """An input's or output's name; an output's sits low in its cell, clear of the arrowhead
-    (the hat of Ŷ reaches above the capitals)."""
+def _wires(cols: Columns, names: list[str], valign: str = "MIDDLE") -> str:
+    """The cells left of a box, in every row of a lane that has any: tensors it reads by name."""
+    if not cols.wires:
+        return ""
+    text = _font(wire_text(names), S.INK, S.SIDE_FONT_SIZE, italic=True)
+    return (
+        f'<TD ALIGN="RIGHT" VALIGN="{valign}" WIDTH="{cols.wires}">{text}</TD>'
+        f'<TD WIDTH="{S.WIRE_GAP}"></TD>'
+    )
+
+
+def terminal_label(term: Terminal, cols: Columns, arrives: str) -> str:
+    """An input's or output's name. An output reached from above sits low in its cell, clear
+    of the arrowhead (the hat of Ŷ reaches above the capitals), one reached from below sits
+    high, and one written beside its box starts where its arrow ends."""
     ink = {POISON: S.POISON, FAIL: S.FAIL}.get(term.look, S.INK)
     name = _font(term.text, ink, S.BOX_FONT_SIZE + 1, italic=True)
-    valign = "BOTTOM" if output else "MIDDLE"
-    cell = (
-        f'<TD PORT="b" WIDTH="{cols.box}" HEIGHT="{S.BOX_HEIGHT + (4 if output else 0)}" '
-        f'VALIGN="{valign}">{name}</TD>'
-    )
+    valign = {"above": "BOTTOM", "below": "TOP"}.get(arrives, "MIDDLE")
+    width = ' CELLPADDING="3"' if arrives == "side" else f' WIDTH="{cols.box}"'
+    high = S.BOX_HEIGHT + (4 if arrives in ("above", "below") else 0)
+    cell = f'<TD PORT="b"{width} HEIGHT="{high}" VALIGN="{valign}">{name}</TD>'
+    if arrives == "side":
+        return _ROW.format(cell)
     side = _side(cols, shape=term.shape, message=term.message)
-    return _ROW.format(cell + (side if term.shape or term.message else ""))
+    return _ROW.format(_wires(cols, []) + cell + (side if term.shape or term.message else ""))
 
 
-def legend(entries: tuple[tuple[str, str], ...]) -> str:
-    """A row of coloured swatches with their meaning (boxes coloured by sharding)."""
+def swatches(entries: tuple[tuple[str, str], ...]) -> str:
+    """A row of coloured swatches with their meaning (boxes coloured by `paint`)."""
     cells = "".join(
         f'<TD BGCOLOR="{colour}" BORDER="1" COLOR="{S.BOX_BORDER}" WIDTH="14" HEIGHT="10"></TD>'
         f'<TD ALIGN="LEFT">&#160;{_font(text, S.INK, S.SIDE_FONT_SIZE)}&#160;&#160;</TD>'
@@ -138,15 +157,18 @@ class Context:
 
     cols: dict[str, Columns]
     ordered: set[str]  # ids whose out-arrows must keep their order (see the module doc)
+    arrives: dict[str, str]  # output ids: where their arrow comes from (above, below, side)
+    entered: set[str]  # ids that an arrow along their row comes into
 
 
-def node_stmt(element: Box | Plus | Fork | Stub | Terminal, ctx: Context, tag: str = "") -> str:
+def node_stmt(element: Box | Plus | Fork | Stub | Terminal, ctx: Context) -> str:
     cols = ctx.cols
     if isinstance(element, Box):
-        pairs = [("label", box_label(element, cols[element.id], tag))]
+        entered = element.id in ctx.entered
+        pairs = [("label", box_label(element, cols[element.id], entered))]
     elif isinstance(element, Terminal):
-        output = element.id.startswith("output:")
-        pairs = [("label", terminal_label(element, cols[element.id], output))]
+        arrives = ctx.arrives.get(element.id, "")
+        pairs = [("label", terminal_label(element, cols[element.id], arrives))]
     elif isinstance(element, Fork):
         pairs = [("shape", "point"), ("width", "0.05"), ("color", q(S.EDGE))]
     elif isinstance(element, Stub):
@@ -187,25 +209,31 @@ def plus_message(plus: Plus, indent: str) -> list[str]:
     ]
 
 
-def tag_row(frame: Frame) -> Box | None:
-    """The box whose row carries a ×N frame's factor at its right, as the book writes
-    ``resblock ×2``; None when the frame ends otherwise (its label then carries it)."""
-    last = frame.items[-1] if frame.items else None
-    if frame.kind == "repeat" and not frame.message and isinstance(last, Box):
-        return last
-    return None
+def count_label(frame: Frame) -> str:
+    """A ×N frame's factor, and the group's output if its last row cannot carry it: at the
+    frame's top right corner, apart from the shape column, so that ``96×56×56 ×6`` is never read
+    as one four-axis shape."""
+    ink = S.POISON if frame.look == POISON else S.INK
+    text = f'<FONT COLOR="{ink}" POINT-SIZE="{S.FRAME_FONT_SIZE}"><B>{h(frame.title)}</B></FONT>'
+    if frame.shape:
+        text += '<BR ALIGN="RIGHT"/>' + _font(frame.shape, S.SHAPE, S.SIDE_FONT_SIZE)
+    return text
 
 
 def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
     color = {FAIL: S.FAIL, POISON: S.POISON}.get(frame.look, S.FRAME)
     ink = S.POISON if frame.look == POISON else S.INK
+    blue = S.POISON if frame.look == POISON else S.HPARAM
     if frame.kind == "repeat":
-        title = "" if tag_row(frame) else _font(frame.title, ink, S.FRAME_FONT_SIZE)
+        # A ×N around one open block call names the block only on hover: the book's frame
+        # around [self-att, ffw] says ×N and nothing else.
+        title = count_label(frame)
         pairs = [("style", q("dashed,rounded")), ("labeljust", "r")]
+        if frame.block:
+            pairs.append(("tooltip", q(f"{frame.block} {frame.hparams}".strip())))
     else:
         title = f'<FONT COLOR="{ink}"><B>{h(frame.title)}</B></FONT>'
         if frame.hparams:
-            blue = S.POISON if frame.look == POISON else S.HPARAM
             title += "  " + _font(frame.hparams, blue, S.SIDE_FONT_SIZE)
         pairs = [
             ("style", q("rounded,filled")),
@@ -225,19 +253,16 @@ def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
     ]
 
 
-def items(
-    out: list[str], elements: list[Item], ctx: Context, indent: str, tag: tuple[str, str] = ("", "")
-) -> None:
-    """Nodes and frames, nested as the frames nest; ``tag`` is (box id, ×N) for one row."""
+def items(out: list[str], elements: list[Item], ctx: Context, indent: str) -> None:
+    """Nodes and frames, nested as the frames nest, each ×N beside its frame."""
     for item in elements:
         if isinstance(item, Frame):
             out.append(f"{indent}subgraph {q(item.id)} {{")
             out.append(f"{indent}  graph {_attrs(frame_attrs(item))};")
-            row = tag_row(item)
-            items(out, item.items, ctx, indent + "  ", (row.id, item.title) if row else tag)
+            items(out, item.items, ctx, indent + "  ")
             out.append(f"{indent}}}")
         else:
-            out.append(indent + node_stmt(item, ctx, tag[1] if item.id == tag[0] else ""))
+            out.append(indent + node_stmt(item, ctx))
             if isinstance(item, Plus) and item.message:
                 out += plus_message(item, indent)
 
@@ -246,49 +271,121 @@ _RANK = {MAIN: 1, FAN: 2}  # every other kind goes round on the left: 0
 
 
 def ordered(edges: list[Edge]) -> list[Edge]:
-    """Per source box: side arrows, then the data path, then fan-outs (see the module doc)."""
+    """Per source box: side arrows, then the data path, then fan-outs (see the module doc);
+    arrows drawn across a row come last, so that they leave to the right of everything."""
     first: dict[str, int] = {}
     for i, e in enumerate(edges):
         first.setdefault(e.src, i)
-    keyed = sorted(enumerate(edges), key=lambda t: (first[t[1].src], _RANK.get(t[1].kind, 0), t[0]))
-    return [e for _, e in keyed]
+
+    def key(t: tuple[int, Edge]) -> tuple[int, int, int, int]:
+        i, e = t
+        return (e.route == ACROSS, first[e.src], _RANK.get(e.kind, 0), i)
+
+    return [e for _, e in sorted(enumerate(edges), key=key)]
 
 
-def edge_stmt(edge: Edge, kinds: dict[str, type]) -> str:
-    def end(eid: str, side: str) -> str:
-        kind = kinds[eid]
-        if kind in (Fork, Stub):
-            return q(eid)
-        if kind is Plus:
-            return f"{q(eid)}:{side}"
-        return f"{q(eid)}:b:{side}" if side else f"{q(eid)}:b"
+def _end(eid: str, kinds: dict[str, type], side: str) -> str:
+    """Where an arrow attaches: a box's own cell (port ``b``), at ``side`` if given."""
+    kind = kinds[eid]
+    if kind in (Fork, Stub):
+        return q(eid)
+    if kind is Plus:
+        return f"{q(eid)}:{side}" if side else q(eid)
+    return f"{q(eid)}:b:{side}" if side else f"{q(eid)}:b"
 
-    if edge.kind in (MAIN, BRANCH, FAN):
-        head = end(edge.dst, "n")
-    elif kinds[edge.dst] is Plus:
-        head = end(edge.dst, "w")  # into a `+` from the side, as the book draws a bypass
-    else:
-        head = end(edge.dst, "")  # onto the box's border, wherever the arrow comes from
+
+def _across(edge: Edge, kinds: dict[str, type], worded: bool) -> tuple[str, str]:
+    """An arrow along a row: out of the right of the whole row (past the text beside the box)
+    into the left of the next box."""
+    kind = kinds[edge.src]
+    src = q(edge.src) + (":r:e" if kind in (Box, Terminal) else "" if kind is Fork else ":e")
+    if kind is Box and not worded:
+        src = f"{q(edge.src)}:b:e"  # nothing written beside the box: leave from its border
+    return src, _end(edge.dst, kinds, "w")
+
+
+def edge_stmt(edge: Edge, kinds: dict[str, type], texts: set[str] | None = None) -> str:
+    """One arrow; ``texts`` are the boxes with words beside them, which an arrow along their
+    row must leave past."""
     pairs: list[tuple[str, str]] = []
-    if edge.kind == MAIN:
-        pairs.append(("weight", str(S.MAIN_WEIGHT)))
-    if edge.label:
-        # Placed once the layout is done, beside the arrow where nothing else is: a label
-        # inside the layout would double every rank and space the boxes unevenly.
+    if edge.route == ACROSS:
+        tail, head = _across(edge, kinds, edge.src in (texts or set()))
+    elif edge.route == UP:
+        # Written from the head to the tail and drawn backwards, so that Graphviz ranks the
+        # box the arrow enters above the one it leaves: the U's way back up.
+        tail, head = _end(edge.dst, kinds, "s"), _end(edge.src, kinds, "n")
+        pairs += [("dir", "back"), ("weight", str(S.MAIN_WEIGHT))]
+    else:
+        tail = _end(edge.src, kinds, "s")
+        if edge.kind == BYPASS and kinds[edge.src] is Fork:
+            # A residual's input leaves its dot leftwards, so that its bypass stays on the left
+            # of the boxes even where a side input (Z into cross-attention) comes in across it.
+            tail = f"{q(edge.src)}:w"
+        if edge.kind in (MAIN, BRANCH, FAN):
+            head = _end(edge.dst, kinds, "n")
+        elif kinds[edge.dst] is Plus:
+            head = _end(edge.dst, kinds, "w")  # into a `+` from the side, as the book draws
+        else:
+            head = _end(edge.dst, kinds, "")  # onto the box's border, wherever it comes from
+        if edge.kind == MAIN:
+            pairs.append(("weight", str(S.MAIN_WEIGHT)))
+    if edge.label and edge.route == ACROSS:
+        # On a row, the name sits on its own arrow, in the gap it crosses (an external label:
+        # an inline one would bend the arrow up to it).
         pairs.append(("xlabel", "<" + _font(edge.label, S.INK, S.SIDE_FONT_SIZE, True) + ">"))
+    elif edge.label:
+        # Beside the arrow's end, where it enters the box the name is read by: on its own
+        # arrow, not wherever the layout found room.
+        pairs += [
+            ("headlabel", "<" + _font(edge.label, S.INK, S.SIDE_FONT_SIZE, True) + ">"),
+            ("labeldistance", "2"),
+            ("labelangle", "-30"),
+        ]
     if edge.look == FAIL:
         pairs += [("color", q(S.FAIL)), ("penwidth", "1.8")]
     elif edge.look == POISON:
         pairs += [("color", q(S.POISON)), ("style", "dashed")]
     attrs = f" {_attrs(pairs)}" if pairs else ""
-    return f"{end(edge.src, 's')} -> {head}{attrs};"
+    return f"{tail} -> {head}{attrs};"
+
+
+def legend(scene: Scene) -> str:
+    """Under the figure: the colours `paint` laid, the conventions said once, then a message
+    that belongs to no box."""
+    lines = [
+        _font(line, S.HPARAM, S.SIDE_FONT_SIZE) + '<BR ALIGN="LEFT"/>' for line in scene.legend
+    ]
+    lines += [
+        _font(line, S.INK, S.SIDE_FONT_SIZE) + '<BR ALIGN="LEFT"/>'
+        for line in wrap(scene.remark, S.MESSAGE_WIDTH)
+        if scene.remark
+    ]
+    if scene.note:
+        lines.append(_message(scene.note))
+    if not scene.swatches:
+        return "".join(lines)
+    # One HTML label holds either text or one table: the swatches' table, then the text in a
+    # cell under it.
+    text = f'<TR><TD ALIGN="LEFT" BALIGN="LEFT">{"".join(lines)}</TD></TR>' if lines else ""
+    return (
+        '<TABLE BORDER="0" CELLSPACING="0" CELLPADDING="0">'
+        f'<TR><TD ALIGN="LEFT">{swatches(scene.swatches)}</TD></TR>{text}</TABLE>'
+    )
 
 
 def write(scene: Scene) -> str:
     """The DOT text; the same scene always gives the same bytes."""
     kinds = {eid: type(e) for eid, e in scene.elements().items()}
     edges = ordered(scene.edges)
-    ctx = Context(columns(scene), {e.src for e in edges if e.kind not in (MAIN, FAN)})
+    sideways = {e.src for e in edges if e.kind not in (MAIN, FAN) and not e.route}
+    outputs = {t.id for t in scene.outputs}
+    arrives = {
+        e.dst: {ACROSS: "side", UP: "below"}.get(e.route, "above")
+        for e in edges
+        if e.dst in outputs
+    }
+    entered = {e.dst for e in edges if e.route == ACROSS}
+    ctx = Context(columns(scene), sideways, arrives, entered)
     font = q(S.FONT)
     out = [
         f"digraph {q(scene.name)} {{",
@@ -300,8 +397,10 @@ def write(scene: Scene) -> str:
     ]
     if scene.inputs:
         # Inputs side by side in the order the spec declares them (the invisible arrows hold
-        # them so), the order a reader expects their streams in.
-        out.append("  { rank=min;")
+        # them so), the order a reader expects their streams in; at the very top, unless a U's
+        # way back climbs higher than its input.
+        top = "" if any(e.route == UP for e in edges) else " rank=min;"
+        out.append(f"  {{{top}")
         out += [f"    {node_stmt(t, ctx)}" for t in scene.inputs]
         out += [
             f"    {q(a.id)} -> {q(b.id)} [style=invis];"
@@ -310,10 +409,10 @@ def write(scene: Scene) -> str:
         out.append("  }")
     items(out, scene.items, ctx, "  ")
     out += [f"  {node_stmt(t, ctx)}" for t in scene.outputs]
-    out += ["  " + edge_stmt(e, kinds) for e in edges]
-    if scene.note:
-        out.append(f"  graph [labelloc=b, labeljust=l, label=<{_message(scene.note)}>];")
-    elif scene.legend:
-        out.append(f"  graph [labelloc=b, labeljust=l, label=<{legend(scene.legend)}>];")
+    out += [f"  {{ rank=same; {'; '.join(q(i) for i in row)}; }}" for row in scene.rows]
+    texts = {b.id for b in scene.boxes() if b.hparams or b.shape or b.message}
+    out += ["  " + edge_stmt(e, kinds, texts) for e in edges]
+    if scene.legend or scene.note or scene.remark or scene.swatches:
+        out.append(f"  graph [labelloc=b, labeljust=l, label=<{legend(scene)}>];")
     out.append("}")
     return "\n".join(out) + "\n"

@@ -1,8 +1,12 @@
-"""Which block calls to draw open: ``--expand all``, ``--expand resblock`` or ``--expand 2``.
+"""Which boxes to draw open: ``--expand all``, ``--expand resblock``, ``--expand tlayer,declayer``
+or ``--expand 2``.
 
 By default a block call is one tall box, as the book draws ``resblock`` in ResNet-50; opening
-every call of a deep model would bury the figure. A depth counts block calls from the model's
-own body: ``1`` opens the calls written in the model, ``2`` also the calls inside those.
+every call of a deep model would bury the figure. A composite box of the registry (``self-att``,
+``cross-att``, ``ffw``) opens the same way, into the inside its entry declares (Fig. 5.6). Names
+open every call of those blocks (or every box of those composites); a depth counts open boxes
+from the model's own body: ``1`` opens the calls written in the model, ``2`` also the boxes
+inside those.
 """
 
 from __future__ import annotations
@@ -11,23 +15,47 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from lbdl_dsl.core.errors import LbdlError, did_you_mean
+from lbdl_dsl.core.layers import LAYERS, lookup
 
 
 @dataclass(frozen=True)
 class Expansion:
-    """A decision per call: open it or draw it as one box."""
+    """A decision per box that can open: open it or draw it as one box."""
 
     everything: bool = False
     depth: int = 0
-    block: str | None = None
+    names: frozenset[str] = frozenset()
 
-    def wants(self, block: str, depth: int) -> bool:
-        """Whether a call of ``block``, nested in ``depth`` open calls, is drawn open."""
+    def wants(self, name: str, depth: int) -> bool:
+        """Whether a call of block ``name`` (or a composite ``name``), nested in ``depth`` open
+        boxes, is drawn open."""
         if self.everything:
             return True
-        if self.block is not None:
-            return block == self.block
+        if self.names:
+            return name in self.names
         return depth < self.depth
+
+
+def composites() -> list[str]:
+    """The registry's boxes that have an inside to show."""
+    return sorted(name for name, layer in LAYERS.items() if layer.composite)
+
+
+def _canonical(name: str, blocks: Collection[str]) -> str:
+    """A block's name, or a composite's canonical name (``self-attention`` → ``self-att``)."""
+    if name in blocks:
+        return name
+    layer = lookup(name)
+    if layer is not None and layer.composite:
+        return layer.name
+    known = sorted(blocks)
+    openable = known + composites()
+    raise LbdlError(
+        f"no block named `{name}` to expand",
+        hint=did_you_mean(name, openable)
+        or (f"the blocks are {', '.join(known)}" if known else "this spec defines no blocks")
+        + "; or use `all` or a depth",
+    )
 
 
 def parse(expand: str | None, blocks: Collection[str]) -> Expansion:
@@ -39,12 +67,5 @@ def parse(expand: str | None, blocks: Collection[str]) -> Expansion:
         return Expansion(everything=True)
     if text.lstrip("-").isdigit():
         return Expansion(depth=max(int(text), 0))
-    if text not in blocks:
-        known = sorted(blocks)
-        raise LbdlError(
-            f"no block named `{text}` to expand",
-            hint=did_you_mean(text, known)
-            or (f"the blocks are {', '.join(known)}" if known else "this spec defines no blocks")
-            + "; or use `all` or a depth",
-        )
-    return Expansion(block=text)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    return Expansion(names=frozenset(_canonical(n, blocks) for n in names))

@@ -1,10 +1,15 @@
 """The words and numbers beside a box, written as the book writes them.
 
-Only the hyper-parameters the spec wrote are shown (the book never writes a default), with the
-values the checker resolved (``hidden=3072`` for ``hidden=4D``), booleans as ``causal=True``,
-and a per-axis tuple as one number when its axes agree (``k=3`` for ``(3, 3)``). The output shape
-is shown only where it differs from the box's input, which is the only place the book writes
-the output channels of ``fc`` and ``conv-2d``.
+A hyper-parameter is written only where the spec gave it a value other than the box's default
+(the book never writes a default): ``s=1`` inside ``dresblock S=1`` or a transformer block's
+``causal=false`` are left out, with the values the checker resolved (``hidden=3072`` for
+``hidden=4D``), booleans as the language writes them, and a per-axis tuple as one number when its
+axes agree (``k=3`` for ``(3, 3)``); `lbdl_dsl.boxtext` writes them, for the summary and `lbdl
+diff` too, so the table and the figure never write one box two ways. The output shape is written
+where it differs from the box's input, and always on a box whose output width is only given there
+(``fc``, ``conv-2d``, ``lstm``: the registry's ``from_annotation``), which is the only place the
+book writes it. Names are the book's spellings: a registry alias written with a space (``leaky
+relu``) is how the book writes the box.
 """
 
 from __future__ import annotations
@@ -13,49 +18,38 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from lbdl_dsl.compiler.graph import Node, ParamRef
-from lbdl_dsl.compiler.instance import Inst
+from lbdl_dsl.compiler.graph import Block, Node
+from lbdl_dsl.compiler.instance import Inst, Tensor
+from lbdl_dsl.core.layers import Layer, lookup
 from lbdl_dsl.core.layers.base import fmt_shape
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
 
-def fmt_value(value: Any) -> str:
-    """One hyper-parameter value: ``3``, ``(1, 2)``, ``True``, ``0.1``, ``bilinear``."""
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, tuple):
-        if value and all(v == value[0] for v in value):
-            return fmt_value(value[0])
-        return "(" + ", ".join(fmt_value(v) for v in value) + ")"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, ParamRef):
-        return value.name
-    return str(value)
+def book_name(op: str) -> str:
+    """The box's name as the book writes it: ``leaky relu`` for the registry's ``leaky-relu``."""
+    layer = lookup(op)
+    if layer is None:
+        return op
+    return next((a for a in layer.aliases if " " in a), layer.name)
 
 
-def _written(node: Node, values: Mapping[str, Any]) -> str:
-    parts = []
-    for key, raw in node.hparams:
-        if key in node.explicit:
-            parts.append(f"{key}={fmt_value(values.get(key, raw))}")
-    return " ".join(parts)
-
-
-def hparams_text(node: Node, inst: Inst | None) -> str:
-    """The blue text: the written hyper-parameters (or block arguments) with resolved values."""
-    if inst is None:
-        return _written(node, {})
-    if node.kind == "call":
-        return _written(node, inst.bindings)
-    return _written(node, inst.hp)
+def tensor_text(tensor: Tensor) -> str:
+    """A tensor's shape, and its type when it holds tokens: ``T int<50257>``."""
+    shape = str(tensor)
+    if tensor.dtype == "int":
+        return f"{shape} int<{tensor.vocab}>" if tensor.vocab is not None else f"{shape} int"
+    if tensor.dtype == "bool":
+        return f"{shape} bool"
+    return shape
 
 
 def shape_text(inst: Inst | None) -> str:
-    """The output shape, when the box changes it; empty otherwise or when it is unknown."""
+    """The output shape, where the box changes it or its width is written nowhere else."""
     if inst is None or inst.output is None:
         return ""
-    if inst.inputs and inst.inputs[0].shape == inst.output.shape:
+    layer = lookup(inst.node.op) if inst.node.kind == "layer" else None
+    width_here = layer is not None and bool(layer.from_annotation)
+    if not width_here and inst.inputs and inst.inputs[0].shape == inst.output.shape:
         return ""
     return fmt_shape(inst.output.shape)
 
@@ -82,3 +76,26 @@ def has_params(inst: Inst | None) -> bool:
 def wrap(message: str, width: int) -> list[str]:
     """A diagnostic cut into lines for the side of a box."""
     return textwrap.wrap(message, width, break_on_hyphens=False) or [message]
+
+
+def declares_params(node: Node, blocks: Mapping[str, Block]) -> bool:
+    """Whether a box holds trainable parameters, from its declaration alone: how a box the
+    checker stopped at (or never reached) keeps the fill of its kind."""
+
+    def graph_has(graph: Any, seen: frozenset[str]) -> bool:
+        return any(visit(n, seen) for n in graph.nodes())
+
+    def visit(n: Node, seen: frozenset[str]) -> bool:
+        if n.kind == "layer":
+            layer = lookup(n.op)
+            return layer is not None and (layer.composite or layer.params is not _NO_PARAMS)
+        if n.kind == "call":
+            block = blocks.get(n.op)
+            return block is not None and n.op not in seen and graph_has(block.body, seen | {n.op})
+        groups = (getattr(n, "body", None), getattr(n, "shortcut", None))
+        return any(graph_has(g, seen) for g in groups if g is not None)
+
+    return visit(node, frozenset())
+
+
+_NO_PARAMS = Layer.__dataclass_fields__["params"].default

@@ -27,7 +27,7 @@ def paint(
         elif isinstance(target, Frame):
             target.mark = colour
     if legend:
-        scene.legend = legend
+        scene.swatches = legend
     return scene
 
 

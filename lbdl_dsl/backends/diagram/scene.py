@@ -28,6 +28,8 @@ class Box:
     tall: bool = False  # a composite (self-att, ffw, a block call): drawn taller
     tooltip: str = ""
     message: str = ""
+    trainable: bool = False  # filled dark, even where checking failed (its kind has weights)
+    wires: list[str] = field(default_factory=list)  # tensors read by name, written on its left
     fill: str = ""  # a colour that overrides the look's (boxes coloured by sharding)
 
 
@@ -71,7 +73,12 @@ class Terminal:
 
 @dataclass
 class Frame:
-    """A dashed ``×N`` frame around one copy, or a solid frame around an expanded block call."""
+    """A dashed ``×N`` frame around one copy, or a solid frame around an expanded block call.
+
+    A ×N frame whose one copy is an open block call is drawn as one frame: the dashed ×N frame
+    around the block's boxes, as the book draws ``[self-att, ffw] ×N``; the block's name and
+    arguments (``block``, ``hparams``) are shown on hover. ``shape`` is what leaves a ×N frame when
+    its copies change the shape (DenseNet's 256×56×56 after six layers that each add 32)."""
 
     id: str
     kind: str  # "repeat" | "block"
@@ -80,6 +87,8 @@ class Frame:
     items: list[Item] = field(default_factory=list)
     look: str = PLAIN
     message: str = ""
+    block: str = ""  # a ×N frame around an open block call: the block's name
+    shape: str = ""
     mark: str = ""  # a border colour laid over the look (`paint`: a frame lbdl diff changed)
 
 
@@ -102,6 +111,11 @@ class Edge:
     kind: str = MAIN
     label: str = ""
     look: str = PLAIN
+    route: str = ""  # set by `layout`: "" (as the kind says), ACROSS or UP
+    name: str = ""  # the tensor's name, if it has one, whether or not it is written
+
+
+ACROSS, UP = "across", "up"  # an arrow drawn sideways on one row, or upward (a U's way back)
 
 
 @dataclass
@@ -114,7 +128,10 @@ class Scene:
     outputs: list[Terminal] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
     note: str = ""  # a diagnostic that belongs to no box (a failed count assertion)
-    legend: tuple[tuple[str, str], ...] = ()  # (text, colour) under the figure (sharding)
+    legend: list[str] = field(default_factory=list)  # conventions, written once under it
+    remark: str = ""  # what the figure leaves unchecked, by design (a block drawn on its own)
+    rows: list[list[str]] = field(default_factory=list)  # set by `layout`: ids on one row
+    swatches: tuple[tuple[str, str], ...] = ()  # (text, colour) under the figure (paint)
 
     def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""

@@ -29,7 +29,11 @@ BOX_MIN_WIDTH = 72  # every box of one diagram has the same width, at least this
 BOX_PAD = 10  # room left and right of the widest name
 BOX_HEIGHT = 20  # a plain layer
 TALL_HEIGHT = 34  # a composite box (resblock, self-att, ffw): the book draws them taller
+# Primitive boxes the book draws tall too, for their internal structure (Fig. 5.6's mha: the
+# heads, their projections and the attention operator; Fig. 4.13 is its inside).
+TALL_PRIMITIVES = frozenset({"mha"})
 GAP = 9  # between the box and its hyper-parameters
+WIRE_GAP = 4  # between a tensor read by name (on the left) and its box
 SHAPE_GAP = 14  # between the hyper-parameters and the shape column
 PLUS_SIZE = 0.24  # the diameter of a `+` node, in inches
 MESSAGE_WIDTH = 56  # characters per line of an error message beside its box

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Union
 
 from lbdl_dsl.backends.diagram import labels, wires
+from lbdl_dsl.backends.diagram import style as S
+from lbdl_dsl.backends.diagram.conventions import Conventions
 from lbdl_dsl.backends.diagram.expand import Expansion
 from lbdl_dsl.backends.diagram.scene import (
     BRANCH,
@@ -36,10 +38,21 @@ from lbdl_dsl.backends.diagram.scene import (
     Scene,
     Terminal,
 )
-from lbdl_dsl.compiler.graph import Graph, Node, Program
+from lbdl_dsl.boxtext import hparams_text
+from lbdl_dsl.compiler.graph import (
+    Graph,
+    InputNode,
+    Node,
+    ParamRef,
+    Program,
+    RepeatNode,
+    ResidualNode,
+)
 from lbdl_dsl.compiler.instance import Checked, Inst
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.layers import lookup
+from lbdl_dsl.core.layers.base import fmt_shape
+from lbdl_dsl.core.symbolic import Expr
 
 Srcs = list[tuple[Union[str, None], str]]  # per input port: the element it comes from, its name
 
@@ -64,12 +77,36 @@ def look_of(inst: Inst | None, n_inputs: int) -> str:
 class Walker:
     """One walk over a program; collects the scene's edges and its failure sites."""
 
-    def __init__(self, program: Program, checked: Checked | None, expansion: Expansion) -> None:
+    def __init__(
+        self,
+        program: Program,
+        checked: Checked | None,
+        expansion: Expansion,
+        conventions: Conventions | None = None,
+    ) -> None:
         self.program = program
         self.checked = checked
         self.expansion = expansion
+        self.conventions = conventions or Conventions()
         self.edges: list[Edge] = []
         self.sites: list[Site] = []
+        # A block drawn on its own whose parameters have no value: what could not be checked
+        # is drawn from its declaration (its annotation), not as an error.
+        self.sketch = False
+        # The parameters of the open composites (self-att, ffw) the walk is inside: their boxes
+        # take the composite's hyper-parameters, which its frame's title already writes.
+        self.passed: list[frozenset[str]] = []
+
+    def look_of(self, node: Node, inst: Inst | None, n_inputs: int) -> str:
+        look = look_of(inst, n_inputs)
+        if self.sketch and look in (FAIL, POISON):
+            return PARAM if labels.declares_params(node, self.program.blocks) else PLAIN
+        return look
+
+    def shape(self, node: Node, inst: Inst | None) -> str:
+        if self.sketch and (inst is None or inst.output is None):
+            return node.annotation.text if node.annotation is not None else ""
+        return labels.shape_text(inst)
 
     # -- scopes ---------------------------------------------------------------------------------
     def scope(
@@ -113,31 +150,52 @@ class Walker:
             if src is None:
                 continue
             kind = MAIN if port == 0 else SIDE
-            self.edges.append(Edge(src, dst, kind, name if kind == SIDE else "", look))
+            self.edges.append(Edge(src, dst, kind, name if kind == SIDE else "", look, name=name))
 
     # -- boxes ----------------------------------------------------------------------------------
     def box(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, into: list[Item], tall: bool
     ) -> str:
         """One box, its arrows in, and its failure if it is where checking stopped."""
+        look = self.look_of(node, inst, len(srcs))
         element = Box(
             path,
-            node.op,
-            labels.hparams_text(node, inst),
-            labels.shape_text(inst),
-            look_of(inst, len(srcs)),
+            node.op if node.kind == "call" else labels.book_name(node.op),
+            self.hparams(node, inst),
+            self.shape(node, inst),
+            look,
             tall=tall,
             tooltip=labels.tooltip(path, inst),
+            trainable=look == PARAM
+            or (look == FAIL and labels.declares_params(node, self.program.blocks)),
         )
         return self.place(element, node, srcs, path, into)
 
+    def hparams(self, node: Node, inst: Inst | None) -> str:
+        block = self.program.blocks.get(node.op) if node.kind == "call" else None
+        hide = set(self.conventions.hide(node))
+        if self.passed:
+            hide |= {k for k, v in getattr(node, "hparams", ()) if _passed(v, self.passed[-1])}
+        return hparams_text(node, inst, block, hide)
+
     def draw_layer(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
-    ) -> str:
+    ) -> str | None:
         if node.op != "+":
             layer = lookup(node.op)
-            return self.box(node, inst, srcs, path, into, layer is not None and layer.composite)
-        look = look_of(inst, len(srcs))
+            composite = layer is not None and layer.composite
+            # A composite whose checked instance carries its inside (self-att, ffw) opens as a
+            # block call does.
+            inside = getattr(inst, "inside", None) if composite else None
+            if inside is not None and self.expansion.wants(node.op, depth):
+                title = labels.book_name(node.op)
+                passed = frozenset(p.name for p in inside.params)
+                return self.open_block(
+                    node, inst, srcs, path, depth, into, inside.body, title, passed
+                )
+            tall = composite or node.op in S.TALL_PRIMITIVES
+            return self.box(node, inst, srcs, path, into, tall)
+        look = self.look_of(node, inst, len(srcs))
         plus = Plus(path, PLAIN if look == PARAM else look, labels.tooltip(path, inst))
         return self.place(plus, node, srcs, path, into)
 
@@ -154,40 +212,70 @@ class Walker:
     ) -> str | None:
         if not self.expansion.wants(node.op, depth):
             return self.box(node, inst, srcs, path, into, tall=True)
-        frame = Frame(f"cluster:{path}", "block", node.op, labels.hparams_text(node, inst))
+        body = self.program.blocks[node.op].body
+        return self.open_block(node, inst, srcs, path, depth, into, body, node.op)
+
+    def open_block(
+        self,
+        node: Node,
+        inst: Inst | None,
+        srcs: Srcs,
+        path: str,
+        depth: int,
+        into: list[Item],
+        body: Graph,
+        title: str,
+        passed: frozenset[str] | None = None,
+    ) -> str | None:
+        """A block call, or a composite box, drawn open: its body inside a solid frame.
+        ``passed`` are a composite's parameters, written on its frame and not inside it."""
+        frame = Frame(f"cluster:{path}", "block", title, self.hparams(node, inst))
         into.append(frame)
         before = len(self.sites)
-        body = self.program.blocks[node.op].body
-        result = self.result(
-            body,
-            inst.body if inst else [],
-            [s for s, _ in srcs],
-            f"{path}/",
-            depth + 1,
-            frame.items,
-        )
+        if passed is not None:
+            self.passed.append(passed)
+        try:
+            result = self.result(
+                body,
+                inst.body if inst else [],
+                [s for s, _ in srcs],
+                f"{path}/",
+                depth + 1,
+                frame.items,
+            )
+        finally:
+            if passed is not None:
+                self.passed.pop()
         self.settle(frame, inst, len(srcs), before, node)
         return result
 
     def draw_repeat(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
     ) -> str | None:
+        assert isinstance(node, RepeatNode)
         count = inst.hp.get("count", node.count) if inst is not None else node.count
-        frame = Frame(f"cluster:{path}", "repeat", f"×{count}")
-        into.append(frame)
         copies = inst.copies if inst is not None else []
         failed = inst is not None and inst.output is None
         # One copy stands for all N; a failed group shows the copy that failed (the last).
         body = (copies[-1] if failed else copies[0]).body if copies else []
-        before = len(self.sites)
         assert node.body is not None  # `verify` guarantees every group a body
-        result = self.result(node.body, body, [s for s, _ in srcs], f"{path}/", depth, frame.items)
+        ins = [s for s, _ in srcs]
+        if isinstance(count, Expr) and count.as_int() == 1 and inst is not None and not failed:
+            return self.result(node.body, body, ins, f"{path}/", depth, into)  # no ×1 frame
+        frame = Frame(f"cluster:{path}", "repeat", f"×{count}")
+        into.append(frame)
+        before = len(self.sites)
+        result = self.result(node.body, body, ins, f"{path}/", depth, frame.items)
         self.settle(frame, inst, len(srcs), before, node)
+        if inst is not None and inst.output is not None and len(copies) > 1:
+            _vary(frame, copies, f"{path}/", fmt_shape(inst.output.shape))
+        _merge_open_call(frame)
         return result
 
     def draw_residual(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
     ) -> str:
+        assert isinstance(node, ResidualNode)
         assert node.body is not None  # `verify` guarantees every group a body
         plus = Plus(f"{path}/+", tooltip=path)
         before = len(self.sites)
@@ -195,7 +283,7 @@ class Walker:
         if ins and ins[0] is not None:
             fork = Fork(f"{path}/fork")
             into.append(fork)
-            unchecked = look_of(inst, len(srcs)) == POISON
+            unchecked = self.look_of(node, inst, len(srcs)) == POISON
             self.edges.append(Edge(ins[0], fork.id, MAIN, look=POISON if unchecked else PLAIN))
             ins[0] = fork.id
         mark = len(self.edges)  # the bypass goes before the boxes' arrows: leftmost, outermost
@@ -218,7 +306,7 @@ class Walker:
                 if edge.src == ins[0] and edge.kind == MAIN:
                     edge.kind = BRANCH  # beside the main path, not in line with it
         into.append(plus)
-        plus.look = look_of(inst, len(srcs))
+        plus.look = self.look_of(node, inst, len(srcs))
         plus.look = PLAIN if plus.look == PARAM else plus.look
         if plus.look == FAIL and len(self.sites) > before:
             plus.look = POISON  # the failure is inside, on a box of the group
@@ -235,7 +323,7 @@ class Walker:
     ) -> None:
         """A frame whose group failed with nothing failing inside it is itself the failure
         (a ×N count, a block's annotation); one never checked is greyed."""
-        look = look_of(inst, n_inputs)
+        look = self.look_of(node, inst, n_inputs)
         if look == FAIL and len(self.sites) == before:
             frame.look = FAIL
             self.sites.append(Site(frame, node.span))
@@ -250,11 +338,7 @@ class Walker:
         for nid in graph.inputs:
             node = graph.node(nid)
             tensor = inputs.get(node.name or "")
-            shape = (
-                str(tensor)
-                if tensor is not None
-                else (node.annotation.text if node.annotation is not None else "")
-            )
+            shape = labels.tensor_text(tensor) if tensor is not None else _declared(node)
             term = Terminal(nid, node.name or "", shape)
             if tensor is None and self.checked is not None:
                 term.look = FAIL  # its declared shape is wrong: checking stopped right here
@@ -265,14 +349,72 @@ class Walker:
         outs = self.scope(graph, insts, ins, "", 0, scene.items)
         outputs = self.checked.outputs if self.checked is not None else {}
         for name, nid in graph.outputs:
-            look = PLAIN if outputs.get(name) is not None else POISON
+            look = PLAIN if outputs.get(name) is not None or self.sketch else POISON
             scene.outputs.append(Terminal(f"output:{name}", name, look=look))
             src = outs.get(nid)
             if src is not None:
                 self.edges.append(Edge(src, f"output:{name}", MAIN, look=look))
         scene.edges = self.edges
+        scene.legend = list(self.conventions.notes)
         wires.name_broadcasts(scene)
         fan_out(scene.edges)
+
+
+def _declared(node: Node) -> str:
+    """An input's shape as the spec declares it, for a program that was never checked."""
+    if node.annotation is None or not isinstance(node, InputNode):
+        return ""
+    if node.dtype == "int":
+        return f"{node.annotation.text} int" + (f"<{node.vocab}>" if node.vocab else "")
+    return node.annotation.text
+
+
+def _shapes(insts: list[Inst], prefix: str, out: dict[str, str]) -> dict[str, str]:
+    """The output shape of every instance under ``insts`` by the id the walk gives its box."""
+    for inst in insts:
+        path = f"{prefix}{inst.id}"
+        out[path] = fmt_shape(inst.output.shape) if inst.output is not None else ""
+        _shapes(inst.body, f"{path}/", out)
+        _shapes(inst.shortcut, f"{path}/shortcut/", out)
+        if inst.copies:
+            _shapes(inst.copies[0].body, f"{path}/", out)
+    return out
+
+
+def _vary(frame: Frame, copies: list, prefix: str, output: str) -> None:
+    """A ×N group whose copies change the shape: the one copy drawn cannot give one shape for
+    all of them where they differ, so those are left blank, and the group's output is written
+    where it leaves the frame (on its last row, or beside the ×N)."""
+    first = _shapes(copies[0].body, prefix, {})
+    last = _shapes(copies[-1].body, prefix, {})
+
+    def visit(items: list[Item]) -> None:
+        for item in items:
+            if isinstance(item, Box) and first.get(item.id) != last.get(item.id):
+                item.shape = ""
+            elif isinstance(item, Frame):
+                visit(item.items)
+
+    visit(frame.items)
+    tail = frame.items[-1] if frame.items else None
+    if isinstance(tail, Box):
+        tail.shape = output
+    else:
+        frame.shape = output
+
+
+def _merge_open_call(frame: Frame) -> None:
+    """A ×N frame around one open block call becomes one frame: the dashed ×N frame titled with
+    the block, around its boxes, as the book draws ``[self-att, ffw] ×N``."""
+    if len(frame.items) != 1 or frame.message:
+        return
+    inner = frame.items[0]
+    if isinstance(inner, Frame) and inner.kind == "block" and not inner.message:
+        frame.items, frame.block, frame.hparams = inner.items, inner.title, inner.hparams
+        if inner.look != PLAIN:
+            frame.look = inner.look
+        if inner.shape and not frame.shape:
+            frame.shape = inner.shape
 
 
 def fan_out(edges: list[Edge]) -> list[Edge]:
@@ -305,3 +447,13 @@ def _names(graph: Graph) -> dict[str, str]:
         if node.name:
             out.setdefault(nid, node.name)
     return out
+
+
+def _passed(value: object, params: frozenset[str]) -> bool:
+    """Whether a written value is one of ``params`` passed on (``causal=causal``, ``h=h``)."""
+    if isinstance(value, ParamRef):
+        return value.name in params
+    if isinstance(value, Expr):
+        names = value.free_symbols
+        return bool(names) and names <= params
+    return False

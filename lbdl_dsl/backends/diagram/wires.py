@@ -2,13 +2,15 @@
 
 A time embedding read by every block of a diffusion U-Net, or a model input read at five
 places, would be five long arrows crossing the figure. From `BROADCAST` side readers on, each
-reader instead gets the tensor's name just above it with a short arrow, and the box that makes
-the tensor gets the name below it, as one labels a wire in a circuit diagram.
+reader instead gets the tensor's name with a short arrow, and the box that makes the tensor gets
+the name below it, as one labels a wire in a circuit diagram. A box writes the name in its own
+row, left of it (``temb →``), so that it stays beside the box wherever the box goes; a `+`,
+which has no row, gets the name in a text node above it.
 """
 
 from __future__ import annotations
 
-from lbdl_dsl.backends.diagram.scene import MAIN, SIDE, Edge, Frame, Item, Scene, Stub
+from lbdl_dsl.backends.diagram.scene import MAIN, SIDE, Box, Edge, Frame, Item, Scene, Stub
 
 BROADCAST = 3
 
@@ -31,11 +33,17 @@ def name_broadcasts(scene: Scene) -> None:
         if edge.kind == SIDE and edge.label:
             readers.setdefault(edge.src, []).append(edge)
     inputs = {t.id for t in scene.inputs}
+    elements = scene.elements()
     for src, edges in readers.items():
         if len(edges) < BROADCAST:
             continue
         name = edges[0].label
         for n, edge in enumerate(edges):
+            reader = elements.get(edge.dst)
+            if isinstance(reader, Box):
+                reader.wires.append(name)
+                scene.edges.remove(edge)
+                continue
             stub = Stub(f"{edge.dst}/{name}#{n}", name)
             _insert(scene.items, edge.dst, stub, after=False)
             edge.src, edge.label = stub.id, ""

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, AxisAttrs, Ctx, Layer, numpy, resolve_axis
+from lbdl_dsl.core.layers.base import HP, AxisAttrs, Ctx, Layer, Shape, numpy, resolve_axis
 
 
 def _unary(
@@ -94,7 +94,7 @@ SOFTARGMAX = Layer(
 
 
 def _dropout(name: str, doc: str, layout: str, aliases: tuple[str, ...] = ()) -> Layer:
-    def shape(c: Ctx) -> tuple:
+    def shape(c: Ctx) -> Shape:
         if not 0.0 <= c.hp["p"] < 1.0:
             c.fail(f"the dropout probability must be in [0, 1), got {c.hp['p']}", hparam="p")
         if layout == "cl":

@@ -8,7 +8,7 @@ stable names; their inside is the book's: pre-norm, the operator, the residual s
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +16,14 @@ from lbdl_dsl.core.layers.activation import gelu_ref
 from lbdl_dsl.core.layers.base import (
     HP,
     ZEROS,
+    Arrays,
     Attrs,
     Ctx,
     FanIn,
     Layer,
     PSpec,
+    Shape,
+    Weights,
     numpy,
 )
 from lbdl_dsl.core.layers.dense import dense_ref
@@ -126,7 +129,7 @@ def attention_ref(q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False
     return (e / np.where(total > 0, total, 1.0)) @ v
 
 
-def mha_ref(x: Any, z: Any, p: dict, a: HeadsAttrs, prefix: str = "") -> Any:
+def mha_ref(x: Any, z: Any, p: Weights, a: HeadsAttrs, prefix: str = "") -> Any:
     """Multi-head attention with separate projections; heads split on the last axis."""
     np = numpy()
 
@@ -158,11 +161,11 @@ _ATT_HP = (
 )
 
 
-def _mha_shape(c: Ctx) -> tuple:
+def _mha_shape(c: Ctx) -> Shape:
     return (c.x[0], c.a.out)
 
 
-def _mha_z(c: Ctx) -> tuple:
+def _mha_z(c: Ctx) -> Shape:
     return c.ins[1] if len(c.ins) > 1 else c.x
 
 
@@ -181,8 +184,8 @@ MHA = Layer(
     arity=(1, 2),
     resolve=lambda c: _heads_attrs(c, c.hp.get("out")),
     shape=_mha_shape,
-    params=lambda c: _mha_specs(c, c.x[1], _mha_z(c)[1], c.out[1]),
-    macs=lambda c: _mha_macs(c, c.x[0], c.x[1], _mha_z(c)[0], _mha_z(c)[1], c.out[1]),
+    params=lambda c: _mha_specs(c, c.x[1], _mha_z(c)[1], c.y[1]),
+    macs=lambda c: _mha_macs(c, c.x[0], c.x[1], _mha_z(c)[0], _mha_z(c)[1], c.y[1]),
     from_annotation=(("out", -1),),
     example=("16×64", "mha h=4"),
     cases=(("5×8", "mha h=2 bias=true causal=true"),),
@@ -190,7 +193,7 @@ MHA = Layer(
 )
 
 
-def _att_shape(c: Ctx) -> tuple:
+def _att_shape(c: Ctx) -> Shape:
     q = c.rank(2, what="T×D queries")
     k = c.rank(2, what="S×D keys", i=1)
     v = c.rank(2, what="S×D values", i=2)
@@ -203,7 +206,7 @@ def _att_shape(c: Ctx) -> tuple:
     return (q[0], v[1])
 
 
-def _att_ref(xs: list, p: dict, s: dict, a: Any) -> Any:
+def _att_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
     q, k, v = (x[:, None] for x in xs[:3])
     mask = xs[3][:, None] if len(xs) > 3 else None
     return attention_ref(q, k, v, mask, a.causal)[:, 0]
@@ -236,7 +239,7 @@ def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
 _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 
 
-def _att_inside(cross: bool):
+def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], str]:
     def inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
         passed = _given(hp, _MHA_PASSED)
         args = "".join(f" {n}={n}" for n in passed)
@@ -251,7 +254,8 @@ def _att_inside(cross: bool):
     return inside
 
 
-def _pre_norm_ref(xs: list, p: dict, a: HeadsAttrs) -> Any:
+def _pre_norm_ref(xs: Arrays, p: Weights, a: HeadsAttrs) -> Any:
+    assert a.eps is not None, "self-att and cross-att declare `eps`; only a bare mha has none"
     h = layernorm_ref(xs[0], p["ln"]["scale"], p["ln"]["bias"], a.eps, 1)
     return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p["att"], a)
 
@@ -315,7 +319,7 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
     )
 
 
-def _ffw_ref(xs: list, p: dict, s: dict, a: FfwAttrs) -> Any:
+def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
     np = numpy()
     h = layernorm_ref(xs[0], p["ln"]["scale"], p["ln"]["bias"], a.eps, 1)
     h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))

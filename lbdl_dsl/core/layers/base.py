@@ -22,7 +22,16 @@ from typing import Any, NoReturn, Union
 from lbdl_dsl.core.symbolic import Expr
 
 Shape = tuple[Expr, ...]
+Sizes = tuple[Expr | int, ...]
+"""A parameter's shape: sizes from the input (`Expr`) and from the hyper-parameters (a kernel's
+whole numbers, kept as `int`)."""
 REQUIRED = object()
+
+Arrays = list[Any]
+"""The input arrays of a NumPy reference (NumPy is imported lazily by `numpy()`: untyped here)."""
+Weights = dict[str, Any]
+"""One box's parameters or state in a NumPy reference: arrays by name, a nested dict per inner
+box of a composite (``p["ln"]["scale"]``)."""
 
 
 class ShapeFailure(Exception):
@@ -112,7 +121,7 @@ ROLES: dict[str, str] = {
 class PSpec:
     """A trainable parameter or a state array: its shape, how it starts, its axes' roles."""
 
-    shape: Shape
+    shape: Sizes
     init: Init
     roles: tuple[str, ...]
 
@@ -137,6 +146,13 @@ class Ctx:
     def x(self) -> Shape:
         return self.ins[0]
 
+    @property
+    def y(self) -> Shape:
+        """The output shape, for the parameter and cost rules (they run after the shape rule)."""
+        if self.out is None:
+            raise RuntimeError(f"`{self.op}`: the output shape is read before the shape rule ran")
+        return self.out
+
     def fail(self, message: str, hint: str | None = None, hparam: str | None = None) -> NoReturn:
         raise ShapeFailure(message, hint, hparam)
 
@@ -157,15 +173,17 @@ class Ctx:
         return v
 
 
+@dataclass(frozen=True)
 class Attrs:
     """A box's hyper-parameters resolved once: what the shape rule, the counts and every
     backend read. Entries that derive values (pads, an axis made positive, a permutation)
     declare a frozen dataclass of their own; the others get `Given`, the hyper-parameters as
     written or defaulted. Reading a field that is not there is an AttributeError, so a
-    misspelt attribute fails its entry's tests."""
+    misspelt attribute fails its entry's tests. (The base is a frozen dataclass without fields,
+    so that every record is one: a record declared without ``frozen=True`` fails at import.)"""
 
     def items(self) -> tuple[tuple[str, Any], ...]:
-        return tuple((f.name, getattr(self, f.name)) for f in fields(self))  # type: ignore[arg-type]
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self))
 
     def text(self) -> str:
         """``k=(3, 3) pads=((1, 1), (1, 1))``: the record in the ``shapes`` text form."""
@@ -197,7 +215,7 @@ class AxisAttrs(Attrs):
 
 def resolve_axis(c: Ctx, name: str = "axis") -> int:
     """The hyper-parameter ``name`` as an axis of the input, from 0; a failure if outside."""
-    a = c.hp[name]
+    a: int = c.hp[name]  # an `axis` hyper-parameter: the parser made it an int
     if not -len(c.x) <= a < len(c.x):
         c.fail(f"axis {a} is out of range for {len(c.x)} axes", hparam=name)
     return a % len(c.x)

@@ -133,7 +133,7 @@ SINCOS_2D = Layer(
     from_annotation=(("d", 1),),
     example=("", "sincos-2d grid=(16, 16)  256×384"),
     cases=(("", "sincos-2d grid=(2, 3) base=50  6×8"),),
-    reference=lambda xs, p, s, a: sincos_2d_ref(*a.grid, a.d, a.base)[None],
+    reference=lambda xs, p, s, a: sincos_2d_ref(a.grid[0], a.grid[1], a.d, a.base)[None],
 )
 
 

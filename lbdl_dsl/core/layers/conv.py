@@ -9,6 +9,7 @@ NumPy references loop over positions and taps, in channels-first order, as PyTor
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from math import prod
 from typing import Any
@@ -20,6 +21,8 @@ from lbdl_dsl.core.layers.base import (
     Ctx,
     Layer,
     PSpec,
+    Shape,
+    Sizes,
     conv_out,
     ints,
     numel,
@@ -88,7 +91,7 @@ def _groups(c: Ctx, cin: Expr, cout: Expr) -> int:
     return g
 
 
-def _conv_attrs(n: int):
+def _conv_attrs(n: int) -> Callable[[Ctx], ConvAttrs]:
     def resolve(c: Ctx) -> ConvAttrs:
         x = c.rank(n + 1, what=_SPATIAL[n])
         k, s, d = ints(c.hp["k"]), ints(c.hp["s"]), ints(c.hp["d"])
@@ -100,7 +103,7 @@ def _conv_attrs(n: int):
     return resolve
 
 
-def _conv_shape(c: Ctx) -> tuple:
+def _conv_shape(c: Ctx) -> Shape:
     a: ConvAttrs = c.a
     spatial = c.x[1:]
     out = (
@@ -110,7 +113,7 @@ def _conv_shape(c: Ctx) -> tuple:
     return positive(c, (a.channels, *out))
 
 
-def _kernel_params(c: Ctx, w_shape: tuple, fan: Any, fan_out: Any) -> dict[str, PSpec]:
+def _kernel_params(c: Ctx, w_shape: Sizes, fan: Any, fan_out: Any) -> dict[str, PSpec]:
     n = len(c.a.kernel)
     out = {"w": PSpec(w_shape, weight_init(c, fan, fan_out), ("kernel",) * n + ("in", "out"))}
     if c.a.bias:
@@ -134,7 +137,13 @@ def _pairs(pads: Pads) -> list[tuple[int, int]]:
 
 
 def conv_ref(
-    x: Any, w: Any, b: Any, stride: tuple, pads: Pads, dilation: tuple, groups: int
+    x: Any,
+    w: Any,
+    b: Any,
+    stride: tuple[int, ...],
+    pads: Pads,
+    dilation: tuple[int, ...],
+    groups: int,
 ) -> Any:
     """PyTorch's Conv1d/2d on channels-first x (B, Cin, *S) with w (*k, Cin/g, Cout)."""
     np = numpy()
@@ -179,7 +188,7 @@ def _conv(n: int, example: tuple[str, str], cases: tuple[tuple[str, str], ...]) 
         resolve=_conv_attrs(n),
         shape=_conv_shape,
         params=_conv_params,
-        macs=lambda c: numel(c.out) * (c.x[0] / c.a.groups) * prod(c.a.kernel),
+        macs=lambda c: numel(c.y) * (c.x[0] / c.a.groups) * prod(c.a.kernel),
         from_annotation=(("c", 0),),
         layout="cl",
         spatial=n,
@@ -207,7 +216,7 @@ CONV2D = _conv(
 )
 
 
-def _tconv_attrs(n: int):
+def _tconv_attrs(n: int) -> Callable[[Ctx], TConvAttrs]:
     def resolve(c: Ctx) -> TConvAttrs:
         x = c.rank(n + 1, what=_SPATIAL[n])
         k, s, d = ints(c.hp["k"]), ints(c.hp["s"]), ints(c.hp["d"])
@@ -222,7 +231,7 @@ def _tconv_attrs(n: int):
     return resolve
 
 
-def _tconv_shape(c: Ctx) -> tuple:
+def _tconv_shape(c: Ctx) -> Shape:
     a: TConvAttrs = c.a
     sizes = c.x[1:]
     out = (
@@ -303,7 +312,7 @@ TCONV2D = _tconv(
 )
 
 
-def _pool_attrs(n: int, dilated: bool):
+def _pool_attrs(n: int, dilated: bool) -> Callable[[Ctx], PoolAttrs]:
     def resolve(c: Ctx) -> PoolAttrs:
         c.rank(n + 1, what=_SPATIAL[n])
         k = ints(c.hp["k"])
@@ -319,7 +328,7 @@ def _pool_attrs(n: int, dilated: bool):
     return resolve
 
 
-def _pool_shape(c: Ctx) -> tuple:
+def _pool_shape(c: Ctx) -> Shape:
     a: PoolAttrs = c.a
     sizes = c.x[1:]
     out = (
@@ -413,7 +422,7 @@ GLOBAL_AVGPOOL = Layer(
 )
 
 
-def _upsample_shape(c: Ctx) -> tuple:
+def _upsample_shape(c: Ctx) -> Shape:
     x = c.rank(3, what="C×H×W")
     f = c.const("f")
     if f < 1:
@@ -464,7 +473,7 @@ UPSAMPLE = Layer(
 )
 
 
-def _patches_shape(c: Ctx) -> tuple:
+def _patches_shape(c: Ctx) -> Shape:
     x = c.rank(3, what="C×H×W")
     size = c.const("P")
     for axis, n in (("H", x[1]), ("W", x[2])):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, Layer, PSpec, Std, numel, numpy
+from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, Layer, PSpec, Shape, Std, numel, numpy
 from lbdl_dsl.core.layers.inits import INIT_HPS, weight_init
 
 
-def _fc_shape(c: Ctx) -> tuple:
+def _fc_shape(c: Ctx) -> Shape:
     c.rank(*range(1, 9), what="at least 1-axis")
     return (*c.x[:-1], c.a.out)
 
@@ -56,7 +56,7 @@ FC = Layer(
 )
 
 
-def _embed_shape(c: Ctx) -> tuple:
+def _embed_shape(c: Ctx) -> Shape:
     if c.dtypes and c.dtypes[0] != "int":
         c.fail(
             "`embed` needs token input (integers), got a float tensor",
@@ -123,7 +123,7 @@ def _pos_embed_params(c: Ctx) -> dict[str, PSpec]:
     return {"table": PSpec((length, c.x[1]), Std(0.02), ("positions", "embed"))}
 
 
-def _pos_embed_shape(c: Ctx) -> tuple:
+def _pos_embed_shape(c: Ctx) -> Shape:
     x = c.rank(2, what="T×D sequence")
     longest = c.hp.get("len")
     beyond = None if longest is None else (x[0] - longest).as_int()

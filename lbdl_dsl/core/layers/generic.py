@@ -24,6 +24,7 @@ from lbdl_dsl.core.layers.base import (
     Ctx,
     Layer,
     PSpec,
+    Shape,
     fmt_shape,
     numpy,
     resolve_axis,
@@ -101,7 +102,7 @@ COS = Layer(
 )
 
 
-def _drop_path_shape(c: Ctx) -> tuple:
+def _drop_path_shape(c: Ctx) -> Shape:
     if not 0.0 <= c.hp["p"] < 1.0:
         c.fail(f"the drop probability must be in [0, 1), got {c.hp['p']}", hparam="p")
     return c.x
@@ -183,7 +184,7 @@ def _gather_attrs(c: Ctx) -> GatherAttrs:
     return GatherAttrs(resolve_axis(c))
 
 
-def _gather_shape(c: Ctx) -> tuple:
+def _gather_shape(c: Ctx) -> Shape:
     a, index = c.a.axis, c.ins[1]
     if c.dtypes and c.dtypes[1] != "int":
         c.fail(
@@ -284,7 +285,7 @@ def _token_drop_type(c: Ctx) -> tuple[str, Expr | None]:
     return "int", vocab if top is not None and top >= 0 else null + 1
 
 
-def _token_drop_shape(c: Ctx) -> tuple:
+def _token_drop_shape(c: Ctx) -> Shape:
     if c.dtypes and c.dtypes[0] != "int":
         c.fail("`token-drop` replaces tokens (integers), got a float tensor")
     if not 0.0 <= c.hp["p"] < 1.0:

@@ -9,10 +9,13 @@ from lbdl_dsl.core.layers.base import (
     HP,
     ONES,
     ZEROS,
+    Arrays,
     Attrs,
     Ctx,
     Layer,
     PSpec,
+    Shape,
+    Weights,
     numpy,
     resolve_axis,
 )
@@ -28,10 +31,11 @@ def _bn_state(c: Ctx) -> dict[str, PSpec]:
 
 def _channel_shape(x: Any) -> tuple[int, ...]:
     """(1, C, 1, 1...): a per-channel vector against a channels-first batch."""
-    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    shape: tuple[int, ...] = (1, x.shape[1]) + (1,) * (x.ndim - 2)  # x: a NumPy array
+    return shape
 
 
-def batchnorm_ref(x: Any, p: dict, s: dict, eps: float) -> Any:
+def batchnorm_ref(x: Any, p: Weights, s: Weights, eps: float) -> Any:
     """Evaluation mode: the running averages, then the per-channel scale and shift."""
     np = numpy()
     shape = _channel_shape(x)
@@ -110,7 +114,7 @@ def _ln_attrs(c: Ctx) -> LayerNormAttrs:
     return LayerNormAttrs(n, c.hp["eps"], None, affine)
 
 
-def _normalised(c: Ctx) -> tuple:
+def _normalised(c: Ctx) -> Shape:
     """The shape the scale and shift have: the chosen axis, or the last ``n_axes`` axes."""
     if c.a.axis is not None:
         return (c.x[c.a.axis],)
@@ -143,7 +147,7 @@ def _at_axis(x: Any, axis: int, fn: Any, *vectors: Any) -> Any:
     return np.moveaxis(fn(moved, *vectors), -1, axis + 1)
 
 
-def _ln_ref(xs: list, p: dict, s: dict, a: Any) -> Any:
+def _ln_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
     scale, bias = p.get("scale"), p.get("bias")
     if a.axis is None:
         return layernorm_ref(xs[0], scale, bias, a.eps, a.n_axes)
@@ -182,7 +186,7 @@ LAYERNORM = Layer(
 )
 
 
-def _gn_shape(c: Ctx) -> tuple:
+def _gn_shape(c: Ctx) -> Shape:
     x = c.rank(2, 3, what="C×T or C×H×W")
     g, ch = c.const("g"), x[0].as_int()
     if g < 1 or (ch is not None and ch % g):

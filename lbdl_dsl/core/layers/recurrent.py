@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, FanIn, Layer, PSpec, numpy
+from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, FanIn, Layer, PSpec, Weights, numpy
 
 
 def _rnn(name: str, gates: int, doc: str) -> Layer:
@@ -31,7 +31,7 @@ def _rnn(name: str, gates: int, doc: str) -> Layer:
     )
 
 
-def recurrent_ref(x: Any, p: dict, kind: str) -> Any:
+def recurrent_ref(x: Any, p: Weights, kind: str) -> Any:
     """PyTorch's equations, step by step from a zero state; gates in PyTorch's order."""
     np = numpy()
     hd = p["w_hh"].shape[0]

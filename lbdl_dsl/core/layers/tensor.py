@@ -11,10 +11,13 @@ from typing import Any
 
 from lbdl_dsl.core.layers.base import (
     HP,
+    Arrays,
     Attrs,
     AxisAttrs,
     Ctx,
     Layer,
+    Shape,
+    Weights,
     fmt_shape,
     ints,
     numel,
@@ -71,7 +74,7 @@ def _reshape_attrs(c: Ctx) -> ReshapeAttrs:
     return ReshapeAttrs(out)
 
 
-def _reshape_ref(xs: list, p: dict, s: dict, a: ReshapeAttrs) -> Any:
+def _reshape_ref(xs: Arrays, p: Weights, s: Weights, a: ReshapeAttrs) -> Any:
     return xs[0].reshape(xs[0].shape[0], *a.to)
 
 
@@ -147,7 +150,7 @@ def _take_attrs(c: Ctx) -> TakeAttrs:
     return TakeAttrs(a, i)
 
 
-def _index(xs: list, axis: int, item: Any) -> Any:
+def _index(xs: Arrays, axis: int, item: Any) -> Any:
     return xs[0][(slice(None),) * (axis + 1) + (item,)]
 
 
@@ -183,12 +186,12 @@ def _slice_attrs(c: Ctx) -> SliceAttrs:
     return SliceAttrs(a, start, stop)
 
 
-def _slice_shape(c: Ctx) -> tuple:
+def _slice_shape(c: Ctx) -> Shape:
     a: SliceAttrs = c.a
     return (*c.x[: a.axis], a.stop - a.start, *c.x[a.axis + 1 :])
 
 
-def _slice_ref(xs: list, p: dict, s: dict, a: SliceAttrs) -> Any:
+def _slice_ref(xs: Arrays, p: Weights, s: Weights, a: SliceAttrs) -> Any:
     return _index(xs, a.axis, slice(a.start, a.stop))
 
 
@@ -257,7 +260,7 @@ def _missing(c: Ctx) -> BroadcastAttrs:
     return BroadcastAttrs(tuple(rank - len(s) for s in c.ins))
 
 
-def _broadcast(c: Ctx) -> tuple:
+def _broadcast(c: Ctx) -> Shape:
     rank = max(len(s) for s in c.ins)
     out = []
     for axis in range(rank):
@@ -303,7 +306,7 @@ MUL = Layer(
 )
 
 
-def _concat_shape(c: Ctx) -> tuple:
+def _concat_shape(c: Ctx) -> Shape:
     a = c.a.axis
     first = c.x
     for other in c.ins[1:]:
@@ -333,7 +336,7 @@ CONCAT = Layer(
 )
 
 
-def _matmul_shape(c: Ctx) -> tuple:
+def _matmul_shape(c: Ctx) -> Shape:
     a = c.rank(2, 3, what="…×N×K")
     b = c.rank(2, 3, what="…×K×M", i=1)
     if c.hp["tb"]:
@@ -352,7 +355,7 @@ MATMUL = Layer(
     hparams=(HP("tb", "bool", False, "transpose the second operand"),),
     arity=(2, 2),
     shape=_matmul_shape,
-    macs=lambda c: numel(c.out) * c.x[-1],
+    macs=lambda c: numel(c.y) * c.x[-1],
     example=("8×16", "matmul(X) tb=true  8×8"),
     reference=lambda xs, p, s, a: xs[0] @ (xs[1].swapaxes(-1, -2) if a.tb else xs[1]),
 )

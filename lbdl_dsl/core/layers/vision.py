@@ -20,12 +20,15 @@ from typing import Any
 from lbdl_dsl.core.layers.base import (
     HP,
     ZEROS,
+    Arrays,
     Attrs,
     Ctx,
     FanIn,
     Layer,
     PSpec,
+    Shape,
     Std,
+    Weights,
     fmt_shape,
     ints,
     numpy,
@@ -88,7 +91,7 @@ def _window_macs(c: Ctx) -> Expr:
     """The four projections of every token, and in each window the scores Q·Kᵀ and the
     weighted sum A·V: 4·HW·C² + 2·HW·w²·C."""
     d, positions = c.x[0], c.x[1] * c.x[2]
-    return 4 * positions * d * d + 2 * positions * (c.a.window**2) * d
+    return Expr.lift(4 * positions * d * d + 2 * positions * (c.a.window**2) * d)
 
 
 def shift_regions(h: int, w: int, window: int, shift: int) -> Any:
@@ -110,7 +113,7 @@ def _windows(x: Any, window: int) -> Any:
     return t.transpose(0, 2, 4, 3, 5, 1).reshape(b, -1, window * window, ch)
 
 
-def window_att_ref(x: Any, p: dict, a: Any) -> Any:
+def window_att_ref(x: Any, p: Weights, a: Any) -> Any:
     """Swin's (S)W-MSA in NumPy, one window and one head at a time, in float64."""
     np = numpy()
     x = np.asarray(x, np.float64)
@@ -235,7 +238,7 @@ def _merge_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
     )
 
 
-def _merge_shape(c: Ctx) -> tuple:
+def _merge_shape(c: Ctx) -> Shape:
     x = c.rank(3, what="C×H×W")
     for axis, n in (("H", x[1]), ("W", x[2])):
         v = n.as_int()
@@ -245,7 +248,7 @@ def _merge_shape(c: Ctx) -> tuple:
     return (2 * x[0] if out is None else out, x[1] / 2, x[2] / 2)
 
 
-def _merge_ref(xs: list, p: dict, s: dict, a: Any) -> Any:
+def _merge_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
     np = numpy()
     t = space_to_depth_ref(xs[0], 2, True)
     norm = p["norm"]
