@@ -45,7 +45,14 @@ if str(ROOT) not in sys.path:  # bench/ is not part of the package; run from any
 from lbdl_dsl import cli  # noqa: E402
 from lbdl_dsl.core.layers import LAYERS, all_names  # noqa: E402
 
-KINDS = (("mutate", 0.6), ("generate", 0.28), ("tokens", 0.12))
+KINDS = (
+    ("mutate", 0.5),
+    ("generate", 0.24),
+    ("tokens", 0.1),
+    ("set", 0.08),
+    ("api", 0.04),
+    ("files", 0.04),
+)
 HEADER = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): (?P<kind>error|note): \S")
 
 
@@ -65,6 +72,9 @@ class Case:
     entry: str
     files: dict[str, bytes]
     what: str
+    argv: tuple[str, ...] = ()  # flags after the spec (`set`, `files`)
+    setup: str = ""  # a file-system condition made before the run (`files`)
+    call: tuple = ()  # the API call's arguments (`api`), as (spec, text, overrides)
 
 
 def load_corpus(root: Path = ROOT / "specs") -> dict[str, bytes]:
@@ -80,7 +90,122 @@ def make_case(seed: int, index: int, corpus: dict[str, bytes]) -> Case:
         return _mutate_case(rng, index, corpus)
     if kind == "generate":
         return Case(index, kind, "fuzz_gen.lbdl", {"fuzz_gen.lbdl": generate_spec(rng)}, "")
+    if kind == "set":
+        return _set_case(rng, index, corpus)
+    if kind == "api":
+        return _api_case(rng, index, corpus)
+    if kind == "files":
+        return _files_case(rng, index)
     return Case(index, kind, "fuzz_tok.lbdl", {"fuzz_tok.lbdl": token_soup(rng)}, "")
+
+
+# -- flags, the Python API and the file system -----------------------------------------------
+
+_NAME = re.compile(rb"\b([A-Za-z_]\w*)\s*=")
+ODD_VALUES = (
+    "abc", "1.5", "nan", "inf", "-inf", "1e400", "0", "-1", "-0", "2", "7", "64",
+    "9223372036854775808", "1" * 50, "", " ", "0x10", "1_000", "true", "False", "×", "\x1b[2J",
+    "a\u202eb", "3/2", "N", "(1, 2)", "None", "'8'",
+)  # fmt: skip
+
+
+def _set_case(rng: random.Random, index: int, corpus: dict[str, bytes]) -> Case:
+    """A shipped spec with ``--set`` values that are right, wrong, odd or for no parameter."""
+    entry = rng.choice(sorted(p for p in corpus if "/" not in p))
+    header = corpus[entry].split(b"model ", 1)[-1].split(b"\n", 1)[0]
+    names = sorted({m.decode() for m in _NAME.findall(header)} | {"T", "N", "Q", "x y", "1N"})
+    values = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        key = rng.choice(names)
+        value = rng.choice(ODD_VALUES) if rng.random() < 0.8 else str(rng.randint(1, 300))
+        values.append(f"{key}={value}" if rng.random() < 0.95 else key)
+    return Case(index, "set", entry, {}, " ".join(values), ("--set", *values))
+
+
+def _api_case(rng: random.Random, index: int, corpus: dict[str, bytes]) -> Case:
+    """`lbdl_dsl.check` with arguments of the right and wrong kinds."""
+    entry = rng.choice(sorted(p for p in corpus if "/" not in p))
+    spec = rng.choice(
+        [entry, entry.removesuffix(".lbdl"), "missing.lbdl", "", None, 42, b"x.lbdl", "blocks",
+         "model m:\n  input X: 3\n", ["mlp.lbdl"]]
+    )  # fmt: skip
+    text = rng.choice([None, None, None, corpus[entry].decode("utf-8", "replace"), b"\xff\xfe", 3])
+    overrides = {}
+    if rng.random() < 0.5:
+        key = rng.choice(["N", "D", "T", "zzz", "not a name", "_"])
+        overrides[key] = rng.choice([8, 0, -3, 1.5, float("nan"), True, None, "12", [1], 2**70])
+    what = f"check({spec!r}, text={'…' if isinstance(text, str) else text!r}, **{overrides!r})"
+    return Case(index, "api", entry, {}, what[:200], call=(spec, text, overrides))
+
+
+FILE_CONDITIONS = (
+    "directory", "fifo", "loop", "outside", "dangling", "empty", "out-is-file",
+    "out-in-file", "out-is-dir",
+)  # fmt: skip
+
+
+def _files_case(rng: random.Random, index: int) -> Case:
+    """A file-system condition in the way of the spec or of the outputs."""
+    setup = rng.choice(FILE_CONDITIONS)
+    if setup.startswith("out-"):
+        return Case(index, "files", "mlp.lbdl", {}, setup, ("--emit", "json"), setup)
+    return Case(index, "files", "fuzz_fs.lbdl", {}, setup, ("--check",), setup)
+
+
+def _make_condition(case: Case, work: Path) -> list[Path]:
+    """Create the case's condition in ``work``; returns what to remove afterwards."""
+    target = work / case.entry
+    made = [target]
+    if case.setup == "directory":
+        target.mkdir()
+    elif case.setup == "fifo":
+        os.mkfifo(target)
+    elif case.setup == "loop":
+        other = work / "fuzz_fs2.lbdl"
+        target.symlink_to(other)
+        other.symlink_to(target)
+        made.append(other)
+    elif case.setup == "outside":
+        target.symlink_to("/etc/hostname" if os.path.exists("/etc/hostname") else "/dev/null")
+    elif case.setup == "dangling":
+        target.symlink_to(work / "nowhere.lbdl")
+    elif case.setup == "empty":
+        target.write_bytes(b"")
+    else:
+        out = work / "fuzz_out"
+        made = [out]
+        if case.setup == "out-is-file":
+            out.write_text("the user's file", "utf-8")
+        elif case.setup == "out-in-file":
+            out.write_text("the user's file", "utf-8")
+            out = out / "sub"
+        else:  # a folder where the output file goes
+            (out / "mlp.json").mkdir(parents=True)
+        return made + [Path(str(out))]
+    return made
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _run_api(case: Case) -> Outcome:
+    import lbdl_dsl
+
+    spec, text, overrides = case.call
+    try:
+        lbdl_dsl.check(spec, text=text, **overrides)
+    except lbdl_dsl.LbdlError as err:
+        shown = str(err)
+        if not (HEADER.match(shown) or shown.startswith("error: ")) or "Traceback" in shown:
+            return Outcome("crash", 0.0, f"a malformed message: {shown[:500]}")
+        return Outcome("error", 0.0)
+    return Outcome("ok", 0.0)
 
 
 def _mutate_case(rng: random.Random, index: int, corpus: dict[str, bytes]) -> Case:
@@ -404,10 +529,29 @@ def run_case(case: Case, work: Path, timeout: float) -> Outcome:
     old = signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout)
     t0 = time.perf_counter()
+    made: list[Path] = []
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = cli.main([case.entry, "--check"])
-        outcome = _classify(rc, err.getvalue(), work)
+        if case.kind == "api":
+            outcome = _run_api(case)
+        else:
+            argv = [case.entry, *(case.argv or ("--check",))]
+            if case.setup:
+                made = _make_condition(case, work)
+                if case.setup.startswith("out-"):
+                    argv += ["-o", str(made[-1])]
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    rc = cli.main(argv)
+                except SystemExit as exc:  # a bad flag: argparse's usage and our message
+                    rc = exc.code if isinstance(exc.code, int) else 3
+            outcome = _classify(rc, err.getvalue(), work, flags=bool(case.argv))
+            if case.setup and outcome.status == "crash" and rc == 1:
+                # the spec is not a readable text file: the message names it, quoting nothing
+                first = err.getvalue().split("\n", 1)[0]
+                if "Traceback" not in err.getvalue() and (
+                    first.startswith(f"{case.entry}:1:1: error: ") or first.startswith("error: ")
+                ):
+                    outcome = Outcome("error", 0.0)
     except CaseTimeout:
         outcome = Outcome("timeout", 0.0, f"over {timeout} s")
     except KeyboardInterrupt:
@@ -418,6 +562,7 @@ def run_case(case: Case, work: Path, timeout: float) -> Outcome:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        _remove(made)
         for rel in case.files:
             (work / rel).unlink(missing_ok=True)
         for rel, data in saved.items():
@@ -426,11 +571,15 @@ def run_case(case: Case, work: Path, timeout: float) -> Outcome:
     return outcome
 
 
-def _classify(rc: int, stderr: str, work: Path) -> Outcome:
+def _classify(rc: int, stderr: str, work: Path, flags: bool = False) -> Outcome:
     if rc == 0:
         return Outcome("ok", 0.0)
     if rc != 1:
         return Outcome("crash", 0.0, f"exit {rc}: {stderr[-2000:]}")
+    if flags and "Traceback" not in stderr and "hint: " in stderr:
+        first = stderr.split("\n", 1)[0]
+        if first.startswith(("error: ", "usage: ")):  # a flag's or the system's: no place
+            return Outcome("error", 0.0)
     problem = check_message(stderr, work)
     return Outcome("crash", 0.0, f"{problem}\n{stderr[:2000]}") if problem else Outcome("error", 0)
 

@@ -6,8 +6,8 @@ the checked program (shapes, parameter and MAC counts) without importing JAX;
 """
 
 from lbdl_dsl.api import check, compile
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import ArgumentError, LbdlError
 from lbdl_dsl.training import TrainConfig, train
 
-__all__ = ["LbdlError", "TrainConfig", "check", "compile", "train"]
+__all__ = ["ArgumentError", "LbdlError", "TrainConfig", "check", "compile", "train"]
 __version__ = "0.1.0"

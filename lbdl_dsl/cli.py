@@ -9,15 +9,18 @@ shown for anything the user wrote; ``LBDL_DEBUG=1`` shows ours.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec, spec_name
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.compiler.imports import sources_for
+from lbdl_dsl.core.errors import LbdlError, os_error
 
 TEXT_FORMATS = ("ast", "graph", "shapes", "json")
 DIAGRAM_FORMATS = ("dot", "svg", "png", "pdf")
@@ -42,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Compile a neural architecture written as The Little Book of Deep Learning "
         "draws it: check its shapes, count it, draw it, and lower it to JAX.",
     )
+    from lbdl_dsl import __version__
+
+    p.add_argument("--version", action="version", version=f"lbdl-compile {__version__}")
     add_spec_arguments(p)
     p.add_argument(
         "--check",
@@ -78,6 +84,7 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--output",
+        type=_folder,
         metavar="OUTDIR",
         help="where to write artefacts (default: build/SPECNAME)",
     )
@@ -103,7 +110,7 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--run", action="store_true", help="jit the model, run it on random inputs and time it"
     )
-    p.add_argument("--batch", type=int, default=2, help="batch size for --run (default 2)")
+    p.add_argument("--batch", type=_batch, default=2, help="batch size for --run (default 2)")
     p.add_argument(
         "--dtype",
         choices=("float32", "bfloat16"),
@@ -163,18 +170,23 @@ def guarded(
     and never a traceback; our own bug is exit 3 with a short note (``LBDL_DEBUG=1`` shows it).
     Every verb goes through here, so they all keep the promise the same way."""
     try:
-        return work()
+        with _terminate_as_exception():
+            return work()
     except CheckFailed as err:
         print(err.render(err.compiled.sources), file=sys.stderr)
         if on_check_failed is not None:
             on_check_failed(err)
         return 1
     except LbdlError as err:
-        sources = getattr(err, "sources", None)
-        print(err.render(sources or _sources_for(err)), file=sys.stderr)
+        print(err.render(err.sources or sources_for(err)), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 143
+    except OSError as exc:  # the system's refusal about the user's files: theirs, not ours
+        print(os_error(exc, None).render(), file=sys.stderr)
+        return 1
     except Exception as exc:  # noqa: BLE001 - our bug: a short message, the traceback on demand
         if os.environ.get("LBDL_DEBUG"):
             raise
@@ -187,28 +199,56 @@ def guarded(
         return 3
 
 
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) as an exception, so that every ``finally`` runs: a temporary file
+    is removed and nothing is left half-written when a job is stopped."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exception() -> Iterator[None]:
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated
+
+    wanted = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    try:
+        old = {s: signal.signal(s, stop) for s in wanted}
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def _int_arg(value: str, name: str, parser: argparse.ArgumentParser) -> int:
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        parser.error(f"{name} takes a number or `all`")
+        parser.error(f"{name} takes a whole number ≥ 0 or `all`, got {value!r}")
         raise
+    if number < 0:
+        parser.error(f"{name} takes a whole number ≥ 0 or `all`, got {value}")
+    return number
 
 
-def _sources_for(err: LbdlError) -> dict[str, str]:
-    """Read the files an error points into, so that it can show their lines."""
-    out: dict[str, str] = {}
-    for d in err.diagnostics:
-        for span in [d.span, *(n.span for n in d.notes)]:
-            if span is None or span.file in out:
-                continue
-            try:
-                path = Path(span.file)
-                if path.is_file() and path.stat().st_size < 8 * 1024 * 1024:
-                    out[span.file] = path.read_bytes().decode("utf-8", "replace")
-            except OSError:
-                pass
-    return out
+def _batch(value: str) -> int:
+    """``--batch``: a whole number ≥ 1 (argparse reports the message as the flag's)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"a whole number ≥ 1, got {value!r}")
+    return number
+
+
+def _folder(value: str) -> str:
+    """``-o``: a folder name, never empty (an empty one would write into the current folder)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a folder name, got an empty one")
+    return value
 
 
 def _block_formats(args, formats, parser: argparse.ArgumentParser) -> tuple[str, ...]:

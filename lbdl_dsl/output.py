@@ -1,26 +1,140 @@
 """Writing artefacts without ever destroying the user's data.
 
-Each file is written to a temporary name in the same folder and moved into place, so an
+Each file is written whole beside its target and moved into place with one rename, so an
 interrupted run leaves either the old file or the new one, never half of one; the output folder
 is created if missing and nothing in it that we did not write is ever touched.
+
+Where the system allows (Linux's ``O_TMPFILE``), the new file has no name until it is complete,
+so a run killed while writing leaves nothing behind; elsewhere it has a hidden temporary name
+that an exception, Ctrl-C or SIGTERM (`lbdl_dsl.cli.guarded`) removes, and that the next write
+of the same file removes if SIGKILL left it. A new file gets the
+mode the user's umask gives (0644 for the usual 022), and a file we replace keeps its own mode.
+Any error of the system (a folder that cannot be written, a full disk, a folder where the file
+should be) is the user's, an `LbdlError` naming the path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-import tempfile
+import re
+import secrets
+import stat
 from pathlib import Path
+
+from lbdl_dsl.core.errors import os_error
+
+_FILE_MODE = 0o666  # less the umask, as the shell's `>` and every editor create files
 
 
 def write_atomic(path: Path, data: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``data`` to ``path`` all at once; raises `LbdlError` for any error of the system."""
+    path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    folder = path.parent
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        folder.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as exc:
+        raise os_error(exc, "create the folder", folder) from None
+    try:
+        _replace(path, raw)
+    except (OSError, RuntimeError) as exc:
+        raise os_error(exc, "write", path) from None
     return path
+
+
+def _replace(path: Path, raw: bytes) -> None:
+    try:
+        old = os.stat(path)
+    except FileNotFoundError:
+        old = None
+    if old is not None and stat.S_ISDIR(old.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    mode = stat.S_IMODE(old.st_mode) if old is not None else None
+    _sweep(path)
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    if not _write_unnamed(temp, raw, mode):
+        _write_named(temp, raw, mode)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+
+
+def _sweep(path: Path) -> None:
+    """Remove what an earlier run killed while writing ``path`` left: a temporary file of ours
+    (``.NAME.PID-XXXXXXXX.tmp``) whose process is gone. Nothing else is touched."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)-[0-9a-f]{{8}}\.tmp")
+    try:
+        names = [e.name for e in os.scandir(path.parent) if e.name.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        m = pattern.fullmatch(name)
+        if m is None or _alive(int(m[1])):
+            continue
+        with contextlib.suppress(OSError):
+            (path.parent / name).unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process, or no such number: leave its file alone
+    return True
+
+
+def _fill(fd: int, raw: bytes, mode: int | None) -> None:
+    if mode is not None:  # a file we replace keeps its mode (0600 stays 0600, 0755 stays)
+        os.fchmod(fd, mode)
+    view = memoryview(raw)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)  # the rename must not publish a file whose bytes are still in flight
+
+
+_UNNAMED = [hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")]
+
+
+def _write_unnamed(temp: Path, raw: bytes, mode: int | None) -> bool:
+    """Write a file without a name (O_TMPFILE) and give it the name ``temp`` once complete;
+    False where the system cannot (then, once, for the rest of the run)."""
+    if not _UNNAMED[0]:
+        return False
+    try:
+        fd = os.open(temp.parent, os.O_TMPFILE | os.O_WRONLY, _FILE_MODE)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            raise
+        _UNNAMED[0] = False  # a file system or kernel without it
+        return False
+    try:
+        _fill(fd, raw, mode)
+        try:
+            os.link(f"/proc/self/fd/{fd}", temp, follow_symlinks=True)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOENT, errno.EPERM, errno.EOPNOTSUPP):
+                raise
+            _UNNAMED[0] = False  # /proc from another mount (containers, sandboxes)
+            return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _write_named(temp: Path, raw: bytes, mode: int | None) -> None:
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    try:
+        _fill(fd, raw, mode)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+    os.close(fd)

@@ -15,6 +15,7 @@ from typing import Any
 
 from lbdl_dsl.boxtext import box_label
 from lbdl_dsl.compiler.infer import Checked, Inst
+from lbdl_dsl.core.errors import printable
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
 
@@ -33,6 +34,8 @@ class Row:
 def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
     """Summary rows, depth first; ``depth=None`` shows every level."""
 
+    zero = Expr()
+
     def visit(insts: list[Inst], level: int, prefix: str) -> Iterator[Row]:
         for inst in insts:
             path = f"{prefix}/{inst.id}" if prefix else inst.id
@@ -45,8 +48,8 @@ def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
                 path,
                 box_label(inst, checked.program.blocks),
                 str(out) if out is not None else "?",
-                inst.totals.get("params", Expr()),
-                inst.totals.get("macs", Expr()),
+                inst.totals.get("params", zero),
+                inst.totals.get("macs", zero),
                 rf,
                 str(inst.hp.get("count", "")) if inst.kind == "repeat" else "",
             )
@@ -123,52 +126,150 @@ def _bytes(e: Expr) -> str:
     return ""
 
 
-def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False) -> str:
-    """The summary as text: a rich table on a terminal, plain aligned columns when piped."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+RICH_ROWS = 2_000
+"""Above this many rows a terminal gets the plain table too: rich measures and wraps every
+cell of every row several times over, which made the summary of a 190,000-box model take two
+thirds of its ``--check`` (issue 17). The plain layout is one pass over the cells."""
 
-    table = Table(box=box.SIMPLE_HEAD if terminal else None, show_edge=False, pad_edge=False)
-    table.add_column("box", no_wrap=True)
-    table.add_column("output", no_wrap=True)
-    table.add_column("params", justify="right", no_wrap=True)
-    table.add_column("MACs", justify="right", no_wrap=True)
-    has_rf = False
-    all_rows = list(rows(checked, depth))
+
+def _columns(all_rows: list[Row]) -> tuple[list[str], list[bool], list[list[str]]]:
+    """The table's header, which columns are right-aligned, and its cells, row by row."""
     has_rf = any(r.rf for r in all_rows)
-    if has_rf:
-        table.add_column("RF/stride", justify="right", no_wrap=True)
-    for r in all_rows:
-        cells = ["  " * r.depth + r.label, r.shape, fmt_count(r.params), fmt_count(r.macs)]
-        if has_rf:
-            cells.append(r.rf)
-        table.add_row(*cells)
-    t = checked.totals
-    console = Console(
-        width=240,
-        force_terminal=terminal,
-        no_color=not terminal,
-        highlight=False,
-        record=True,
-        file=_Null(),
-    )
+    header = ["box", "output", "params", "MACs"] + (["RF/stride"] if has_rf else [])
+    right = [False, False, True, True] + ([True] if has_rf else [])
+    cells = [
+        [
+            printable(c)
+            for c in ["  " * r.depth + r.label, r.shape, fmt_count(r.params), fmt_count(r.macs)]
+            + ([r.rf] if has_rf else [])
+        ]
+        for r in all_rows
+    ]
+    return header, right, cells
+
+
+def plain_table(all_rows: list[Row]) -> list[str]:
+    """The rows as aligned columns two spaces apart, in one pass: the same text as rich's
+    borderless table, which the tests hold it to, at a cost linear in the cells."""
+    from rich.cells import cell_len
+
+    header, right, cells = _columns(all_rows)
+    body = [header, *cells]
+    widths = [max(cell_len(row[i]) for row in body) for i in range(len(header))]
+    lines = []
+    for row in body:
+        parts = []
+        for text, width, is_right in zip(row, widths, right):
+            pad = " " * (width - cell_len(text))
+            parts.append(pad + text if is_right else text + pad)
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False) -> str:
+    """The summary as text: a rich table on a terminal, plain aligned columns when piped (or
+    when the table is too long for rich to lay out quickly)."""
+    from rich.console import Console
+
+    all_rows = list(rows(checked, depth))
+
+    def console() -> Console:
+        # The text is the spec's (names, strings): never read as rich's markup (`[red]`) or
+        # emoji codes (`:smile:`), and never sent to a notebook as output of its own
+        # (`force_jupyter`: rich would display every print as a separate HTML fragment).
+        return Console(
+            width=240,
+            force_terminal=terminal,
+            force_jupyter=False,
+            no_color=not terminal,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            record=True,
+            file=_Null(),
+        )
+
+    def export(c: Console) -> list[str]:
+        return [line.rstrip() for line in c.export_text(styles=terminal).splitlines()]
+
+    head = console()
     model = checked.program.model
     params = ", ".join(f"{k}={_env_json(v)}" for k, v in checked.env.items())
-    console.print(f"model {model.name}" + (f" ({params})" if params else ""))
-    console.print(table)
+    head.print(printable(f"model {model.name}" + (f" ({params})" if params else "")))
+    if terminal and len(all_rows) <= RICH_ROWS:
+        head.print(_rich_table(all_rows))
+        lines = export(head)
+    else:
+        lines = [*export(head), *plain_table(all_rows)]
+    t = checked.totals
+    foot = console()
     ins = ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())
     outs = ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())
-    console.print(f"inputs   {ins}\noutputs  {outs}")
-    console.print(f"params   {fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state")
-    console.print(f"MACs     {fmt_count(t['macs'])} per sample")
-    console.print(f"memory   {_bytes(t['activations'] * 4)} of float32 activations per sample")
+    foot.print(printable(f"inputs   {ins}\noutputs  {outs}", keep_newlines=True))
+    foot.print(f"params   {fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state")
+    foot.print(f"MACs     {fmt_count(t['macs'])} per sample")
+    foot.print(f"memory   {_bytes(t['activations'] * 4)} of float32 activations per sample")
     if checked.free:
-        console.print(f"symbols  {', '.join(checked.free)} left symbolic (give values with --set)")
+        foot.print(f"symbols  {', '.join(checked.free)} left symbolic (give values with --set)")
     for a in checked.assumptions:
-        console.print(f"assumes  {a}")
-    text = console.export_text(styles=terminal)
-    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+        foot.print(printable(f"assumes  {a}"))
+    return "\n".join([*lines, *export(foot)]) + "\n"
+
+
+def _rich_table(all_rows: list[Row]) -> Any:
+    """The table for a terminal: rich's, with a rule under the header."""
+    from rich import box
+    from rich.table import Table
+
+    header, right, cells = _columns(all_rows)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for name, is_right in zip(header, right):
+        table.add_column(name, justify="right" if is_right else "left", no_wrap=True)
+    for row in cells:
+        table.add_row(*row)
+    return table
+
+
+def render_html(checked: Checked, depth: int | None = 1) -> str:
+    """The summary as one HTML table, for notebooks: the rows of `render_table`, then the
+    totals, in a single fragment (rich's own notebook output would be one per line)."""
+    from html import escape
+
+    def cell(text: str, right: bool = False) -> str:
+        align = ' style="text-align:right"' if right else ' style="text-align:left"'
+        return f"<td{align}>{escape(printable(text))}</td>"
+
+    all_rows = list(rows(checked, depth))
+    has_rf = any(r.rf for r in all_rows)
+    heads = ["box", "output", "params", "MACs"] + (["RF/stride"] if has_rf else [])
+    out = ["<table>", "<thead><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr></thead>"]
+    out.append("<tbody>")
+    for r in all_rows:
+        cells = [
+            cell("\u00a0\u00a0" * r.depth + r.label),
+            cell(r.shape),
+            cell(fmt_count(r.params), True),
+            cell(fmt_count(r.macs), True),
+        ]
+        if has_rf:
+            cells.append(cell(r.rf, True))
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    t = checked.totals
+    model = checked.program.model
+    facts = [
+        ("model", model.name),
+        ("inputs", ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())),
+        ("outputs", ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())),
+        ("params", f"{fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state"),
+        ("MACs", f"{fmt_count(t['macs'])} per sample"),
+        ("memory", f"{_bytes(t['activations'] * 4)} of float32 activations per sample"),
+    ]
+    if checked.free:
+        facts.append(("symbols", f"{', '.join(checked.free)} left symbolic"))
+    facts += [("assumes", a) for a in checked.assumptions]
+    lines = "".join(f'<tr><th style="text-align:left">{k}</th>{cell(v)}</tr>' for k, v in facts)
+    return f'<div class="lbdl-summary"><table>{lines}</table>{"".join(out)}</div>'
 
 
 class _Null:

@@ -33,7 +33,29 @@ def test_a_slice_of_the_fuzz_run_has_no_crash() -> None:
     assert summary.cases == CI_CASES
     assert not summary.crashes, report
     assert not summary.timeouts, report
-    assert set(summary.kinds) == {"mutate", "generate", "tokens"}
+    assert set(summary.kinds) == {"mutate", "generate", "tokens", "set", "api", "files"}
+
+
+@pytest.mark.parametrize("condition", fuzz.FILE_CONDITIONS)
+def test_each_file_system_condition_is_refused_cleanly(condition: str) -> None:
+    """Each condition the harness draws, run once: our error, and the scratch folder as before."""
+    case = fuzz.Case(0, "files", "fuzz_fs.lbdl", {}, condition, ("--check",), condition)
+    if condition.startswith("out-"):
+        case = fuzz.Case(0, "files", "mlp.lbdl", {}, condition, ("--emit", "json"), condition)
+    work = Path(fuzz.tempfile.mkdtemp(prefix="lbdl-fuzz-test-"))
+    try:
+        fuzz.shutil.copytree(fuzz.ROOT / "specs", work, dirs_exist_ok=True)
+        before = sorted(p.name for p in work.iterdir())
+        here = fuzz.os.getcwd()
+        fuzz.os.chdir(work)
+        try:
+            outcome = fuzz.run_case(case, work, timeout=20.0)
+        finally:
+            fuzz.os.chdir(here)
+        assert outcome.status == "error", outcome.detail
+        assert sorted(p.name for p in work.iterdir()) == before
+    finally:
+        fuzz.shutil.rmtree(work, ignore_errors=True)
 
 
 def test_cases_are_reproducible_from_seed_and_index() -> None:

@@ -25,7 +25,7 @@ from lbdl_dsl.compiler.build import build_blocks
 from lbdl_dsl.compiler.graph import Block, Model, ParamRef, Program, verify
 from lbdl_dsl.compiler.imports import load, read_spec
 from lbdl_dsl.compiler.infer import Checker, _subs
-from lbdl_dsl.compiler.instance import Checked, Inst, Tensor, compute_totals
+from lbdl_dsl.compiler.instance import Checked, Inst, Tensor, sum_totals
 from lbdl_dsl.compiler.stages import Built, Parsed
 from lbdl_dsl.compiler.values import setting
 from lbdl_dsl.core.errors import LbdlError, Span, did_you_mean
@@ -87,12 +87,7 @@ def check_block(program: Program, block: Block, env: dict[str, Any]) -> Checked:
     checker = Checker(program, env)
     checker.stack.append((block.name, block.span))
     root, result, _ = checker.graph(body, tensors, env)
-    memo: dict[int, dict[str, Expr]] = {}
-    totals = {"params": Expr(), "state": Expr(), "macs": Expr(), "activations": Expr()}
-    for inst in root:
-        sub = compute_totals(inst, memo)
-        for k in totals:
-            totals[k] = totals[k] + sub[k]
+    totals = sum_totals(root)
     free = sorted({s for t in ins.values() for d in t.shape for s in d.free_symbols})
     return Checked(
         program,

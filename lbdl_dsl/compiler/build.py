@@ -285,8 +285,7 @@ class _Builder:
             raise LbdlError(
                 f"unknown layer `{st.op}`",
                 st.op_span,
-                hint=did_you_mean(st.op, [*LAYERS, *self.blocks_ast])
-                or "see docs/layers.md for the layers, or define a block with this name",
+                hint=did_you_mean(st.op, [*LAYERS, *self.blocks_ast]) or _new_name_hint(st.op),
             )
         self.emit(scope, node, inputs)
         if st.name is not None:
@@ -641,23 +640,57 @@ def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:
     return Model(m.name, params, graph, m.span)
 
 
+def _new_name_hint(op: str) -> str:
+    """The hint for a box that is neither a layer nor a block: define it, under a name a block
+    may have (letters, digits and `_`: `my-chunk`, a layer's style, would not parse)."""
+    if re.fullmatch(r"[^\W\d]\w*", op):
+        return "see docs/layers.md for the layers, or define a block with this name"
+    name = re.sub(r"\W+", "_", op).strip("_") or "my_block"
+    if name[0].isdigit():
+        name = f"b_{name}"
+    odd = next((c for c in op if not (c.isalnum() or c == "_")), "-")
+    return (
+        f"see docs/layers.md for the layers, or define a block `{name}` and call it so "
+        f"(a block's name has letters, digits and `_`, not `{odd}`)"
+    )
+
+
 def _check_recursion(program: Program) -> None:
+    """Refuse a block that calls itself, directly or through others, at the call that closes
+    the cycle.
+
+    A depth-first walk over the call graph that visits each block once: linear in the blocks
+    and their call sites. (Walking every path instead doubles the work at each level where a
+    block calls the one before it twice: 29 such levels took minutes.) The walk keeps its own
+    stack, so a chain of thousands of blocks cannot exhaust Python's.
+    """
     from lbdl_dsl.compiler.graph import walk
 
     calls: dict[str, list[Node]] = {}
     for name, block in program.blocks.items():
         calls[name] = [n for _, n in walk(block.body) if isinstance(n, CallNode)]
-
-    def visit(name: str, path: list[str], site: Node | None) -> None:
-        if name in path:
-            cycle = " → ".join(path[path.index(name) :] + [name])
-            raise LbdlError(
-                f"block `{name}` calls itself: {cycle}",
-                site.span if site else program.blocks[name].span,
-                hint="a block cannot contain itself; repeat it with ×N instead",
-            )
-        for call in calls.get(name, []):
-            visit(call.op, path + [name], call)
-
-    for name in sorted(program.blocks):
-        visit(name, [], None)
+    done: set[str] = set()
+    for root in sorted(program.blocks):
+        if root in done:
+            continue
+        path, on_path = [root], {root}
+        todo = [iter(calls.get(root, []))]  # per block on the path: its calls left to follow
+        while todo:
+            site = next(todo[-1], None)
+            if site is None:
+                done.add(path[-1])
+                on_path.discard(path.pop())
+                todo.pop()
+                continue
+            name = site.op
+            if name in on_path:
+                cycle = " → ".join(path[path.index(name) :] + [name])
+                raise LbdlError(
+                    f"block `{name}` calls itself: {cycle}",
+                    site.span,
+                    hint="a block cannot contain itself; repeat it with ×N instead",
+                )
+            if name not in done:
+                path.append(name)
+                on_path.add(name)
+                todo.append(iter(calls.get(name, [])))

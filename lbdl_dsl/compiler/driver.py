@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -88,9 +89,12 @@ def model_env(program: Program, overrides: dict[str, Any], origin: str = "--set"
     return env
 
 
-def parse(source: str | bytes, file: str) -> Parsed:
-    """Stage 1: the text of ``file`` and, recursively, the files it imports."""
-    return Parsed(file, load(source, file))
+def parse(
+    source: str | bytes, file: str, import_path: Sequence[str | os.PathLike[str]] = ()
+) -> Parsed:
+    """Stage 1: the text of ``file`` and, recursively, the files it imports (found beside the
+    importing file, or in a folder of ``import_path``)."""
+    return Parsed(file, load(source, file, import_path))
 
 
 def build_program(parsed: Parsed) -> Built:
@@ -125,6 +129,7 @@ def compile_spec(
     overrides: dict[str, Any] | None = None,
     stop_after: Literal["check"] = "check",
     origin: str = "--set",
+    import_path: Sequence[str | os.PathLike[str]] = (),
 ) -> Checked: ...
 
 
@@ -136,6 +141,7 @@ def compile_spec(
     overrides: dict[str, Any] | None = None,
     stop_after: Literal["build"],
     origin: str = "--set",
+    import_path: Sequence[str | os.PathLike[str]] = (),
 ) -> Built: ...
 
 
@@ -147,6 +153,7 @@ def compile_spec(
     overrides: dict[str, Any] | None = None,
     stop_after: Literal["parse"],
     origin: str = "--set",
+    import_path: Sequence[str | os.PathLike[str]] = (),
 ) -> Parsed: ...
 
 
@@ -158,6 +165,7 @@ def compile_spec(
     overrides: dict[str, Any] | None = None,
     stop_after: str,
     origin: str = "--set",
+    import_path: Sequence[str | os.PathLike[str]] = (),
 ) -> Parsed | Built | Checked: ...
 
 
@@ -168,6 +176,7 @@ def compile_spec(
     overrides: dict[str, Any] | None = None,
     stop_after: str = "check",
     origin: str = "--set",
+    import_path: Sequence[str | os.PathLike[str]] = (),
 ) -> Parsed | Built | Checked:
     """The pipeline on a path (or on text, with ``file`` naming it), as far as ``stop_after``:
     `Parsed`, `Built` or `Checked`; raises `LbdlError` (`CheckFailed` for checking errors)."""
@@ -183,7 +192,7 @@ def compile_spec(
             file, source = str(source), read_spec(source)
     elif isinstance(source, os.PathLike):
         raise TypeError("`file=` names a spec given as text; give a path without it")
-    parsed = parse(source, file)
+    parsed = parse(source, file, import_path)
     if stop_after == "parse":
         return parsed
     built = build_program(parsed)

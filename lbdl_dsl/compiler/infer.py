@@ -33,7 +33,7 @@ from lbdl_dsl.compiler.graph import (
     ShapeAssert,
 )
 from lbdl_dsl.compiler.hparams import coerce
-from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, compute_totals, numel
+from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, numel, sum_totals
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
 from lbdl_dsl.core.layers import Ctx, Layer, ShapeFailure, lookup
@@ -104,7 +104,7 @@ class Checker:
         self.env = env
         self.diagnostics: list[Diagnostic] = []
         self.assumptions: list[str] = []
-        self.memo: dict[CallKey, tuple[list[Inst], Tensor | None, Env]] = {}
+        self.memo: dict[CallKey, tuple[list[Inst], Tensor | None, Env, int]] = {}
         self.stack: list[tuple[str, Span]] = []  # block calls being checked, for notes
         self.layers_seen = 0
 
@@ -216,15 +216,25 @@ class Checker:
             )
 
     # -- one box --------------------------------------------------------------------------------
-    def box(self, inst: Inst, graph: Graph, env: Env, outs: Outs) -> Tensor:
-        node = inst.node
-        self.layers_seen += 1
+    def count_boxes(self, n: int, span: Span) -> None:
+        """Count ``n`` more boxes of the expanded model against the limit.
+
+        Boxes count as the model has them once every block call and ×N group is expanded,
+        not as they are checked: a call the memo answers, or the identical copies of a ×N
+        group, cost the checker nothing but are drawn, unrolled and summed by what follows.
+        """
+        self.layers_seen += n
         if self.layers_seen > MAX_EXPANDED_LAYERS:
             raise LbdlError(
-                f"the model has more than {MAX_EXPANDED_LAYERS:,} boxes to check",
-                node.span,
-                hint="docs/language.md, Limits",
+                f"the model has more than {MAX_EXPANDED_LAYERS:,} boxes once its block calls "
+                "and ×N groups are expanded",
+                span,
+                hint="each block call and each copy of a ×N group counts; docs/language.md, Limits",
             )
+
+    def box(self, inst: Inst, graph: Graph, env: Env, outs: Outs) -> Tensor:
+        node = inst.node
+        self.count_boxes(1, node.span)
         match node:
             case LayerNode():
                 return self.layer(inst, graph, env)
@@ -440,15 +450,17 @@ class Checker:
             tuple(sorted((k, repr(v)) for k, v in benv.items())),
         )
         if key in self.memo:
-            body, result, bindings = self.memo[key]
+            body, result, bindings, boxes = self.memo[key]
+            self.count_boxes(boxes, node.span)
         else:
             self.stack.append((node.op, node.span))
+            before = self.layers_seen
             try:
                 body, result, _ = self.graph(block.body, list(inst.inputs), benv)
             finally:
                 self.stack.pop()
             bindings = benv
-            self.memo[key] = (body, result, bindings)
+            self.memo[key] = (body, result, bindings, self.layers_seen - before)
         inst.body, inst.bindings = body, bindings
         if result is None:
             raise _poison()
@@ -530,12 +542,15 @@ class Checker:
         seen_in = x
         done = 0
         while n is None or done < n:
+            before = self.layers_seen
             body, result, _ = self.graph(node.body, [seen_in, *captures], env)
             if result is None:
                 inst.copies = copies + [Copies(body, Expr.lift(1))]
                 raise _poison()
             if result.shape == seen_in.shape:
                 remaining = (count - done) if n is None else Expr.lift(n - done)
+                if n is not None:  # the copies after this one, identical to it
+                    self.count_boxes((n - done - 1) * (self.layers_seen - before), node.span)
                 copies.append(Copies(body, remaining))
                 seen_in = dataclasses.replace(result, rf=_grow(seen_in.rf, result.rf, remaining))
                 break
@@ -629,12 +644,7 @@ def check(program: Program, env: dict[str, Any], overridden: bool = False) -> Ch
         if t is not None:
             inputs[node.name] = t
     outputs = {name: outs.get(nid) for name, nid in graph.outputs}
-    memo: dict[int, dict[str, Expr]] = {}
-    totals = {"params": Expr(), "state": Expr(), "macs": Expr(), "activations": Expr()}
-    for inst in root:
-        sub = compute_totals(inst, memo)
-        for k in totals:
-            totals[k] = totals[k] + sub[k]
+    totals = sum_totals(root)
     checked = Checked(
         program,
         env,

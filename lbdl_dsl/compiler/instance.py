@@ -19,7 +19,7 @@ from lbdl_dsl.compiler.imports import Loaded
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import Diagnostic, Span
 from lbdl_dsl.core.layers.base import Attrs, PSpec, Sizes, fmt_shape
-from lbdl_dsl.core.symbolic import Expr, total
+from lbdl_dsl.core.symbolic import Expr
 
 Shape = tuple[Expr, ...]
 
@@ -86,32 +86,80 @@ class Inst:
 
 
 def numel(shape: Sizes) -> Expr:
-    out = Expr.lift(1)
+    return Expr.lift(_numel(shape))
+
+
+Count = int | Expr
+"""A count while totals are summed: a plain int as long as every size in it is known, since int
+arithmetic is many times the polynomial's and a 190,000-box model sums a million of them."""
+
+
+def _count(e: Expr | int) -> Count:
+    if isinstance(e, int):
+        return e
+    v = e.as_int()
+    return e if v is None else v
+
+
+def _numel(shape: Sizes) -> Count:
+    out: Count = 1
     for d in shape:
-        out = out * d
+        out = _times(out, _count(d))
     return out
 
 
-def compute_totals(inst: Inst, memo: dict[int, dict[str, Expr]]) -> dict[str, Expr]:
-    """Parameters, state, MACs and activation values of a box and everything inside it."""
+def _plus(a: Count, b: Count) -> Count:
+    if type(a) is int and type(b) is int:
+        return a + b
+    return Expr.lift(a) + b
+
+
+def _times(a: Count, b: Count) -> Count:
+    if type(a) is int and type(b) is int:
+        return a * b
+    return Expr.lift(a) * b
+
+
+def compute_totals(inst: Inst, memo: dict[int, dict[str, Count]]) -> dict[str, Count]:
+    """Parameters, state, MACs and activation values of a box and everything inside it; each
+    instance keeps its own as `Expr` (``inst.totals``), the sums run on `Count`."""
     key = id(inst)
     if key in memo:
         return memo[key]
-    out = {
-        "params": total(numel(p.shape) for p in inst.params.values()),
-        "state": total(numel(p.shape) for p in inst.state.values()),
-        "macs": inst.macs,
-        "activations": numel(inst.output.shape)
-        if inst.output is not None and isinstance(inst.node, LayerNode) and inst.inside is None
-        else Expr(),
+    params: Count = 0
+    for p in inst.params.values():
+        params = _plus(params, _numel(p.shape))
+    state: Count = 0
+    for p in inst.state.values():
+        state = _plus(state, _numel(p.shape))
+    acts: Count = 0
+    if inst.output is not None and isinstance(inst.node, LayerNode) and inst.inside is None:
+        acts = _numel(inst.output.shape)
+    out: dict[str, Count] = {
+        "params": params,
+        "state": state,
+        "macs": _count(inst.macs),
+        "activations": acts,
     }
     for _, child, mult in inst.children():
         sub = compute_totals(child, memo)
+        m = _count(mult)
         for k in out:
-            out[k] = out[k] + sub[k] * mult
-    inst.totals = out
+            out[k] = _plus(out[k], _times(sub[k], m))
+    inst.totals = {k: Expr.lift(v) for k, v in out.items()}
     memo[key] = out
     return out
+
+
+def sum_totals(root: list[Inst]) -> dict[str, Expr]:
+    """The totals of a tree of instances (and each instance's own, on the way)."""
+    memo: dict[int, dict[str, Count]] = {}
+    out: dict[str, Count] = {"params": 0, "state": 0, "macs": 0, "activations": 0}
+    for inst in root:
+        sub = compute_totals(inst, memo)
+        for k in out:
+            out[k] = _plus(out[k], sub[k])
+    return {k: Expr.lift(v) for k, v in out.items()}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,10 @@ leaves this module.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
+import os
 import re
 from collections.abc import Hashable
 from fractions import Fraction
@@ -19,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import (
     UnexpectedCharacters,
     UnexpectedEOF,
@@ -55,27 +58,105 @@ class _Indenter(Indenter):
     tab_len = 8
 
 
-def _cache_file() -> str | bool:
-    """Where lark keeps its analysis of the grammar between runs, or False for no cache.
+_TABLES_FORMAT = 1  # the layout of the cache file below; a change makes old files stale
 
-    Building the LALR tables takes about 50 ms, a tenth of `lbdl-compile --check`. Lark stamps
-    the file with the grammar's hash and its own version and rebuilds a stale or broken one.
+
+def _cache_file() -> Path | None:
+    """Where the parser's tables are kept between runs, or None for no cache.
+
+    Building the LALR tables takes about 50 ms, a tenth of `lbdl-compile --check`. The file is
+    JSON, never a pickle (lark's own cache is one, and loading a pickle runs whatever it says),
+    stamped with the grammar's hash and lark's version, and checked whole before use: a stale,
+    truncated or edited file is rebuilt, and at worst costs those 50 ms.
     """
     where = cache.folder()
-    return False if where is None else str(where / "parser.lark-cache")
+    return None if where is None else where / "parser-tables.json"
+
+
+def _stamp() -> str:
+    import lark
+
+    key = f"{_TABLES_FORMAT}\0{lark.__version__}\0{grammar_text()}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _encode(o: Any) -> Any:
+    """Lark's serialised tables as JSON: tuples and dicts with integer keys tagged."""
+    if isinstance(o, dict):
+        return {"d": [[_encode(k), _encode(v)] for k, v in o.items()]}
+    if isinstance(o, tuple):
+        return {"t": [_encode(v) for v in o]}
+    if isinstance(o, list):
+        return [_encode(v) for v in o]
+    if o is None or isinstance(o, (bool, int, str)):
+        return o
+    raise TypeError(f"cannot keep a {type(o).__name__} in the parser's cache")
+
+
+def _decode_tables(o: Any) -> Any:
+    if isinstance(o, list):
+        return [_decode_tables(v) for v in o]
+    if isinstance(o, dict):
+        if "t" in o:
+            return tuple(_decode_tables(v) for v in o["t"])
+        return {_decode_tables(k): _decode_tables(v) for k, v in o["d"]}
+    return o
+
+
+_OPTIONS = dict(
+    parser="lalr",
+    lexer="contextual",
+    propagate_positions=True,
+    maybe_placeholders=True,
+)
+
+
+def _load_tables(path: Path) -> Lark | None:
+    """The parser from its cached tables, or None if the file is missing, stale or broken."""
+    try:
+        with open(path, "rb") as f:
+            stored = json.loads(f.read(8 * 1024 * 1024))
+        if not isinstance(stored, dict) or stored.get("stamp") != _stamp():
+            return None
+        body = stored["tables"]
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+        if stored.get("sha256") != digest:
+            return None
+        tables = _decode_tables(body)
+        return Lark.__new__(Lark)._load(tables, postlex=_Indenter())
+    except Exception:  # noqa: BLE001 - whatever is wrong with the file, the tables are rebuilt
+        return None
+
+
+def _save_tables(parser: Lark, path: Path) -> None:
+    from lark.grammar import Rule
+    from lark.lexer import TerminalDef
+
+    try:
+        data, memo = parser.memo_serialize([TerminalDef, Rule])
+        data["options"] = {k: v for k, v in data["options"].items() if k != "postlex"}
+        body = _encode({"data": data, "memo": memo})
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+        text = json.dumps({"stamp": _stamp(), "sha256": digest, "tables": body})
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            temp.write_text(text, "utf-8")
+            os.replace(temp, path)  # whole or not at all, for a run beside this one
+        finally:
+            temp.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001 - a cache that cannot be written only costs time
+        pass
 
 
 @functools.cache
 def _lark() -> Lark:
-    return Lark(
-        grammar_text(),
-        parser="lalr",
-        lexer="contextual",
-        postlex=_Indenter(),
-        propagate_positions=True,
-        maybe_placeholders=True,
-        cache=_cache_file(),
-    )
+    path = _cache_file()
+    parser = _load_tables(path) if path is not None else None
+    if parser is None:
+        parser = Lark(grammar_text(), postlex=_Indenter(), **_OPTIONS)
+        if path is not None:
+            _save_tables(parser, path)
+    return parser
 
 
 # -- pre-checks: what lark should never see ---------------------------------------------------
@@ -209,6 +290,7 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
     ): [
         "model m:\n  input X: 3\n  fc 10 bias=false\n",
         "model m:\n  input X: 3\n  conv-2d 8×4×4 k=3\n",
+        "model m(D=4):\n  input X: 3\n  fc D bias=false\n",
     ],
     (
         "a group header must end with `:`",
@@ -224,6 +306,14 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
         "block b on C\n  relu\n",
         "model m\n  relu\n",
         "model m(N=2)\n  relu\n",
+    ],
+    (
+        "a block or model name has letters, digits and `_` only",
+        "write the name with `_` instead, e.g. `block my_chunk on C:`, and call it `my_chunk`",
+    ): [
+        "block my-chunk on C:\n  relu\n",
+        "model my-net:\n  input X: 3\n",
+        "block my.chunk on C:\n  relu\n",
     ],
     (
         "a block definition needs the shape of its input",
@@ -357,6 +447,7 @@ def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
         label = _dangling(text.split("\n")[line - 1][: col - 1])
     if label:
         message, hint = label
+        hint = _in_their_words(label, text, line, col) or hint
         return LbdlError(f"{message} (found {found})" if found else message, span, hint)
     if isinstance(exc, UnexpectedCharacters) and found == '`"`':
         return LbdlError(
@@ -393,8 +484,8 @@ def _dangling(before: str) -> tuple[str, str] | None:
 def _signature(exc: UnexpectedInput) -> tuple[Hashable, ...]:
     """What the parser saw when it failed: its state and the offending token or character."""
     state = exc.state
-    if hasattr(state, "position"):  # lark's ParserState: equal when stack depth and top agree
-        state = (len(state.state_stack), state.position)
+    if hasattr(state, "position"):  # lark's ParserState: its top state decides what may follow,
+        state = state.position  # whatever lies below it (a box in a block, in a ×N group...)
     if isinstance(exc, UnexpectedToken):
         return ("token", state, exc.token.type, frozenset(exc.accepts or ()))
     return ("char", state, getattr(exc, "char", None))
@@ -411,6 +502,46 @@ def _mistake_signatures() -> dict[tuple[Hashable, ...], tuple[str, str]]:
             except UnexpectedInput as exc:
                 out.setdefault(_signature(exc), label)
     return out
+
+
+def _in_their_words(label: tuple[str, str], text: str, line: int, col: int) -> str | None:
+    """The hint of a known mistake as the user's own line, corrected, where we can write it.
+
+    So far one: a shape before the hyper-parameters (``fc 8 bias=false``, the book's habit of
+    a size right after the box). For a size a layer takes from a one-axis annotation (`fc`'s
+    ``out``) the fix names it: ``fc out=8 bias=false``; otherwise the shape moves last.
+    """
+    code = text.split("\n")[line - 1].split("#", 1)[0]
+    if label[0].startswith("a block or model name has"):
+        m = re.match(r"\s*(block|model)\s+([^\s(:]+)", code)
+        if m is None:
+            return None
+        fixed = re.sub(r"\W+", "_", m[2]).strip("_") or "my_block"
+        if m[1] == "model":
+            return f"write `model {fixed}`"
+        return f"write `block {fixed}`, and call it `{fixed}`"
+    if not label[0].startswith("a shape annotation must come after"):
+        return None
+    head, tail = code[: col - 1].strip(), code[col - 1 :].strip()
+    try:
+        module = parse(f"model m:\n  input X: 1\n  {head}\n", "<hint>")
+    except LbdlError:
+        return None
+    box = module.models[0].body[-1] if module.models and module.models[0].body else None
+    if not isinstance(box, ast.Box) or box.shape is None or "\n" in tail:
+        return None
+    before = head[: box.shape.span.column - 3].rstrip()  # the box without its shape
+    shape = head[box.shape.span.column - 3 :].strip()
+    arrow = min((i for i in (tail.find("->"), tail.find("→")) if i >= 0), default=len(tail))
+    hparams, named = tail[:arrow].strip(), tail[arrow:].strip()
+    last = " ".join(p for p in (f"{before} {hparams}  {shape}", named) if p)
+    from lbdl_dsl.core.layers import lookup
+
+    layer = lookup(box.op)
+    sized = [k for k, axis in (layer.from_annotation if layer else ()) if axis == -1]
+    if sized and len(box.shape.dims) == 1:
+        return f"write `{before} {sized[0]}={shape} {tail}`, or the shape last: `{last}`"
+    return f"the shape comes last: `{last}`"
 
 
 def _known_mistake(exc: UnexpectedInput) -> tuple[str, str] | None:
@@ -501,7 +632,10 @@ DType = tuple[str, ast.SizeExpr | None]  # `int<V>`: the type's name and its ran
 
 
 @v_args(meta=True)
-class _ToAst(Transformer[Token, ast.Module]):
+class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
+    """Lark's tree as frozen dataclasses, bottom-up without recursion: `1+1+...+1` is a tree
+    as deep as it is long, and a few hundred operators would exhaust Python's stack."""
+
     def __init__(self, text: str, file: str) -> None:
         super().__init__()
         self.text, self.file = text, file

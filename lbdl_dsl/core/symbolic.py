@@ -11,7 +11,7 @@ number is only decided when C gets a value, which is where the book's figures le
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from math import gcd
 from typing import Union
@@ -20,12 +20,25 @@ Number = Union[int, Fraction]
 ExprLike = Union["Expr", int, Fraction]
 
 
+MAX_FLOOR_DEPTH = 32
+"""Floors nested in floors: each strided layer on a symbolic size adds one that cannot be merged
+into the one below it, and every walk over an expression goes as deep as they nest."""
+
+
+_MAX_DIVISOR = 2**62  # sizes stay below it (compiler/limits.py, MAX_DIM)
+
+
+class FloorTooDeep(ValueError):
+    """A size whose floors nest past `MAX_FLOOR_DEPTH`."""
+
+
 @dataclass(frozen=True)
 class Floor:
     """``floor(num / den)`` for a non-constant ``num`` and an integer ``den`` ≥ 2."""
 
     num: Expr
     den: int
+    depth: int = field(default=1, compare=False)  # floors nested in this one, itself included
 
     def __str__(self) -> str:
         num = str(self.num) if len(self.num.terms) == 1 else f"({self.num})"
@@ -62,6 +75,19 @@ class InexactDivision(ArithmeticError):
         self.expr, self.values, self.result = expr, used, result
 
 
+def _num(e: Expr) -> Number:
+    """A constant's value, as an int when whole (int arithmetic is many times Fraction's)."""
+    if not e.terms:
+        return 0
+    c = e.terms[0][1]
+    return c.numerator if c.denominator == 1 else c
+
+
+_SMALL: dict[int, Expr] = {}
+_SMALL_MAX = 4096
+"""How many whole constants `Expr._const` keeps, so that a hostile spec cannot grow it."""
+
+
 class Expr:
     """An immutable, hashable polynomial; build with `sym`, `const` and the operators."""
 
@@ -76,17 +102,35 @@ class Expr:
 
     # -- construction -------------------------------------------------------------------------
     @staticmethod
+    def _const(value: Number) -> Expr:
+        """The constant ``value``, built directly: a shape check does mostly arithmetic on
+        numbers, and the general constructor (sort, clean, coerce) made a 190,000-box check
+        spend most of its time there (issue 17). Small whole numbers are shared."""
+        if type(value) is int:
+            cached = _SMALL.get(value)
+            if cached is not None:
+                return cached
+        out = Expr.__new__(Expr)
+        out.terms = (((), Fraction(value)),) if value else ()
+        out._hash = hash(out.terms)
+        if type(value) is int and len(_SMALL) < _SMALL_MAX:
+            _SMALL[value] = out
+        return out
+
+    @staticmethod
     def lift(value: ExprLike) -> Expr:
         if isinstance(value, Expr):
             return value
         if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
             raise TypeError(f"cannot make a size of {value!r}")
-        return Expr({(): Fraction(value)})
+        return Expr._const(value)
 
     # -- queries ------------------------------------------------------------------------------
     @property
     def is_const(self) -> bool:
-        return all(not m for m, _ in self.terms)
+        # the canonical form has one term at most for the empty monomial, and no other
+        terms = self.terms
+        return not terms or (len(terms) == 1 and not terms[0][0])
 
     @property
     def const_value(self) -> Fraction:
@@ -117,6 +161,8 @@ class Expr:
     # -- arithmetic ---------------------------------------------------------------------------
     def __add__(self, other: ExprLike) -> Expr:
         o = Expr.lift(other)
+        if self.is_const and o.is_const:
+            return Expr._const(_num(self) + _num(o))
         acc = dict(self.terms)
         for m, c in o.terms:
             acc[m] = acc.get(m, Fraction(0)) + c
@@ -135,6 +181,8 @@ class Expr:
 
     def __mul__(self, other: ExprLike) -> Expr:
         o = Expr.lift(other)
+        if self.is_const and o.is_const:
+            return Expr._const(_num(self) * _num(o))
         acc: dict[Monomial, Fraction] = {}
         for m1, c1 in self.terms:
             for m2, c2 in o.terms:
@@ -189,7 +237,27 @@ class Expr:
         rem = Expr(rest)
         if rem.is_const:
             return Expr(whole) + (rem.const_value // den)
-        return Expr(whole) + Expr({((Floor(rem, den), 1),): Fraction(1)})
+        inner = rem.floors()
+        alone: Monomial = ((inner[0], 1),) if len(inner) == 1 else ()
+        if alone and len(rem.terms) <= 2 and (alone, Fraction(1)) in rem.terms:
+            # ⌊(⌊a/m⌋ + c)/n⌋ = ⌊(a + c·m)/(m·n)⌋ for a whole c: strided layers one after
+            # another (ResNet's stem on a symbolic H) stay one floor instead of a tower
+            extra = rem - Expr({alone: Fraction(1)})
+            if extra.is_const and extra.const_value.denominator == 1:
+                top, below = inner[0].num, inner[0].den
+                if below * den > _MAX_DIVISOR:  # no size reaches it: the model is absurd
+                    raise FloorTooDeep(
+                        "strided layers divide a symbolic size by more than 2^62; "
+                        "give the symbols values with --set"
+                    )
+                return Expr(whole) + (top + extra * below).floordiv(below * den)
+        depth = 1 + max((f.depth for f in inner), default=0)
+        if depth > MAX_FLOOR_DEPTH:
+            raise FloorTooDeep(
+                f"a size nests more than {MAX_FLOOR_DEPTH} floors (of strided layers on a "
+                "symbolic size); give the symbols values with --set"
+            )
+        return Expr(whole) + Expr({((Floor(rem, den, depth), 1),): Fraction(1)})
 
     # -- substitution and evaluation ------------------------------------------------------------
     def subs(self, values: Mapping[str, ExprLike]) -> Expr:
@@ -250,6 +318,8 @@ class Expr:
     def __str__(self) -> str:
         if not self.terms:
             return "0"
+        if self.is_const and self.terms[0][1].denominator == 1:  # a size: most of a summary
+            return str(self.terms[0][1].numerator)
         parts: list[str] = []
         for i, (mono, coef) in enumerate(self.terms):
             text = _fmt_term(mono, abs(coef))

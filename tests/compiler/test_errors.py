@@ -117,8 +117,42 @@ def test_each_known_mistake_gives_its_message(label: tuple[str, str], example: s
         parse(example, "mistake.lbdl")
     first = info.value.first
     assert first.message.startswith(message)
-    assert first.hint == hint
+    if message.startswith("a block or model name has"):  # rewritten: the user's name
+        assert first.hint and first.hint.startswith(("write `block ", "write `model "))
+    elif message.startswith("a shape annotation must come after"):  # rewritten: see below
+        assert first.hint and ("the shape last" in first.hint or "comes last" in first.hint)
+    else:
+        assert first.hint == hint
     assert first.span is not None and first.span.file == "mistake.lbdl"
+
+
+@pytest.mark.parametrize(
+    "box, hint",
+    [
+        ("fc 8 bias=false", "write `fc out=8 bias=false`, or the shape last: `fc bias=false  8`"),
+        (
+            "fc 2D bias=false -> y  # hidden",
+            "write `fc out=2D bias=false -> y`, or the shape last: `fc bias=false  2D -> y`",
+        ),
+        ("conv-2d 8×4×4 k=3 s=1", "the shape comes last: `conv-2d k=3 s=1  8×4×4`"),
+        ("mine 8 k=3", "the shape comes last: `mine k=3  8`"),
+    ],
+)
+@pytest.mark.parametrize("where", ["model", "block", "group"])
+def test_a_shape_before_the_hyper_parameters_is_corrected_in_the_users_words(
+    box: str, hint: str, where: str
+) -> None:
+    """The hint is the user's own line, corrected, wherever the box sits: the parser's state
+    at the mistake is the same in a model, a block or a ×N group (only its depth differs)."""
+    lines = {
+        "model": f"model m(D=4):\n  input X: 3\n  {box}\n",
+        "block": f"block b(D=4) on C:\n  {box}\n",
+        "group": f"model m(D=4):\n  input X: 3\n  ×2:\n    residual:\n      {box}\n",
+    }
+    with pytest.raises(LbdlError) as info:
+        parse(lines[where], "x.lbdl")
+    assert info.value.first.message.startswith("a shape annotation must come after")
+    assert info.value.first.hint == hint
 
 
 def test_each_known_mistake_has_examples() -> None:

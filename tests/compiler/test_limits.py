@@ -144,8 +144,49 @@ def test_more_boxes_than_the_checker_expands(tmp_path: Path) -> None:
     spec = write(tmp_path / "wide.lbdl", "model m:\n  input X: 1\n" + body)
     prelude = "import lbdl_dsl.compiler.infer as infer\ninfer.MAX_EXPANDED_LAYERS = 1000"
     first, _ = check(spec, prelude=prelude)
-    assert first == "wide.lbdl:13:5: error: the model has more than 1,000 boxes to check"
+    assert first == (
+        "wide.lbdl:13:5: error: the model has more than 1,000 boxes once its block calls "
+        "and ×N groups are expanded"
+    )
     assert MAX_EXPANDED_LAYERS == 200_000  # the documented value the message would carry
+
+
+def test_blocks_calling_the_previous_block_twice(tmp_path: Path) -> None:
+    """29 levels of `block bK: bK-1 / bK-1`: 833 bytes that once hung the recursion check (it
+    walked every path, 2^29 of them) and, once past it, checked fine at 2^29 boxes since a
+    memoised call cost the box count nothing. Each call counts its expanded boxes now."""
+    levels = "".join(f"block b{k} on C:\n  b{k - 1}\n  b{k - 1}\n" for k in range(1, 30))
+    spec = write(tmp_path / "calls.lbdl", "block b0 on C:\n  relu\n" + levels + HEAD + "  b29\n")
+    first, elapsed = check(spec)
+    assert first.endswith(
+        f"error: the model has more than {MAX_EXPANDED_LAYERS:,} boxes once its block calls "
+        "and ×N groups are expanded"
+    )
+    assert elapsed < BOUND
+
+
+def test_copies_of_a_group_count_as_boxes(tmp_path: Path) -> None:
+    """A ×N group whose copies keep their shape is checked once, but has N copies of boxes."""
+    spec = write(tmp_path / "copies.lbdl", HEAD + "  ×100000:\n    relu\n    relu\n    relu\n")
+    first, _ = check(spec)
+    assert first == (
+        f"copies.lbdl:3:3: error: the model has more than {MAX_EXPANDED_LAYERS:,} boxes once "
+        "its block calls and ×N groups are expanded"
+    )
+
+
+@pytest.mark.parametrize("op", ["+", "-"])
+def test_thousands_of_chained_operators(tmp_path: Path, op: str) -> None:
+    """`1+1+...` and `----4` parse and evaluate without recursion (they once ended in a
+    RecursionError, reported as our bug)."""
+    size = "+".join(["1"] * 3000) if op == "+" else "-" * 3000 + "4"
+    spec = write(tmp_path / "ops.lbdl", f"model m:\n  input X: {size}\n  relu\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "lbdl_dsl", spec.name, "--check"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=BOUND,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "relu  3000" in proc.stdout if op == "+" else "relu  4 " in proc.stdout
 
 
 def test_a_shape_overflowing_64_bits(tmp_path: Path) -> None:
@@ -209,6 +250,8 @@ def test_an_import_that_cannot_be_read(tmp_path: Path, kind: str) -> None:
     if kind == "fifo" and not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs on this system")
     message = _unreadable(tmp_path, kind)
+    if kind == "device":  # a link out of the spec's folder is refused before it is opened
+        message = "cannot import `lib.lbdl`: it is outside the spec's folder"
     spec = write(tmp_path / "main.lbdl", 'import "lib.lbdl"\n' + HEAD + "  relu\n")
     first, elapsed = check(spec)
     assert first == f"main.lbdl:1:1: error: {message}"

@@ -357,7 +357,7 @@ def test_the_parser_tables_are_cached_in_the_user_cache_folder(tmp_path, monkeyp
     try:
         parser._lark.cache_clear()
         first = parser.parse(text, "m.lbdl")
-        cached = tmp_path / "lbdl" / "parser.lark-cache"
+        cached = tmp_path / "lbdl" / "parser-tables.json"
         assert cached.is_file() and cached.stat().st_size > 1000
         parser._lark.cache_clear()
         assert parser.parse(text, "m.lbdl") == first  # loaded from the file
@@ -367,7 +367,7 @@ def test_the_parser_tables_are_cached_in_the_user_cache_folder(tmp_path, monkeyp
         not_a_folder = tmp_path / "file"
         not_a_folder.write_text("x")
         monkeypatch.setenv("XDG_CACHE_HOME", str(not_a_folder))
-        assert parser._cache_file() is False
+        assert parser._cache_file() is None
         parser._lark.cache_clear()
         assert parser.parse(text, "m.lbdl") == first
     finally:

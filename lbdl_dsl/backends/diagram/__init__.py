@@ -22,6 +22,11 @@ from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
 
+MAX_DRAWN_BOXES = 5_000
+"""The most boxes a figure draws. Graphviz's layout grows faster than the boxes (16,000 boxes
+of an expanded model took 24 GB before it crashed), and no one reads a figure that long; the
+model itself may have up to `limits.MAX_EXPANDED_LAYERS` boxes."""
+
 
 def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
     """What `to_dot` draws, before it is written: for tests and other writers. A `Built`
@@ -38,6 +43,17 @@ def scene(compiled: Built | Checked, expand: str | None = None) -> Scene:
     walker.sketch = bool(unchecked)
     out = Scene(program.model.name)
     walker.model(out)
+    drawn = len(out.boxes())
+    if drawn > MAX_DRAWN_BOXES:
+        how = f" with --expand {expand}" if expand else ""
+        raise LbdlError(
+            f"the figure{how} would draw {drawn:,} boxes; the limit is {MAX_DRAWN_BOXES:,}",
+            hint="open fewer block calls (--expand a block's name, or a depth such as 1), or "
+            "leave the figure out (--emit without svg/png/pdf/dot)"
+            if expand
+            else "leave the figure out (--emit without svg/png/pdf/dot), or draw the model "
+            "with its repeated parts in blocks and ×N groups",
+        )
     if unchecked:
         names = ", ".join(unchecked)
         out.remark = (
@@ -55,4 +71,6 @@ def to_dot(compiled: Built | Checked, expand: str | None = None) -> str:
     return _dot.write(scene(compiled, expand))
 
 
-__all__ = ["render", "scene", "to_dot"]
+from lbdl_dsl.backends.diagram.notebook import Svg, html_figure  # noqa: E402 - uses the above
+
+__all__ = ["Svg", "html_figure", "render", "scene", "to_dot"]

@@ -39,6 +39,7 @@ from lbdl_dsl.backends.diagram.scene import (
     Stub,
     Terminal,
 )
+from lbdl_dsl.core.errors import printable
 
 # A row of cells; the last, empty one (port ``r``) is where an arrow along a row leaves, past
 # the text beside the box: Graphviz ignores a compass point on a flat arrow between neighbours.
@@ -48,14 +49,21 @@ _ROW = (
 )
 
 
+# Graphviz expands `\N`, `\G`, `\E`... in labels and tooltips (to the node's name, the graph's),
+# in HTML-like labels too, and neither doubling the backslash nor `&#92;` stops it: a word
+# joiner (U+2060, invisible and of no width) after each backslash does.
+_JOINER = "\u2060"
+
+
 def q(text: str) -> str:
-    """A quoted DOT identifier."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A quoted DOT string, shown as written: no quote ends it, no backslash escapes."""
+    text = printable(text)  # a form feed in a string would make the SVG invalid XML
+    return '"' + text.replace("\\", "\\\\" + _JOINER).replace('"', '\\"') + '"'
 
 
 def h(text: str) -> str:
-    """Text inside an HTML-like label."""
-    return escape(text, quote=True)
+    """Text inside an HTML-like label, shown as written (see `q`)."""
+    return escape(printable(text), quote=True).replace("\\", "\\" + _JOINER)
 
 
 def _font(text: str, color: str, size: int, italic: bool = False) -> str:

@@ -16,10 +16,12 @@ import jax
 import jax.numpy as jnp
 
 from lbdl_dsl.backends.jax import weights
+from lbdl_dsl.backends.jax.checks import InputSpec, check_inputs, check_tokens, check_tree
 from lbdl_dsl.backends.jax.codegen import generate
 from lbdl_dsl.backends.jax.runtime import unflatten
 from lbdl_dsl.compiler.driver import Compiled
-from lbdl_dsl.core.symbolic import Expr
+from lbdl_dsl.core.errors import ArgumentError
+from lbdl_dsl.core.symbolic import Expr, fmt_count
 
 
 class Model:
@@ -28,12 +30,53 @@ class Model:
     def __init__(self, compiled: Compiled, *, unroll: bool = False, dtype: str = "float32") -> None:
         self.compiled = compiled
         self.checked = compiled.checked
+        self.dtype = dtype
         self.source = generate(compiled, unroll=unroll, dtype=dtype)
         namespace: dict[str, Any] = {"__name__": f"lbdl_generated_{self.name}"}
         exec(compile(self.source, f"<lbdl {compiled.file}>", "exec"), namespace)  # noqa: S102
         self.module = namespace
         self.init: Callable = namespace["init"]
-        self.apply: Callable = namespace["apply"]
+        self._apply: Callable = namespace["apply"]
+        self._specs = [
+            InputSpec(name, tuple(t.shape), t.dtype, t.vocab.as_int() if t.vocab else None)
+            for name, t in self.checked.inputs.items()
+        ]
+        # draws random numbers in training: the generated module carries the functions
+        self._random = any(f in namespace for f in ("dropout_mask_apply", "reparameterize"))
+        self._seen: set[tuple] = set()  # signatures that passed the checks
+
+    def apply(self, params: Any, state: Any, *inputs: Any, train: bool = False, key: Any = None):
+        """The generated module's ``apply``, after checking what it is given.
+
+        Shapes, dtypes and the structure of ``params`` and ``state`` are checked once per
+        distinct signature (under ``jax.jit``, once per compilation), token ranges whenever
+        the values are at hand; then ``self.module["apply"]`` runs, unchanged.
+        """
+        signature = self._signature(params, state, inputs, train, key)
+        if signature not in self._seen:
+            self._check(params, state, inputs, train, key)
+            self._seen.add(signature)
+        check_tokens(self._specs, inputs)
+        return self._apply(params, state, *inputs, train=train, key=key)
+
+    def _signature(self, params, state, inputs, train, key) -> tuple:
+        leaves, tree = jax.tree.flatten((params, state))
+        shapes = tuple(getattr(x, "shape", type(x)) for x in leaves)
+        ins = tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x)))) for x in inputs)
+        return (tree, shapes, ins, train, key is None)
+
+    def _check(self, params, state, inputs, train, key) -> None:
+        if not isinstance(train, bool):
+            raise ArgumentError(f"train must be True or False, got {train!r}")
+        if train and key is None and self._random:
+            raise ArgumentError(
+                f"model `{self.name}` draws random numbers in training (dropout, sampling): "
+                "apply(..., train=True) needs key=",
+                hint="pass a new key each step: key=jax.random.key(step)",
+            )
+        check_tree(params, self.module["PARAMS"], "params", weights.flatten)
+        check_tree(state, self.module["STATE"], "state", weights.flatten)
+        check_inputs(self.name, self._specs, inputs)
 
     @property
     def name(self) -> str:
@@ -53,7 +96,7 @@ class Model:
         """Input name → (per-sample shape, dtype), in the spec's channels-first order."""
         out = {}
         for name, t in self.checked.inputs.items():
-            shape = tuple(_int(d) for d in t.shape)
+            shape = tuple(_int(d, name) for d in t.shape)
             out[name] = (
                 shape,
                 "int32" if t.dtype == "int" else t.dtype.replace("float", "float32"),
@@ -62,16 +105,18 @@ class Model:
 
     @property
     def outputs(self) -> dict[str, tuple[int, ...]]:
-        return {k: tuple(_int(d) for d in t.shape) for k, t in self.checked.outputs.items()}
+        return {k: tuple(_int(d, k) for d in t.shape) for k, t in self.checked.outputs.items()}
 
     def example_inputs(self, key: jax.Array, batch: int = 2) -> list[jax.Array]:
         """Random inputs of the spec's shapes (tokens uniform in their range)."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ArgumentError(f"batch must be a whole number ≥ 1, got {batch!r}")
         arrays = []
         for i, (name, t) in enumerate(self.checked.inputs.items()):
             shape = (batch, *self.inputs[name][0])
             k = jax.random.fold_in(key, i)
             if t.dtype == "int":
-                arrays.append(jax.random.randint(k, shape, 0, _int(t.vocab), jnp.int32))
+                arrays.append(jax.random.randint(k, shape, 0, _int(t.vocab, name), jnp.int32))
             elif t.dtype == "bool":
                 arrays.append(jax.random.bernoulli(k, 0.5, shape))
             else:
@@ -83,21 +128,29 @@ class Model:
 
         return report.render_table(self.checked, depth)
 
-    def diagram(self, fmt: str = "svg", expand: str | None = None) -> str | bytes:
-        """The diagram in the book's style: SVG text by default, or png/pdf bytes."""
+    def diagram(self, fmt: str = "svg", expand: str | None = None) -> Any:
+        """The diagram in the book's style: SVG text by default (shown as a figure in a
+        notebook), DOT text, or png/pdf bytes."""
         from lbdl_dsl.backends import diagram
 
+        if fmt not in ("svg", "dot", "png", "pdf"):
+            raise ArgumentError(f"fmt must be one of svg, dot, png, pdf; got {fmt!r}")
         dot = diagram.to_dot(self.compiled, expand=expand)
         if fmt == "dot":
             return dot
         data = diagram.render(dot, fmt)
-        return data.decode("utf-8") if fmt == "svg" else data
+        return diagram.Svg(data.decode("utf-8")) if fmt == "svg" else data
 
-    def _repr_svg_(self) -> str:
-        return self.diagram("svg")
+    def _repr_html_(self) -> str:
+        """In a notebook: the summary table, then the figure."""
+        from lbdl_dsl.backends.diagram import html_figure
+
+        return html_figure(self.compiled)
 
     def __repr__(self) -> str:
-        return f"<lbdl Model {self.name}: {self.param_count:,} parameters>"
+        dtype = "" if self.dtype == "float32" else f", {self.dtype}"
+        params = fmt_count(self.checked.totals["params"])
+        return f"<lbdl Model {self.name}: {params} parameters{dtype}>"
 
     # -- parameters on disk ---------------------------------------------------------------------
     def save(self, path: str | Path, params: Any, state: Any = None) -> Path:
@@ -115,8 +168,14 @@ class Model:
         return unflatten(as_jax), unflatten({k: jnp.asarray(v) for k, v in state.items()})
 
 
-def _int(d: Expr | None) -> int:
+def _int(d: Expr | None, where: str) -> int:
     v = d.as_int() if isinstance(d, Expr) else d
     if v is None:
-        raise ValueError(f"the size {d} is symbolic; give it a value when compiling")
+        symbols = sorted(d.free_symbols) if isinstance(d, Expr) else []
+        example = symbols[0] if symbols else "T"
+        raise ArgumentError(
+            f"the size {d} of `{where}` is symbolic: it needs a value here",
+            hint=f"give it one when compiling: lbdl_dsl.compile(spec, {example}=...), "
+            f"or --set {example}=... on the command line",
+        )
     return int(v)

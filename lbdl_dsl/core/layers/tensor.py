@@ -54,6 +54,26 @@ class SliceAttrs(Attrs):
     stop: Expr
 
 
+@dataclass(frozen=True)
+class BroadcastAttrs(Attrs):
+    """How many axes each operand of `+`/`mul` lacks in front of its per-sample shape.
+
+    Per-sample shapes broadcast on their trailing axes (4×8 with 8); the batch axis of the
+    generated code stays the first of every operand, so a backend inserts the missing axes
+    after it, never before it (issue 17, item 10b). All zeros, the common case, shows nothing.
+    """
+
+    pads: tuple[int, ...]
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        return (("pads", self.pads),) if any(self.pads) else ()
+
+
+def _broadcast_attrs(c: Ctx) -> BroadcastAttrs:
+    rank = max(len(s) for s in c.ins)
+    return BroadcastAttrs(tuple(rank - len(s) for s in c.ins))
+
+
 def _reshape_attrs(c: Ctx) -> ReshapeAttrs:
     target = c.hp.get("to")
     if target is None:
@@ -243,23 +263,6 @@ SPLIT = Layer(
 )
 
 
-@dataclass(frozen=True)
-class BroadcastAttrs(Attrs):
-    """How many leading axes each input lacks against the widest (a D vector added to T×D
-    lacks one): the code puts them in after the batch axis. Printed only when some input
-    lacks axes, as the common case needs no record."""
-
-    missing: tuple[int, ...]
-
-    def items(self) -> tuple[tuple[str, Any], ...]:
-        return (("missing", self.missing),) if any(self.missing) else ()
-
-
-def _missing(c: Ctx) -> BroadcastAttrs:
-    rank = max(len(s) for s in c.ins)
-    return BroadcastAttrs(tuple(rank - len(s) for s in c.ins))
-
-
 def _broadcast(c: Ctx) -> Shape:
     rank = max(len(s) for s in c.ins)
     out = []
@@ -280,7 +283,7 @@ ADD = Layer(
     doc="Elementwise sum of the flowing tensor and the tensors named in parentheses: "
     "`+(skip)`. Shapes must match (a size of 1 broadcasts).",
     arity=(2, 16),
-    resolve=_missing,
+    resolve=_broadcast_attrs,
     shape=_broadcast,
     layout="any",
     rf=True,
@@ -297,7 +300,7 @@ MUL = Layer(
     doc="Elementwise product (gating, squeeze-and-excitation): `mul(gate)`; a size of 1 "
     "broadcasts, so C×H×W times C×1×1 scales each channel.",
     arity=(2, 16),
-    resolve=_missing,
+    resolve=_broadcast_attrs,
     shape=_broadcast,
     layout="any",
     rf=True,

@@ -275,7 +275,9 @@ def batch_norm(
     y = (x - trailing(use_mean, x.ndim)) * trailing(factor, x.ndim)
     if bias is not None:
         y = y + trailing(bias, y.ndim)
-    return y, new_mean, new_var
+    # the running statistics are float32 state: in evaluation they would promote a bfloat16
+    # input to float32, and the next convolution would refuse the mixed types
+    return y.astype(x.dtype), new_mean, new_var
 
 
 def relu(x: jax.Array) -> jax.Array:

@@ -283,10 +283,12 @@ def conv(
     computed as the matrix product it is, which XLA:CPU runs faster than a convolution.
 
     The gradients are `conv_input_grad` and `conv_weight_grad`, channels-last convolutions like
-    this one (or matrix products): JAX's own rule writes them with permuted dimension numbers,
-    which XLA:CPU runs on a slow path inside loops (jax-ml/jax#12868), and the body of a ×N
-    group is a loop (``jax.lax.scan``): ResNet-50's training step took ten times as long. Being
-    a custom VJP, the convolution supports reverse-mode differentiation only (not ``jax.jvp``).
+    this one: JAX's own transposition rule writes them with permuted dimension numbers, which
+    XLA:CPU runs on a slow path inside loops (jax-ml/jax#12868), and the body of a ×N group is
+    a loop (``jax.lax.scan``): ResNet-50's training step took ten times as long. Both modes of
+    differentiation must work (``jax.jvp`` and ``jax.jacfwd`` as well as ``jax.grad``), so the
+    rule is a JVP (`conv_tangent`) rather than a VJP, whose tangent JAX transposes into exactly
+    those gradients; vmap and higher orders need nothing more.
     """
     n = x.ndim - 2
     stride, dilation = tuple(stride or (1,) * n), tuple(dilation or (1,) * n)
@@ -296,34 +298,97 @@ def conv(
         padding = jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding)
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
 
-    @jax.custom_vjp
-    def convolve(x, w):
-        if pointwise(w.shape, pads, groups):
-            return jnp.matmul(strided(x, stride), w.reshape(w.shape[n:]))
-        return jax.lax.conv_general_dilated(
-            x,
-            w,
-            window_strides=stride,
-            padding=pads,
-            rhs_dilation=dilation,
-            dimension_numbers=conv_dimension_numbers(n),
-            feature_group_count=groups,
-        )
+    if pointwise(w.shape, pads, groups):
+        y = pointwise_conv(x, w, stride)
+    else:
 
-    def forward(x, w):
-        return convolve(x, w), (x, w)
+        @jax.custom_jvp
+        def convolve(x, w):
+            return jax.lax.conv_general_dilated(
+                x,
+                w,
+                window_strides=stride,
+                padding=pads,
+                rhs_dilation=dilation,
+                dimension_numbers=conv_dimension_numbers(n),
+                feature_group_count=groups,
+            )
 
-    def backward(saved, g):
-        x, w = saved
-        dx = conv_input_grad(g, w, x.shape, stride, pads, dilation, groups)
-        dw = conv_weight_grad(g, x, w.shape, stride, pads, dilation, groups)
-        return dx.astype(x.dtype), dw.astype(w.dtype)
+        def tangent(primals, tangents):
+            y = convolve(*primals)
+            return y, conv_tangent(primals, tangents, y, stride, pads, dilation, groups)
 
-    convolve.defvjp(forward, backward)
-    y = convolve(x, w)
+        convolve.defjvp(tangent, symbolic_zeros=True)
+        y = convolve(x, w)
     if b is not None:
         y = y + trailing(b, y.ndim)
     return y
+
+
+def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
+    """The tangent of `conv` (without bias), written so that its transpose is our gradients.
+
+    A tangent is linear in ``dx`` and ``dw``; JAX differentiates in reverse by transposing it.
+    Each term is therefore computed as the transpose of the gradient function itself
+    (``jax.linear_transpose``): transposing it again gives back `conv_input_grad` and
+    `conv_weight_grad` op for op, with their plain dimension numbers, since transposing a
+    convolution, a flip or a reshape twice gives the same operation. Zero tangents (an input
+    that nothing differentiates) come as symbolic zeros and cost nothing.
+    """
+    x, w = primals
+    dx, dw = tangents
+    out = jax.ShapeDtypeStruct(y.shape, y.dtype)
+    terms = []
+    if type(dx) is not jax.custom_derivatives.SymbolicZero:
+
+        def input_grad(g):
+            return conv_input_grad(g, w, x.shape, stride, pads, dilation, groups).astype(x.dtype)
+
+        terms.append(jax.linear_transpose(input_grad, out)(dx)[0])
+    if type(dw) is not jax.custom_derivatives.SymbolicZero:
+
+        def weight_grad(g):
+            return conv_weight_grad(g, x, w.shape, stride, pads, dilation, groups).astype(w.dtype)
+
+        terms.append(jax.linear_transpose(weight_grad, out)(dw)[0])
+    if not terms:
+        return jnp.zeros_like(y)
+    return terms[0] + terms[1] if len(terms) == 2 else terms[0]
+
+
+def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
+    """A 1×1 convolution without padding as the matrix product it is (see `conv`).
+
+    Its tangent is written for the transpose JAX makes of it in reverse mode: the kernel's
+    term multiplies the input's rows laid out as (Cin, B·H·W), so that its transpose is the
+    product XLA:CPU runs on its fast path, (Cin, B·H·W) by (B·H·W, Cout); JAX's own rule
+    transposes the cotangent instead, a third slower inside a ×N group's loop.
+    """
+    n = x.ndim - 2
+
+    @jax.custom_jvp
+    def product(x, w):
+        return jnp.matmul(strided(x, stride), w.reshape(w.shape[n:]))
+
+    def tangent(primals, tangents):
+        x, w = primals
+        dx, dw = tangents
+        xs = strided(x, stride)
+        w2 = w.reshape(w.shape[n:])
+        y = jnp.matmul(xs, w2)
+        terms = []
+        if type(dx) is not jax.custom_derivatives.SymbolicZero:
+            terms.append(jnp.matmul(strided(dx, stride), w2))
+        if type(dw) is not jax.custom_derivatives.SymbolicZero:
+            rows = xs.reshape(-1, xs.shape[-1]).T  # (Cin, B·H·W)
+            dy = jax.lax.dot_general(rows, dw.reshape(w2.shape), (((0,), (0,)), ((), ())))
+            terms.append(dy.reshape(y.shape))
+        if not terms:
+            return y, jnp.zeros_like(y)
+        return y, terms[0] + terms[1] if len(terms) == 2 else terms[0]
+
+    product.defjvp(tangent, symbolic_zeros=True)
+    return product(x, w)
 
 
 def pointwise(w_shape: tuple, pads, groups: int) -> bool:
@@ -344,13 +409,6 @@ def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -
     dilation of ``g``, and the padding is what puts every input position under the window.
     """
     n = g.ndim - 2
-    if pointwise(w.shape, pads, groups):  # the product's transpose, spread back over the stride
-        dx = jnp.matmul(g, w.reshape(w.shape[n:]).T)
-        spread = [
-            (0, x_shape[1 + i] - (g.shape[1 + i] - 1) * stride[i] - 1, stride[i] - 1)
-            for i in range(n)
-        ]
-        return jax.lax.pad(dx, jnp.zeros((), dx.dtype), [(0, 0, 0), *spread, (0, 0, 0)])
     kernel = w.shape[:n]
     cin_g, cout_g = w.shape[n], w.shape[n + 1] // groups
     wt = w.reshape(*kernel, cin_g, groups, cout_g)
@@ -382,10 +440,6 @@ def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) 
     batch as input channels), the dilation becomes the stride and the stride the dilation.
     """
     n = x.ndim - 2
-    if pointwise(w_shape, pads, groups):
-        batch_and_space = tuple(range(n + 1))
-        dw = jax.lax.dot_general(strided(x, stride), g, ((batch_and_space,) * 2, ((), ())))
-        return dw.reshape(w_shape)
     xt = jnp.transpose(x, (n + 1, *range(1, n + 1), 0))  # (Cin, *S, B)
     gt = jnp.transpose(g, (*range(1, n + 1), 0, n + 1))  # (*S_out, B, Cout)
     padding = []
@@ -458,7 +512,9 @@ def batch_norm(
     y = (x - trailing(use_mean, x.ndim)) * trailing(factor, x.ndim)
     if bias is not None:
         y = y + trailing(bias, y.ndim)
-    return y, new_mean, new_var
+    # the running statistics are float32 state: in evaluation they would promote a bfloat16
+    # input to float32, and the next convolution would refuse the mixed types
+    return y.astype(x.dtype), new_mean, new_var
 
 
 def relu(x: jax.Array) -> jax.Array:

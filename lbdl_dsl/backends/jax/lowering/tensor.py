@@ -24,12 +24,11 @@ def matmul(e: Emit) -> str:
     return f"{e.x[0]} @ {other}"
 
 
-def _widened(e: Emit) -> list[str]:
-    """The inputs, each given the leading per-sample axes it lacks (after the batch axis)."""
-    return [
-        f"jnp.expand_dims({x}, {tuple(range(1, k + 1))})" if k else x
-        for x, k in zip(e.x, e.a.missing)
-    ]
+def _operands(e: Emit) -> list[str]:
+    """The operands of `+`/`mul`, each with the axes it lacks inserted after the batch axis:
+    per-sample shapes broadcast on their trailing axes, and the batch axis must stay first
+    (``v[:, None]`` turns a batch of 8-vectors into B×1×8 against B×4×8)."""
+    return [f"{x}[:, {', '.join(['None'] * pad)}]" if pad else x for x, pad in zip(e.x, e.a.pads)]
 
 
 def sample(e: Emit) -> str:
@@ -43,8 +42,8 @@ LOWER: dict[str, Lowering] = {
     "take": lambda e: _index(e, e.a.axis, e.a.index),
     "slice": lambda e: _index(e, e.a.axis, f"{e.a.start}:{e.a.stop}"),
     "split": lambda e: _index(e, e.a.axis, f"{e.a.start}:{e.a.stop}"),
-    "+": lambda e: " + ".join(_widened(e)),
-    "mul": lambda e: " * ".join(_widened(e)),
+    "+": lambda e: " + ".join(_operands(e)),
+    "mul": lambda e: " * ".join(_operands(e)),
     "concat": lambda e: f"jnp.concatenate([{', '.join(e.x)}], axis={e.a.axis + 1})",
     "matmul": matmul,
     "mean": lambda e: f"{e.x[0]}.mean(axis={e.a.axis + 1})",
