@@ -99,6 +99,38 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("llama2-7b", {"T": 4096}, {"P": (4096, 32_000)}, 6_738_415_616),
     ("mistral-7b", {"T": 4096}, {"P": (4096, 32_000)}, 7_241_732_096),
     ("mixtral-8x7b", {"T": 4096}, {"P": (4096, 32_000)}, 46_702_792_704),
+    # Vision and diffusion (issue 13): torchvision, timm and the DiT authors' code.
+    ("convnext-t", {}, {"Ŷ": (1000,)}, 28_589_128),  # torchvision convnext_tiny
+    ("swin-t", {}, {"Ŷ": (1000,)}, 28_288_354),  # torchvision swin_t
+    ("efficientnet-b0", {}, {"Ŷ": (1000,)}, 5_288_548),  # torchvision efficientnet_b0
+    ("mlp-mixer", {}, {"Ŷ": (1000,)}, 59_880_472),  # timm mixer_b16_224
+    ("dit-s2", {}, {"out": (8, 32, 32)}, 32_865_056),  # DiT's models.py, trainable
+    # Their small configurations (tests/backends/test_vision_models.py runs them).
+    ("convnext-t", {"I": 32, "C": 8, "classes": 10}, {"Ŷ": (10,)}, 223_890),
+    ("swin-t", {"I": 32, "C": 24, "w": 2, "s": 1, "classes": 10}, {"Ŷ": (10,)}, 1_734_268),
+    ("efficientnet-b0", {"I": 32, "classes": 10}, {"Ŷ": (10,)}, 5_288_548 - 990 * 1281),
+    (
+        "mlp-mixer",
+        {"I": 32, "P": 8, "D": 32, "N": 2, "S": 16, "E": 64, "classes": 10},
+        {"Ŷ": (10,)},
+        # stem; per layer two layernorms, token MLP 16↔16, channel MLP 32↔64; norm; head
+        3 * 64 * 32
+        + 32
+        + 2 * (4 * 32 + 2 * 16 * 16 + 16 + 16 + 2 * 32 * 64 + 64 + 32)
+        + 2 * 32
+        + 32 * 10
+        + 10,
+    ),
+    ("dit-s2", {"I": 8, "D": 48, "N": 2, "H": 2, "classes": 10}, {"out": (8, 8, 8)}, 106_688),
+]
+
+# Multiply-accumulates per sample where the spec's header cites a published figure (the header
+# says what is counted): (spec, MACs).
+MACS: list[tuple[str, int]] = [
+    ("convnext-t", 4_455_531_264),  # torchvision: 4.46 GFLOPS (multiply-adds)
+    ("swin-t", 4_490_566_656),  # torchvision: 4.49
+    ("efficientnet-b0", 385_814_752),  # the paper and torchvision: 0.39
+    ("dit-s2", 6_055_673_856),  # the paper's Table 4: 6.06 Gflops
 ]
 
 # Members of a family, made from one spec with --set: (spec, --set values, parameters).
@@ -133,6 +165,14 @@ def test_spec_reproduces_its_figures(name, overrides, shapes, count) -> None:
     compiled = compile_named(name, **overrides)
     assert outputs(compiled) == shapes
     assert params(compiled) == count
+
+
+@pytest.mark.parametrize(("name", "macs"), MACS, ids=[r[0] for r in MACS])
+def test_spec_reproduces_published_macs(name, macs) -> None:
+    assert compile_named(name).checked.totals["macs"].as_int() == macs
+    assert round(macs / 1e9, 2) == float(
+        re.search(r"(\d\.\d\d) G", (SPECS / f"{name}.lbdl").read_text(encoding="utf-8"))[1]
+    )
 
 
 @pytest.mark.parametrize(
@@ -204,7 +244,7 @@ def test_every_spec_is_headed_by_its_source(name: str) -> None:
 
 
 def test_every_spec_has_a_row_in_the_table() -> None:
-    assert sorted(row[0] for row in FIGURES) == ALL_SPECS
+    assert sorted({row[0] for row in FIGURES}) == ALL_SPECS
 
 
 @pytest.mark.parametrize("name", BLOCK_FILES)

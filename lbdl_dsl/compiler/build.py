@@ -40,6 +40,7 @@ from lbdl_dsl.compiler.limits import MAX_REPEAT
 from lbdl_dsl.compiler.values import written
 from lbdl_dsl.core.errors import LbdlError, Note, Span, did_you_mean
 from lbdl_dsl.core.layers import LAYERS, Layer, lookup
+from lbdl_dsl.core.layers.base import HP
 from lbdl_dsl.core.symbolic import Expr
 
 _COUNTED = ("params", "state", "macs")
@@ -264,13 +265,15 @@ class _Builder:
             if st.name is not None:
                 self.define(scope, st.name, self.flowing(scope, st.span))
             return
-        inputs = [self.flowing(scope, st.span)] + [self.resolve(scope, r) for r in st.args]
+        layer = lookup(st.op)
+        source = layer is not None and layer.source  # a constant: it reads no tensor
+        flowing = [] if source else [self.flowing(scope, st.span)]
+        inputs = flowing + [self.resolve(scope, r) for r in st.args]
         annotation = (
             _annot(st.shape, tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims))
             if st.shape
             else None
         )
-        layer = lookup(st.op)
         node: Node
         if layer is not None:
             node = self.layer_node(scope, st, layer, inputs, annotation)
@@ -364,7 +367,8 @@ class _Builder:
                 raise LbdlError(
                     f"`{layer.name}` has no hyper-parameter `{hp.key}`",
                     hp.span,
-                    hint=did_you_mean(hp.key, names)
+                    hint=_named_by_doc(hp.key, layer.hparams)
+                    or did_you_mean(hp.key, names)
                     or (
                         f"its hyper-parameters are {', '.join(names)}"
                         if names
@@ -457,6 +461,14 @@ class _Builder:
             annotation=annotation,
             explicit=frozenset(values),
         )
+
+
+def _named_by_doc(word: str, hparams: tuple[HP, ...]) -> str | None:
+    """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`)."""
+    for h in hparams:
+        if word.lower() in (w.strip(",;:()`").lower() for w in h.doc.split()[:2]):
+            return f"did you mean `{h.name}` ({h.doc.split(',')[0]})?"
+    return None
 
 
 def _annot(shape: ast.ShapeAST, dims: tuple[Expr, ...]) -> Annotation:

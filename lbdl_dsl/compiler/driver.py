@@ -71,7 +71,16 @@ def model_env(program: Program, overrides: dict[str, Any], origin: str = "--set"
                 hint=f"give it one in the header (`{p.name}=...`) or set it with --set",
             )
         elif isinstance(p.default, Expr):
-            env[p.name] = p.default.subs({k: v for k, v in env.items() if isinstance(v, Expr)})
+            value = p.default.subs({k: v for k, v in env.items() if isinstance(v, Expr)})
+            if value.is_const and value.const_value.denominator != 1:  # never a symbol `K`
+                used = sorted(p.default.free_symbols)
+                raise LbdlError(
+                    f"model parameter `{p.name}` is {value.const_value}, not a whole number",
+                    p.span,
+                    hint="sizes must divide exactly: change "
+                    + (" or ".join(f"`{k}` (= {env[k]})" for k in used) or "the divisor"),
+                )
+            env[p.name] = value
         else:
             env[p.name] = p.default
     for key in overrides:

@@ -52,6 +52,8 @@ def _as_float(value: ast.Value, key: str, params: set[str]) -> HValue:
             return ParamRef(value.bare_name, value.span)
         if value.expr.is_const:
             return float(value.expr.const_value)
+        if value.expr.free_symbols <= params:  # `p=k/55`: a rate from a block's index
+            return value.expr
     raise LbdlError(f"`{key}` is a number, not `{value.text}`", value.span)
 
 

@@ -12,6 +12,8 @@ copy sees the shapes of the copy before it.
 from __future__ import annotations
 
 import dataclasses
+import math
+from fractions import Fraction
 from typing import Any, overload
 
 from lbdl_dsl.compiler import composite
@@ -68,6 +70,12 @@ def _param_hint(ref: ParamRef) -> str:
     return f"give `{ref.name}` a value of that kind where the block is used, or as its default"
 
 
+def _fmt_fraction(value: float) -> str:
+    """4.5 as ``9/2``, the way a spec writes a fraction."""
+    f = Fraction(value).limit_denominator(10**6)
+    return str(f.numerator) if f.denominator == 1 else f"{f.numerator}/{f.denominator}"
+
+
 # a size stays a size; any other value (tuples, words, parameter references) keeps its kind
 @overload
 def _subs(value: Expr, env: Env) -> Expr: ...
@@ -75,6 +83,11 @@ def _subs(value: Expr, env: Env) -> Expr: ...
 def _subs(value: Any, env: Env) -> Any: ...
 def _subs(value: Any, env: Env) -> Any:
     exprs = {k: v for k, v in env.items() if isinstance(v, Expr)}
+    if isinstance(value, Expr):  # a number such as `n=9/2` used as a size: its exact value, so
+        for k in value.free_symbols:  # that the size is refused, never left as a symbol `n`
+            v = env.get(k)
+            if isinstance(v, float) and math.isfinite(v):
+                exprs[k] = Expr.lift(Fraction(v).limit_denominator(10**6))
     if isinstance(value, Expr):
         return value.subs(exprs)
     if isinstance(value, tuple):
@@ -164,6 +177,15 @@ class Checker:
             v = value.const_value
             if v.denominator != 1 and not expr.free_symbols:  # `fc 1.5`: nothing was divided
                 raise LbdlError(f"{what} is {v}, not a whole number", span)
+            fractional = [k for k in sorted(expr.free_symbols) if isinstance(env.get(k), float)]
+            if v.denominator != 1 and fractional:  # `b n=9/2`, `model m(T=7/2)`: never floored
+                shown = ", ".join(f"{k}={_fmt_fraction(env[k])}" for k in fractional)
+                raise LbdlError(
+                    f"{what} is {_fmt_fraction(float(v))}, not a whole number: {shown}",
+                    span,
+                    hint=f"give {' and '.join(f'`{k}`' for k in fractional)} a whole number"
+                    " where it is set (the block's use, the model's header or --set)",
+                )
             if v.denominator != 1:
                 values = {k: env[k] for k in sorted(expr.free_symbols) if k in env}
                 raise LbdlError(
@@ -286,9 +308,7 @@ class Checker:
             self.composite(inst, layer, out)
         if node.shares:
             self.tie(inst, graph, layer)
-        keeps = layer.keeps_dtype
-        dtype = inst.inputs[0].dtype if keeps else "float"
-        vocab = inst.inputs[0].vocab if keeps else None
+        dtype, vocab = _out_type(layer, ctx, inst.inputs)
         return Tensor(out, dtype, vocab, _where(node), node.span, self.rf(inst, layer, ctx, out))
 
     def composite(self, inst: Inst, layer: Layer, out: Shape) -> None:
@@ -318,13 +338,16 @@ class Checker:
         hp: dict[str, Any] = {}
         for key, raw in node.hparams:
             value = _subs(raw, env)
-            if isinstance(raw, ParamRef):
-                decl = layer.hparam(key)
+            decl = layer.hparam(key)
+            if isinstance(raw, ParamRef) or (
+                isinstance(raw, Expr) and decl is not None and decl.kind == "float"
+            ):
                 assert decl is not None, "build kept only declared hyper-parameters"
                 try:
-                    value = coerce(layer, decl, value, f"`{raw.name}`")
+                    value = coerce(layer, decl, value, f"`{raw}`")
                 except LbdlError as err:
-                    raise LbdlError(err.first.message, node.span, hint=_param_hint(raw)) from None
+                    hint = _param_hint(raw) if isinstance(raw, ParamRef) else None
+                    raise LbdlError(err.first.message, node.span, hint=hint) from None
             hp[key] = value
         return hp
 
@@ -610,6 +633,16 @@ class Checker:
             )
         rf = result.rf
         return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, rf)
+
+
+def _out_type(layer: Layer, ctx: Ctx, inputs: list[Tensor]) -> tuple[str, Expr | None]:
+    """The output's type and range: the entry's (a constant index is whole numbers, a band a
+    mask), the input's for a box that keeps it (tokens stay tokens), else float."""
+    if layer.out_type is not None:
+        return layer.out_type(ctx)
+    if layer.keeps_dtype:
+        return inputs[0].dtype, inputs[0].vocab
+    return "float", None
 
 
 def _grow(before: RF, after: RF, copies: Expr) -> RF:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.core.layers import LAYERS, REQUIRED, Layer
-from lbdl_dsl.core.layers.base import HP, PSpec, fmt_shape
+from lbdl_dsl.core.layers.base import HP, PSpec, example_model, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
 CATEGORIES = (
@@ -29,6 +29,11 @@ CATEGORIES = (
     ("Tensor", "Moving and picking values without parameters."),
     ("Combine", "Boxes that read the flowing tensor and tensors named in parentheses."),
     ("Recurrent", "Recurrent layers over a T×D sequence."),
+    (
+        "Constant",
+        "Tensors the compiler computes from sizes (position tables, masks, indices): boxes "
+        "that read no input and have neither parameters nor state.",
+    ),
 )
 
 _KINDS = {
@@ -47,13 +52,7 @@ _KINDS = {
 
 def example_spec(layer: Layer) -> str:
     """The smallest model holding the entry's example: extra inputs are declared before X."""
-    input_shape, box_line = layer.example
-    match = re.match(r"\s*[^\s(]+\(([^)]*)\)", box_line)
-    extra = [n.strip() for n in match.group(1).split(",")] if match else []
-    lines = ["model example:"]
-    lines += [f"  input {name}: {input_shape}" for name in extra if name != "X"]
-    lines += [f"  input X: {input_shape}", f"  {box_line}"]
-    return "\n".join(lines) + "\n"
+    return example_model(*layer.example)
 
 
 def _number(value: float) -> str:
@@ -82,6 +81,8 @@ def _kind(hp: HP) -> str:
 
 def _inputs(layer: Layer) -> str:
     lo, hi = layer.arity
+    if layer.source:
+        return "none: a constant, computed from its sizes (neither a parameter nor state)"
     if hi == 1:
         return "the flowing tensor"
     extra = f"{lo - 1}" if lo == hi else f"{lo - 1} to {hi - 1}"

@@ -15,7 +15,7 @@ import pytest
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax.runtime import attention, mha
-from lbdl_dsl.backends.jax.runtime_extra.lm_attention import band_mask, mha_lm, rope
+from lbdl_dsl.backends.jax.runtime_extra.lm_attention import mha_lm, rope, window_mask
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.attention import band_ref, rope_ref
@@ -65,7 +65,7 @@ def test_grouped_query_attention_is_mha_with_copied_key_value_heads() -> None:
 
 def test_sliding_window_is_an_explicit_band_mask() -> None:
     q, k, v = _rand(8, 1, 2, 9, 4), _rand(9, 1, 2, 9, 4), _rand(10, 1, 2, 9, 4)
-    np.testing.assert_array_equal(band_mask(9, 9, 3), band_ref(9, 9, 3))
+    np.testing.assert_array_equal(window_mask(9, 9, 3), band_ref(9, 9, 3))
     band = jnp.asarray(band_ref(9, 9, 3))
     want = attention(q, k, v, band, causal=True)
     # the window keeps exactly the 3 most recent keys: query 8 ignores keys 0..5

@@ -326,6 +326,8 @@ class Lowerer:
             return self.scope(fn, inst.body, inst.inside.body, env, inner, target)
         layer = lookup(inst.node.op)
         want = layer.layout
+        if want == "attrs":  # the axis a norm or a scale works on is chosen per box
+            want = inst.attrs.layout
         if want == "any":
             want = ins[0].layout if all(v.rank == ins[0].rank for v in ins) else "cf"
         xs = [self.convert(fn, v, want, reuse=v.name == target) for v in ins]

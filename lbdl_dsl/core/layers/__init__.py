@@ -5,17 +5,33 @@ from __future__ import annotations
 from lbdl_dsl.core.layers import (
     activation,
     attention,
+    constants,
     conv,
     dense,
     extra,
+    generic,
     moe,
     norm,
     recurrent,
     tensor,
+    vision,
 )
 from lbdl_dsl.core.layers.base import HP, REQUIRED, Attrs, Ctx, Layer, PSpec, ShapeFailure
 
-_FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent, extra, moe)
+_FAMILIES = (
+    dense,
+    conv,
+    norm,
+    activation,
+    attention,
+    tensor,
+    recurrent,
+    extra,
+    generic,
+    constants,
+    vision,
+    moe,
+)
 
 LAYERS: dict[str, Layer] = {}
 ALIASES: dict[str, str] = {}

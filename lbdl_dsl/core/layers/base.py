@@ -13,6 +13,7 @@ table with one row per entry; a test checks that the table covers the registry.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from math import prod
@@ -264,10 +265,11 @@ class Layer:
     params: Callable[[Ctx], dict[str, PSpec]] = lambda c: {}
     state: Callable[[Ctx], dict[str, PSpec]] = lambda c: {}
     macs: Callable[[Ctx], Expr | int] = lambda c: 0
-    arity: tuple[int, int] = (1, 1)  # min and max number of input tensors
+    arity: tuple[int, int] = (1, 1)  # min and max number of input tensors; (0, 0): a source
     aliases: tuple[str, ...] = ()
     from_annotation: tuple[tuple[str, int | None], ...] = ()  # (hyper-parameter, output axis)
-    layout: str = "cf"  # "cf": spec layout; "cl": channels-last spatial; "any": elementwise
+    layout: str = "cf"  # "cf": spec layout; "cl": channels-last spatial; "any": elementwise;
+    # "attrs": the resolved record's `layout` field, for a box whose axis is chosen per use
     out_layout: str | None = None  # the output's layout when it differs from `layout`
     spatial: int = 0  # spatial axes, for `sizes` hyper-parameters (k=3 → (3, 3) when 2)
     inside: Callable[[Mapping[str, Any], tuple[int, ...]], str] | None = None  # a composite
@@ -280,10 +282,16 @@ class Layer:
     glyph: str | None = None  # drawn as this symbol in a circle (`+`), not as a box
     ident: str | None = None  # the name in node ids and code, when `name` is not one (`+`)
     keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
+    out_type: Callable[[Ctx], tuple[str, Expr | None]] | None = None  # (type, range) it makes
     reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
 
     def hparam(self, name: str) -> HP | None:
         return next((h for h in self.hparams if h.name == name), None)
+
+    @property
+    def source(self) -> bool:
+        """Reads no tensor: a constant the compiler computes from sizes (a sin-cos table)."""
+        return self.arity == (0, 0)
 
     @property
     def composite(self) -> bool:
@@ -292,6 +300,30 @@ class Layer:
 
     def attrs(self, ctx: Ctx) -> Attrs:
         return self.resolve(ctx) if self.resolve is not None else Given(tuple(ctx.hp.items()))
+
+
+def example_model(input_shape: str, box_line: str, output: str | None = None) -> str:
+    """The smallest model holding one example box: its input ``X`` of ``input_shape``, the
+    tensors its box names in parentheses declared before it with the same shape, the box.
+
+    ``input_shape`` may declare inputs of their own after semicolons (``5×3; I: 4 int<5>``,
+    for an index), and is empty for a constant, which reads no input: the model then passes
+    an input ``X`` through as an output of its own, as a model needs an input.
+    """
+    first, *declared = [part.strip() for part in input_shape.split(";")]
+    named = {d.split(":")[0].strip() for d in declared}
+    match = re.match(r"\s*[^\s(]+(?:\s+relu)?\(([^)]*)\)", box_line)
+    extra = [n.strip() for n in match.group(1).split(",")] if match else []
+    lines = ["model example:"]
+    lines += [f"  input {d}" for d in declared]
+    lines += [f"  input {name}: {first}" for name in extra if name not in named | {"X"}]
+    if first:
+        lines += [f"  input X: {first}", f"  {box_line}"]
+    else:  # a model has an input; a constant reads none, so X only passes through
+        lines += ["  input X: 1", "  output X", f"  {box_line}"]
+        output = output or "Y"
+    lines += [f"  output {output}"] if output else []
+    return "\n".join(lines) + "\n"
 
 
 def numpy() -> Any:

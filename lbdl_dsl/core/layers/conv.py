@@ -19,7 +19,6 @@ from lbdl_dsl.core.layers.base import (
     ZEROS,
     Attrs,
     Ctx,
-    FanIn,
     Layer,
     PSpec,
     Shape,
@@ -31,6 +30,7 @@ from lbdl_dsl.core.layers.base import (
     positive,
     tconv_out,
 )
+from lbdl_dsl.core.layers.inits import INIT_HPS, weight_init
 from lbdl_dsl.core.symbolic import Expr
 
 _SPATIAL = {1: "C×T", 2: "C×H×W"}
@@ -113,9 +113,9 @@ def _conv_shape(c: Ctx) -> Shape:
     return positive(c, (a.channels, *out))
 
 
-def _kernel_params(c: Ctx, w_shape: Sizes, fan: Any) -> dict[str, PSpec]:
+def _kernel_params(c: Ctx, w_shape: Sizes, fan: Any, fan_out: Any) -> dict[str, PSpec]:
     n = len(c.a.kernel)
-    out = {"w": PSpec(w_shape, FanIn(fan), ("kernel",) * n + ("in", "out"))}
+    out = {"w": PSpec(w_shape, weight_init(c, fan, fan_out), ("kernel",) * n + ("in", "out"))}
     if c.a.bias:
         out["b"] = PSpec((c.a.channels,), ZEROS, ("out",))
     return out
@@ -124,7 +124,8 @@ def _kernel_params(c: Ctx, w_shape: Sizes, fan: Any) -> dict[str, PSpec]:
 def _conv_params(c: Ctx) -> dict[str, PSpec]:
     a: ConvAttrs = c.a
     cin = c.x[0] / a.groups
-    return _kernel_params(c, (*a.kernel, cin, a.channels), cin * prod(a.kernel))
+    k = prod(a.kernel)
+    return _kernel_params(c, (*a.kernel, cin, a.channels), cin * k, a.channels / a.groups * k)
 
 
 def _window(c: Ctx) -> tuple[int, int, int]:
@@ -172,6 +173,7 @@ _CONV_HP = (
     HP("d", "sizes", 1, "dilation"),
     HP("g", "size", 1, "groups (depthwise when equal to the channels)"),
     HP("bias", "bool", True, "add a trainable bias"),
+    *INIT_HPS,
 )
 
 
@@ -209,6 +211,7 @@ CONV2D = _conv(
         ("8×10×10", "conv-2d k=3 d=2 g=2 p=same bias=false  8×10×10"),
         ("8×9×9", "conv-2d k=(3, 1) g=8  8×7×9"),
         ("8×9×9", "conv-2d k=1 s=2  4×5×5"),
+        ("4×6×6", "conv-2d k=2 s=2 init=xavier  8×3×3"),
     ),
 )
 
@@ -240,7 +243,10 @@ def _tconv_shape(c: Ctx) -> Shape:
 
 def _tconv_params(c: Ctx) -> dict[str, PSpec]:
     a: TConvAttrs = c.a
-    return _kernel_params(c, (*a.kernel, c.x[0], a.channels / a.groups), c.x[0] * prod(a.kernel))
+    k = prod(a.kernel)
+    return _kernel_params(
+        c, (*a.kernel, c.x[0], a.channels / a.groups), c.x[0] * k, a.channels / a.groups * k
+    )
 
 
 def tconv_ref(x: Any, w: Any, b: Any, a: TConvAttrs) -> Any:
@@ -404,7 +410,7 @@ AVGPOOL1D = _pool("avg", 1, ("16×100", "avgpool-1d k=4  16×25"), (("3×8", "av
 
 GLOBAL_AVGPOOL = Layer(
     name="global-avgpool",
-    aliases=("gap", "adaptive-avgpool"),
+    aliases=("gap",),
     category="Pooling",
     doc="Average over all spatial positions of each channel: C×H×W → C×1×1.",
     shape=lambda c: (c.rank(2, 3, what="C×T or C×H×W")[0],) + (Expr.lift(1),) * (len(c.x) - 1),

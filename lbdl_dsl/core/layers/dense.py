@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, FanIn, Layer, PSpec, Shape, Std, numel, numpy
+from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, Layer, PSpec, Shape, Std, numel, numpy
+from lbdl_dsl.core.layers.inits import INIT_HPS, weight_init
 
 
 def _fc_shape(c: Ctx) -> Shape:
@@ -15,7 +16,7 @@ def _fc_shape(c: Ctx) -> Shape:
 
 def _fc_params(c: Ctx) -> dict[str, PSpec]:
     d_in, d_out = c.x[-1], c.a.out
-    out = {"w": PSpec((d_in, d_out), FanIn(d_in), ("in", "out"))}
+    out = {"w": PSpec((d_in, d_out), weight_init(c, d_in, d_out), ("in", "out"))}
     if c.a.bias:
         out["b"] = PSpec((d_out,), ZEROS, ("out",))
     return out
@@ -37,6 +38,7 @@ FC = Layer(
     hparams=(
         HP("out", "size", doc="output size (taken from the annotation when left out)"),
         HP("bias", "bool", True, "add a trainable bias"),
+        *INIT_HPS,
     ),
     shape=_fc_shape,
     params=_fc_params,
@@ -44,7 +46,12 @@ FC = Layer(
     from_annotation=(("out", -1),),
     ties=(("embed", {"w": ("table", True)}),),
     example=("50", "fc  25"),
-    cases=(("6×8", "fc bias=false  6×5"),),
+    cases=(
+        ("6×8", "fc bias=false  6×5"),
+        ("6×8", "fc init=xavier  6×5"),
+        ("6×8", "fc std=0.5  6×5"),
+        ("6×8", "fc init=zeros  6×5"),
+    ),
     reference=lambda xs, p, s, a: dense_ref(xs[0], p["w"], p.get("b")),
 )
 
@@ -116,6 +123,19 @@ def _pos_embed_params(c: Ctx) -> dict[str, PSpec]:
     return {"table": PSpec((length, c.x[1]), Std(0.02), ("positions", "embed"))}
 
 
+def _pos_embed_shape(c: Ctx) -> Shape:
+    x = c.rank(2, what="T×D sequence")
+    longest = c.hp.get("len")
+    beyond = None if longest is None else (x[0] - longest).as_int()
+    if beyond is not None and beyond > 0:
+        c.fail(
+            f"the sequence has {x[0]} positions, more than the table's len={longest}",
+            f"give `len` at least {x[0]}, or leave it out to size the table by the input",
+            hparam="len",
+        )
+    return x
+
+
 POS_EMBED = Layer(
     name="pos-embed",
     aliases=("learned-pos",),
@@ -123,7 +143,7 @@ POS_EMBED = Layer(
     doc="Learned positional embedding (GPT-2, ViT): a trainable len×D table whose first T rows "
     "are added to the T×D input. len defaults to the input's T.",
     hparams=(HP("len", "size", None, "the longest sequence (default: the input's T)"),),
-    shape=lambda c: c.rank(2, what="T×D sequence"),
+    shape=_pos_embed_shape,
     params=_pos_embed_params,
     example=("T×64", "pos-embed len=128"),
     reference=lambda xs, p, s, a: xs[0] + p["table"][None, : xs[0].shape[1]],

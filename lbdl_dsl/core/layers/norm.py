@@ -9,6 +9,7 @@ from lbdl_dsl.core.layers.base import (
     HP,
     ONES,
     ZEROS,
+    Arrays,
     Attrs,
     Ctx,
     Layer,
@@ -16,6 +17,7 @@ from lbdl_dsl.core.layers.base import (
     Shape,
     Weights,
     numpy,
+    resolve_axis,
 )
 
 
@@ -64,14 +66,44 @@ BATCHNORM = Layer(
 
 @dataclass(frozen=True)
 class LayerNormAttrs(Attrs):
-    """How many trailing axes one normalisation covers, and its epsilon."""
+    """What one normalisation covers: the last ``n_axes`` axes, or the one ``axis`` chosen
+    (axis 0 of a C×H×W map: each position over its channels, ConvNeXt's and Swin's norm);
+    whether it has a trainable scale and shift; and where the code keeps the input (``cl``
+    when the chosen axis is the channels of a map, so that they are last in the code, as
+    after the convolution before them). The record prints only what differs from the book's
+    layernorm, so that existing specs read as before."""
 
     n_axes: int
     eps: float
+    axis: int | None = None
+    affine: bool = True
+    layout: str = "cf"
+    last: bool = True  # what is normalised is the last axes in the code (the common case)
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        out: list[tuple[str, Any]] = [("n_axes", self.n_axes), ("eps", self.eps)]
+        if self.axis is not None:
+            out = [("axis", self.axis), ("eps", self.eps)]
+        if not self.affine:
+            out.append(("affine", False))
+        return tuple(out)
+
+
+def _chosen_axis(c: Ctx) -> tuple[int, str]:
+    """The `axis` hyper-parameter from 0, and the layout the code should keep the input in."""
+    a = resolve_axis(c)
+    return a, "cl" if a == 0 and len(c.x) >= 2 else "cf"
 
 
 def _ln_attrs(c: Ctx) -> LayerNormAttrs:
     c.rank(1, 2, 3, 4)
+    affine = c.hp.get("affine", True)
+    if c.hp.get("axis") is not None:
+        if c.hp.get("axes") is not None:
+            c.fail("give either `axes=` (the last n axes) or `axis=` (one axis), not both")
+        axis, layout = _chosen_axis(c)
+        last = layout == "cl" or axis == len(c.x) - 1
+        return LayerNormAttrs(1, c.hp["eps"], axis, affine, layout, last)
     n = c.hp.get("axes")
     if n is None:
         n = len(c.x) if len(c.x) == 3 else 1
@@ -79,11 +111,20 @@ def _ln_attrs(c: Ctx) -> LayerNormAttrs:
         n = c.const("axes")
         if not 1 <= n <= len(c.x):
             c.fail(f"`axes={n}` must be between 1 and the input's {len(c.x)} axes", hparam="axes")
-    return LayerNormAttrs(n, c.hp["eps"])
+    return LayerNormAttrs(n, c.hp["eps"], None, affine)
+
+
+def _normalised(c: Ctx) -> Shape:
+    """The shape the scale and shift have: the chosen axis, or the last ``n_axes`` axes."""
+    if c.a.axis is not None:
+        return (c.x[c.a.axis],)
+    return c.x[len(c.x) - c.a.n_axes :]
 
 
 def _ln_params(c: Ctx) -> dict[str, PSpec]:
-    shape = c.x[len(c.x) - c.a.n_axes :]
+    if not c.a.affine:
+        return {}
+    shape = _normalised(c)
     roles = ("norm",) * len(shape)
     return {"scale": PSpec(shape, ONES, roles), "bias": PSpec(shape, ZEROS, roles)}
 
@@ -99,22 +140,49 @@ def layernorm_ref(x: Any, scale: Any, bias: Any, eps: float, n_axes: int) -> Any
     return y if bias is None else y + bias
 
 
+def _at_axis(x: Any, axis: int, fn: Any, *vectors: Any) -> Any:
+    """``fn`` applied with the batch's axis ``axis`` (counted per sample) moved last, and back."""
+    np = numpy()
+    moved = np.moveaxis(x, axis + 1, -1)
+    return np.moveaxis(fn(moved, *vectors), -1, axis + 1)
+
+
+def _ln_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
+    scale, bias = p.get("scale"), p.get("bias")
+    if a.axis is None:
+        return layernorm_ref(xs[0], scale, bias, a.eps, a.n_axes)
+    return _at_axis(xs[0], a.axis, lambda m: layernorm_ref(m, scale, bias, a.eps, 1))
+
+
 LAYERNORM = Layer(
     name="layernorm",
     aliases=("layer-norm", "ln"),
     category="Normalisation",
     doc="Layer normalisation of each sample over its feature axes: the last axis of a T×D "
     "sequence (one normalisation per position) and all of C×H×W for an image (Fig. 4.9), with "
-    "scale and shift of the normalised shape. `axes=n` normalises the last n axes instead.",
+    "scale and shift of the normalised shape. `axes=n` normalises the last n axes instead; "
+    "`axis=a` one chosen axis, so that `axis=0` normalises each position of a C×H×W map over "
+    "its channels (ConvNeXt's and Swin's norm, with no transposes). `affine=false` leaves out "
+    "the scale and shift (DiT's adaptive norm, whose scale and shift are computed).",
     hparams=(
         HP("eps", "float", 1e-5, "added to the variance"),
         HP("axes", "size", None, "how many trailing axes to normalise"),
+        HP("axis", "axis", None, "normalise this one axis instead (0: the channels of a map)"),
+        HP("affine", "bool", True, "a trainable scale and shift"),
     ),
     resolve=_ln_attrs,
     params=_ln_params,
+    layout="attrs",
     example=("16×64", "layernorm"),
-    cases=(("2×3×3", "layernorm"), ("4×6×8", "layernorm axes=2")),
-    reference=lambda xs, p, s, a: layernorm_ref(xs[0], p["scale"], p["bias"], a.eps, a.n_axes),
+    cases=(
+        ("2×3×3", "layernorm"),
+        ("4×6×8", "layernorm axes=2"),
+        ("8×5×6", "layernorm axis=0 eps=1e-6"),
+        ("4×6×8", "layernorm axis=1"),
+        ("6×8", "layernorm affine=false"),
+        ("8×5×6", "layernorm axis=0 affine=false"),
+    ),
+    reference=_ln_ref,
 )
 
 
@@ -155,11 +223,40 @@ GROUPNORM = Layer(
 )
 
 
+@dataclass(frozen=True)
+class RmsNormAttrs(Attrs):
+    """The axis normalised (the last by default), whether it is scaled, where the code keeps
+    the input (see `LayerNormAttrs`)."""
+
+    eps: float
+    axis: int
+    affine: bool = True
+    layout: str = "cf"
+    last: bool = True  # the axis is the last one in the code (the common case)
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        out: list[tuple[str, Any]] = [("eps", self.eps)]
+        if not self.last or self.layout == "cl":
+            out.append(("axis", self.axis))
+        if not self.affine:
+            out.append(("affine", False))
+        return tuple(out)
+
+
+def _rms_attrs(c: Ctx) -> RmsNormAttrs:
+    c.rank(1, 2, 3, 4)
+    axis, layout = _chosen_axis(c)
+    last = layout == "cl" or axis == len(c.x) - 1
+    return RmsNormAttrs(c.hp["eps"], axis, c.hp["affine"], layout, last)
+
+
 def rmsnorm_ref(x: Any, scale: Any, eps: float) -> Any:
-    """x / √(mean(x²) + ε) · scale over the last axis, in float64."""
+    """x / √(mean(x²) + eps) over the last axis, in float64, times the scale (PyTorch's
+    RMSNorm)."""
     np = numpy()
     x = np.asarray(x, np.float64)
-    return x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + eps) * scale
+    y = x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + eps)
+    return y if scale is None else y * scale
 
 
 RMSNORM = Layer(
@@ -167,12 +264,21 @@ RMSNORM = Layer(
     aliases=("rms-norm",),
     category="Normalisation",
     doc="Root-mean-square normalisation of the last axis with a trainable scale (no shift, no "
-    "centring).",
-    hparams=(HP("eps", "float", 1e-6, "added to the mean square"),),
-    shape=lambda c: c.rank(1, 2, 3),
-    params=lambda c: {"scale": PSpec((c.x[-1],), ONES, ("norm",))},
+    "centring). `axis=0` normalises each position of a C×H×W map over its channels; "
+    "`affine=false` leaves out the scale.",
+    hparams=(
+        HP("eps", "float", 1e-6, "added to the mean square"),
+        HP("axis", "axis", -1, "the axis normalised (0: the channels of a map)"),
+        HP("affine", "bool", True, "a trainable scale"),
+    ),
+    resolve=_rms_attrs,
+    params=lambda c: {"scale": PSpec((c.x[c.a.axis],), ONES, ("norm",))} if c.a.affine else {},
+    layout="attrs",
     example=("16×64", "rmsnorm"),
-    reference=lambda xs, p, s, a: rmsnorm_ref(xs[0], p["scale"], a.eps),
+    cases=(("8×5×6", "rmsnorm axis=0"), ("4×6×8", "rmsnorm axis=1 affine=false")),
+    reference=lambda xs, p, s, a: _at_axis(
+        xs[0], a.axis, lambda m: rmsnorm_ref(m, p.get("scale"), a.eps)
+    ),
 )
 
 LAYERS = (BATCHNORM, LAYERNORM, GROUPNORM, RMSNORM)

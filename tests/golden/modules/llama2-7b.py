@@ -338,7 +338,7 @@ def rope(x: jax.Array, *, theta: float = 10000.0, fraction: float = 1.0) -> jax.
     return jnp.concatenate([y, x[..., r:]], axis=-1) if r < d else y
 
 
-def band_mask(tq: int, tk: int, window: int) -> jax.Array:
+def window_mask(tq: int, tk: int, window: int) -> jax.Array:
     """(Tq, Tk) booleans, true where |i − j| < window: with causality, the W most recent keys
     (the query's own included), Mistral's sliding window."""
     i = jax.lax.broadcasted_iota(jnp.int32, (tq, tk), 0)
@@ -381,7 +381,7 @@ def mha_lm(
         k = jnp.repeat(k, heads // kv, axis=1)
         v = jnp.repeat(v, heads // kv, axis=1)
     if window:
-        band = band_mask(tq, tk, window).reshape(1, 1, tq, tk)
+        band = window_mask(tq, tk, window).reshape(1, 1, tq, tk)
         mask = band if mask is None else jnp.logical_and(mask, band)
     out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
     out = out.transpose(0, 2, 1, 3).reshape(b, tq, heads * dv)

@@ -11,15 +11,18 @@ from lbdl_dsl.backends.jax.emit import Lowering
 from lbdl_dsl.backends.jax.lowering import (
     activation,
     attention,
+    constants,
     conv,
     dense,
+    generic,
     moe,
     norm,
     tensor,
+    vision,
 )
 
 LOWERINGS: dict[str, Lowering] = {}
-for _family in (dense, conv, norm, activation, attention, tensor, moe):
+for _family in (dense, conv, norm, activation, attention, tensor, generic, constants, vision, moe):
     for _name, _lower in _family.LOWER.items():
         assert _name not in LOWERINGS, _name
         LOWERINGS[_name] = _lower

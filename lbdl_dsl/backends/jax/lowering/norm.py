@@ -24,9 +24,26 @@ def batchnorm(e: Emit) -> str:
     return y
 
 
+def _optional(e: Emit, name: str) -> str:
+    return e.param(name) if e.has_param(name) else "None"
+
+
 def layernorm(e: Emit) -> str:
-    extra = {} if e.a.n_axes == 1 else {"axes": e.a.n_axes}
-    return e.call("layer_norm", e.x[0], e.param("scale"), e.param("bias"), eps=e.a.eps, **extra)
+    """The runtime's ``layer_norm`` on the last axes, which is where a chosen axis 0 of a map
+    lies once the code keeps it channels-last; ``layer_norm_at`` for any other chosen axis."""
+    a = e.a
+    scale, bias = _optional(e, "scale"), _optional(e, "bias")
+    if not a.last:
+        return e.call("layer_norm_at", e.x[0], scale, bias, axis=a.axis + 1, eps=a.eps)
+    extra = {} if a.n_axes == 1 else {"axes": a.n_axes}
+    return e.call("layer_norm", e.x[0], scale, bias, eps=a.eps, **extra)
+
+
+def rmsnorm(e: Emit) -> str:
+    a, scale = e.a, _optional(e, "scale")
+    if a.last:
+        return e.call("rms_norm", e.x[0], scale, eps=a.eps)
+    return e.call("rms_norm_at", e.x[0], scale, axis=a.axis + 1, eps=a.eps)
 
 
 LOWER: dict[str, Lowering] = {
@@ -35,5 +52,5 @@ LOWER: dict[str, Lowering] = {
     "groupnorm": lambda e: e.call(
         "group_norm", e.x[0], e.param("scale"), e.param("bias"), groups=e.a.g, eps=e.a.eps
     ),
-    "rmsnorm": lambda e: e.call("rms_norm", e.x[0], e.param("scale"), eps=e.a.eps),
+    "rmsnorm": rmsnorm,
 }

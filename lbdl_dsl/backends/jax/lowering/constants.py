@@ -1,0 +1,28 @@
+"""Lowerings of the constant boxes: a call that computes the tensor once, when traced."""
+
+from __future__ import annotations
+
+from lbdl_dsl.backends.jax.emit import Emit, Lowering
+
+_COMPUTE = "COMPUTE"  # the generated module's compute type (float32, or --dtype's)
+
+
+def sincos_1d(e: Emit) -> str:
+    a = e.a
+    (t,) = a.grid
+    return e.call("sincos_table", t, a.d, base=a.base, split=a.split, dtype=_COMPUTE)
+
+
+def band(e: Emit) -> str:
+    a = e.a
+    return e.call("band_mask", a.t, a.s, below=a.below, above=a.above)
+
+
+LOWER: dict[str, Lowering] = {
+    "sincos-1d": sincos_1d,
+    "sincos-2d": lambda e: e.call(
+        "sincos_2d_table", *e.a.grid, e.a.d, base=e.a.base, dtype=_COMPUTE
+    ),
+    "band": band,
+    "rel-index": lambda e: e.call("relative_index", e.a.grid),
+}

@@ -1,0 +1,47 @@
+"""Constant tensors computed from sizes when the model is traced (`core/layers/constants.py`):
+NumPy arithmetic on Python numbers, made a JAX array once, with a batch axis of one."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def sincos_rows(pos, d: int, base: float, split: bool):
+    """sin and cos of pos / base^(2i/d) for each feature pair i: alternating, or ``split``
+    (sines then cosines); a float64 NumPy table (len(pos), d)."""
+    angle = np.asarray(pos, np.float64)[:, None] / base ** (np.arange(0, d, 2) / d)[None, :]
+    if split:
+        return np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+    table = np.zeros((len(pos), d))
+    table[:, 0::2], table[:, 1::2] = np.sin(angle), np.cos(angle)
+    return table
+
+
+def sincos_table(t: int, d: int, *, base: float = 10000.0, split: bool = False, dtype=jnp.float32):
+    """The (1, t, d) sin-cos position table (see ``sincos_rows``)."""
+    return jnp.asarray(sincos_rows(np.arange(t), d, base, split)[None], dtype)
+
+
+def sincos_2d_table(h: int, w: int, d: int, *, base: float = 10000.0, dtype=jnp.float32):
+    """MAE's and DiT's (1, h*w, d) table: positions row by row, the column encoded in the
+    first half of the features and the row in the second."""
+    rows, cols = np.divmod(np.arange(h * w), w)
+    halves = [sincos_rows(cols, d // 2, base, True), sincos_rows(rows, d // 2, base, True)]
+    return jnp.asarray(np.concatenate(halves, axis=1)[None], dtype)
+
+
+def band_mask(t: int, s: int, *, below: int = 0, above: int = 0) -> jax.Array:
+    """(1, t, s) booleans: key j is kept for query i when i - below <= j <= i + above."""
+    i, j = np.arange(t)[:, None], np.arange(s)[None, :]
+    return jnp.asarray(((j >= i - below) & (j <= i + above))[None])
+
+
+def relative_index(grid: tuple) -> jax.Array:
+    """(1, n, n) int32: the relative position of each pair of the n positions of ``grid``
+    (row by row), offsets a - b + g - 1 per axis in mixed radix 2g - 1 (Swin's index)."""
+    coords = np.stack(np.unravel_index(np.arange(int(np.prod(grid))), grid), axis=1)
+    index = np.zeros((len(coords), len(coords)), np.int64)
+    for axis, g in enumerate(grid):
+        offset = coords[:, None, axis] - coords[None, :, axis] + g - 1
+        index = index * (2 * g - 1) + offset
+    return jnp.asarray(index[None], jnp.int32)

@@ -1,0 +1,232 @@
+"""Constant tensors: boxes that read no input and compute a tensor from sizes alone.
+
+A sin-cos position table (Vaswani et al.'s in 1-D, MAE's and DiT's in 2-D), a band of a
+matrix (a local-attention mask), the relative position of every pair of positions of a grid
+(Swin's index into its bias table) are fixed by the sizes of the model, so they are neither
+trainable parameters nor state, and never inputs the user must supply. A constant box starts a
+new flowing tensor, as `input` does; its size is written at its right or given by its
+hyper-parameters, and it is drawn as a box with no arrow in. The code computes the tensor once,
+when the model is traced, with a batch axis of one that broadcasts against the batch of the
+tensors it meets (`+`, `mul`, `attention`'s mask, `gather`'s index).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from lbdl_dsl.core.layers.base import HP, Attrs, Ctx, Layer, numpy, prod_int
+from lbdl_dsl.core.symbolic import Expr
+
+
+@dataclass(frozen=True)
+class TableAttrs(Attrs):
+    """A sin-cos table: positions (a grid's rows and columns in 2-D), features, base period."""
+
+    grid: tuple[int, ...]
+    d: int
+    base: float
+    split: bool
+
+
+def _known(c: Ctx, name: str, at_least: int = 1) -> int:
+    v = c.const(name)
+    if v < at_least:
+        c.fail(f"`{name}` must be at least {at_least}, got {v}", hparam=name)
+    return v
+
+
+def _base(c: Ctx) -> float:
+    if not c.hp["base"] > 1:
+        c.fail(f"the base period must be more than 1, got {c.hp['base']}", hparam="base")
+    return float(c.hp["base"])
+
+
+def _sincos_1d_attrs(c: Ctx) -> TableAttrs:
+    t, d = _known(c, "t"), _known(c, "d", 2)
+    if d % 2:
+        c.fail(f"a sin-cos table needs an even number of features, got d={d}", hparam="d")
+    return TableAttrs((t,), d, _base(c), c.hp["split"])
+
+
+def sincos_1d_ref(pos: Any, d: int, base: float, split: bool) -> Any:
+    """Position p, feature pair i: sin and cos of p / base^(2i/d); alternating (§ 4.10) or,
+    with ``split``, the sines in the first half and the cosines in the second (MAE)."""
+    np = numpy()
+    table = np.zeros((len(pos), d))
+    for row, p in enumerate(pos):
+        for i in range(d // 2):
+            angle = p / base ** (2 * i / d)
+            if split:
+                table[row, i], table[row, d // 2 + i] = math.sin(angle), math.cos(angle)
+            else:
+                table[row, 2 * i], table[row, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return table
+
+
+SINCOS_1D = Layer(
+    name="sincos-1d",
+    aliases=("sincos",),
+    category="Constant",
+    doc="The sinusoidal position table of § 4.10 as a T×D constant: sin and cos of "
+    "t/base^(2i/D) for position t and feature pair i, alternating (`pos-enc` adds the same "
+    "table); `split=true` puts the sines in the first half and the cosines in the second, as "
+    "MAE and DiT write it.",
+    hparams=(
+        HP("t", "size", doc="positions (from the annotation when left out)"),
+        HP("d", "size", doc="features, even (from the annotation when left out)"),
+        HP("base", "float", 10_000.0, "the base period"),
+        HP("split", "bool", False, "sines then cosines, instead of alternating"),
+    ),
+    arity=(0, 0),
+    resolve=_sincos_1d_attrs,
+    shape=lambda c: (Expr.lift(c.a.grid[0]), Expr.lift(c.a.d)),
+    from_annotation=(("t", 0), ("d", 1)),
+    example=("", "sincos-1d  16×64"),
+    cases=(("", "sincos-1d split=true base=100  8×6"),),
+    reference=lambda xs, p, s, a: sincos_1d_ref(range(a.grid[0]), a.d, a.base, a.split)[None],
+)
+
+
+def _sincos_2d_attrs(c: Ctx) -> TableAttrs:
+    grid = tuple(_known_value(c, "grid", v) for v in c.hp["grid"])
+    grid = grid * 2 if len(grid) == 1 else grid  # grid=16: a square
+    if len(grid) != 2:
+        c.fail(f"a 2-D grid has 2 sizes, got {len(grid)}", hparam="grid")
+    d = _known(c, "d", 4)
+    if d % 4:
+        c.fail(f"a 2-D sin-cos table needs features in fours, got d={d}", hparam="d")
+    return TableAttrs(grid, d, _base(c), True)
+
+
+def _known_value(c: Ctx, name: str, value: Any) -> int:
+    v = value.as_int() if isinstance(value, Expr) else value
+    if not isinstance(v, int) or v < 1:
+        c.fail(f"`{name}` must be known whole numbers ≥ 1 here, got {value}", hparam=name)
+    return v
+
+
+def sincos_2d_ref(h: int, w: int, d: int, base: float) -> Any:
+    """MAE's and DiT's table: positions row by row; the first half of the features encodes
+    the column with `sincos-1d split=true` of D/2 features, the second half the row."""
+    np = numpy()
+    cols = sincos_1d_ref([j for _ in range(h) for j in range(w)], d // 2, base, True)
+    rows = sincos_1d_ref([i for i in range(h) for _ in range(w)], d // 2, base, True)
+    return np.concatenate([cols, rows], axis=1)
+
+
+SINCOS_2D = Layer(
+    name="sincos-2d",
+    category="Constant",
+    doc="The 2-D sin-cos position table of MAE and DiT as a (H·W)×D constant: the positions of "
+    "an H×W grid row by row, the first half of the features a `sincos-1d split=true` table of "
+    "the column, the second half of the row. D is a multiple of 4.",
+    hparams=(
+        HP("grid", "shape", doc="the grid's rows and columns, (H, W), or one size for a square"),
+        HP("d", "size", doc="features, a multiple of 4 (from the annotation when left out)"),
+        HP("base", "float", 10_000.0, "the base period"),
+    ),
+    arity=(0, 0),
+    resolve=_sincos_2d_attrs,
+    shape=lambda c: (Expr.lift(prod_int(c.a.grid)), Expr.lift(c.a.d)),
+    from_annotation=(("d", 1),),
+    example=("", "sincos-2d grid=(16, 16)  256×384"),
+    cases=(("", "sincos-2d grid=(2, 3) base=50  6×8"),),
+    reference=lambda xs, p, s, a: sincos_2d_ref(a.grid[0], a.grid[1], a.d, a.base)[None],
+)
+
+
+@dataclass(frozen=True)
+class BandAttrs(Attrs):
+    t: int
+    s: int
+    below: int
+    above: int
+
+
+def _band_attrs(c: Ctx) -> BandAttrs:
+    t = _known(c, "t")
+    s = t if c.hp.get("s") is None else _known(c, "s")
+    return BandAttrs(t, s, _known(c, "below", 0), _known(c, "above", 0))
+
+
+def band_ref(a: BandAttrs) -> Any:
+    np = numpy()
+    i, j = np.arange(a.t)[:, None], np.arange(a.s)[None, :]
+    return ((j >= i - a.below) & (j <= i + a.above))[None]
+
+
+BAND = Layer(
+    name="band",
+    aliases=("band-mask",),
+    category="Constant",
+    doc="A T×S Boolean mask that keeps key j for query i when i − below ≤ j ≤ i + above: "
+    "`below=W-1` alone is a causal window of W positions (sliding-window attention), "
+    "`above=0` with a large `below` the causal mask. For `attention`'s mask.",
+    hparams=(
+        HP("t", "size", doc="rows, the queries (from the annotation when left out)"),
+        HP("s", "size", None, "columns, the keys (default: t)"),
+        HP("below", "size", 0, "diagonals kept below the main one (earlier keys)"),
+        HP("above", "size", 0, "diagonals kept above the main one (later keys)"),
+    ),
+    arity=(0, 0),
+    resolve=_band_attrs,
+    shape=lambda c: (Expr.lift(c.a.t), Expr.lift(c.a.s)),
+    from_annotation=(("t", 0), ("s", 1)),
+    out_type=lambda c: ("bool", None),
+    example=("", "band below=3  16×16"),
+    cases=(("", "band below=1 above=2  5×7"),),
+    reference=lambda xs, p, s, a: band_ref(a),
+)
+
+
+@dataclass(frozen=True)
+class RelIndexAttrs(Attrs):
+    """A grid's shape; the index of the relative position of every pair of its positions."""
+
+    grid: tuple[int, ...]
+    n: int  # positions
+    values: int  # distinct relative positions: ∏(2g − 1)
+
+
+def _rel_index_attrs(c: Ctx) -> RelIndexAttrs:
+    grid = tuple(_known_value(c, "grid", v) for v in c.hp["grid"])
+    if not 1 <= len(grid) <= 3:
+        c.fail(f"a grid has 1 to 3 axes, got {len(grid)}", hparam="grid")
+    return RelIndexAttrs(grid, prod_int(grid), prod_int([2 * g - 1 for g in grid]))
+
+
+def rel_index_ref(grid: tuple[int, ...]) -> Any:
+    """Swin's relative_position_index, for any number of axes: for positions a and b, the
+    offsets a − b + (g − 1) along each axis, as one number in mixed radix (2g − 1)."""
+    np = numpy()
+    coords = list(np.ndindex(*grid))
+    out = np.zeros((len(coords), len(coords)), np.int32)
+    for i, a in enumerate(coords):
+        for j, b in enumerate(coords):
+            index = 0
+            for ga, gb, g in zip(a, b, grid):
+                index = index * (2 * g - 1) + (ga - gb + g - 1)
+            out[i, j] = index
+    return out[None]
+
+
+REL_INDEX = Layer(
+    name="rel-index",
+    aliases=("relative-index",),
+    category="Constant",
+    doc="For the N positions of a grid (row by row), the N×N whole numbers that index the "
+    "relative position of every pair: Swin's relative position index, in [0, ∏(2g − 1)). "
+    "`gather` or `embed` turns it into a learned bias (`embed d=heads` is Swin's table).",
+    hparams=(HP("grid", "shape", doc="the grid's sizes, e.g. (7, 7) or (16,)"),),
+    arity=(0, 0),
+    resolve=_rel_index_attrs,
+    shape=lambda c: (Expr.lift(c.a.n), Expr.lift(c.a.n)),
+    out_type=lambda c: ("int", Expr.lift(c.a.values)),
+    example=("", "rel-index grid=(7, 7)  49×49"),
+    cases=(("", "rel-index grid=5  5×5"), ("", "rel-index grid=(2, 3)  6×6")),
+    reference=lambda xs, p, s, a: rel_index_ref(a.grid),
+)
+
+LAYERS = (SINCOS_1D, SINCOS_2D, BAND, REL_INDEX)
