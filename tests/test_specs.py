@@ -145,12 +145,9 @@ FAMILIES: list[tuple[str, dict[str, Any], int]] = [
     ("resnet50-torchvision", {"L2": 8, "L3": 36}, 60_192_808),  # torchvision's resnet152
     ("densenet121", {"L3": 32, "L4": 32}, 14_149_480),  # DenseNet-169
     ("densenet121", {"L3": 48, "L4": 32}, 20_013_928),  # DenseNet-201
-    ("dqn", {"A": 4}, 1_686_180),
-    (
-        "llama2-7b",
-        {"N": 40, "D": 5120, "H": 40, "F": 13_824},
-        13_015_864_320,
-    ),  # LLaMA-2 13B  # the often-quoted DQN count is the four-action network
+    ("dqn", {"A": 4}, 1_686_180),  # the often-quoted DQN count is the four-action network
+    # LLaMA-2 13B: F follows from D by LLaMA's rule, the spec's default (13,824)
+    ("llama2-7b", {"N": 40, "D": 5120, "H": 40}, 13_015_864_320),
 ]
 
 

@@ -632,6 +632,16 @@ DType = tuple[str, ast.SizeExpr | None]  # `int<V>`: the type's name and its ran
 # (``tuple`` itself names the rule method `_ToAst.tuple` inside the class: aliases above)
 
 
+def _rounded(e: Expr, up: bool) -> Expr:
+    """``⌊e⌋`` or ``⌈e⌉`` in the size algebra, whose one rounding is `Expr.floordiv` by a whole
+    number: ``e`` is scaled by the common denominator q of its coefficients first, and
+    ``⌈e⌉ = −⌊−e⌋``."""
+    q = math.lcm(*(c.denominator for _, c in e.terms)) if e.terms else 1
+    if up:
+        return -((-e * q).floordiv(q))
+    return (e * q).floordiv(q)
+
+
 @v_args(meta=True)
 class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
     """Lark's tree as frozen dataclasses, bottom-up without recursion: `1+1+...+1` is a tree
@@ -698,6 +708,14 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
 
     def neg(self, meta: Any, c: Children) -> _Spanned:
         return _Spanned(-c[1].expr, _span(self.file, meta))
+
+    def floor(self, meta: Any, c: Children) -> _Spanned:
+        """``⌊e⌋``: a size rounded down, as a rule in a paper writes it (``⌊8D/3⌋``)."""
+        return _Spanned(_rounded(c[0].expr, up=False), _span(self.file, meta))
+
+    def ceil(self, meta: Any, c: Children) -> _Spanned:
+        """``⌈e⌉``: a size rounded up (LLaMA's hidden size, ``256⌈⌊8D/3⌋/256⌉``)."""
+        return _Spanned(_rounded(c[0].expr, up=True), _span(self.file, meta))
 
     def pow(self, meta: Any, c: Children) -> _Spanned:
         n = _number(c[2], self.file)

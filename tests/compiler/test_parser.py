@@ -372,3 +372,21 @@ def test_the_parser_tables_are_cached_in_the_user_cache_folder(tmp_path, monkeyp
         assert parser.parse(text, "m.lbdl") == first
     finally:
         parser._lark.cache_clear()
+
+
+def test_floor_and_ceiling_round_a_written_size() -> None:
+    """LLaMA's hidden-size rule, 256·⌈⌊8D/3⌋/256⌉, exact for every D given by --set; and a
+    symbolic ceiling ⌈D/C⌉ exact for every D and C."""
+    import math
+
+    from lbdl_dsl.compiler.driver import compile_spec
+    from lbdl_dsl.core.symbolic import Expr
+
+    text = "model t(D=4096, F=256*⌈⌊8D/3⌋/256⌉):\n  input X: T×D\n  fc out=F\n  output Y\n"
+    for d in (1, 64, 4096, 5120, 2999):
+        env = compile_spec(text, file="t.lbdl", overrides={"D": str(d)}).env
+        assert env["F"].as_int() == 256 * math.ceil(math.floor(8 * d / 3) / 256), d
+    shape = "model u:\n  input X: ⌈D/C⌉×C\n  output X\n"
+    x = compile_spec(shape, file="u.lbdl").inputs["X"].shape[0]
+    for d, c in ((7, 2), (8, 2), (1, 5), (9, 3)):
+        assert x.subs({"D": Expr.lift(d), "C": Expr.lift(c)}).as_int() == -(-d // c)

@@ -61,13 +61,13 @@ def init(key):
 
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
-    # llama2-7b.lbdl:13: embed                                                              T×D
+    # llama2-7b.lbdl:14: embed                                                              T×D
     x = embed(X, params["embed_0"]["table"])
 
-    # llama2-7b.lbdl:14: ×N:  ->  T×4096
+    # llama2-7b.lbdl:15: ×N:  ->  T×4096
     def step_repeat_0(x1, xs):
         p, key = xs
-        # llama2-7b.lbdl:15: self-att h=H causal=true rope=true norm=rmsnorm eps=1e-5 -> attn  ->  T
+        # llama2-7b.lbdl:16: self-att h=H causal=true rope=true norm=rmsnorm eps=1e-5 -> attn  ->  T
         # self-att:2: rmsnorm eps=eps -> ln  ->  T×4096
         ln = rms_norm(x1, p["attn"]["ln"]["scale"], eps=1e-05)
         # self-att:3: mha h=h bias=bias kbias=kbias p=p causal=causal rope=rope theta=theta rot=rot
@@ -87,7 +87,7 @@ def apply(params, state, X, *, train=False, key=None):
         )
         # self-att:4: +(X)  ->  T×4096
         attn = att + x1
-        # llama2-7b.lbdl:16: ffw hidden=F act=swiglu bias=false p=0.0 norm=rmsnorm eps=1e-5  -> mlp
+        # llama2-7b.lbdl:17: ffw hidden=F act=swiglu bias=false p=0.0 norm=rmsnorm eps=1e-5  -> mlp
         # ffw:2: rmsnorm eps=eps -> ln  ->  T×4096
         ln1 = rms_norm(attn, p["mlp"]["ln"]["scale"], eps=1e-05)
         # ffw:3: fc out=hidden bias=bias -> up  ->  T×11008
@@ -107,9 +107,9 @@ def apply(params, state, X, *, train=False, key=None):
         return mlp, None
 
     x, _ = scan_group(step_repeat_0, x, (params["repeat_0"], split_keys(fold(key, 1), 32)), 32)
-    # llama2-7b.lbdl:17: rmsnorm eps=1e-5  ->  T×4096
+    # llama2-7b.lbdl:18: rmsnorm eps=1e-5  ->  T×4096
     x = rms_norm(x, params["rmsnorm_0"]["scale"], eps=1e-05)
-    # llama2-7b.lbdl:18: fc bias=false                                                      T×V
+    # llama2-7b.lbdl:19: fc bias=false                                                      T×V
     P = dense(x, params["fc_0"]["w"])
     return P, {}
 
