@@ -34,7 +34,7 @@ class InputSpec:
         return "(B, " + ", ".join(str(d) for d in self.dims) + ")" if self.dims else "(B,)"
 
 
-def _guess(spec: InputSpec, shape: tuple[int, ...]) -> str | None:
+def _guess(spec: InputSpec, shape: tuple[int | None, ...]) -> str | None:
     """The usual reason a shape is wrong, when the numbers say it."""
     want = [d.as_int() for d in spec.dims]
     if any(w is None for w in want):
@@ -70,7 +70,7 @@ def check_inputs(model: str, specs: Sequence[InputSpec], arrays: Sequence[Any]) 
                 f"input {spec.name} must be an array, got {type(x).__name__}",
                 hint="pass a jax.Array or a numpy array, with a leading batch axis",
             )
-        shape = tuple(int(s) for s in shape)
+        shape = tuple(_concrete(s) for s in shape)
         if not _fits(spec, shape, bound):
             raise ArgumentError(
                 f"input {spec.name} expects {spec.shown()}, channels first; got {shape}",
@@ -78,7 +78,7 @@ def check_inputs(model: str, specs: Sequence[InputSpec], arrays: Sequence[Any]) 
             )
         if batch is None:
             batch = shape[0]
-        elif shape[0] != batch:
+        elif None not in (shape[0], batch) and shape[0] != batch:
             raise ArgumentError(
                 f"input {spec.name} has a batch of {shape[0]}, the one before {batch}",
                 hint="every input of a call has the same batch size",
@@ -86,11 +86,22 @@ def check_inputs(model: str, specs: Sequence[InputSpec], arrays: Sequence[Any]) 
         _check_dtype(spec, np.dtype(dtype))
 
 
-def _fits(spec: InputSpec, shape: tuple[int, ...], bound: dict[str, int]) -> bool:
+def _concrete(size: Any) -> int | None:
+    """A dimension's value, or None for a symbolic one (`jax.export`'s batch ``b``), which
+    only the trace itself can check."""
+    try:
+        return int(size)
+    except Exception:  # noqa: BLE001 - jax's InconclusiveDimensionOperation and kin
+        return None
+
+
+def _fits(spec: InputSpec, shape: tuple[int | None, ...], bound: dict[str, int]) -> bool:
     """Whether a shape is (B, *dims), binding the spec's symbols (T...) to what it has."""
-    if len(shape) != len(spec.dims) + 1 or shape[0] < 1:
+    if len(shape) != len(spec.dims) + 1 or (shape[0] is not None and shape[0] < 1):
         return False
     for dim, size in zip(spec.dims, shape[1:], strict=True):
+        if size is None:
+            continue
         value = dim.subs({k: Expr.lift(v) for k, v in bound.items()})
         if value.is_const:
             if value.as_int() != size:

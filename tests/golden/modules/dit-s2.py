@@ -193,7 +193,7 @@ def apply(params, state, x, t, y, *, train=False, key=None):
     # dit-s2.lbdl:62: +(positions)                    -> tokens  ->  256×384
     tokens = x1 + positions
     # dit-s2.lbdl:65: timestep-embed                  1×256
-    x1 = timestep_embedding(t, 256)
+    x1 = timestep_embedding(t, 256, dtype=COMPUTE)
     # dit-s2.lbdl:66: fc std=0.02                     1×D
     x1 = dense(x1, params["fc_0"]["w"], params["fc_0"]["b"])
     # dit-s2.lbdl:67: silu  ->  1×384
@@ -709,10 +709,16 @@ def sincos_2d_table(h: int, w: int, d: int, *, base: float = 10000.0, dtype=jnp.
 
 
 def timestep_embedding(
-    t: jax.Array, dim: int, *, period: float = 10000.0, sin_first: bool = False
+    t: jax.Array,
+    dim: int,
+    *,
+    period: float = 10000.0,
+    sin_first: bool = False,
+    dtype=jnp.float32,
 ) -> jax.Array:
     """Each value of ``t`` as ``dim`` features cos(t·w_i), sin(t·w_i), w_i = period^(-i/half)
-    (ADM's and DiT's order; sines first with ``sin_first``), a zero column if ``dim`` is odd."""
+    (ADM's and DiT's order; sines first with ``sin_first``), a zero column if ``dim`` is odd;
+    computed in float32 and given in the model's ``dtype``, so that a bfloat16 model stays so."""
     half = dim // 2
     freqs = np.exp(-np.log(period) * np.arange(half, dtype=np.float64) / half)
     shape = (1,) * t.ndim + (half,)  # against t with a new last axis
@@ -720,7 +726,7 @@ def timestep_embedding(
     parts = [jnp.sin(args), jnp.cos(args)] if sin_first else [jnp.cos(args), jnp.sin(args)]
     if dim % 2:
         parts.append(jnp.zeros_like(args[..., :1]))
-    return jnp.concatenate(parts, axis=-1)
+    return jnp.concatenate(parts, axis=-1).astype(dtype)
 
 
 def token_drop(ids: jax.Array, p: float, null: int, *, train: bool, key) -> jax.Array:

@@ -12,7 +12,14 @@ def layer_scale(e: Emit) -> str:
 
 def timestep_embed(e: Emit) -> str:
     a = e.a
-    return e.call("timestep_embedding", e.x[0], a.d, period=a.period, sin_first=a.sin_first)
+    return e.call(
+        "timestep_embedding",
+        e.x[0],
+        a.d,
+        period=a.period,
+        sin_first=a.sin_first,
+        dtype="COMPUTE",  # the generated module's compute type (float32, or --dtype's)
+    )
 
 
 LOWER: dict[str, Lowering] = {

@@ -33,10 +33,16 @@ def gather(x: jax.Array, index: jax.Array, *, axis: int = 0) -> jax.Array:
 
 
 def timestep_embedding(
-    t: jax.Array, dim: int, *, period: float = 10000.0, sin_first: bool = False
+    t: jax.Array,
+    dim: int,
+    *,
+    period: float = 10000.0,
+    sin_first: bool = False,
+    dtype=jnp.float32,
 ) -> jax.Array:
     """Each value of ``t`` as ``dim`` features cos(t·w_i), sin(t·w_i), w_i = period^(-i/half)
-    (ADM's and DiT's order; sines first with ``sin_first``), a zero column if ``dim`` is odd."""
+    (ADM's and DiT's order; sines first with ``sin_first``), a zero column if ``dim`` is odd;
+    computed in float32 and given in the model's ``dtype``, so that a bfloat16 model stays so."""
     half = dim // 2
     freqs = np.exp(-np.log(period) * np.arange(half, dtype=np.float64) / half)
     shape = (1,) * t.ndim + (half,)  # against t with a new last axis
@@ -44,7 +50,7 @@ def timestep_embedding(
     parts = [jnp.sin(args), jnp.cos(args)] if sin_first else [jnp.cos(args), jnp.sin(args)]
     if dim % 2:
         parts.append(jnp.zeros_like(args[..., :1]))
-    return jnp.concatenate(parts, axis=-1)
+    return jnp.concatenate(parts, axis=-1).astype(dtype)
 
 
 def token_drop(ids: jax.Array, p: float, null: int, *, train: bool, key) -> jax.Array:
