@@ -280,6 +280,10 @@ _TERMINAL_WORDS = {
     "MINUS": "`-`",
     "STAR": "`*`",
     "SLASH": "`/`",
+    "_FLOOR_L": "a number",  # ⌊e⌋ and ⌈e⌉ are sizes, where a number may stand
+    "_CEIL_L": "a number",
+    "_FLOOR_R": "`⌋`",
+    "_CEIL_R": "`⌉`",
 }
 
 # Known mistakes: (message, hint) → examples that make lark fail in the same parser state.

@@ -57,6 +57,27 @@ def _apply_for_onnx(model: Any) -> Any:
     return namespace["apply"]
 
 
+NO_ONNX = {
+    "moe": "its token dispatch (a one-hot into expert buffers whose capacity follows the batch) "
+    "has no ONNX form that onnxruntime runs",
+}
+"""Boxes refused before converting, with the reason: the converter would fail deep inside, or
+write a file onnxruntime cannot load (OneHot), and neither says which box is to blame."""
+
+
+def _refuse_unsupported(model: Any) -> None:
+    from lbdl_dsl.core.errors import LbdlError
+
+    for _, inst, _ in model.compiled.walk():
+        reason = NO_ONNX.get(inst.node.op)
+        if reason is not None:
+            raise LbdlError(
+                f"`{inst.node.op}` cannot be exported to ONNX: {reason}",
+                inst.node.span,
+                hint="export it as StableHLO (--format stablehlo), which runs it",
+            )
+
+
 def write(model: Any, values: tuple[Any, Any], result: Any) -> None:
     import jax
     import jax.numpy as jnp
@@ -64,6 +85,7 @@ def write(model: Any, values: tuple[Any, Any], result: Any) -> None:
     from lbdl_dsl.backends.jax import weights as files
     from lbdl_dsl.interop.exporter import failure, forward
 
+    _refuse_unsupported(model)
     to_onnx = _converter()
     apply = _apply_for_onnx(model)
     specs: list[Any] = []

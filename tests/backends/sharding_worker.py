@@ -42,7 +42,7 @@ from lbdl_dsl.compiler.memory import per_device  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 GPT = {"N": 2, "D": 32, "H": 4, "V": 64, "T": 16}
-RESNET = """import "{blocks}"
+RESNET = """import "blocks/resnet.lbdl"
 model tiny_resnet(classes=10):
   input X: 3×16×16
   conv-2d k=3 p=1 bias=false   8×16×16
@@ -226,8 +226,8 @@ def restore_elsewhere(model, saved) -> dict:
 
 def resnet() -> dict:
     path = OUT / "tiny_resnet.lbdl"
-    path.write_text(RESNET.format(blocks=REPO / "specs" / "blocks" / "resnet.lbdl"), "utf-8")
-    model = lbdl_dsl.compile(path)
+    path.write_text(RESNET, "utf-8")
+    model = lbdl_dsl.compile(path, import_path=[REPO / "specs"])  # specs/blocks/resnet.lbdl
     loss = classifier_loss(model)
     key = jax.random.PRNGKey(2)
     x = np.asarray(jax.random.normal(key, (BATCH, 3, 16, 16)), np.float32)

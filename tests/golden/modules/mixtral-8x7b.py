@@ -413,7 +413,8 @@ def moe(x: jax.Array, p: dict, *, k: int, capacity: float, act: str) -> tuple:
     onehot = jax.nn.one_hot(chosen, e, dtype=jnp.int32)  # (n, k, E)
     ranked = onehot.transpose(1, 0, 2).reshape(k * n, e)  # choice rank first, then token
     slot = (jnp.cumsum(ranked, axis=0) - 1).reshape(k, n, e).transpose(1, 0, 2)
-    c = int(np.ceil(capacity * k * n / e))
+    num, den = float(capacity).as_integer_ratio()
+    c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
     kept = (onehot > 0) & (slot < c)
     where = jax.nn.one_hot(jnp.where(kept, slot, c), c, dtype=x.dtype)  # (n, k, E, C)
     dispatch = jnp.sum(where, axis=1)
