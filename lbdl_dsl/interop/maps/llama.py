@@ -1,26 +1,26 @@
-"""LLaMA and Mistral (Hugging Face's ``LlamaForCausalLM``/``MistralForCausalLM``, and their
-``LlamaModel``/``MistralModel`` bodies) into specs/llama2-7b.lbdl and specs/mistral-7b.lbdl.
+"""LLaMA and Mistral (Hugging Face's ``LlamaForCausalLM``/``MistralForCausalLM``) into
+specs/llama2-7b.lbdl and specs/mistral-7b.lbdl.
 
 Both specs name their layer's boxes (``-> attn``, ``-> mlp``), so the paths are the ones their
 headers document: per layer, stacked over ``×N``, ``repeat_0/attn/ln/scale`` and
 ``repeat_0/attn/att/w{q,k,v,o}``, ``repeat_0/mlp/ln/scale`` and ``repeat_0/mlp/{gate,up,down}/w``;
-then the final ``rmsnorm_0/scale`` and the untied output ``fc_0/w``. Nothing has a bias.
+then the final ``rmsnorm_0/scale`` and the untied output layer ``fc_0/w`` (``lm_head``). Nothing
+has a bias.
 
 - Every projection is a PyTorch ``Linear``, ``(out, in)``: transposed to our ``(in, out)``.
-- Grouped-query attention needs nothing more: ``k_proj``/``v_proj`` are ``(KV·dh, D)`` and our
-  ``wk``/``wv`` ``(D, KV·dh)``, and both read query head i with key/value head
-  ``i // (H/KV)`` (Hugging Face's ``repeat_kv`` repeats each key/value head consecutively).
+- Grouped-query attention needs nothing more: ``k_proj``/``v_proj`` are ``(KV·dh, D)``, our
+  ``wk``/``wv`` ``(D, KV·dh)``, and both read query head i with key/value head ``i // (H/KV)``
+  (Hugging Face's ``repeat_kv`` repeats each key/value head for consecutive query heads).
 - Rotary positions: Hugging Face's checkpoints store q and k with each head's features in the
-  rotate-half order (pairs ``(x_j, x_{j+dh/2})``, Meta's interleaved pairs having been permuted
-  by the conversion script), and our ``rope`` rotates the same halves: the weights are taken as
-  they are. Meta's original ``consolidated.*.pth`` files would need that permutation; they are
-  not read here (convert them with transformers first).
-- ``rotary_emb.inv_freq`` buffers (older checkpoints) are recomputed from ``theta``; they are
-  ignored, as is ``lm_head.weight`` only where the spec has no output layer (never: both specs
-  are untied).
+  rotate-half order (pairs ``(x_j, x_{j+dh/2})``; Meta's interleaved pairs were permuted by
+  transformers' conversion script), and our ``rope`` rotates the same halves, so the weights are
+  taken as they are. Meta's own ``consolidated.*.pth`` files keep the interleaved order and are
+  not read here: convert them with transformers first.
+- ``rotary_emb.inv_freq`` buffers (older checkpoints) are recomputed from the spec's ``theta``.
 
-The spec's ε (1e-5 in both, as the released models' configs) and θ (10,000) are its own: a
-checkpoint trained with other values imports, but computes slightly differently.
+ε (1e-5 in both specs, as in the released models' configs) and θ (10,000) are the spec's own:
+a checkpoint trained with others imports, and computes slightly otherwise (transformers'
+``LlamaConfig`` defaults to ε=1e-6: tests/fixtures/interop/llama-tiny.lbdl says so).
 """
 
 from lbdl_dsl.interop.layout import FamilyMap, Rule, transpose
@@ -36,6 +36,11 @@ MAP = FamilyMap(
     spec="specs/llama2-7b.lbdl",
     prefixes=("model.",),
     ignore=(X + "self_attn.rotary_emb.inv_freq", "rotary_emb.inv_freq"),
+    sizes=(
+        "a k_proj narrower than q_proj is grouped-query attention (the config's "
+        "num_key_value_heads): specs/mistral-7b.lbdl takes it with --set KV=... "
+        "(and W at least the context, for no sliding window)"
+    ),
     rules=(
         Rule("embed_tokens.weight", "embed_0/table"),
         Rule(X + "input_layernorm.weight", ATT + "ln/scale"),
