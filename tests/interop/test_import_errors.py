@@ -1,9 +1,10 @@
 """The errors of `lbdl import`, as the user reads them: golden files in tests/golden/interop/.
 
 Each case runs the command line on a checkpoint that does not fit (made from the GPT-2
-fixture), and compares everything it prints with the golden text; every problem is listed at
-once, at the spec line of the box owning the parameter, with both shapes. A change made on
-purpose is accepted with ``LBDL_ACCEPT=1 pytest tests/interop/test_import_errors.py``.
+fixture, one from the LLaMA fixture), and compares everything it prints with the golden text;
+every problem is listed at once, at the spec line of the box owning the parameter, with both
+shapes. A change made on purpose is accepted with
+``LBDL_ACCEPT=1 pytest tests/interop/test_import_errors.py``.
 """
 
 from __future__ import annotations
