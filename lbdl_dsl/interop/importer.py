@@ -446,14 +446,15 @@ def _error(
     if len(problems) > MAX_LISTED:
         diags.append(Diagnostic(f"... and {len(problems) - MAX_LISTED} more", None))
     last = diags[-1]
-    diags[-1] = Diagnostic(last.message, last.span, _hint(problems), last.notes)
+    diags[-1] = Diagnostic(last.message, last.span, _hint(problems, plan.family), last.notes)
     return LbdlError(diagnostics=diags)
 
 
-def _hint(problems: list[Problem]) -> str:
+def _hint(problems: list[Problem], fam: FamilyMap) -> str:
     kinds = {p.kind for p in problems}
     if kinds & {"count", "shape"}:
-        return "give the spec the checkpoint's sizes with --set (depth, width, heads, vocabulary)"
+        sizes = "give the spec the checkpoint's sizes with --set (depth, width, heads, vocabulary)"
+        return f"{sizes}; {fam.sizes}" if fam.sizes else sizes
     if kinds == {"unused"}:
         return "--allow-unused imports anyway, leaving those tensors out"
     if kinds & {"foreign", "uncovered"}:

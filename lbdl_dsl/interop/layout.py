@@ -191,6 +191,7 @@ class FamilyMap:
     prefixes: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()  # patterns, as rules' sources
     note: str = ""  # said after an import: what the user should know about the result
+    sizes: str = ""  # added to the hint when the checkpoint's sizes are not the spec's
 
     def ignored(self) -> list[re.Pattern[str]]:
         return [pattern(p) for p in self.ignore]

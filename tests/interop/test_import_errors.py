@@ -1,9 +1,10 @@
 """The errors of `lbdl import`, as the user reads them: golden files in tests/golden/interop/.
 
 Each case runs the command line on a checkpoint that does not fit (made from the GPT-2
-fixture), and compares everything it prints with the golden text; every problem is listed at
-once, at the spec line of the box owning the parameter, with both shapes. A change made on
-purpose is accepted with ``LBDL_ACCEPT=1 pytest tests/interop/test_import_errors.py``.
+fixture, one from the LLaMA fixture), and compares everything it prints with the golden text;
+every problem is listed at once, at the spec line of the box owning the parameter, with both
+shapes. A change made on purpose is accepted with
+``LBDL_ACCEPT=1 pytest tests/interop/test_import_errors.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lbdl_dsl.main import main
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "interop"
 GPT2 = "tests/fixtures/interop/gpt2.safetensors"
+LLAMA = "tests/fixtures/interop/llama.safetensors"
 SETS = ["N=2", "D=32", "H=4", "V=64", "L=16", "T=16"]
 ACCEPT = os.environ.get("LBDL_ACCEPT") == "1"
 
@@ -55,7 +57,10 @@ CASES = {
     "shape_mismatch": lambda tmp: (_wider(tmp), "gpt2", SETS),
     # a depth that differs: one problem, at the ×N group
     "layer_count": lambda tmp: (GPT2, "gpt2", [*SETS[1:], "N=3"]),
+    # grouped-query k/v into LLaMA-2's one key/value head per query head: Mistral's spec named
+    "gqa_into_llama2": lambda tmp: (LLAMA, "llama", ["N=2", "D=32", "H=4", "F=64", "V=64"]),
 }
+SPECS = {"gqa_into_llama2": "specs/llama2-7b.lbdl"}  # the others: specs/gpt2.lbdl
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -63,7 +68,8 @@ def test_import_error_matches_its_golden(case, tmp_path, capsys, monkeypatch) ->
     monkeypatch.chdir(REPO)
     weights, family, sets = CASES[case](tmp_path)
     out = tmp_path / "out.safetensors"
-    argv = ["import", "specs/gpt2.lbdl", weights, "--map", family, "--set", *sets]
+    spec = SPECS.get(case, "specs/gpt2.lbdl")
+    argv = ["import", spec, weights, "--map", family, "--set", *sets]
     code = main([*argv, "-o", str(out)])
     err = capsys.readouterr().err.replace(str(tmp_path), "<tmp>")
     assert code == 1

@@ -1,28 +1,33 @@
-"""LLaMA and Mistral (Hugging Face's ``LlamaForCausalLM``/``MistralForCausalLM``) into the
-LLaMA-family specs (specs/llama2-7b.lbdl, specs/mistral-7b.lbdl, being written).
+"""LLaMA and Mistral (Hugging Face's ``LlamaForCausalLM``/``MistralForCausalLM``) into
+specs/llama2-7b.lbdl and specs/mistral-7b.lbdl.
 
-Those specs need rotary positions and grouped-query attention, which the language is gaining
-now; this map is written against the parameter layout they are expected to have, and its
-end-to-end test waits for them. The assumptions, to check when the specs land:
+Both specs name their layer's boxes (``-> attn``, ``-> mlp``), so the paths are the ones their
+headers document: per layer, stacked over ``×N``, ``repeat_0/attn/ln/scale`` and
+``repeat_0/attn/att/w{q,k,v,o}``, ``repeat_0/mlp/ln/scale`` and ``repeat_0/mlp/{gate,up,down}/w``;
+then the final ``rmsnorm_0/scale`` and the untied output layer ``fc_0/w`` (``lm_head``). Nothing
+has a bias.
 
-- the body is ``×N:`` over a block ``llamalayer`` holding a pre-norm self-attention box and a
-  feed-forward box, both expanded into primitives as main's composite boxes are: the attention
-  box's ``rmsnorm`` is ``ln`` (its scale ``ln/scale``) and its attention ``att`` (``att/wq``
-  ``(D, H·dh)``, ``att/wk`` and ``att/wv`` ``(D, Hkv·dh)``, ``att/wo`` ``(H·dh, D)``, no
-  biases); the feed-forward box's ``rmsnorm`` is ``ln`` and its SwiGLU has three fc boxes
-  without biases: ``gate`` (Meta's w1), ``fc1`` the up projection (w3) and ``fc2`` the down
-  projection (w2), as ``ffw``'s ``fc1``/``fc2`` are named;
-- rotary embeddings rotate the two halves of each head (Hugging Face's ``rotate_half``), so
-  Hugging Face's q and k weights are taken as they are, without Meta's interleaving permutation;
-- a final ``rmsnorm`` and an untied output ``fc bias=false`` (``lm_head``).
+- Every projection is a PyTorch ``Linear``, ``(out, in)``: transposed to our ``(in, out)``.
+- Grouped-query attention needs nothing more: ``k_proj``/``v_proj`` are ``(KV·dh, D)``, our
+  ``wk``/``wv`` ``(D, KV·dh)``, and both read query head i with key/value head ``i // (H/KV)``
+  (Hugging Face's ``repeat_kv`` repeats each key/value head for consecutive query heads).
+- Rotary positions: Hugging Face's checkpoints store q and k with each head's features in the
+  rotate-half order (pairs ``(x_j, x_{j+dh/2})``; Meta's interleaved pairs were permuted by
+  transformers' conversion script), and our ``rope`` rotates the same halves, so the weights are
+  taken as they are. Meta's own ``consolidated.*.pth`` files keep the interleaved order and are
+  not read here: convert them with transformers first.
+- ``rotary_emb.inv_freq`` buffers (older checkpoints) are recomputed from the spec's ``theta``.
+
+ε (1e-5 in both specs, as in the released models' configs) and θ (10,000) are the spec's own:
+a checkpoint trained with others imports, and computes slightly otherwise (transformers'
+``LlamaConfig`` defaults to ε=1e-6: tests/fixtures/interop/llama-tiny.lbdl says so).
 """
 
 from lbdl_dsl.interop.layout import FamilyMap, Rule, transpose
 
 X = "layers.{i}."
-L = "repeat_0/llamalayer_0/"
-ATT, FFW = L + "self_att_0/", L + "ffw_0/"
-MHA = ATT + "att/"  # the attention inside the attention box, beside its rmsnorm `ln`
+ATT, FFW = "repeat_0/attn/", "repeat_0/mlp/"
+MHA = ATT + "att/"  # the attention inside the self-att box, beside its rmsnorm `ln`
 T = (transpose(),)
 
 MAP = FamilyMap(
@@ -31,6 +36,11 @@ MAP = FamilyMap(
     spec="specs/llama2-7b.lbdl",
     prefixes=("model.",),
     ignore=(X + "self_attn.rotary_emb.inv_freq", "rotary_emb.inv_freq"),
+    sizes=(
+        "a k_proj narrower than q_proj is grouped-query attention (the config's "
+        "num_key_value_heads): specs/mistral-7b.lbdl takes it with --set KV=... "
+        "(and W at least the context, for no sliding window)"
+    ),
     rules=(
         Rule("embed_tokens.weight", "embed_0/table"),
         Rule(X + "input_layernorm.weight", ATT + "ln/scale"),
@@ -40,8 +50,8 @@ MAP = FamilyMap(
         Rule(X + "self_attn.o_proj.weight", MHA + "wo", T),
         Rule(X + "post_attention_layernorm.weight", FFW + "ln/scale"),
         Rule(X + "mlp.gate_proj.weight", FFW + "gate/w", T),
-        Rule(X + "mlp.up_proj.weight", FFW + "fc1/w", T),
-        Rule(X + "mlp.down_proj.weight", FFW + "fc2/w", T),
+        Rule(X + "mlp.up_proj.weight", FFW + "up/w", T),
+        Rule(X + "mlp.down_proj.weight", FFW + "down/w", T),
         Rule("norm.weight", "rmsnorm_0/scale"),
         Rule("lm_head.weight", "fc_0/w", T),
     ),
