@@ -192,6 +192,18 @@ def test_hyperparameters_are_resolved_and_booleans_written_as_the_book(compile_t
     ]
 
 
+def test_experts_and_windows_are_written_even_at_their_defaults(compile_text) -> None:
+    compiled = compile_text(
+        "model m:\n  input X: 16×8×8\n  window-att h=2 w=4\n  window-att h=2 w=4 shift=2\n"
+    )
+    assert [b.hparams for b in diagram.scene(compiled).boxes()] == [
+        "window=4 shift=0 h=2",
+        "window=4 shift=2 h=2",
+    ]
+    compiled = compile_text("model m:\n  input X: 6×8\n  moe e=4 hidden=12\n")
+    assert [b.hparams for b in diagram.scene(compiled).boxes()] == ["experts=4 k=2 hidden=12"]
+
+
 def test_a_repeat_draws_one_copy_in_a_frame_saying_how_many(compile_text) -> None:
     compiled = compile_text("model m:\n  input X: 32\n  ×3:\n    fc 32\n    relu\n  fc 10\n")
     scene = diagram.scene(compiled)

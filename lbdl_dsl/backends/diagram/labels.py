@@ -33,6 +33,27 @@ def book_name(op: str) -> str:
     return next((a for a in layer.aliases if " " in a), layer.name)
 
 
+# Boxes whose defining numbers the figure writes even at their default, under the book's names: a
+# mixture of experts is read by its expert count and top-k, a window attention by its window and
+# shift (W-MSA and SW-MSA blocks alternate; a figure hiding shift=0 could not tell them apart).
+_ALWAYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "moe": (("e", "experts"), ("k", "k")),
+    "window-att": (("w", "window"), ("shift", "shift")),
+}
+
+
+def always_text(node: Node, inst: Inst | None, text: str) -> str:
+    """``text`` (the written hyper-parameters) with the box's defining numbers first, each once:
+    ``experts=8 k=2 hidden=14336`` for ``moe e=8 hidden=14336``."""
+    pairs = _ALWAYS.get(node.op) if node.kind == "layer" else None
+    if not pairs or inst is None:
+        return text
+    names = {key for key, _ in pairs}
+    head = [f"{word}={inst.hp[key]}" for key, word in pairs if inst.hp.get(key) is not None]
+    rest = [part for part in text.split() if part.split("=", 1)[0] not in names]
+    return " ".join(head + rest)
+
+
 def tensor_text(tensor: Tensor) -> str:
     """A tensor's shape, and its type when it holds tokens: ``T int<50257>``."""
     shape = str(tensor)

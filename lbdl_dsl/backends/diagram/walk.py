@@ -176,7 +176,7 @@ class Walker:
         hide = set(self.conventions.hide(node))
         if self.passed:
             hide |= {k for k, v in getattr(node, "hparams", ()) if _passed(v, self.passed[-1])}
-        return hparams_text(node, inst, block, hide)
+        return labels.always_text(node, inst, hparams_text(node, inst, block, hide))
 
     def draw_layer(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
