@@ -11,6 +11,7 @@ writes, so that `Model.load` reads the result.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span, did_you_mean
-from lbdl_dsl.interop.layout import FamilyMap, Rule, pattern
+from lbdl_dsl.interop.layout import FamilyMap, Index, Rule, pattern
 from lbdl_dsl.interop.maps import MAPS
 from lbdl_dsl.interop.readers import Checkpoint, open_checkpoint
 
@@ -32,11 +33,12 @@ Shape = tuple[int, ...]
 @dataclass
 class Binding:
     """One rule bound to a checkpoint: the name pattern that matched, and the checkpoint's
-    name for each copy (index) of a ×N group, or for ``None`` when the rule has no index."""
+    name for each copy: ``(i,)`` of a ×N group, ``(i, j)`` of the experts of its layer i, or
+    ``()`` when the rule has no index."""
 
     rule: Rule
     source: str
-    names: dict[int | None, str]
+    names: dict[Index, str]
 
 
 @dataclass
@@ -50,7 +52,7 @@ class Plan:
     unused: list[str]  # checkpoint names no rule and no `ignore` pattern names
     prefix: str = ""  # the map's prefix this checkpoint's names carry (``transformer.``)
 
-    def name(self, b: Binding, index: int | None, source: str | None = None) -> str:
+    def name(self, b: Binding, index: Index, source: str | None = None) -> str:
         """The full name the checkpoint has, or would have, for copy ``index`` of a rule."""
         found = b.names.get(index)
         return found or self.prefix + b.rule.name(index, source or b.source)
@@ -60,7 +62,7 @@ class Plan:
 class Problem:
     """One thing that keeps the checkpoint from fitting the spec."""
 
-    kind: str  # foreign, uncovered, missing, count, shape, unused
+    kind: str  # foreign, uncovered, missing, extra, count, inner, shape, unused
     message: str
     path: str | None = None  # our parameter path: the error points at its box
 
@@ -116,20 +118,18 @@ def bind(family: FamilyMap, names: Mapping[str, Shape]) -> Plan:
         stripped.setdefault(family.strip(name), name)
     bindings, used = [], set()
     for rule in family.rules:
-        found: dict[int | None, str] = {}
+        found: dict[Index, str] = {}
         source = rule.sources[0]
         for source in rule.sources:
             rx = pattern(source)
             for short, name in stripped.items():
                 m = rx.match(short)
-                if m is None:
-                    continue
-                index = int(m.group(1)) - rule.start if m.groups() else None
-                if index is None or index >= 0:
+                index = None if m is None else rule.index(m)
+                if index is not None:
                     found[index] = name
             if found:
                 break
-        bindings.append(Binding(rule, source, dict(sorted(found.items(), key=_index_key))))
+        bindings.append(Binding(rule, source, dict(sorted(found.items()))))
         used |= set(found.values())
     ignore = family.ignored()
     ignored = [n for s, n in stripped.items() if n not in used and any(p.match(s) for p in ignore)]
@@ -140,10 +140,6 @@ def bind(family: FamilyMap, names: Mapping[str, Shape]) -> Plan:
     return Plan(family, bindings, targets, ignored, unused, prefix if counts.get(prefix) else "")
 
 
-def _index_key(item: tuple[int | None, str]) -> int:
-    return -1 if item[0] is None else item[0]
-
-
 def coverage(family: FamilyMap, names: Mapping[str, Shape]) -> float:
     """The share of a checkpoint's tensors that a map names (by a rule or as ignored)."""
     if not names:
@@ -152,11 +148,20 @@ def coverage(family: FamilyMap, names: Mapping[str, Shape]) -> float:
     return 1.0 - len(plan.unused) / len(names)
 
 
-def choose_variant(variants: tuple[FamilyMap, ...], tables: Mapping[str, Any]) -> FamilyMap:
-    """The variant of a family whose parameter paths this spec has most of."""
+def choose_variant(
+    variants: tuple[FamilyMap, ...],
+    tables: Mapping[str, Any],
+    names: Mapping[str, Shape] | None = None,
+) -> FamilyMap:
+    """The variant of a family whose parameter paths this spec has most of; between variants
+    that fit the spec alike (Mixtral's experts stored apart, or fused), the one that names
+    most of the checkpoint's tensors."""
 
-    def fit(v: FamilyMap) -> int:
-        return sum(t in tables for r in v.rules for t in r.targets)
+    def fit(v: FamilyMap) -> tuple[int, float]:
+        return (
+            sum(t in tables for r in v.rules for t in r.targets),
+            coverage(v, names) if names is not None and len(variants) > 1 else 0.0,
+        )
 
     return max(variants, key=fit)
 
@@ -184,43 +189,23 @@ def check(plan: Plan, shapes: Mapping[str, Shape], tables: Mapping[str, Shape]) 
             problems.append(
                 Problem("uncovered", f"`--map {fam.name}` has no rule that fills `{path}`", path)
             )
-    # layer counts: a ×N group whose every rule finds the copies 0..m-1 of another m is one
-    # problem of depth, reported once at the group; otherwise each rule says what it lacks
-    depth: dict[str, list[tuple[Binding, str, int, list[int]]]] = {}
+    # copy counts: when every rule of a ×N group finds the layers 0..m-1 of another m, that is
+    # one problem of depth, reported once at the group; when every rule of a box finds the
+    # experts 0..m-1 of each layer, of another m, one problem at the box; otherwise each rule
+    # says what it lacks and what it has beyond the spec's copies
+    counts: dict[tuple[str, str], list[Count]] = {}
     for b in plan.bindings:
         present = [t for t in b.rule.targets if t in tables]
         if not present:
             continue
-        if b.rule.indexed:
-            n = tables[present[0]][0]
-            found = sorted(i for i in b.names if i is not None)
-            if found != list(range(n)) and found == list(range(len(found))):
-                depth.setdefault(_group(present[0]), []).append((b, present[0], n, found))
-                continue
-        problems += _check_binding(plan, b, present, shapes, tables)
-    indexed = {_group(t) for b in plan.bindings if b.rule.indexed for t in b.rule.targets}
-    for group, entries in depth.items():
-        lengths = {len(found) for _, _, _, found in entries}
-        whole = len(entries) == sum(
-            1 for b in plan.bindings if b.rule.indexed and _group(b.rule.targets[0]) == group
-        )
-        if whole and len(lengths) == 1 and group in indexed:
-            b, first, n, found = entries[0]
-            have = (
-                f"{len(found)} (`{plan.name(b, found[0])}` to `{plan.name(b, found[-1])}`)"
-                if found
-                else f"none (no `{plan.name(b, 0)}`)"
-            )
-            problems.append(
-                Problem(
-                    "count", f"this ×N group has {n} copies, but the checkpoint has {have}", first
-                )
-            )
-            continue
-        for b, first, n, found in entries:
-            missing = [plan.name(b, i) for i in range(n) if i not in found]
-            text = f"the checkpoint has no {_list(missing)} for `{first}`"
-            problems.append(Problem("missing", text, first))
+        found = _check_binding(plan, b, present, shapes, tables)
+        count = _count(b, present[0], tables[present[0]], found)
+        if count is not None:
+            counts.setdefault((count.letter, count.owner), []).append(count)
+        else:
+            problems += found
+    for (letter, owner), entries in counts.items():
+        problems += _count_problems(plan, letter, owner, entries)
     order = {path: i for i, path in enumerate(tables)}
     problems.sort(key=lambda p: order.get(p.path, -1) if p.path else -1)
     if plan.unused:
@@ -234,12 +219,96 @@ def check(plan: Plan, shapes: Mapping[str, Shape], tables: Mapping[str, Shape]) 
     return problems
 
 
+@dataclass
+class Count:
+    """A rule whose copies along one index are 0..m-1 where the spec stacks n: ``letter``
+    (``i``, the ×N group's layers, or ``j``, a box's experts) of ``owner`` (the ×N group's
+    path, or the box's)."""
+
+    binding: Binding
+    path: str  # the rule's first target the spec has
+    letter: str
+    owner: str
+    n: int
+    m: int
+    problems: list[Problem]  # the rule's own, said when its group or box is not whole
+
+
+def _count(b: Binding, path: str, want: Shape, problems: list[Problem]) -> Count | None:
+    """The copy count of one index of ``b`` that differs from the spec's, if the copies it has
+    are otherwise whole (``{i}`` first: a checkpoint one layer short says that alone)."""
+    letters = b.rule.letters
+    for axis, letter in enumerate(letters):
+        outer = {k[:axis] for k in b.names}
+        inner = [sorted({k[axis] for k in b.names if k[:axis] == o}) for o in sorted(outer)]
+        if outer != set(itertools.product(*map(range, want[:axis]))):
+            return None  # the outer copies do not fit: _check_binding says which
+        lengths = {len(found) for found in inner}
+        if len(lengths) != 1 or any(found != list(range(len(found))) for found in inner):
+            return None
+        m = lengths.pop()
+        if m != want[axis]:
+            return Count(b, path, letter, _owner(path, letter), want[axis], m, problems)
+    return None
+
+
+def _count_problems(plan: Plan, letter: str, owner: str, entries: list[Count]) -> list[Problem]:
+    """One problem for a whole ×N group or box whose rules agree on another count (with the
+    shapes that do not fit either); otherwise each rule's own problems."""
+    rules = [
+        b
+        for b in plan.bindings
+        if letter in b.rule.letters and any(_owner(t, letter) == owner for t in b.rule.targets)
+    ]
+    if len(entries) != len(rules) or len({c.m for c in entries}) != 1:
+        return [p for c in entries for p in c.problems]
+    shapes = [p for c in entries for p in c.problems if p.kind == "shape"]
+    c = entries[0]
+    axis = c.binding.rule.letters.index(letter)
+    zeros = (0,) * len(c.binding.rule.letters)
+
+    def copy(k: int) -> str:  # copy k along the axis, the first along every other
+        return plan.name(c.binding, (*zeros[:axis], k, *zeros[axis + 1 :]))
+
+    span = f"{c.m} (`{copy(0)}` to `{copy(c.m - 1)}`)" if c.m else f"none (no `{copy(0)}`)"
+    if letter == "i":
+        text = f"this ×N group has {c.n} copies, but the checkpoint has {span}"
+        return [Problem("count", text, c.path), *shapes]
+    per = " per layer" if axis else ""
+    text = (
+        f"this box has {c.n} {plan.family.inner} in this spec, but the checkpoint has {span}{per}"
+    )
+    return [Problem("inner", text, c.path), *shapes]
+
+
+def _owner(path: str, letter: str) -> str:
+    return _group(path) if letter == "i" else path.rsplit("/", 1)[0]
+
+
 def _group(path: str) -> str:
     """The ×N group a stacked parameter belongs to: its path up to the last ``repeat_K``
     (the generated module's name for a ×N group)."""
     parts = path.split("/")
     cut = max((i for i, p in enumerate(parts) if re.fullmatch(r"repeat_\d+", p)), default=-1)
     return "/".join(parts[: cut + 1])
+
+
+def _copies(plan: Plan, b: Binding, first: str, dims: Shape) -> list[Problem]:
+    """The copies of ``b``'s rule that the spec's ``dims`` want and the checkpoint lacks, and
+    those it has beyond them."""
+    expected = set(itertools.product(*map(range, dims)))
+    missing = [plan.name(b, k) for k in sorted(expected - b.names.keys())]
+    extra = [b.names[k] for k in sorted(b.names.keys() - expected)]
+    out = []
+    if missing:
+        text = f"the checkpoint has no {_list(missing)} for `{first}`"
+        out.append(Problem("missing", text, first))
+    if extra:
+        words = {"i": "copies", "j": plan.family.inner}
+        copies = " × ".join(f"{d} {words[x]}" for d, x in zip(dims, b.rule.letters, strict=True))
+        text = f"the checkpoint has {_list(extra)} beyond the {copies} of `{first}`"
+        out.append(Problem("extra", text, first))
+    return out
 
 
 def _check_binding(
@@ -250,8 +319,9 @@ def _check_binding(
     tables: Mapping[str, Shape],
 ) -> list[Problem]:
     rule, first = b.rule, present[0]
+    depth = len(rule.letters)
     if not b.names:
-        index = 0 if rule.indexed else None
+        index = (0,) * depth
         alts = " nor ".join(f"`{plan.name(b, index, s)}`" for s in rule.sources)
         what = "copy 0 of " if rule.indexed else ""
         return [
@@ -259,65 +329,95 @@ def _check_binding(
                 "missing", f"the checkpoint has no tensor for {what}`{first}`: no {alts}", first
             )
         ]
-    want = tables[first]
-    if rule.indexed:
-        n, want = want[0], want[1:]
-        found = sorted(i for i in b.names if i is not None)
-        if found != list(range(n)):
-            missing = [plan.name(b, i) for i in range(n) if i not in b.names]
-            if missing:
-                text = f"the checkpoint has no {_list(missing)} for `{first}`"
-                return [Problem("missing", text, first)]
-    name = next(iter(b.names.values()))
-    got = tuple(shapes[name])
+    dims, want = tables[first][:depth], tables[first][depth:]
+    problems = _copies(plan, b, first, dims)
+    names = [n for k, n in b.names.items() if all(x < d for x, d in zip(k, dims, strict=True))]
+    by_shape: dict[Shape, list[str]] = {}
+    for name in names:
+        by_shape.setdefault(tuple(shapes[name]), []).append(name)
+    for got, group in by_shape.items():
+        every = len(group) == len(names)
+        text = _misfit(rule, first, group, got, tuple(want), every)
+        if text:
+            problems.append(Problem("shape", text, first))
+    return problems
+
+
+def _misfit(rule: Rule, first: str, group: list[str], got: Shape, want: Shape, every: bool) -> str:
+    """Why the tensors ``group``, all of shape ``got``, do not fill copies of ``first`` (of
+    ``want`` each), or ``""`` when they do."""
+    name = f"`{group[0]}`"
+    if not every and len(group) > 1:
+        name += f" (and {len(group) - 1} more of its copies)"
     try:
         out = rule.out_shape(got)
     except ValueError as exc:
-        text = f"`{name}` ({_shape(got)}) cannot fill `{first}`: {exc}"
-        return [Problem("shape", text, first)]
-    if out != tuple(want):
-        how = f", which {', then '.join(op.name for op in rule.ops)} makes {_shape(out)}"
-        each = "each copy of " if rule.indexed else ""
-        return [
-            Problem(
-                "shape",
-                f"{each}`{first}` is {_shape(tuple(want))} in this spec, but `{name}` is "
-                f"{_shape(got)}" + (how if rule.ops else ""),
-                first,
-            )
-        ]
-    return []
+        return f"{name} ({_shape(got)}) cannot fill `{first}`: {exc}"
+    if out == want:
+        return ""
+    how = f", which {', then '.join(op.name for op in rule.ops)} makes {_shape(out)}"
+    each = "each copy of " if rule.indexed else ""
+    return f"{each}`{first}` is {_shape(want)} in this spec, but {name} is {_shape(got)}" + (
+        how if rule.ops else ""
+    )
 
 
 # -- reading and writing ---------------------------------------------------------------------
 
 
 def arrays(
-    plan: Plan, ckpt: Checkpoint, order: list[tuple[str, str, Shape]]
+    plan: Plan,
+    ckpt: Checkpoint,
+    order: list[tuple[str, str, Shape]],
+    computed: Mapping[str, Any] | None = None,
 ) -> Iterator[tuple[str, np.ndarray]]:
-    """``(key, array)`` for each ``(key, path, shape)`` of ``order``, reading each reference
-    tensor once and keeping only the parts of one rule that are still to be written."""
+    """``(key, array)`` for each ``(key, path, shape)`` of ``order``, the array whole or copy
+    by copy (see `pieces`), reading each reference tensor once; the paths of ``computed``
+    (path → its row of the state table) get their initial value."""
+    from lbdl_dsl.backends.jax.runtime import init_arrays
+
     ready: dict[str, np.ndarray] = {}
     for key, path, shape in order:
-        if path not in ready:
+        if computed and path in computed:
+            yield key, init_arrays((0,), {path: computed[path]})[0]
+        elif path in ready:
+            yield key, ready.pop(path)
+        else:
             b, _ = plan.targets[path]
-            ready |= _make(b, ckpt, shape)
-        yield key, ready.pop(path)
+            if len(b.rule.targets) > 1:
+                ready |= _make(b, ckpt, shape)
+                yield key, ready.pop(path)
+            else:
+                yield from ((key, piece) for piece in pieces(b, ckpt, shape))
+
+
+def pieces(b: Binding, ckpt: Checkpoint, shape: Shape) -> Iterator[np.ndarray]:
+    """The copies of a rule of one target, in the order of their indices (layer, then
+    expert), each read when it is wanted: together, in that order, the stacked ``shape``."""
+    dims = shape[: len(b.rule.letters)]
+    if 0 in dims:
+        yield np.zeros(shape, np.float32)
+        return
+    for index in itertools.product(*map(range, dims)):
+        (part,) = b.rule.apply(ckpt.read(b.names[index]))
+        yield part
 
 
 def _make(b: Binding, ckpt: Checkpoint, shape: Shape) -> dict[str, np.ndarray]:
+    """Every target of a rule that makes several (a split), each tensor read once and all its
+    copies kept until written: the parts of one tensor go to different targets."""
     rule = b.rule
-    if not rule.indexed:
-        parts = rule.apply(ckpt.read(b.names[None]))
-        return dict(zip(rule.targets, parts, strict=True))
-    n = shape[0]
-    copies: list[list[np.ndarray]] = [[] for _ in rule.targets]
-    for i in range(n):
-        for k, part in enumerate(rule.apply(ckpt.read(b.names[i]))):
-            copies[k].append(part)
-    if n == 0:
+    dims = shape[: len(rule.letters)]
+    if 0 in dims:
         return {t: np.zeros(shape, np.float32) for t in rule.targets}
-    return {t: np.stack(c) for t, c in zip(rule.targets, copies, strict=True)}
+    copies: list[list[np.ndarray]] = [[] for _ in rule.targets]
+    for index in itertools.product(*map(range, dims)):
+        for k, part in enumerate(rule.apply(ckpt.read(b.names[index]))):
+            copies[k].append(part)
+    return {
+        t: np.stack(c).reshape((*dims, *c[0].shape))
+        for t, c in zip(rule.targets, copies, strict=True)
+    }
 
 
 # -- the whole import ------------------------------------------------------------------------
@@ -343,6 +443,23 @@ def suggest(names: Mapping[str, Shape], exclude: str) -> tuple[str, float] | Non
     return best[1], best[0]
 
 
+def plan_import(
+    model: Any, shapes: Mapping[str, Shape], family: str
+) -> tuple[Plan, list[Problem], dict[str, Any]]:
+    """What importing a checkpoint of these names and shapes into ``model`` (a compiled
+    `Model`) through ``family`` would do, decided before any tensor is read: the plan, every
+    problem, and the state paths the model computes rather than reads (→ their rows of the
+    state table). A checkpoint's header, or a list of names and shapes, is enough."""
+    variants = resolve_family(family)
+    params, state = model.module["PARAMS"], model.module["STATE"]
+    tables = {k: tuple(v[0]) for k, v in (params | state).items()}
+    fam = choose_variant(variants, tables, shapes)
+    computed = {k: v for k, v in state.items() if fam.computes(k)}
+    tables = {k: v for k, v in tables.items() if k not in computed}
+    plan = bind(fam, shapes)
+    return plan, check(plan, shapes, tables), computed
+
+
 def import_weights(
     spec: Any,
     weights: str | os.PathLike[str],
@@ -357,7 +474,7 @@ def import_weights(
     `Model.load`) or, without one, returned in memory as flat ``params``/``state``."""
     from lbdl_dsl.backends.jax.model import Model
 
-    variants = resolve_family(family)
+    resolve_family(family)
     if isinstance(spec, Model):
         model = spec
     else:
@@ -366,7 +483,6 @@ def import_weights(
         model = lbdl_dsl.compile(spec, **dict(overrides or {}))
     params_table = {k: tuple(v[0]) for k, v in model.module["PARAMS"].items()}
     state_table = {k: tuple(v[0]) for k, v in model.module["STATE"].items()}
-    tables = params_table | state_table
     if output is not None and Path(output).suffix != ".safetensors":
         raise LbdlError(
             f"-o {output}: an import is written as .safetensors",
@@ -378,9 +494,7 @@ def import_weights(
             hint="write the imported parameters to a file of their own",
         )
     with open_checkpoint(weights) as ckpt:
-        fam = choose_variant(variants, tables)
-        plan = bind(fam, ckpt.shapes)
-        problems = check(plan, ckpt.shapes, tables)
+        plan, problems, computed = plan_import(model, ckpt.shapes, family)
         if allow_unused:
             problems = [p for p in problems if p.kind != "unused"]
         if problems:
@@ -393,18 +507,21 @@ def import_weights(
             sum(len(b.names) for b in plan.bindings),
             plan.ignored,
             plan.unused,
-            note=fam.note,
+            note=note(model) if callable(note := plan.family.note) else note,
         )
         if output is not None:
             from lbdl_dsl.interop.writer import StreamWriter
 
             with StreamWriter(output, {key: s for key, _, s in order}) as w:
-                w.write_all(arrays(plan, ckpt, order))
+                w.write_all(arrays(plan, ckpt, order, computed))
             result.path = Path(output)
         else:
-            for key, array in arrays(plan, ckpt, order):
-                kind, path = key.split("/", 1)
-                (result.params if kind == "params" else result.state)[path] = array
+            made: dict[str, list[np.ndarray]] = {}
+            for key, array in arrays(plan, ckpt, order, computed):
+                made.setdefault(key, []).append(array)
+            for key, path, shape in order:
+                whole = np.stack(made.pop(key)).reshape(shape)
+                (result.params if key.startswith("params/") else result.state)[path] = whole
         return result
 
 
