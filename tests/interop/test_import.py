@@ -294,6 +294,7 @@ def test_the_llama_map_fills_the_released_specs(spec: str, tmp_path) -> None:
 # -- Mixtral: experts stored apart ({j}) or fused, and the released spec -------------------
 
 MIXTRAL = dict(N=2, D=16, H=4, KV=2, F=32, E=4, V=64, T=16)  # the fixture, through --set
+EXPERT = "model.layers.{}.block_sparse_moe.experts.{}.{}.weight"
 
 
 def test_transformers_5_s_fused_experts_import_as_the_hub_s_experts_apart() -> None:
@@ -399,6 +400,3 @@ def test_mixtral_s_experts_are_read_once_each_and_written_one_by_one(tmp_path, m
     whole = import_weights(model, FIXTURES / "mixtral.safetensors", "mixtral")
     for k, v in lbdl_dsl_flatten(params).items():
         np.testing.assert_array_equal(v, whole.params[k])
-
-
-EXPERT = "model.layers.{}.block_sparse_moe.experts.{}.{}.weight"
