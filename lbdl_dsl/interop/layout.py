@@ -9,7 +9,10 @@ parameter table from the checkpoint's header alone, before a single tensor is re
 Patterns name reference tensors with ``{i}`` standing for a layer index (``h.{i}.ln_1.weight``)
 and ``{i+K}`` for an index counted from K (``layer1.{i+1}.conv1.weight``: ResNet's first block
 of a stage is written apart from the ×N group of the others). A rule with an index fills a
-parameter of a ×N group, whose copies are stacked along a leading axis, one per index.
+parameter of a ×N group, whose copies are stacked along a leading axis, one per index. A second
+index, ``{j}`` (or ``{j+K}``), counts the copies stored apart inside one layer (Mixtral's
+``experts.{j}.w1.weight``): they are stacked along the next axis, so that a rule with both
+indices fills a parameter ``(N, E, ...)`` from N·E tensors, copy ``(i, j)`` at ``[i, j]``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -109,19 +113,22 @@ def split(parts: int, axis: int = 0) -> Op:
     return Op(f"split into {parts} along axis {axis}", shape, apply, parts)
 
 
-_INDEX = re.compile(r"\{i(?:\+(\d+))?\}")
-_TOKEN = re.compile(r"(\{i(?:\+\d+)?\}|\{\*\})")
+_INDEX = re.compile(r"\{([ij])(?:\+(\d+))?\}")
+_TOKEN = re.compile(r"(\{[ij](?:\+\d+)?\}|\{\*\})")
+LETTERS = ("i", "j")  # the indices a pattern may hold, outermost first
+Index = tuple[int, ...]  # one copy of a rule: its (i,), (i, j) or (j,); () for a plain name
 
 
 def pattern(source: str) -> re.Pattern[str]:
-    """A name pattern as a regular expression: ``{i}`` (or ``{i+K}``) is the one group, the
-    layer index; ``{*}`` (only in a map's ``ignore``) matches anything."""
+    """A name pattern as a regular expression: ``{i}`` and ``{j}`` (or ``{i+K}``...) are the
+    groups named ``i`` and ``j``; ``{*}`` (only in a map's ``ignore``) matches anything."""
     text = ""
     for piece in _TOKEN.split(source):
+        m = _INDEX.fullmatch(piece)
         if piece == "{*}":
             text += ".*"
-        elif _INDEX.fullmatch(piece):
-            text += r"(\d+)"
+        elif m:
+            text += rf"(?P<{m.group(1)}>\d+)"
         else:
             text += re.escape(piece)
     return re.compile(text + r"\Z")
@@ -146,21 +153,33 @@ class Rule:
         return (self.target,) if isinstance(self.target, str) else self.target
 
     @property
-    def indexed(self) -> bool:
-        return _INDEX.search(self.sources[0]) is not None
+    def letters(self) -> tuple[str, ...]:
+        """The indices the rule's names hold, outermost first: one leading axis of the
+        target each (``("i",)`` for a ×N group, ``("i", "j")`` for its experts)."""
+        found = {m.group(1) for m in _INDEX.finditer(self.sources[0])}
+        return tuple(x for x in LETTERS if x in found)
 
     @property
-    def start(self) -> int:
-        """The reference index of the group's first copy (``{i+1}`` → 1)."""
-        m = _INDEX.search(self.sources[0])
-        return int(m.group(1)) if m and m.group(1) else 0
+    def indexed(self) -> bool:
+        return bool(self.letters)
 
-    def name(self, index: int | None, source: str | None = None) -> str:
-        """The reference name of copy ``index`` of the group (or the plain name)."""
+    @property
+    def starts(self) -> dict[str, int]:
+        """The reference index of each axis's first copy (``{i+1}`` → 1)."""
+        return {m.group(1): int(m.group(2) or 0) for m in _INDEX.finditer(self.sources[0])}
+
+    def index(self, match: re.Match[str]) -> Index | None:
+        """The copy a matched name is (its indices counted from each start), or ``None`` for
+        a name before a start."""
+        starts = self.starts
+        index = tuple(int(match.group(x)) - starts[x] for x in self.letters)
+        return index if all(k >= 0 for k in index) else None
+
+    def name(self, index: Index, source: str | None = None) -> str:
+        """The reference name of copy ``index`` (``()`` for a rule without indices)."""
         source = source or self.sources[0]
-        if index is None:
-            return source
-        return _INDEX.sub(str(index + self.start), source)
+        starts, at = self.starts, dict(zip(self.letters, index, strict=True))
+        return _INDEX.sub(lambda m: str(at[m.group(1)] + starts[m.group(1)]), source)
 
     def out_shape(self, shape: Shape) -> Shape:
         for op in self.ops:
@@ -190,11 +209,20 @@ class FamilyMap:
     rules: tuple[Rule, ...]
     prefixes: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()  # patterns, as rules' sources
-    note: str = ""  # said after an import: what the user should know about the result
+    # said after an import: what the user should know about the result (or, given the
+    # compiled model, what to say about it, "" for nothing)
+    note: str | Callable[[Any], str] = ""
     sizes: str = ""  # added to the hint when the checkpoint's sizes are not the spec's
+    inner: str = "copies"  # what ``{j}`` counts, as errors say it ("experts")
+    # our state paths (patterns, as ``ignore``'s) that the model computes rather than reads,
+    # such as a mixture's load-balancing loss: written with their initial value
+    computed: tuple[str, ...] = ()
 
     def ignored(self) -> list[re.Pattern[str]]:
         return [pattern(p) for p in self.ignore]
+
+    def computes(self, path: str) -> bool:
+        return any(pattern(p).match(path) for p in self.computed)
 
     def strip(self, name: str) -> str:
         """A checkpoint's name without the first of the map's prefixes it starts with."""

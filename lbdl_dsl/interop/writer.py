@@ -4,9 +4,11 @@
 then need its whole size twice. The format makes streaming easy: a little-endian length, a JSON
 header giving each tensor's dtype, shape and byte range, then the bytes. Every shape is known
 before the first tensor is read (the spec's parameter table says it), so the header is written
-first and each array appended as it is made. The file appears under its name only once
-complete (a temporary file, then a rename), and it is the layout `Model.save` writes:
-``params/<path>`` and ``state/<path>`` keys, float32, with the same metadata.
+first and each array appended as it is made, whole or copy by copy: a stacked tensor is its
+copies one after another, so that Mixtral's ``(N, E, D, F)`` experts (60 GB in float32 for
+8x7B) are written one expert at a time. The file appears under its name only once complete (a
+temporary file, then a rename), and it is the layout `Model.save` writes: ``params/<path>`` and
+``state/<path>`` keys, float32, with the same metadata.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ METADATA = {"format": "lbdl", "layout": "params/<path>, state/<path>"}
 
 
 class StreamWriter:
-    """``with StreamWriter(path, {key: shape}) as w: w.write(key, array)`` in the given order."""
+    """``with StreamWriter(path, {key: shape}) as w: w.write(key, array)`` in the given order;
+    an array may be one of the key's copies (of its shape less leading axes), the copies
+    written in order until the key is complete."""
 
     def __init__(self, path: str | os.PathLike[str], shapes: dict[str, tuple[int, ...]]) -> None:
         self.path = Path(path)
         self.shapes = dict(shapes)
         self._order = list(self.shapes)
         self._next = 0
+        self._filled = 0  # numbers of the current key written so far
         self._file: BinaryIO | None = None
         self._tmp: str | None = None
 
@@ -57,13 +62,19 @@ class StreamWriter:
         return self
 
     def write(self, key: str, array: np.ndarray) -> None:
-        """Append ``key``'s array: keys come in the order given, with the shapes given."""
+        """Append ``key``'s array, or its next copy: keys come in the order given, with the
+        shapes given."""
         assert self._file is not None, "use StreamWriter as a context manager"
-        expected = self._order[self._next]
-        if key != expected or tuple(array.shape) != tuple(self.shapes[key]):
-            raise ValueError(f"wrote {key} {array.shape}, expected {expected} {self.shapes[key]}")
+        expected = self._order[self._next] if self._next < len(self._order) else None
+        shape = self.shapes.get(key, ())
+        total = int(np.prod(shape, dtype=np.int64))
+        fits = tuple(array.shape) == tuple(shape[len(shape) - array.ndim :])
+        if key != expected or not fits or self._filled + array.size > total:
+            raise ValueError(f"wrote {key} {array.shape}, expected {expected} {shape}")
         self._file.write(np.ascontiguousarray(array, dtype="<f4").tobytes())
-        self._next += 1
+        self._filled += array.size
+        if self._filled == total:
+            self._next, self._filled = self._next + 1, 0
 
     def write_all(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
         for key, array in items:

@@ -4,6 +4,7 @@ reference computed, within 1e-5 of the largest output (float32, CPU)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -288,3 +289,114 @@ def test_the_llama_map_fills_the_released_specs(spec: str, tmp_path) -> None:
     assert relative_error(got, want) <= 1e-6
     io = load_file(str(FIXTURES / "llama.io.safetensors"))
     assert 1e-5 < relative_error(got, io["output/P"]) < 1e-3  # ε's effect, and only that
+
+
+# -- Mixtral: experts stored apart ({j}) or fused, and the released spec -------------------
+
+MIXTRAL = dict(N=2, D=16, H=4, KV=2, F=32, E=4, V=64, T=16)  # the fixture, through --set
+EXPERT = "model.layers.{}.block_sparse_moe.experts.{}.{}.weight"
+
+
+def test_transformers_5_s_fused_experts_import_as_the_hub_s_experts_apart() -> None:
+    """mixtral.safetensors is what the Hub's checkpoints and ``save_pretrained`` hold (each
+    expert's w1, w2, w3 apart); mixtral-fused.safetensors, the same model as transformers 5
+    holds it (``experts.gate_up_proj``, ``experts.down_proj``): the same parameters."""
+    entry = MANIFEST["mixtral"]
+    model = lbdl_dsl.compile(REPO / entry["spec"], **entry["set"])
+    apart = import_weights(model, FIXTURES / "mixtral.safetensors", "mixtral")
+    fused = import_weights(model, FIXTURES / "mixtral-fused.safetensors", "mixtral")
+    assert (apart.tensors, fused.tensors) == (41, 21)
+    assert apart.note == ""  # a dropless spec: nothing to say
+    assert apart.params.keys() == fused.params.keys() == model.module["PARAMS"].keys()
+    for k, v in apart.params.items():
+        np.testing.assert_array_equal(fused.params[k], v)
+    # layer 1's expert 2, its w1 transposed, at [1, 2] of the stacked (N, E, D, F) gate
+    with safe_open(str(FIXTURES / "mixtral.safetensors"), "numpy") as f:
+        w1 = f.get_tensor("model.layers.1.block_sparse_moe.experts.2.w1.weight")
+        router = f.get_tensor("model.layers.0.block_sparse_moe.gate.weight")
+    np.testing.assert_array_equal(apart.params["repeat_0/residual_0/moe/gate"][1, 2], w1.T)
+    np.testing.assert_array_equal(apart.params["repeat_0/residual_0/moe/router"][0], router.T)
+    # the load-balancing losses are the model's to compute: they start at 0
+    np.testing.assert_array_equal(apart.state["repeat_0/residual_0/moe/aux"], np.zeros(2))
+
+
+def test_the_mixtral_map_fills_the_released_spec_whose_experts_drop_tokens() -> None:
+    """specs/mixtral-8x7b.lbdl takes the tiny Mixtral through --set: its parameter paths are
+    the fixture spec's, and it computes what that spec computes with the `moe` box's default
+    capacity factor, 1.25, which drops tokens the reference keeps (hence the note)."""
+    model = lbdl_dsl.compile(REPO / "specs" / "mixtral-8x7b.lbdl", **MIXTRAL)
+    result = import_weights(model, FIXTURES / "mixtral.safetensors", "mixtral")
+    assert "drops no token" in result.note
+    tiny = lbdl_dsl.compile(FIXTURES / "mixtral-tiny.lbdl", T=16, C=1.25)
+    ref = import_weights(tiny, FIXTURES / "mixtral.safetensors", "mixtral")
+    assert result.params.keys() == ref.params.keys()
+    for k, v in ref.params.items():
+        np.testing.assert_array_equal(result.params[k], v)
+    got = compute(model, result.params, result.state, "mixtral")["P"]
+    want = compute(tiny, ref.params, ref.state, "mixtral")["P"]
+    assert relative_error(got, want) <= 1e-6
+    io = load_file(str(FIXTURES / "mixtral.io.safetensors"))
+    assert relative_error(got, io["output/P"]) > 1e-2  # dropped tokens: not the reference
+
+
+def released_mixtral() -> dict[str, dict[str, tuple[int, ...]]]:
+    """Mixtral-8x7B's tensor names and shapes in both layouts, as transformers makes them
+    (make.py, on the meta device): a released checkpoint's header without its data."""
+    text = gzip.decompress((FIXTURES / "mixtral-8x7b.names.json.gz").read_bytes())
+    return {k: {n: tuple(s) for n, s in v.items()} for k, v in json.loads(text).items()}
+
+
+@pytest.mark.parametrize(("layout", "tensors"), [("experts", 995), ("fused", 291)])
+def test_a_released_mixtral_checkpoint_fits_the_spec_from_its_names(layout, tensors) -> None:
+    """The whole check on Mixtral-8x7B's real names and shapes against specs/mixtral-8x7b.lbdl
+    as published, nothing read: every parameter filled, every tensor used, the right layout."""
+    from lbdl_dsl.interop.importer import plan_import
+    from lbdl_dsl.interop.maps import mixtral
+
+    shapes = released_mixtral()[layout]
+    assert len(shapes) == tensors
+    assert sum(int(np.prod(s)) for s in shapes.values()) == 46_702_792_704  # the spec's count
+    model = lbdl_dsl.compile(REPO / "specs" / "mixtral-8x7b.lbdl")
+    plan, problems, computed = plan_import(model, shapes, "mixtral")
+    assert problems == []
+    assert plan.family is (mixtral.EXPERTS if layout == "experts" else mixtral.FUSED)
+    assert sum(len(b.names) for b in plan.bindings) == tensors
+    assert plan.unused == plan.ignored == []
+    assert set(plan.targets) == set(model.module["PARAMS"])
+    assert list(computed) == ["repeat_0/residual_0/moe/aux"]
+    gate = next(b for b in plan.bindings if b.rule.targets[0].endswith("moe/gate"))
+    if layout == "experts":  # 32 layers of 8 experts, each found under its own name
+        assert sorted(gate.names) == [(i, j) for i in range(32) for j in range(8)]
+        assert gate.names[(31, 7)] == "model.layers.31.block_sparse_moe.experts.7.w1.weight"
+    # one expert short in one layer: found from the names alone, said with both shapes
+    del shapes[gate.names[(5, 3) if layout == "experts" else (5,)]]
+    problems = plan_import(model, shapes, "mixtral")[1]
+    assert [p.kind for p in problems] == ["missing"]
+    assert "layers.5." in problems[0].message
+
+
+def test_mixtral_s_experts_are_read_once_each_and_written_one_by_one(tmp_path, monkeypatch) -> None:
+    """Each expert's tensor is read when its copy of the stacked parameter is written, and
+    written alone: an import holds one expert at a time, not a layer's (N, E, D, F)."""
+    from lbdl_dsl.interop import readers, writer
+
+    reads: list[str] = []
+    writes: list[tuple[str, tuple[int, ...]]] = []
+    read, write = readers.Checkpoint.read, writer.StreamWriter.write
+    monkeypatch.setattr(readers.Checkpoint, "read", lambda s, n: reads.append(n) or read(s, n))
+    monkeypatch.setattr(
+        writer.StreamWriter, "write", lambda s, k, a: writes.append((k, a.shape)) or write(s, k, a)
+    )
+    entry = MANIFEST["mixtral"]
+    model = lbdl_dsl.compile(REPO / entry["spec"], **entry["set"])
+    out = tmp_path / "a.safetensors"
+    import_weights(model, FIXTURES / "mixtral.safetensors", "mixtral", output=out)
+    with safe_open(str(FIXTURES / "mixtral.safetensors"), "numpy") as f:
+        assert sorted(reads) == sorted(f.keys())
+    w1 = [n for n in reads if n.endswith("w1.weight")]  # layer-major, then expert by expert
+    assert w1 == [EXPERT.format(i, j, "w1") for i in (0, 1) for j in range(4)]
+    assert [s for k, s in writes if k.endswith("moe/gate")] == [(16, 32)] * 8
+    params, _ = model.load(out)
+    whole = import_weights(model, FIXTURES / "mixtral.safetensors", "mixtral")
+    for k, v in lbdl_dsl_flatten(params).items():
+        np.testing.assert_array_equal(v, whole.params[k])

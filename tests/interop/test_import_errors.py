@@ -1,7 +1,7 @@
 """The errors of `lbdl import`, as the user reads them: golden files in tests/golden/interop/.
 
 Each case runs the command line on a checkpoint that does not fit (made from the GPT-2
-fixture, one from the LLaMA fixture), and compares everything it prints with the golden text;
+fixture, or the LLaMA and Mixtral ones), and compares everything it prints with the golden text;
 every problem is listed at once, at the spec line of the box owning the parameter, with both
 shapes. A change made on purpose is accepted with
 ``LBDL_ACCEPT=1 pytest tests/interop/test_import_errors.py``.
@@ -22,7 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "interop"
 GPT2 = "tests/fixtures/interop/gpt2.safetensors"
 LLAMA = "tests/fixtures/interop/llama.safetensors"
+MIXTRAL = "tests/fixtures/interop/mixtral.safetensors"
 SETS = ["N=2", "D=32", "H=4", "V=64", "L=16", "T=16"]
+MIXTRAL_SETS = ["N=2", "D=16", "H=4", "KV=2", "F=32", "E=4", "V=64"]
+EXPERT = "model.layers.{}.block_sparse_moe.experts.{}.{}.weight"
 ACCEPT = os.environ.get("LBDL_ACCEPT") == "1"
 
 
@@ -44,6 +47,18 @@ def _wider(tmp: Path) -> str:
     return str(tmp / "gpt2-wider.safetensors")
 
 
+def _experts(tmp: Path) -> str:
+    """The Mixtral fixture with one expert short in layer 1 (its w1 and w3 gone), an expert 5
+    beside experts 0 to 3 in layer 0, and layer 1's expert 3 with a wider w2."""
+    tensors = load_file(str(REPO / MIXTRAL))
+    del tensors[EXPERT.format(1, 2, "w1")], tensors[EXPERT.format(1, 2, "w3")]
+    for w in ("w1", "w2", "w3"):
+        tensors[EXPERT.format(0, 5, w)] = tensors[EXPERT.format(0, 0, w)]
+    tensors[EXPERT.format(1, 3, "w2")] = np.zeros((16, 48), np.float32)
+    save_file(tensors, str(tmp / "mixtral-experts.safetensors"))
+    return str(tmp / "mixtral-experts.safetensors")
+
+
 CASES = {
     # --map llama on GPT-2 weights: the map is named as the one that fits
     "wrong_map": lambda tmp: (GPT2, "llama", SETS),
@@ -59,8 +74,16 @@ CASES = {
     "layer_count": lambda tmp: (GPT2, "gpt2", [*SETS[1:], "N=3"]),
     # grouped-query k/v into LLaMA-2's one key/value head per query head: Mistral's spec named
     "gqa_into_llama2": lambda tmp: (LLAMA, "llama", ["N=2", "D=32", "H=4", "F=64", "V=64"]),
+    # Mixtral's experts, one tensor each: a missing one, an extra one, a wrong shape, all said
+    "mixtral_experts": lambda tmp: (_experts(tmp), "mixtral", MIXTRAL_SETS),
+    # 4 experts a layer into a spec of 8: one problem at the moe box, and the router's shape
+    "mixtral_expert_count": lambda tmp: (MIXTRAL, "mixtral", [*MIXTRAL_SETS[:-2], "E=8", "V=64"]),
 }
-SPECS = {"gqa_into_llama2": "specs/llama2-7b.lbdl"}  # the others: specs/gpt2.lbdl
+SPECS = {  # the others: specs/gpt2.lbdl
+    "gqa_into_llama2": "specs/llama2-7b.lbdl",
+    "mixtral_experts": "specs/mixtral-8x7b.lbdl",
+    "mixtral_expert_count": "specs/mixtral-8x7b.lbdl",
+}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -49,9 +49,11 @@ def test_a_split_that_does_not_divide_says_so() -> None:
 
 def test_patterns_index_from_their_start_and_match_whole_names() -> None:
     rule = layout.Rule("layer1.{i+1}.conv1.weight", "x")
-    m = layout.pattern(rule.source).match("layer1.3.conv1.weight")
-    assert m and int(m.group(1)) - rule.start == 2
-    assert rule.name(2) == "layer1.3.conv1.weight"
+    m = layout.pattern(rule.sources[0]).match("layer1.3.conv1.weight")
+    assert m and rule.index(m) == (2,)
+    assert rule.name((2,)) == "layer1.3.conv1.weight"
+    before = layout.pattern(rule.sources[0]).match("layer1.0.conv1.weight")
+    assert before and rule.index(before) is None  # the stage's first block, written apart
     assert not layout.pattern(rule.source).match("layer1.3.conv1.weight_orig")
     assert layout.pattern("{*}num_batches_tracked").match("layer2.0.bn1.num_batches_tracked")
 
@@ -78,3 +80,34 @@ def test_the_streaming_writer_writes_plain_safetensors(tmp_path) -> None:
         w.write("a", np.zeros(3))
     assert not (tmp_path / "y.safetensors").exists()
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
+
+
+def test_a_second_index_counts_the_copies_inside_a_layer() -> None:
+    rule = layout.Rule("layers.{i}.experts.{j}.w1.weight", "moe/gate")
+    assert rule.letters == ("i", "j") and rule.indexed
+    m = layout.pattern(rule.sources[0]).match("layers.3.experts.7.w1.weight")
+    assert m and rule.index(m) == (3, 7)
+    assert rule.name((3, 7)) == "layers.3.experts.7.w1.weight"
+    # each index counted from its own start; {j} alone is the outermost stacked axis
+    alone = layout.Rule("blocks.{j+1}.w", "moe/up")
+    assert alone.letters == ("j",) and alone.name((0,)) == "blocks.1.w"
+    first = layout.pattern(alone.sources[0]).match("blocks.0.w")
+    assert first and alone.index(first) is None
+    assert layout.Rule("norm.weight", "x").letters == ()
+
+
+def test_the_streaming_writer_takes_a_stacked_tensor_copy_by_copy(tmp_path) -> None:
+    experts = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)  # (N, E, D, F)
+    path = tmp_path / "x.safetensors"
+    with StreamWriter(path, {"params/gate": experts.shape, "params/b": (2,)}) as w:
+        for i in range(2):
+            for j in range(3):
+                w.write("params/gate", experts[i, j])  # one expert at a time
+        w.write("params/b", np.ones(2, np.float32))
+    np.testing.assert_array_equal(load_file(str(path))["params/gate"], experts)
+    with pytest.raises(ValueError), StreamWriter(tmp_path / "y.safetensors", {"a": (2, 3)}) as w:
+        w.write("a", np.zeros(3))
+        w.write("a", np.zeros(4))  # not a copy of `a`
+    with pytest.raises(ValueError), StreamWriter(tmp_path / "z.safetensors", {"a": (2, 3)}) as w:
+        w.write("a", np.zeros(3))  # one copy of two: incomplete
+    assert not (tmp_path / "y.safetensors").exists() and not (tmp_path / "z.safetensors").exists()

@@ -7,12 +7,13 @@ parameters): the importer takes the variant whose parameter paths the spec has.
 from __future__ import annotations
 
 from lbdl_dsl.interop.layout import FamilyMap
-from lbdl_dsl.interop.maps import bert, gpt2, llama, resnet, vit
+from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, resnet, vit
 
 MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "gpt2": (gpt2.MAP,),
     "llama": (llama.MAP,),
     "mistral": (llama.MAP,),
+    "mixtral": mixtral.VARIANTS,
     "resnet": resnet.VARIANTS,
     "vit": (vit.MAP,),
     "bert": (bert.MAP,),

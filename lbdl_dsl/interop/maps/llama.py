@@ -30,29 +30,36 @@ ATT, FFW = "repeat_0/attn/", "repeat_0/mlp/"
 MHA = ATT + "att/"  # the attention inside the self-att box, beside its rmsnorm `ln`
 T = (transpose(),)
 
+# what LLaMA's descendants (Mistral, Mixtral: `maps.mixtral`) share: the embedding, each
+# layer's attention half, the final norm and the output layer
+ATTENTION = (
+    Rule("embed_tokens.weight", "embed_0/table"),
+    Rule(X + "input_layernorm.weight", ATT + "ln/scale"),
+    Rule(X + "self_attn.q_proj.weight", MHA + "wq", T),
+    Rule(X + "self_attn.k_proj.weight", MHA + "wk", T),
+    Rule(X + "self_attn.v_proj.weight", MHA + "wv", T),
+    Rule(X + "self_attn.o_proj.weight", MHA + "wo", T),
+)
+HEAD = (Rule("norm.weight", "rmsnorm_0/scale"), Rule("lm_head.weight", "fc_0/w", T))
+IGNORE = (X + "self_attn.rotary_emb.inv_freq", "rotary_emb.inv_freq")
+
 MAP = FamilyMap(
     name="llama",
     doc="LLaMA / Mistral (Hugging Face LlamaForCausalLM, MistralForCausalLM)",
     spec="specs/llama2-7b.lbdl",
     prefixes=("model.",),
-    ignore=(X + "self_attn.rotary_emb.inv_freq", "rotary_emb.inv_freq"),
+    ignore=IGNORE,
     sizes=(
         "a k_proj narrower than q_proj is grouped-query attention (the config's "
         "num_key_value_heads): specs/mistral-7b.lbdl takes it with --set KV=... "
         "(and W at least the context, for no sliding window)"
     ),
     rules=(
-        Rule("embed_tokens.weight", "embed_0/table"),
-        Rule(X + "input_layernorm.weight", ATT + "ln/scale"),
-        Rule(X + "self_attn.q_proj.weight", MHA + "wq", T),
-        Rule(X + "self_attn.k_proj.weight", MHA + "wk", T),
-        Rule(X + "self_attn.v_proj.weight", MHA + "wv", T),
-        Rule(X + "self_attn.o_proj.weight", MHA + "wo", T),
+        *ATTENTION,
         Rule(X + "post_attention_layernorm.weight", FFW + "ln/scale"),
         Rule(X + "mlp.gate_proj.weight", FFW + "gate/w", T),
         Rule(X + "mlp.up_proj.weight", FFW + "up/w", T),
         Rule(X + "mlp.down_proj.weight", FFW + "down/w", T),
-        Rule("norm.weight", "rmsnorm_0/scale"),
-        Rule("lm_head.weight", "fc_0/w", T),
+        *HEAD,
     ),
 )
