@@ -176,7 +176,7 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     out = out + _scope(inst.shortcut, memo, splits, looped)
     for cp in inst.copies:
         carry = _numel(inst.inputs[0].shape) if inst.inputs else Expr()
-        out = out + (_scope(cp.body, memo, splits, True) + carry) * cp.count
+        out = out + (_scope(cp.body, memo, splits, True) + carry) * cp.runs
     memo[key] = out
     return out
 

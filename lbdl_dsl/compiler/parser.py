@@ -817,6 +817,10 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
             c[0], short[0] if short else None, self._stmt_span(meta), short[1] if short else None
         )
 
+    def experts_group(self, meta: Any, c: Children) -> ast.ExpertsGroup:
+        *hparams, body = c
+        return ast.ExpertsGroup(tuple(hparams), body, self._stmt_span(meta))
+
     def _ref(self, tok: Token) -> ast.Ref:
         return ast.Ref(str(tok), _tok_span(self.file, tok))
 
