@@ -99,6 +99,19 @@ def moe_ref(x: Any, p: Weights, a: Any) -> Any:
     return out.reshape(x.shape)
 
 
+def _expert(a: MoeAttrs, d: Expr) -> str:
+    """One gated expert (Shazeer 2020): act(x·W_gate) ⊙ (x·W_up), then W_down, no biases."""
+    return (
+        "block expert on X: D:\n"
+        f"  fc out={a.hidden} bias=false -> up\n"
+        "  from X\n"
+        f"  fc out={a.hidden} bias=false -> gate\n"
+        f"  {a.act}\n"
+        "  mul(up)\n"
+        f"  fc out={d} bias=false -> down\n"
+    )
+
+
 MOE = Layer(
     name="moe",
     aliases=("mixture-of-experts",),
@@ -129,6 +142,7 @@ MOE = Layer(
         ("7×8", "moe e=3 k=2 hidden=5 cap=4.0"),
     ),
     reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
+    expert=_expert,
 )
 
 LAYERS = (MOE,)
