@@ -376,7 +376,7 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
     ],
     (
         "the lines of a spec start at the left margin or inside a group",
-        "indent only the body of a `block`, `model`, `residual:`, `shortcut:` or `×N:`",
+        "indent only the body of a `block`, `model`, `residual:`, `shortcut:`, `×N:` or `experts:`",
     ): [
         "  model m:\n    relu\n",
         "model m:\n  input X: 3\n  relu\n      relu\n",
@@ -401,7 +401,7 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
 
 _INDENTED = (
     "the lines of a spec start at the left margin or inside a group (found an indented line)",
-    "indent only the body of a `block`, `model`, `residual:`, `shortcut:` or `×N:`",
+    "indent only the body of a `block`, `model`, `residual:`, `shortcut:`, `×N:` or `experts:`",
 )
 
 

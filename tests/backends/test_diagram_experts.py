@@ -18,6 +18,7 @@ from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import run_dot
 from lbdl_dsl.backends.diagram.scene import FAIL, POISON, Box, Frame
 from lbdl_dsl.compiler.driver import CheckFailed, compile_spec
+from lbdl_dsl.tools.book_figures import OPENED
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "tests" / "fixtures" / "experts" / "experts.lbdl"
@@ -103,6 +104,14 @@ def test_a_built_program_draws_its_mixtures_unchecked() -> None:
     scene = diagram.scene(compile_spec(SPEC, stop_after="build"), expand="all")
     assert {b.look for b in scene.boxes()} == {POISON}
     assert _names(scene.boxes()).count("Σ") == 2
+
+
+def test_the_gallery_shows_mixtral_opened_with_its_review() -> None:
+    page = (REPO / "docs" / "gallery.md").read_text("utf-8")
+    for opened in OPENED:
+        assert f"`{opened.command}`" in page and opened.review in page, "make gallery"
+        assert (REPO / "docs" / "gallery" / f"{opened.slug}.png").is_file()
+    assert [o.slug for o in OPENED] == ["mixtral-8x7b-moe"]
 
 
 def test_the_fixture_dot_matches_its_golden_and_renders_the_same_bytes() -> None:

@@ -109,6 +109,8 @@ def test_the_counts_are_all_experts_parameters_and_k_experts_macs() -> None:
     assert checked.totals["params"].as_int() == params == 2568
     assert checked.totals["macs"] == sym("T") * per_token
     assert checked.totals["state"].as_int() == 3  # one load-balancing loss per mixture
+    # activations: each token's k experts' outputs (the MLP's 2D, 2D, D; ffn's D, F, F, D)
+    assert checked.totals["activations"] == sym("T") * (k * (4 * d + d) + 2 * (2 * d + 2 * f))
     wider = lbdl_dsl.check(str(SPEC), K=3, T=6)
     assert wider.totals["macs"].as_int() - 6 * per_token == 6 * mlp_macs  # one more expert active
 
