@@ -174,6 +174,8 @@ def shapes_text(checked: Checked) -> str:
         params = inst.totals.get("params", Expr())
         macs = inst.totals.get("macs", Expr())
         attrs = inst.attrs.text() if inst.attrs is not None else ""
+        if inst.kind == "experts":
+            attrs = " ".join(f"{k}={v}" for k, v in inst.hp.items())
         lines.append(
             f"{'/'.join(path)}: {inst.node.op or inst.kind} -> {out}"
             f"  params={fmt_count(params)} macs={fmt_count(macs)}{times}"
