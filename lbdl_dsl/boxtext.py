@@ -93,6 +93,10 @@ def box_label(inst: Inst, blocks: Mapping[str, Block]) -> str:
         if bodies and len(bodies[0]) == 1:
             return f"{box_label(bodies[0][0], blocks)} {count}"
         return count
+    if node.kind == "experts":
+        hp = inst.hp or {"e": getattr(node, "experts", ""), "k": getattr(node, "k", "")}
+        cap = f" cap={hp['cap']}" if hp.get("cap", 1.25) != 1.25 else ""
+        return f"experts e={hp['e']} k={hp['k']}{cap}"
     if node.kind == "residual":
         return "residual" + (" + shortcut" if getattr(node, "shortcut", None) is not None else "")
     text = hparams_text(node, inst, blocks.get(node.op) if node.kind == "call" else None)

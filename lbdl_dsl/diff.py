@@ -170,9 +170,8 @@ class _Align:
         yield from self.scope(
             a.shortcut, b.shortcut, f"{path_a}/shortcut", f"{path_b}/shortcut", times
         )
-        many = len(a.copies) > 1
-        for i, (ca, cb) in enumerate(zip(a.copies, b.copies)):
-            sub_a, sub_b = (f"{path_a}/{i}", f"{path_b}/{i}") if many else (path_a, path_b)
+        for (step_a, ca), (step_b, cb) in zip(a.copy_prefixes(), b.copy_prefixes()):
+            sub_a, sub_b = f"{path_a}/{step_a}".rstrip("/"), f"{path_b}/{step_b}".rstrip("/")
             yield from self.scope(ca.body, cb.body, sub_a, sub_b, times * ca.count)
 
     def whole(
@@ -226,10 +225,8 @@ def parameter_shapes(checked: Checked) -> Iterator[tuple[str, tuple[str, ...]]]:
                     yield f"{path}/{name}", (*stack, *(str(d) for d in spec.shape))
             yield from visit(inst.body, path, stack)
             yield from visit(inst.shortcut, f"{path}/shortcut", stack)
-            many = len(inst.copies) > 1
-            for i, cp in enumerate(inst.copies):
-                sub = f"{path}/{i}" if many else path
-                yield from visit(cp.body, sub, (*stack, str(cp.count)))
+            for step, cp in inst.copy_prefixes():
+                yield from visit(cp.body, f"{path}/{step}".rstrip("/"), (*stack, str(cp.count)))
 
     yield from visit(checked.root, "", ())
 

@@ -73,8 +73,8 @@ def rows(checked: Checked, depth: int | None) -> Iterator[tuple[int, str, Inst, 
             path = f"{prefix}/{inst.id}" if prefix else inst.id
             yield level, path, inst, copies
             if depth is None or level + 1 < depth:
-                for i, cp in enumerate(inst.copies):
-                    sub = f"{path}/{i}" if len(inst.copies) > 1 else path
+                for step, cp in inst.copy_prefixes():
+                    sub = f"{path}/{step}".rstrip("/")
                     yield from visit(cp.body, level + 1, sub, copies * cp.count)
                 yield from visit(inst.body, level + 1, path, copies)
                 yield from visit(inst.shortcut, level + 1, f"{path}/shortcut", copies)

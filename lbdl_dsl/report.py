@@ -54,10 +54,8 @@ def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
                 str(inst.hp.get("count", "")) if inst.kind == "repeat" else "",
             )
             if depth is None or level + 1 < depth:
-                for i, cp in enumerate(inst.copies):
-                    yield from visit(
-                        cp.body, level + 1, f"{path}/{i}" if len(inst.copies) > 1 else path
-                    )
+                for step, cp in inst.copy_prefixes():
+                    yield from visit(cp.body, level + 1, f"{path}/{step}".rstrip("/"))
                 yield from visit(inst.body, level + 1, path)
                 yield from visit(inst.shortcut, level + 1, f"{path}/shortcut")
 

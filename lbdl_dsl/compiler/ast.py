@@ -101,6 +101,15 @@ class ResidualGroup:
 
 
 @dataclass(frozen=True)
+class ExpertsGroup:
+    """``experts e=E k=K:``: E copies of the indented body (one expert), k of them per token."""
+
+    hparams: tuple[HParam, ...]
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
 class InputDecl:
     name: Ref
     shape: ShapeAST
@@ -146,6 +155,7 @@ Stmt = Union[
     Box,
     RepeatGroup,
     ResidualGroup,
+    ExpertsGroup,
     InputDecl,
     OutputDecl,
     FromStmt,

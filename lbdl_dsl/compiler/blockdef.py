@@ -85,7 +85,7 @@ def check_block(program: Program, block: Block, env: dict[str, Any]) -> Checked:
         tensors.append(t)
         ins[body.node(nid).name or ""] = t
     checker = Checker(program, env)
-    checker.stack.append((block.name, block.span))
+    checker.stack.append((f"in block `{block.name}`, used here", block.span))
     root, result, _ = checker.graph(body, tensors, env)
     totals = sum_totals(root)
     free = sorted({s for t in ins.values() for d in t.shape for s in d.free_symbols})

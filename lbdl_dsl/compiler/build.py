@@ -21,6 +21,7 @@ from lbdl_dsl.compiler.graph import (
     Block,
     CallNode,
     CountAssert,
+    ExpertsNode,
     Graph,
     HValue,
     InputNode,
@@ -34,7 +35,7 @@ from lbdl_dsl.compiler.graph import (
     ShapeAssert,
     TensorSig,
 )
-from lbdl_dsl.compiler.hparams import check_symbols, default_value, normalise
+from lbdl_dsl.compiler.hparams import as_size, check_symbols, default_value, normalise
 from lbdl_dsl.compiler.imports import Loaded
 from lbdl_dsl.compiler.limits import MAX_REPEAT
 from lbdl_dsl.compiler.values import written
@@ -44,6 +45,7 @@ from lbdl_dsl.core.layers.base import HP
 from lbdl_dsl.core.symbolic import Expr
 
 _COUNTED = ("params", "state", "macs")
+_EXPERTS_HPARAMS = ("e", "k", "cap")
 
 
 def slug(op: str) -> str:
@@ -257,6 +259,61 @@ class _Builder:
             captures += ssub.captures  # ports: x, the body's captures, the shortcut's
         node = ResidualNode(id=scope.new_id("residual"), span=st.span, body=body, shortcut=short)
         self.emit(scope, node, [x, *captures])
+
+    def _ExpertsGroup(self, scope: _Scope, st: ast.ExpertsGroup) -> None:
+        x = self.flowing(scope, st.span)
+        given = {hp.key: hp for hp in st.hparams}
+        for hp in st.hparams:
+            if hp.key not in _EXPERTS_HPARAMS:
+                raise LbdlError(
+                    f"`experts` has no hyper-parameter `{hp.key}`",
+                    hp.span,
+                    hint=did_you_mean(hp.key, _EXPERTS_HPARAMS)
+                    or "its hyper-parameters are e (experts), k (per token) and cap (capacity)",
+                )
+        if len(given) != len(st.hparams):
+            raise LbdlError("a hyper-parameter of `experts` is given twice", st.span)
+        if "e" not in given:
+            raise LbdlError(
+                "`experts` needs `e`, the number of experts",
+                st.span,
+                hint="e.g. `experts e=8 k=2:`",
+            )
+        e = as_size(given["e"].value, "e", scope.known)
+        k = as_size(given["k"].value, "k", scope.known) if "k" in given else Expr.lift(2)
+        cap = 1.25
+        if "cap" in given:
+            value = given["cap"].value
+            number = value.value if isinstance(value, ast.Literal) else None
+            if isinstance(value, ast.SizeExpr) and value.expr.is_const:
+                number = float(value.expr.const_value)
+            if not isinstance(number, float) or not number > 0:
+                raise LbdlError(
+                    f"`cap` is a positive number, not `{value.text}`",
+                    value.span,
+                    hint="the capacity factor: each expert holds cap·k·tokens/e tokens, "
+                    "e.g. `cap=1.25`",
+                )
+            cap = number
+        body, sub = self.subgraph(scope, st.body)
+        if sub.captures:
+            ref = sub.graph.node(sub.graph.inputs[1])
+            raise LbdlError(
+                f"an expert sees one token at a time: it cannot read `{ref.name}` from outside "
+                "the `experts` group",
+                ref.span,
+                hint="compute what the experts need before the group, or inside the body",
+            )
+        node = ExpertsNode(
+            id=scope.new_id("experts"),
+            span=st.span,
+            body=body,
+            experts=e,
+            k=k,
+            capacity=cap,
+            spans=tuple((hp.key, hp.span) for hp in st.hparams),
+        )
+        self.emit(scope, node, [x])
 
     def _Box(self, scope: _Scope, st: ast.Box, in_frame: bool = False) -> None:
         if st.count is not None:  # `resblock ×2`: a frame around one box

@@ -30,6 +30,12 @@ def _built(name: str, text: str) -> Block:
     return block
 
 
+def built_text(name: str, text: str) -> Block:
+    """The one block of ``text`` (ours, not the user's), built once; ``name`` is its file."""
+    SOURCES[name] = text
+    return _built(name, text)
+
+
 def inside(layer: Layer, hp: dict[str, Any], ranks: tuple[int, ...]) -> Block:
     """The block that is ``layer``'s inside for these hyper-parameters and input ranks."""
     assert layer.inside is not None

@@ -8,7 +8,8 @@ can scan them:
 
 - ``call``: a use of a block definition, whose body lives once in `Program.blocks`;
 - ``repeat``: a ×N frame, whose `body` graph is one copy;
-- ``residual``: a group whose input is added to its output, with an optional `shortcut` graph.
+- ``residual``: a group whose input is added to its output, with an optional `shortcut` graph;
+- ``experts``: a mixture of experts, whose `body` graph is one expert, applied to one token.
 
 A body graph receives its inputs through ``input`` nodes (port 0 is the tensor flowing in, later
 ports the tensors it captures by name from around it) and returns the output of its `result` node.
@@ -136,14 +137,36 @@ class ResidualNode:
     name: str | None = None
 
 
-Node = Union[InputNode, LayerNode, CallNode, RepeatNode, ResidualNode]
+@dataclass(frozen=True, kw_only=True)
+class ExpertsNode:
+    """``experts e=E k=K cap=1.25:``: a router and E copies of `body` (one expert, which sees
+    one token's vector); each token goes to its top k experts, within each one's capacity."""
+
+    kind: ClassVar[str] = "experts"
+    op: ClassVar[str] = ""
+    id: str
+    span: Span
+    body: Graph
+    experts: Expr
+    k: Expr
+    capacity: float
+    spans: tuple[tuple[str, Span], ...] = ()  # where each hyper-parameter is written
+    annotation: Annotation | None = None
+    name: str | None = None
+
+    def where(self, key: str) -> Span:
+        """The span of hyper-parameter ``key`` as written, else the header's."""
+        return dict(self.spans).get(key, self.span)
+
+
+Node = Union[InputNode, LayerNode, CallNode, RepeatNode, ResidualNode, ExpertsNode]
 """One box of a graph; passes dispatch on its type with ``match``."""
 
 
 def subgraphs(node: Node) -> tuple[Graph, ...]:
     """The graphs a node holds: a frame's copy, a residual group's paths; none otherwise."""
     match node:
-        case RepeatNode(body=body):
+        case RepeatNode(body=body) | ExpertsNode(body=body):
             return (body,)
         case ResidualNode(body=body, shortcut=shortcut):
             return (body,) if shortcut is None else (body, shortcut)
@@ -328,7 +351,7 @@ def _node_problem(
             return f"unknown op {op} at {nid}"
         case CallNode(op=op) if op not in program.blocks:
             return f"call of unknown block {op}"
-        case RepeatNode(body=body) | ResidualNode(body=body):
+        case RepeatNode(body=body) | ResidualNode(body=body) | ExpertsNode(body=body):
             if body.result is None:
                 return f"group {nid} has no body"
             shortcut = node.shortcut if isinstance(node, ResidualNode) else None

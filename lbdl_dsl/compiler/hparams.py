@@ -57,7 +57,7 @@ def _as_float(value: ast.Value, key: str, params: set[str]) -> HValue:
     raise LbdlError(f"`{key}` is a number, not `{value.text}`", value.span)
 
 
-def _as_size(value: ast.Value, key: str, known: set[str], allow_negative: bool = False) -> Expr:
+def as_size(value: ast.Value, key: str, known: set[str], allow_negative: bool = False) -> Expr:
     if isinstance(value, ast.Literal):
         raise LbdlError(
             f"`{key}` is a whole number, not `{value.text}`", value.span, hint=f"e.g. `{key}=3`"
@@ -79,8 +79,8 @@ def _as_sizes(value: ast.Value, key: str, known: set[str], n: int) -> tuple[Expr
                 value.span,
                 hint=f"give one number for every axis, or a single number for all {n}",
             )
-        return tuple(_as_size(v, key, known) for v in value.items)
-    return (_as_size(value, key, known),) * max(n, 1)
+        return tuple(as_size(v, key, known) for v in value.items)
+    return (as_size(value, key, known),) * max(n, 1)
 
 
 _HYPHENATED = re.compile(r"[A-Za-z_]\w*(?:-[A-Za-z_]\w*)+")
@@ -124,7 +124,7 @@ def normalise(layer: Layer, hp: HP, value: ast.Value, known: set[str], params: s
     if kind == "axis":
         return _as_axis(value, hp.name)
     if kind in ("size", "index"):
-        return _as_size(value, hp.name, known, allow_negative=kind == "index")
+        return as_size(value, hp.name, known, allow_negative=kind == "index")
     if kind == "sizes":
         return _as_sizes(value, hp.name, known, layer.spatial)
     if kind == "padding":
@@ -133,7 +133,7 @@ def normalise(layer: Layer, hp: HP, value: ast.Value, known: set[str], params: s
         return _as_sizes(value, hp.name, known, layer.spatial)
     if kind in ("axes", "shape"):
         items = value.items if isinstance(value, ast.TupleValue) else (value,)
-        return tuple(_as_size(v, hp.name, known, allow_negative=True) for v in items)
+        return tuple(as_size(v, hp.name, known, allow_negative=True) for v in items)
     raise AssertionError(f"unknown hyper-parameter kind {kind}")
 
 

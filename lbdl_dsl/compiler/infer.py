@@ -21,6 +21,7 @@ from lbdl_dsl.compiler.graph import (
     Block,
     CallNode,
     CountAssert,
+    ExpertsNode,
     Graph,
     GraphInvariantError,
     InputNode,
@@ -38,7 +39,7 @@ from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, numel, sum
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
 from lbdl_dsl.core.layers import Ctx, Layer, ShapeFailure, lookup
-from lbdl_dsl.core.layers.base import Shape, fmt_shape
+from lbdl_dsl.core.layers.base import ZEROS, FanIn, PSpec, Shape, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, InexactDivision
 
 _MAX_DIAGNOSTICS = 20
@@ -62,6 +63,8 @@ def _where(node: Node) -> str:
             return f"`×N group` at line {node.span.line}"
         case ResidualNode():
             return f"`residual group` at line {node.span.line}"
+        case ExpertsNode():
+            return f"`experts` at line {node.span.line}"
         case _:
             return f"`{node.op}` at line {node.span.line}"
 
@@ -106,12 +109,12 @@ class Checker:
         self.diagnostics: list[Diagnostic] = []
         self.assumptions: list[str] = []
         self.memo: dict[CallKey, tuple[list[Inst], Tensor | None, Env, int]] = {}
-        self.stack: list[tuple[str, Span]] = []  # block calls being checked, for notes
+        self.stack: list[tuple[str, Span]] = []  # block calls (and experts) being checked: notes
         self.layers_seen = 0
 
     # -- reporting ------------------------------------------------------------------------------
     def report(self, err: LbdlError) -> None:
-        calls = [Note(f"in block `{name}`, used here", span) for name, span in reversed(self.stack)]
+        calls = [Note(text, span) for text, span in reversed(self.stack)]
         if len(calls) > 8:  # a deep chain of calls: its innermost and outermost steps say enough
             calls = [*calls[:4], Note(f"... and {len(calls) - 7} calls between"), *calls[-3:]]
         for d in err.diagnostics:
@@ -244,6 +247,8 @@ class Checker:
                 out = self.repeat(inst, env)
             case ResidualNode():
                 out = self.residual(inst, env)
+            case ExpertsNode():
+                out = self.experts(inst, env)
         if node.annotation is not None:
             self.check_annotation(inst, out.shape, env)
         return out
@@ -462,7 +467,7 @@ class Checker:
             body, result, bindings, boxes = self.memo[key]
             self.count_boxes(boxes, node.span)
         else:
-            self.stack.append((node.op, node.span))
+            self.stack.append((f"in block `{node.op}`, used here", node.span))
             before = self.layers_seen
             try:
                 body, result, _ = self.graph(block.body, list(inst.inputs), benv)
@@ -603,6 +608,70 @@ class Checker:
             seen_in.shape, seen_in.dtype, seen_in.vocab, _where(node), node.span, seen_in.rf
         )
 
+    def experts(self, inst: Inst, env: Env) -> Tensor:
+        """A mixture of experts: the body is checked once, on the vector of one token."""
+        node = inst.node
+        assert isinstance(node, ExpertsNode), "`box` dispatches mixtures of experts here"
+        x = inst.inputs[0]
+        e, k = (
+            self.whole(node, name, _subs(v, env))
+            for name, v in (("e", node.experts), ("k", node.k))
+        )
+        if k > e:
+            raise LbdlError(f"k={k} experts per token, but there are only e={e}", node.where("k"))
+        d = x.shape[-1]
+        tokens = numel(x.shape[:-1])
+        inst.hp = {"e": e, "k": k, "cap": node.capacity}
+        token = Tensor((d,), x.dtype, x.vocab, "the token an expert sees", node.span)
+        self.stack.append((f"in an expert, which sees one token ({d}) of the {x} input", node.span))
+        try:
+            body, result, _ = self.graph(node.body, [token], env)
+        finally:
+            self.stack.pop()
+        inst.copies = [Copies(body, Expr.lift(e), "experts", tokens * k, "expert")]
+        if result is None:
+            raise _poison()
+        kept = _stateful(body)
+        if kept is not None:
+            raise LbdlError(
+                f"an expert cannot keep state, and `{kept.node.op or kept.kind}` does",
+                kept.node.span,
+                hint="each token visits only k experts, so a running statistic would be "
+                "updated by a different subset of the batch in every expert; use a "
+                "normalisation without state (layernorm, rmsnorm)",
+                notes=[Note("in this mixture of experts", node.span)],
+            )
+        if len(result.shape) != 1:
+            raise LbdlError(
+                f"an expert must give one vector per token, but this one gives {result}",
+                node.span,
+                hint="end the expert's body with a box that gives a vector (fc, reshape)",
+                notes=[Note(f"its output is made by {result.made_by}", result.span)],
+            )
+        inst.params = {"router": PSpec((d, Expr.lift(e)), FanIn(d), ("embed", "experts"))}
+        inst.state = {"aux": PSpec((), ZEROS, ())}
+        inst.macs = tokens * d * e
+        shape = (*x.shape[:-1], result.shape[0])
+        return Tensor(shape, result.dtype, result.vocab, _where(node), node.span)
+
+    @staticmethod
+    def whole(node: ExpertsNode, name: str, value: Expr) -> int:
+        """``e`` or ``k`` of a mixture: a whole number ≥ 1, known when the model is checked."""
+        n = value.as_int()
+        if n is None or n < 1:
+            raise LbdlError(
+                f"`{name}` of `experts` must be a whole number ≥ 1, here it is {value}",
+                node.where(name),
+                hint="the router's width and the top-k need a value: give one with --set"
+                if n is None and not value.is_const
+                else None,
+            )
+        if n > MAX_REPEAT:
+            raise LbdlError(
+                f"e={n:,} experts is more than the {MAX_REPEAT:,} a spec may hold", node.where(name)
+            )
+        return n
+
     def residual(self, inst: Inst, env: Env) -> Tensor:
         node = inst.node
         assert isinstance(node, ResidualNode), "`box` dispatches residual groups here"
@@ -633,6 +702,18 @@ class Checker:
             )
         rf = result.rf
         return Tensor(result.shape, result.dtype, result.vocab, _where(node), node.span, rf)
+
+
+def _stateful(insts: list[Inst]) -> Inst | None:
+    """The first box that keeps state, inside ``insts`` (block bodies and frames included)."""
+    for inst in insts:
+        if inst.state:
+            return inst
+        inner = [*inst.body, *inst.shortcut, *(i for cp in inst.copies for i in cp.body)]
+        found = _stateful(inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _out_type(layer: Layer, ctx: Ctx, inputs: list[Tensor]) -> tuple[str, Expr | None]:

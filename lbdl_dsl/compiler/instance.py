@@ -41,10 +41,23 @@ class Tensor:
 
 @dataclass
 class Copies:
-    """The body of a ×N group: ``count`` identical copies of ``body``."""
+    """The body of a ×N group: ``count`` identical copies of ``body``, their arrays stacked
+    along a leading axis of role ``role``.
+
+    A mixture of experts holds its E experts the same way (role ``experts``, under the path
+    step ``expert``), but runs only k of them per token: ``work``, when set, is how many times
+    the body's MACs and activations count (k × tokens), while parameters count ``count`` times.
+    """
 
     body: list[Inst]
     count: Expr
+    role: str = "layers"
+    work: Expr | None = None
+    step: str = ""
+
+    @property
+    def runs(self) -> Expr:
+        return self.count if self.work is None else self.work
 
 
 @dataclass
@@ -80,9 +93,17 @@ class Inst:
             yield inst.id, inst, one
         for inst in self.shortcut:
             yield f"shortcut/{inst.id}", inst, one
-        for i, cp in enumerate(self.copies):
+        for prefix, cp in self.copy_prefixes():
             for inst in cp.body:
-                yield (f"{i}/{inst.id}" if len(self.copies) > 1 else inst.id), inst, cp.count
+                yield f"{prefix}{inst.id}", inst, cp.count
+
+    def copy_prefixes(self) -> Iterator[tuple[str, Copies]]:
+        """Each run of copies with the path steps before its boxes' ids (``""``, ``"0/"``, or
+        an expert's ``"expert/"``)."""
+        several = len(self.copies) > 1
+        for i, cp in enumerate(self.copies):
+            prefix = f"{i}/" if several else ""
+            yield prefix + (f"{cp.step}/" if cp.step else ""), cp
 
 
 def numel(shape: Sizes) -> Expr:
@@ -141,14 +162,21 @@ def compute_totals(inst: Inst, memo: dict[int, dict[str, Count]]) -> dict[str, C
         "macs": _count(inst.macs),
         "activations": acts,
     }
-    for _, child, mult in inst.children():
-        sub = compute_totals(child, memo)
-        m = _count(mult)
-        for k in out:
-            out[k] = _plus(out[k], _times(sub[k], m))
+    for child in [*inst.body, *inst.shortcut]:
+        _add(out, compute_totals(child, memo), 1, 1)
+    for cp in inst.copies:
+        for child in cp.body:
+            _add(out, compute_totals(child, memo), _count(cp.count), _count(cp.runs))
     inst.totals = {k: Expr.lift(v) for k, v in out.items()}
     memo[key] = out
     return out
+
+
+def _add(out: dict[str, Count], sub: dict[str, Count], copies: Count, runs: Count) -> None:
+    """Add a body's totals: its arrays once per copy, its work once per run."""
+    for k in out:
+        m = copies if k in ("params", "state") else runs
+        out[k] = _plus(out[k], _times(sub[k], m))
 
 
 def sum_totals(root: list[Inst]) -> dict[str, Expr]:

@@ -176,7 +176,11 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     out = out + _scope(inst.shortcut, memo, splits, looped)
     for cp in inst.copies:
         carry = _numel(inst.inputs[0].shape) if inst.inputs else Expr()
-        out = out + (_scope(cp.body, memo, splits, True) + carry) * cp.count
+        if cp.work is not None:  # a mixture's experts: each run keeps its token, no loop
+            token = Expr.lift(inst.inputs[0].shape[-1]) if inst.inputs else Expr()
+            out = out + (_scope(cp.body, memo, splits, looped) + token) * cp.runs
+            continue
+        out = out + (_scope(cp.body, memo, splits, True) + carry) * cp.runs
     memo[key] = out
     return out
 

@@ -376,7 +376,7 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
     ],
     (
         "the lines of a spec start at the left margin or inside a group",
-        "indent only the body of a `block`, `model`, `residual:`, `shortcut:` or `×N:`",
+        "indent only the body of a `block`, `model`, `residual:`, `shortcut:`, `×N:` or `experts:`",
     ): [
         "  model m:\n    relu\n",
         "model m:\n  input X: 3\n  relu\n      relu\n",
@@ -401,7 +401,7 @@ MISTAKES: dict[tuple[str, str], list[str]] = {
 
 _INDENTED = (
     "the lines of a spec start at the left margin or inside a group (found an indented line)",
-    "indent only the body of a `block`, `model`, `residual:`, `shortcut:` or `×N:`",
+    "indent only the body of a `block`, `model`, `residual:`, `shortcut:`, `×N:` or `experts:`",
 )
 
 
@@ -816,6 +816,10 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
         return ast.ResidualGroup(
             c[0], short[0] if short else None, self._stmt_span(meta), short[1] if short else None
         )
+
+    def experts_group(self, meta: Any, c: Children) -> ast.ExpertsGroup:
+        *hparams, body = c
+        return ast.ExpertsGroup(tuple(hparams), body, self._stmt_span(meta))
 
     def _ref(self, tok: Token) -> ast.Ref:
         return ast.Ref(str(tok), _tok_span(self.file, tok))

@@ -3,8 +3,10 @@
 A path is the chain of box ids from the model down to the box that owns the array, then the
 array's name: ``repeat_0/tlayer_0/ffw_0/w1``. A block call and a residual group add their id, a
 shortcut adds ``shortcut``, and a ×N group adds its id once for all its copies, whose arrays
-are stacked along a leading axis (one per ×N around them); a group whose copies differ (the
-first copy changes the shape) numbers its runs of identical copies ``0``, ``1``... Box ids are
+are stacked along a leading axis (one per ×N around them; role ``layers``); a mixture of
+experts adds ``expert`` and stacks its experts' arrays the same way (role ``experts``); a group
+whose copies differ (the first copy changes the shape) numbers its runs of identical copies
+``0``, ``1``... Box ids are
 the names the spec gives (`fc 4D -> up`) or the layer's name and its rank among the boxes of
 the same kind in its scope (`fc_0`, `fc_1`), so inserting a box shifts only the ids of its own
 kind, in its own scope. The JAX module's tables, weight files, the importers' maps, sharding and
@@ -30,6 +32,7 @@ class Array:
     stack: tuple[Expr, ...]  # the counts of the ×N groups around it, outermost first
     owner: Inst  # the box that declares it
     trainable: bool
+    stack_roles: tuple[str, ...] = ()  # the role of each stacked axis (``layers``, ``experts``)
 
     @property
     def shape(self) -> Sizes:
@@ -37,23 +40,27 @@ class Array:
 
     @property
     def roles(self) -> tuple[str, ...]:
-        return ("layers",) * len(self.stack) + self.spec.roles
+        return self.stack_roles + self.spec.roles
 
 
 def arrays(root: list[Inst]) -> Iterator[Array]:
     """Every parameter, then every state array, of each box in order, depth first."""
 
-    def visit(insts: list[Inst], prefix: str, stack: tuple[Expr, ...]) -> Iterator[Array]:
+    Stack = tuple[tuple[Expr, str], ...]
+
+    def visit(insts: list[Inst], prefix: str, stack: Stack) -> Iterator[Array]:
         for inst in insts:
             here = f"{prefix}{inst.id}"
+            counts, roles = tuple(c for c, _ in stack), tuple(r for _, r in stack)
             for name, spec in inst.params.items():
-                yield Array(f"{here}/{name}", spec, stack, inst, True)
+                yield Array(f"{here}/{name}", spec, counts, inst, True, roles)
             for name, spec in inst.state.items():
-                yield Array(f"{here}/{name}", spec, stack, inst, False)
+                yield Array(f"{here}/{name}", spec, counts, inst, False, roles)
             yield from visit(inst.body, f"{here}/", stack)
             yield from visit(inst.shortcut, f"{here}/shortcut/", stack)
-            for i, copies in enumerate(inst.copies):
-                sub = f"{here}/{i}/" if len(inst.copies) > 1 else f"{here}/"
-                yield from visit(copies.body, sub, (*stack, copies.count))
+            for step, copies in inst.copy_prefixes():
+                yield from visit(
+                    copies.body, f"{here}/{step}", (*stack, (copies.count, copies.role))
+                )
 
     yield from visit(root, "", ())

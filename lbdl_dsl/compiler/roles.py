@@ -10,7 +10,8 @@ the width between them ``mlp``:
     fc A (…, in → h), then boxes without parameters that keep the shape (gelu, dropout),
     then fc B (h → …) reading that shape: A's out and B's in are ``mlp``.
 
-Everything else keeps its entry's roles; a ×N group's stacked copies add a leading ``layers``.
+Everything else keeps its entry's roles; a ×N group's stacked copies add a leading ``layers``,
+a mixture's stacked experts a leading ``experts``.
 The JAX module's ``ROLES`` table and the sharding pass both read `logical_roles`, so a
 standalone module carries the roles that ``--shard`` used.
 """
@@ -101,5 +102,5 @@ def logical_roles(root: list[Inst]) -> dict[str, tuple[str, ...]]:
     out = {}
     for arr in arrays(root):
         own = changed.get((id(arr.owner), arr.path.rsplit("/", 1)[1]), arr.spec.roles)
-        out[arr.path] = ("layers",) * len(arr.stack) + own
+        out[arr.path] = arr.stack_roles + own
     return out

@@ -13,6 +13,7 @@ from typing import Any
 from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.graph import (
     CallNode,
+    ExpertsNode,
     Graph,
     InputNode,
     LayerNode,
@@ -77,6 +78,10 @@ def ast_text(module: ast.Module) -> str:
             if isinstance(st, ast.RepeatGroup):
                 lines.append(f"{pad}repeat ×{st.count.text}")
                 stmts(st.body, indent + 1)
+            elif isinstance(st, ast.ExpertsGroup):
+                hps = " ".join(f"{h.key}={_value(h.value)}" for h in st.hparams)
+                lines.append(f"{pad}experts {hps}")
+                stmts(st.body, indent + 1)
             elif isinstance(st, ast.ResidualGroup):
                 lines.append(f"{pad}residual")
                 stmts(st.body, indent + 1)
@@ -120,6 +125,9 @@ def _node_line(node: Node, preds: list[str]) -> str:
             head, extra = "repeat", f" ×{count}"
         case ResidualNode():
             head = "residual"
+        case ExpertsNode():
+            head = "experts"
+            hp = f"e={node.experts} k={node.k} cap={node.capacity}"
         case LayerNode() | CallNode():
             hp = " ".join(f"{k}={_value(v)}" for k, v in node.hparams if v is not None)
             if isinstance(node, LayerNode) and node.shares:
@@ -137,7 +145,7 @@ def graph_text(program: Program) -> str:
         for node in g.nodes():
             lines.append(f"{pad}{node.id} = {_node_line(node, g.preds(node.id))}".rstrip())
             match node:
-                case RepeatNode(body=body):
+                case RepeatNode(body=body) | ExpertsNode(body=body):
                     graph(body, indent + 1)
                 case ResidualNode(body=body, shortcut=shortcut):
                     graph(body, indent + 1)
@@ -166,6 +174,8 @@ def shapes_text(checked: Checked) -> str:
         params = inst.totals.get("params", Expr())
         macs = inst.totals.get("macs", Expr())
         attrs = inst.attrs.text() if inst.attrs is not None else ""
+        if inst.kind == "experts":
+            attrs = " ".join(f"{k}={v}" for k, v in inst.hp.items())
         lines.append(
             f"{'/'.join(path)}: {inst.node.op or inst.kind} -> {out}"
             f"  params={fmt_count(params)} macs={fmt_count(macs)}{times}"

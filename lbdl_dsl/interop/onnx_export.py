@@ -60,6 +60,8 @@ def _apply_for_onnx(model: Any) -> Any:
 NO_ONNX = {
     "moe": "its token dispatch (a one-hot into expert buffers whose capacity follows the batch) "
     "has no ONNX form that onnxruntime runs",
+    "experts": "its token dispatch (a one-hot into expert buffers whose capacity follows the "
+    "batch) has no ONNX form that onnxruntime runs",
 }
 """Boxes refused before converting, with the reason: the converter would fail deep inside, or
 write a file onnxruntime cannot load (OneHot), and neither says which box is to blame."""
@@ -69,10 +71,10 @@ def _refuse_unsupported(model: Any) -> None:
     from lbdl_dsl.core.errors import LbdlError
 
     for _, inst, _ in model.compiled.walk():
-        reason = NO_ONNX.get(inst.node.op)
+        reason = NO_ONNX.get(inst.node.op or inst.kind)
         if reason is not None:
             raise LbdlError(
-                f"`{inst.node.op}` cannot be exported to ONNX: {reason}",
+                f"`{inst.node.op or inst.kind}` cannot be exported to ONNX: {reason}",
                 inst.node.span,
                 hint="export it as StableHLO (--format stablehlo), which runs it",
             )

@@ -187,3 +187,36 @@ Differs: the `double` blocks are tall boxes (`--expand double` opens them); the 
 crop (its figure is schematic).""",
     ),
 )
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A spec of specs/ drawn again with some of its boxes open, under its figure, reviewed:
+    the boxes whose inside the book does not draw (a mixture of experts, issue 20)."""
+
+    spec: str  # the spec's name, as the gallery lists it
+    expand: str
+    review: str
+
+    @property
+    def slug(self) -> str:
+        return f"{self.spec}-{self.expand.replace(',', '-')}"
+
+    @property
+    def command(self) -> str:
+        return f"lbdl-compile specs/{self.spec}.lbdl --expand {self.expand} --emit png"
+
+
+OPENED: tuple[Opened, ...] = (
+    Opened(
+        "mixtral-8x7b",
+        "moe",
+        """\
+The mixture of experts opened (Jiang et al. 2024, Fig. 1; Shazeer et al. 2017, Fig. 1): the
+tokens split into the router (its 8 scores per token, `top-2`) and the experts, side by side on
+one row: expert 1 drawn as its SwiGLU body (fc to 14336 twice, silu, their product, fc back to
+4096), experts 2 and 8 as outlines, the six between as one (`expert 3 ⋯ 7`); their outputs and
+the router's gates meet in Σ, `top-2 of 8`. The frame writes experts=8 k=2 hidden=14336, as the
+shut box does.""",
+    ),
+)

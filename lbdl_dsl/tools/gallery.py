@@ -25,7 +25,7 @@ from lbdl_dsl.compiler.driver import Compiled, compile_spec, spec_name
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.symbolic import fmt_count
 from lbdl_dsl.output import write_atomic
-from lbdl_dsl.tools.book_figures import FIGURES, BookFigure
+from lbdl_dsl.tools.book_figures import FIGURES, OPENED, BookFigure
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_WIDTH = 480  # pixels a figure may take on the page, beside its spec
@@ -72,11 +72,37 @@ def _write(dot: str, out: Path, name: str) -> tuple[int, int]:
 
 
 def draw(spec: Path, out: Path) -> Entry:
-    """Compile one spec and write its figures; raises `LbdlError` if it does not compile."""
+    """Compile one spec and write its figures (and its `OPENED` ones); raises `LbdlError` if
+    it does not compile."""
     compiled = compile_spec(spec)
     name = spec_name(str(spec))
     width, height = _write(diagram.to_dot(compiled), out, name)
+    for opened in (o for o in OPENED if o.spec == name):
+        _write(diagram.to_dot(compiled, opened.expand), out, opened.slug)
     return Entry(name, spec.read_text("utf-8"), summary(compiled), width, height)
+
+
+def opened_section(name: str) -> list[str]:
+    """Under a spec's figure, its boxes opened where `OPENED` asks, each with its review."""
+    lines: list[str] = []
+    for opened in (o for o in OPENED if o.spec == name):
+        lines += [
+            f"Opened: `{opened.command}`",
+            "",
+            '<table><tr><td valign="top">',
+            "",
+            f'<img src="gallery/{opened.slug}.png" width="{MAX_WIDTH}" alt="{opened.slug}">',
+            "",
+            f"[SVG](gallery/{opened.slug}.svg)",
+            "",
+            '</td><td valign="top">',
+            "",
+            opened.review,
+            "",
+            "</td></tr></table>",
+            "",
+        ]
+    return lines
 
 
 def draw_figure(fig: BookFigure, repo: Path, out: Path) -> tuple[int, int]:
@@ -164,6 +190,7 @@ def page(entries: list[Entry], skipped: list[str], sizes: dict[str, tuple[int, i
             "",
             "</td></tr></table>",
             "",
+            *opened_section(e.name),
         ]
     if skipped:
         lines += [

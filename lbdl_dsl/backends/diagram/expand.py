@@ -3,7 +3,8 @@ or ``--expand 2``.
 
 By default a block call is one tall box, as the book draws ``resblock`` in ResNet-50; opening
 every call of a deep model would bury the figure. A composite box of the registry (``self-att``,
-``cross-att``, ``ffw``) opens the same way, into the inside its entry declares (Fig. 5.6). Names
+``cross-att``, ``ffw``) opens the same way, into the inside its entry declares (Fig. 5.6), and
+a mixture box (``moe``) into its router, its experts side by side and their gated sum. Names
 open every call of those blocks (or every box of those composites); a depth counts open boxes
 from the model's own body: ``1`` opens the calls written in the model, ``2`` also the boxes
 inside those.
@@ -37,8 +38,10 @@ class Expansion:
 
 
 def composites() -> list[str]:
-    """The registry's boxes that have an inside to show."""
-    return sorted(name for name, layer in LAYERS.items() if layer.composite)
+    """The registry's boxes that have an inside to show (a mixture box: its experts)."""
+    return sorted(
+        name for name, layer in LAYERS.items() if layer.composite or layer.expert is not None
+    )
 
 
 def _canonical(name: str, blocks: Collection[str]) -> str:
@@ -46,7 +49,7 @@ def _canonical(name: str, blocks: Collection[str]) -> str:
     if name in blocks:
         return name
     layer = lookup(name)
-    if layer is not None and layer.composite:
+    if layer is not None and layer.name in composites():
         return layer.name
     known = sorted(blocks)
     openable = known + composites()

@@ -81,7 +81,7 @@ class Frame:
     its copies change the shape (DenseNet's 256×56×56 after six layers that each add 32)."""
 
     id: str
-    kind: str  # "repeat" | "block"
+    kind: str  # "repeat" | "block" | "experts" (a mixture, drawn as a block is)
     title: str  # "×2", or the block's name
     hparams: str = ""
     items: list[Item] = field(default_factory=list)

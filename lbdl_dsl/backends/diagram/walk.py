@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from lbdl_dsl.backends.diagram import labels, wires
+from lbdl_dsl.backends.diagram import labels, mixture, wires
 from lbdl_dsl.backends.diagram import style as S
 from lbdl_dsl.backends.diagram.conventions import Conventions
 from lbdl_dsl.backends.diagram.expand import Expansion
@@ -39,7 +39,9 @@ from lbdl_dsl.backends.diagram.scene import (
     Terminal,
 )
 from lbdl_dsl.boxtext import hparams_text
+from lbdl_dsl.compiler.experts import expert_body
 from lbdl_dsl.compiler.graph import (
+    ExpertsNode,
     Graph,
     InputNode,
     Node,
@@ -96,6 +98,7 @@ class Walker:
         # The parameters of the open composites (self-att, ffw) the walk is inside: their boxes
         # take the composite's hyper-parameters, which its frame's title already writes.
         self.passed: list[frozenset[str]] = []
+        self.rows: list[list[str]] = []  # elements drawn on one row (a mixture's experts)
 
     def look_of(self, node: Node, inst: Inst | None, n_inputs: int) -> str:
         look = look_of(inst, n_inputs)
@@ -193,7 +196,14 @@ class Walker:
                 return self.open_block(
                     node, inst, srcs, path, depth, into, inside.body, title, passed
                 )
-            tall = composite or node.op in S.TALL_PRIMITIVES
+            opens = layer is not None and layer.expert is not None and inst is not None
+            if opens and self.expansion.wants(node.op, depth):
+                body = expert_body(inst)
+                if body is not None:
+                    frame = Frame(f"cluster:{path}", "experts", node.op, self.hparams(node, inst))
+                    ek = (mixture.whole(inst.hp["e"]), mixture.whole(inst.hp["k"]))
+                    return self.mixture(node, inst, srcs, path, depth, into, frame, body, ek)
+            tall = composite or opens or node.op in S.TALL_PRIMITIVES
             return self.box(node, inst, srcs, path, into, tall)
         look = self.look_of(node, inst, len(srcs))
         plus = Plus(path, PLAIN if look == PARAM else look, labels.tooltip(path, inst))
@@ -270,6 +280,39 @@ class Walker:
         if inst is not None and inst.output is not None and len(copies) > 1:
             _vary(frame, copies, f"{path}/", fmt_shape(inst.output.shape))
         _merge_open_call(frame)
+        return result
+
+    def draw_experts(
+        self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
+    ) -> str | None:
+        assert isinstance(node, ExpertsNode)
+        ek = (inst.hp["e"], inst.hp["k"]) if inst is not None and inst.hp else (0, 0)
+        e = ek[0] or node.experts.as_int() or 2
+        k = ek[1] or node.k.as_int() or 1
+        cap = f" cap={node.capacity:g}" if node.capacity != 1.25 else ""
+        frame = Frame(f"cluster:{path}", "experts", "experts", f"e={e} k={k}{cap}")
+        copies = inst.copies[0].body if inst is not None and inst.copies else []
+        body = (node.body, copies)
+        return self.mixture(node, inst, srcs, path, depth, into, frame, body, (e, k))
+
+    def mixture(
+        self,
+        node: Node,
+        inst: Inst | None,
+        srcs: Srcs,
+        path: str,
+        depth: int,
+        into: list[Item],
+        frame: Frame,
+        body: tuple[Graph, list[Inst]],
+        ek: tuple[int, int],
+    ) -> str:
+        """A mixture of experts in its frame (`mixture.draw`): router, lanes, the gated sum."""
+        into.append(frame)
+        before = len(self.sites)
+        src = srcs[0][0] if srcs else None
+        result = mixture.draw(self, node, inst, src, path, depth, frame, body, ek)
+        self.settle(frame, inst, len(srcs), before, node)
         return result
 
     def draw_residual(
@@ -355,6 +398,7 @@ class Walker:
             if src is not None:
                 self.edges.append(Edge(src, f"output:{name}", MAIN, look=look))
         scene.edges = self.edges
+        scene.rows = [row for row in self.rows if len(row) > 1]
         scene.legend = list(self.conventions.notes)
         wires.name_broadcasts(scene)
         fan_out(scene.edges)

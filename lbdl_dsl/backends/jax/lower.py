@@ -5,7 +5,8 @@ lowering (`lowering.LOWERINGS`, one per registry entry) for its expression throu
 protocol, and keeps track of where each value lives (its identifier and its layout: the spec's
 channels-first, or channels-last where convolutions and pools want it). Block calls become calls
 of one function per block definition and distinct body, residual groups are written inline, and
-×N groups become ``jax.lax.scan`` over stacked parameters (``scan_group``).
+×N groups become ``jax.lax.scan`` over stacked parameters (``scan_group``), and a mixture of
+experts one function for its body, ``jax.vmap``-ed over the stacked experts and their buffers.
 
 Functions take only what their body reads: parameters and state only where there are some,
 ``train`` and ``key`` only where a box needs them, and a size that is only known when the model
@@ -27,6 +28,7 @@ from lbdl_dsl.backends.jax.runtime_source import defaults
 from lbdl_dsl.compiler import composite
 from lbdl_dsl.compiler.graph import (
     CallNode,
+    ExpertsNode,
     Graph,
     LayerNode,
     Program,
@@ -316,6 +318,8 @@ class Lowerer:
                 return self.residual(fn, inst, ins, d, target)
             case RepeatNode():
                 return self.repeat(fn, inst, ins, d, target)
+            case ExpertsNode():
+                return self.experts(fn, inst, ins, d, target)
         raise AssertionError(inst.node)
 
     # -- layers ---------------------------------------------------------------------------------
@@ -498,3 +502,39 @@ class Lowerer:
                 value = collected[0]
             fn.line(f'{d.ns}["{inst.id}"] = {value}')
         return x
+
+    # -- mixtures of experts --------------------------------------------------------------------
+    def experts(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+        """Dispatch the tokens to (E, C, D) buffers, run one function of the body on every
+        expert's buffer under ``jax.vmap`` (the experts' arrays stacked), combine by the gates."""
+        node = inst.node
+        assert isinstance(node, ExpertsNode), "`box` dispatches mixtures of experts here"
+        (cp,) = inst.copies
+        x = self.convert(fn, ins[0], "cf", reuse=False)
+        outer = d.sub(inst.id, True, True)
+        buffers, gates, aux = (fn.names.fresh(n) for n in ("buffers", "gates", "aux"))
+        self.runtime |= {"moe_dispatch", "moe_combine"}
+        keywords = f"k={inst.hp['k']}, capacity={inst.hp['cap']!r}"
+        fn.line(
+            f'{buffers}, {gates}, {aux} = moe_dispatch({x.name}, {outer.p}["router"], {keywords})'
+        )
+        expert = fn.names.fresh(f"expert_{inst.id}")
+        token = fn.names.fresh("tokens")
+        sub = Fn(fn.names, depth=fn.depth + 1, shapes=fn.shapes, owner=fn.owner or fn)
+        params = _any(cp.body, has_params)
+        inner = Dicts("p" if params else None, None, None)
+        env = {node.body.inputs[0]: Var(token, "cf", 1)}
+        result = self.scope(sub, cp.body, node.body, env, inner, token)
+        sub.line(f"return {result.name}")
+        args = [("p", f'{outer.p}["expert"]')] if params else []
+        args.append((token, buffers))
+        if "key" in sub.uses:
+            self.runtime.add("split_keys")
+            args.append(("key", f"split_keys({fn.next_key()}, {inst.hp['e']})"))
+        fn.line(f"def {expert}({', '.join(name for name, _ in args)}):")
+        fn.lines += sub.lines
+        ys = fn.names.fresh("ys")
+        fn.line(f"{ys} = jax.vmap({expert})({', '.join(value for _, value in args)})")
+        fn.line(f"{target} = moe_combine({ys}, {gates}, {x.name}.shape[:-1])")
+        fn.line(f'{d.ns}["{inst.id}"] = {{"aux": {aux}}}')
+        return Var(target, "cf", len(inst.output.shape))

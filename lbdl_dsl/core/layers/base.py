@@ -273,6 +273,9 @@ class Layer:
     out_layout: str | None = None  # the output's layout when it differs from `layout`
     spatial: int = 0  # spatial axes, for `sizes` hyper-parameters (k=3 → (3, 3) when 2)
     inside: Callable[[Mapping[str, Any], tuple[int, ...]], str] | None = None  # a composite
+    # a mixture of experts: one expert as block text on a token's vector, for drawing it open
+    # (from the resolved record and the token's width); the box itself lowers as one primitive
+    expert: Callable[[Any, Expr], str] | None = None
     rf: bool = False  # a receptive field passes through (the map keeps its spatial axes)
     window: Callable[[Ctx], tuple[int, int, int] | None] = lambda c: None  # k, s, d for RF
     ties: tuple[tuple[str, dict[str, tuple[str, bool]]], ...] = ()  # (op, {mine: (theirs, T)})

@@ -63,33 +63,53 @@ def _macs(c: Ctx) -> Expr:
     return router + experts  # the router, k active experts
 
 
-def moe_ref(x: Any, p: Weights, a: Any) -> Any:
-    """A dense loop over experts with the same routing: tokens (batch-major) ranked by choice
-    then position; expert e keeps its first C; each kept token adds gate · expert(token)."""
+def moe_routes(tokens: Any, router: Any, k: int, capacity: float) -> list[tuple[int, int, float]]:
+    """(token, expert, gate) of every kept choice, as a dense loop finds them: tokens (rows of
+    ``tokens``, batch-major) ranked by choice then position; expert e keeps its first C; the
+    gate is the softmax renormalised over the token's k choices."""
     np = numpy()
-    tokens = np.asarray(x, np.float64).reshape(-1, x.shape[-1])
-    n, e = tokens.shape[0], p["router"].shape[-1]
-    logits = tokens @ p["router"]
+    n, e = tokens.shape[0], router.shape[-1]
+    logits = tokens @ router
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    chosen = np.argsort(-probs, axis=-1)[:, : a.k]
-    cap = math.ceil(a.capacity * a.k * n / e)
-    out = np.zeros_like(tokens)
+    chosen = np.argsort(-probs, axis=-1)[:, :k]
+    cap = math.ceil(capacity * k * n / e)
+    out = []
     for expert in range(e):
         taken = 0
-        for rank in range(a.k):
+        for rank in range(k):
             for i in range(n):
-                if chosen[i, rank] != expert:
-                    continue
-                if taken == cap:
+                if chosen[i, rank] != expert or taken == cap:
                     continue
                 taken += 1
-                gate = probs[i, expert] / probs[i, chosen[i]].sum()
-                g = tokens[i] @ p["gate"][expert]
-                g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, False)
-                h = g * (tokens[i] @ p["up"][expert])
-                out[i] += gate * (h @ p["down"][expert])
+                out.append((i, expert, float(probs[i, expert] / probs[i, chosen[i]].sum())))
+    return out
+
+
+def moe_ref(x: Any, p: Weights, a: Any) -> Any:
+    """A dense loop over the routes of `moe_routes`: each kept token adds gate · expert(token)."""
+    np = numpy()
+    tokens = np.asarray(x, np.float64).reshape(-1, x.shape[-1])
+    out = np.zeros_like(tokens)
+    for i, expert, gate in moe_routes(tokens, p["router"], a.k, a.capacity):
+        g = tokens[i] @ p["gate"][expert]
+        g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, False)
+        h = g * (tokens[i] @ p["up"][expert])
+        out[i] += gate * (h @ p["down"][expert])
     return out.reshape(x.shape)
+
+
+def _expert(a: MoeAttrs, d: Expr) -> str:
+    """One gated expert (Shazeer 2020): act(x·W_gate) ⊙ (x·W_up), then W_down, no biases."""
+    return (
+        "block expert on X: D:\n"
+        f"  fc out={a.hidden} bias=false -> up\n"
+        "  from X\n"
+        f"  fc out={a.hidden} bias=false -> gate\n"
+        f"  {a.act}\n"
+        "  mul(up)\n"
+        f"  fc out={d} bias=false -> down\n"
+    )
 
 
 MOE = Layer(
@@ -122,6 +142,7 @@ MOE = Layer(
         ("7×8", "moe e=3 k=2 hidden=5 cap=4.0"),
     ),
     reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
+    expert=_expert,
 )
 
 LAYERS = (MOE,)

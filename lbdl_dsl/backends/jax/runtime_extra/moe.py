@@ -4,6 +4,8 @@ Tokens are dispatched to fixed-size expert buffers (E, C, D) by one-hot dispatch
 each expert runs on C tokens rather than on all of them; a token beyond an expert's capacity is
 dropped by that expert (its other choices still count). Buffers fill by choice rank first (every
 token's first choice before any second choice), then in token order, as GShard does.
+`moe_dispatch` and `moe_combine` are the two halves around the experts: the `moe` box runs its
+gated feed-forward experts between them, an ``experts:`` group its own body under ``jax.vmap``.
 """
 
 import jax
@@ -12,19 +14,20 @@ import jax.numpy as jnp
 from lbdl_dsl.backends.jax.runtime import dense, gelu, silu
 
 
-def moe(x: jax.Array, p: dict, *, k: int, capacity: float, act: str) -> tuple:
-    """Sparse mixture of gated experts on x (B, T, D); returns (y, load-balancing loss).
+def moe_dispatch(x: jax.Array, router: jax.Array, *, k: int, capacity: float) -> tuple:
+    """Route the tokens of x (B, ..., D) to E expert buffers; returns (buffers (E, C, D), the
+    combining weights (tokens, E, C), the load-balancing loss).
 
-    ``p``: router (D, E); gate, up (E, D, F); down (E, F, D). The gates are the softmax of the
-    router's logits renormalised over the k chosen experts (Mixtral). Each expert holds
-    C = ceil(capacity·k·B·T/E) tokens. The auxiliary loss is Switch's E·Σ_e f_e·P_e, with f_e
-    the fraction of the k·B·T choices that went to expert e and P_e its mean router probability.
+    The gates are the softmax of the router's logits renormalised over the k chosen experts
+    (Mixtral). Each expert holds C = ceil(capacity·k·tokens/E) tokens. The auxiliary loss is
+    Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went to expert e
+    and P_e its mean router probability.
     """
-    b, t, d = x.shape
-    e = p["router"].shape[-1]
-    n = b * t
-    tokens = x.reshape(n, d)
-    probs = jax.nn.softmax(dense(tokens, p["router"]).astype(jnp.float32), axis=-1)
+    d = x.shape[-1]
+    e = router.shape[-1]
+    tokens = x.reshape(-1, d)
+    n = tokens.shape[0]
+    probs = jax.nn.softmax(dense(tokens, router).astype(jnp.float32), axis=-1)
     top, chosen = jax.lax.top_k(probs, k)
     gates = (top / jnp.sum(top, axis=-1, keepdims=True)).astype(x.dtype)
     onehot = jax.nn.one_hot(chosen, e, dtype=jnp.int32)  # (n, k, E)
@@ -34,13 +37,28 @@ def moe(x: jax.Array, p: dict, *, k: int, capacity: float, act: str) -> tuple:
     c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
     kept = (onehot > 0) & (slot < c)
     where = jax.nn.one_hot(jnp.where(kept, slot, c), c, dtype=x.dtype)  # (n, k, E, C)
-    dispatch = jnp.sum(where, axis=1)
-    combine = jnp.einsum("nkec,nk->nec", where, gates)
-    buffers = jnp.einsum("nec,nd->ecd", dispatch, tokens)
+    buffers = jnp.einsum("nec,nd->ecd", jnp.sum(where, axis=1), tokens)
+    weights = jnp.einsum("nkec,nk->nec", where, gates)
+    share = jnp.mean(onehot.astype(jnp.float32), axis=(0, 1))
+    aux = e * jnp.sum(share * jnp.mean(probs, axis=0))
+    return buffers, weights, aux
+
+
+def moe_combine(ys: jax.Array, weights: jax.Array, lead: tuple) -> jax.Array:
+    """The experts' outputs ys (E, C, D') summed back into their tokens with the gates of
+    `moe_dispatch`; ``lead`` is the input's shape before its last axis."""
+    y = jnp.einsum("nec,ecd->nd", weights, ys)
+    return y.reshape(*lead, ys.shape[-1])
+
+
+def moe(x: jax.Array, p: dict, *, k: int, capacity: float, act: str) -> tuple:
+    """Sparse mixture of gated experts on x (B, T, D); returns (y, load-balancing loss).
+
+    ``p``: router (D, E); gate, up (E, D, F); down (E, F, D).
+    """
+    buffers, weights, aux = moe_dispatch(x, p["router"], k=k, capacity=capacity)
     g = jnp.einsum("ecd,edf->ecf", buffers, p["gate"])
     g = silu(g) if act == "silu" else gelu(g)
     h = g * jnp.einsum("ecd,edf->ecf", buffers, p["up"])
-    y = jnp.einsum("nec,ecd->nd", combine, jnp.einsum("ecf,efd->ecd", h, p["down"]))
-    share = jnp.mean(onehot.astype(jnp.float32), axis=(0, 1))
-    aux = e * jnp.sum(share * jnp.mean(probs, axis=0))
-    return y.reshape(b, t, d), aux
+    ys = jnp.einsum("ecf,efd->ecd", h, p["down"])
+    return moe_combine(ys, weights, x.shape[:-1]), aux
