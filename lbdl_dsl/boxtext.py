@@ -12,6 +12,7 @@ registry, and imports no backend.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -51,7 +52,14 @@ def _defaults(node: Node, block: Block | None, values: Mapping[str, Any]) -> dic
                 default = p.default.subs(exprs) if isinstance(p.default, Expr) else p.default
                 out[p.name] = fmt_value(default)
         return out
-    layer = lookup(node.op)
+    return _layer_defaults(node.op)
+
+
+@functools.cache
+def _layer_defaults(op: str) -> dict[str, str]:
+    """A layer's defaults as `_defaults` writes them: the same for every box of the entry (the
+    caller only reads the dict)."""
+    layer = lookup(op)
     if layer is None:
         return {}
     return {hp.name: fmt_value(default_value(layer, hp)) for hp in layer.hparams if not hp.required}
@@ -70,12 +78,16 @@ def hparams_text(
     values: Mapping[str, Any] = {}
     if inst is not None:
         values = inst.bindings if node.kind == "call" else inst.hp
+    explicit = getattr(node, "explicit", ())
+    written = [(k, raw) for k, raw in getattr(node, "hparams", ()) if k in explicit]
+    if not written:  # most boxes: nothing to write, nor any default to work out
+        return ""
     defaults = _defaults(node, block, values)
     layer = lookup(node.op) if node.kind == "layer" else None
     widths = {name for name, _ in layer.from_annotation} if layer is not None else set()
     parts = []
-    for key, raw in getattr(node, "hparams", ()):
-        if key not in getattr(node, "explicit", ()) or key in hide or key in widths:
+    for key, raw in written:
+        if key in hide or key in widths:
             continue
         text = fmt_value(values.get(key, raw))
         if defaults.get(key) != text:

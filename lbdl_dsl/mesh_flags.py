@@ -9,11 +9,14 @@ the summary prints (`memory_report`). Bad values are errors that name the flag (
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.compiler.memory import OPTIMIZERS
-from lbdl_dsl.compiler.sharding import flag_error, parse_mesh, parse_rules, resolve
-from lbdl_dsl.memory_report import Plan
+from lbdl_dsl.core.errors import LbdlError
+
+if TYPE_CHECKING:  # imported when a mesh is given: a plain `--check` has no use for them
+    from lbdl_dsl.memory_report import Plan
 
 
 def add_mesh_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,8 +54,11 @@ def plan(args: argparse.Namespace, compiled: Compiled) -> Plan | None:
     shard = getattr(args, "shard", None)
     if mesh_text is None:
         if shard:
-            raise flag_error("--shard", "needs a mesh", "give one with --mesh data=2,fsdp=2")
+            raise _shard_without_mesh()
         return None
+    from lbdl_dsl.compiler.sharding import flag_error, parse_mesh, parse_rules, resolve
+    from lbdl_dsl.memory_report import Plan
+
     mesh = parse_mesh(mesh_text)
     rules = parse_rules(shard or [], mesh)
     assert compiled.checked is not None, "the mesh flags come after a successful check"
@@ -73,15 +79,19 @@ def summary(checked, plan: Plan | None, depth: int | None, as_json: bool, termin
     JSON object, under ``"sharding"``)."""
     import json
 
-    from lbdl_dsl import memory_report, report
+    from lbdl_dsl import report
 
     if as_json:
         obj = report.to_json(checked)
         if plan is not None:
+            from lbdl_dsl import memory_report
+
             obj["sharding"] = memory_report.to_json(checked, plan)
         return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
     text = report.render_table(checked, depth, terminal=terminal)
     if plan is not None:
+        from lbdl_dsl import memory_report
+
         text += "\n" + memory_report.render(checked, plan, depth)
     return text
 
@@ -107,7 +117,7 @@ def parallel(args: argparse.Namespace, model):
     ``--mesh`` (one device, as before). Call it before anything else uses JAX."""
     if getattr(args, "mesh", None) is None:
         if getattr(args, "shard", None):
-            raise flag_error("--shard", "needs a mesh", "give one with --mesh data=2,fsdp=2")
+            raise _shard_without_mesh()
         return None
     from lbdl_dsl.backends.jax.parallel import Parallel
 
@@ -119,3 +129,9 @@ def parallel(args: argparse.Namespace, model):
         args.num_processes,
         args.process_id,
     )
+
+
+def _shard_without_mesh() -> LbdlError:
+    from lbdl_dsl.compiler.sharding import flag_error
+
+    return flag_error("--shard", "needs a mesh", "give one with --mesh data=2,fsdp=2")

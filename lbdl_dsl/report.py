@@ -2,8 +2,8 @@
 
 Rows follow the block tree with each ×N group collapsed to one copy (its row says ×N and its
 subtotals count all N), to the depth asked for: depth 1 reads like the book's figure, one row a
-box. Costs stay formulas where an input stays symbolic. Only rich is imported here, so
-``--check`` stays fast.
+box. Costs stay formulas where an input stays symbolic. Only rich is imported here, and only
+for a terminal (or a line too wide), so a piped ``--check`` stays fast.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from lbdl_dsl.boxtext import box_label
 from lbdl_dsl.compiler.infer import Checked, Inst
+from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import printable
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
@@ -35,23 +36,37 @@ def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
     """Summary rows, depth first; ``depth=None`` shows every level."""
 
     zero = Expr()
+    texts: dict[int, tuple[str, str, str, str]] = {}  # by instance: shared by identical calls
+
+    def text(inst: Inst) -> tuple[str, str, str, str]:
+        out = inst.output
+        rf = ""
+        if out is not None and out.rf is not None:
+            rf = f"{out.rf[0]}/{out.rf[1]}"
+        return (
+            box_label(inst, checked.program.blocks),
+            str(out) if out is not None else "?",
+            rf,
+            str(inst.hp.get("count", "")) if inst.kind == "repeat" else "",
+        )
 
     def visit(insts: list[Inst], level: int, prefix: str) -> Iterator[Row]:
         for inst in insts:
             path = f"{prefix}/{inst.id}" if prefix else inst.id
-            out = inst.output
-            rf = ""
-            if out is not None and out.rf is not None:
-                rf = f"{out.rf[0]}/{out.rf[1]}"
+            known = texts.get(id(inst))
+            if known is None:
+                known = texts[id(inst)] = text(inst)
+            label, shape, rf, count = known
+            totals = inst.totals
             yield Row(
                 level,
                 path,
-                box_label(inst, checked.program.blocks),
-                str(out) if out is not None else "?",
-                inst.totals.get("params", zero),
-                inst.totals.get("macs", zero),
+                label,
+                shape,
+                totals.get("params", zero),
+                totals.get("macs", zero),
                 rf,
-                str(inst.hp.get("count", "")) if inst.kind == "repeat" else "",
+                count,
             )
             if depth is None or level + 1 < depth:
                 for step, cp in inst.copy_prefixes():
@@ -72,6 +87,7 @@ def _count(e: Expr) -> int | str:
     return v if v is not None else str(e)
 
 
+@fewer_collections()
 def to_json(checked: Checked, depth: int | None = None) -> dict[str, Any]:
     """One JSON-ready object: totals, inputs, outputs and the per-layer rows."""
     return {
@@ -156,69 +172,99 @@ def _columns(all_rows: list[Row]) -> tuple[list[str], list[bool], list[list[str]
 def plain_table(all_rows: list[Row]) -> list[str]:
     """The rows as aligned columns two spaces apart, in one pass: the same text as rich's
     borderless table, which the tests hold it to, at a cost linear in the cells."""
-    from rich.cells import cell_len
-
     header, right, cells = _columns(all_rows)
     body = [header, *cells]
-    widths = [max(cell_len(row[i]) for row in body) for i in range(len(header))]
+    widths = [max(_cells(row[i]) for row in body) for i in range(len(header))]
     lines = []
     for row in body:
-        parts = []
-        for text, width, is_right in zip(row, widths, right):
-            pad = " " * (width - cell_len(text))
-            parts.append(pad + text if is_right else text + pad)
+        parts = [
+            (text.rjust(width) if is_right else text.ljust(width))  # ASCII: a column a character
+            if text.isascii()
+            else _pad(text, width, is_right)
+            for text, width, is_right in zip(row, widths, right)
+        ]
         lines.append("  ".join(parts).rstrip())
     return lines
 
 
+def _pad(text: str, width: int, right: bool) -> str:
+    pad = " " * (width - _cells(text))
+    return pad + text if right else text + pad
+
+
+WIDTH = 240
+"""The console's width: a line of the head or foot wider than this is wrapped (by rich)."""
+
+
+@fewer_collections()
 def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False) -> str:
     """The summary as text: a rich table on a terminal, plain aligned columns when piped (or
     when the table is too long for rich to lay out quickly)."""
-    from rich.console import Console
-
     all_rows = list(rows(checked, depth))
-
-    def console() -> Console:
-        # The text is the spec's (names, strings): never read as rich's markup (`[red]`) or
-        # emoji codes (`:smile:`), and never sent to a notebook as output of its own
-        # (`force_jupyter`: rich would display every print as a separate HTML fragment).
-        return Console(
-            width=240,
-            force_terminal=terminal,
-            force_jupyter=False,
-            no_color=not terminal,
-            highlight=False,
-            markup=False,
-            emoji=False,
-            record=True,
-            file=_Null(),
-        )
-
-    def export(c: Console) -> list[str]:
-        return [line.rstrip() for line in c.export_text(styles=terminal).splitlines()]
-
-    head = console()
     model = checked.program.model
     params = ", ".join(f"{k}={_env_json(v)}" for k, v in checked.env.items())
-    head.print(printable(f"model {model.name}" + (f" ({params})" if params else "")))
+    head = [printable(f"model {model.name}" + (f" ({params})" if params else ""))]
     if terminal and len(all_rows) <= RICH_ROWS:
-        head.print(_rich_table(all_rows))
-        lines = export(head)
+        lines = _console_lines(head, terminal, _rich_table(all_rows))
     else:
-        lines = [*export(head), *plain_table(all_rows)]
+        lines = [*_text_lines(head, terminal), *plain_table(all_rows)]
     t = checked.totals
-    foot = console()
     ins = ", ".join(f"{k}: {v}{_type(v)}" for k, v in checked.inputs.items())
     outs = ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())
-    foot.print(printable(f"inputs   {ins}\noutputs  {outs}", keep_newlines=True))
-    foot.print(f"params   {fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state")
-    foot.print(f"MACs     {fmt_count(t['macs'])} per sample")
-    foot.print(f"memory   {_bytes(t['activations'] * 4)} of float32 activations per sample")
+    foot = [
+        printable(f"inputs   {ins}\noutputs  {outs}", keep_newlines=True),
+        f"params   {fmt_count(t['params'])} trainable, {fmt_count(t['state'])} state",
+        f"MACs     {fmt_count(t['macs'])} per sample",
+        f"memory   {_bytes(t['activations'] * 4)} of float32 activations per sample",
+    ]
     if checked.free:
-        foot.print(f"symbols  {', '.join(checked.free)} left symbolic (give values with --set)")
-    for a in checked.assumptions:
-        foot.print(printable(f"assumes  {a}"))
-    return "\n".join([*lines, *export(foot)]) + "\n"
+        foot.append(f"symbols  {', '.join(checked.free)} left symbolic (give values with --set)")
+    foot += [printable(f"assumes  {a}") for a in checked.assumptions]
+    return "\n".join([*lines, *_text_lines(foot, terminal)]) + "\n"
+
+
+def _text_lines(messages: list[str], terminal: bool) -> list[str]:
+    """Printable messages as the console shows them. Without styles and within its width a
+    line is shown as it is (rich is then not even imported, which ``--check`` notices);
+    otherwise rich lays them out (styles, or wrapping a line wider than `WIDTH`)."""
+    lines = [line.rstrip() for m in messages for line in m.split("\n")]
+    if terminal or any(_cells(line) > WIDTH for line in lines):
+        return _console_lines(messages, terminal)
+    return lines
+
+
+def _cells(text: str) -> int:
+    """The columns ``text`` (printable: `printable`'s) takes on a terminal, as rich counts."""
+    if text.isascii():  # printable ASCII: one column a character
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def _console_lines(messages: list[str], terminal: bool, table: Any = None) -> list[str]:
+    """Messages (then a rich table) printed on a recording rich console, as lines."""
+    from rich.console import Console
+
+    # The text is the spec's (names, strings): never read as rich's markup (`[red]`) or emoji
+    # codes (`:smile:`), and never sent to a notebook as output of its own (`force_jupyter`:
+    # rich would display every print as a separate HTML fragment).
+    console = Console(
+        width=WIDTH,
+        force_terminal=terminal,
+        force_jupyter=False,
+        no_color=not terminal,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        record=True,
+        file=_Null(),
+    )
+    for message in messages:
+        console.print(message)
+    if table is not None:
+        console.print(table)
+    return [line.rstrip() for line in console.export_text(styles=terminal).splitlines()]
 
 
 def _rich_table(all_rows: list[Row]) -> Any:

@@ -8,6 +8,7 @@ times a box, and a table too long for rich is laid out in one pass with the same
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -119,3 +120,14 @@ class _Null:
 
     def flush(self) -> None:
         pass
+
+
+def test_timed_processes_run_this_checkout_with_bytecode(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Table 1 times the checkout it is given, as an installed package runs (bytecode kept)."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    env = check_scale.child_env(tmp_path)
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), "elsewhere"]

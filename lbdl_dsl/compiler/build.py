@@ -89,7 +89,7 @@ class _Scope:
     def box_id(self, op: str, name: ast.Ref | None) -> str:
         """A box's id: the name the spec gives it, or the next id of its kind (also when the
         name is already an id here, such as a block's ``input``)."""
-        if name is None or name.name in self.graph.g or _INTERNAL_ID.fullmatch(name.name):
+        if name is None or name.name in self.graph or _INTERNAL_ID.fullmatch(name.name):
             return self.new_id(op)
         return name.name
 
@@ -144,10 +144,10 @@ class _Builder:
         scope.graph.names[ref.name] = node_id
         scope.name_spans[ref.name] = ref.span
         scope.later.pop(ref.name, None)
-        if node_id in scope.graph.g:  # the node carries its first name (diagrams, code)
+        if node_id in scope.graph:  # the node carries its first name (diagrams, code)
             node = scope.graph.node(node_id)
             if node.name is None:
-                scope.graph.g.nodes[node_id]["node"] = dataclasses.replace(node, name=ref.name)
+                scope.graph.replace(dataclasses.replace(node, name=ref.name))
 
     def flowing(self, scope: _Scope, span: Span) -> str:
         if scope.current is None:
@@ -698,7 +698,7 @@ def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:
     if not graph.outputs:
         graph.outputs.append(("Y", builder.flowing(scope, m.span)))
     for nid in graph.inputs:
-        if graph.g.out_degree(nid) == 0 and nid not in {o for _, o in graph.outputs}:
+        if graph.out_degree(nid) == 0 and nid not in {o for _, o in graph.outputs}:
             node = graph.node(nid)
             raise LbdlError(
                 f"input `{node.name}` is never used",

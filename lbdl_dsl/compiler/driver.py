@@ -22,6 +22,7 @@ from lbdl_dsl.compiler.imports import load, read_spec
 from lbdl_dsl.compiler.infer import Checked, check
 from lbdl_dsl.compiler.stages import Built, Parsed
 from lbdl_dsl.compiler.values import setting
+from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import LbdlError, Span, did_you_mean
 from lbdl_dsl.core.layers import LAYERS
 from lbdl_dsl.core.symbolic import Expr
@@ -122,6 +123,7 @@ Source = str | bytes | os.PathLike[str]
 
 
 @overload
+@fewer_collections()
 def compile_spec(
     source: Source,
     *,

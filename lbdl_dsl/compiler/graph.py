@@ -1,8 +1,11 @@
 """The graph: what every stage after the parser reads.
 
-A `Graph` wraps a networkx ``MultiDiGraph`` whose nodes are layer applications and whose edges are
+A `Graph` is a directed multigraph whose nodes are layer applications and whose edges are
 tensors, each edge carrying the input ``port`` it feeds (concat and cross-attention care about
-order; ``x + x`` needs two parallel edges, hence the multigraph). Composite boxes keep their
+order; ``x + x`` needs two parallel edges). It keeps its nodes and edges in plain dicts, which is
+all the stages need, and `Graph.g` gives the same graph as a networkx ``MultiDiGraph`` (made on
+first use, frozen) for analysis: importing networkx alone costs more than a whole ``--check``
+of ResNet-50 is allowed, so no stage imports it. Composite boxes keep their
 inside as hierarchy instead of being flattened, so the diagram can frame them and the JAX backend
 can scan them:
 
@@ -13,19 +16,22 @@ can scan them:
 
 A body graph receives its inputs through ``input`` nodes (port 0 is the tensor flowing in, later
 ports the tensors it captures by name from around it) and returns the output of its `result` node.
-networkx enforces nothing, so `verify` checks the invariants; tests run it after every stage.
+Nothing enforces the invariants as a graph is built, so `verify` checks them; tests run it after
+every stage.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.symbolic import Expr
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True)
@@ -197,44 +203,114 @@ class ShapeAssert:
 Assertion = Union[CountAssert, ShapeAssert]
 
 
-@dataclass
+@dataclass(eq=False)  # equal to itself only, as when its networkx graph (never equal) was a field
 class Graph:
     """One scope: a model body, a block body, a ×N copy or a residual path."""
 
-    g: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph)
     inputs: list[str] = field(default_factory=list)  # input node ids, by port
     result: str | None = None  # the node whose output leaves the scope
     outputs: list[tuple[str, str]] = field(default_factory=list)  # model outputs: (name, id)
     names: dict[str, str] = field(default_factory=dict)  # tensor name → node id
     asserts: list[Assertion] = field(default_factory=list)
+    _nodes: dict[str, Node] = field(default_factory=dict, repr=False)  # in the order added
+    _preds: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)  # by port
+    # successor → its ports, for each node: networkx's adjacency, so edges come in its order
+    _succs: dict[str, dict[str, list[int]]] = field(default_factory=dict, repr=False)
+    _order: list[str] | None = field(default=None, repr=False)
 
     def add(self, node: Node, inputs: Sequence[str] = ()) -> str:
-        self.g.add_node(node.id, node=node)
+        """Add ``node``, fed by ``inputs`` (node ids, one port each, in order)."""
+        self._nodes[node.id] = node
+        self._preds[node.id] = tuple(inputs)
+        self._succs.setdefault(node.id, {})
         for port, src in enumerate(inputs):
-            self.g.add_edge(src, node.id, port=port)
+            self._succs.setdefault(src, {}).setdefault(node.id, []).append(port)
+        self._order = None
         return node.id
 
+    def replace(self, node: Node) -> None:
+        """Put ``node`` in place of the node with its id (same edges)."""
+        assert node.id in self._nodes
+        self._nodes[node.id] = node
+        self._order = None
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._nodes
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
     def node(self, node_id: str) -> Node:
-        node: Node = self.g.nodes[node_id]["node"]  # networkx's attributes are untyped
-        return node
+        return self._nodes[node_id]
 
     def preds(self, node_id: str) -> list[str]:
         """The node's inputs, in port order."""
-        edges = sorted(self.g.in_edges(node_id, data="port"), key=lambda e: e[2])
-        return [u for u, _, _ in edges]
+        return list(self._preds[node_id])
+
+    def out_edges(self, node_id: str) -> list[tuple[str, int]]:
+        """(reader, port) of each edge leaving the node, in networkx's order."""
+        return [(v, p) for v, ports in self._succs.get(node_id, {}).items() for p in ports]
+
+    def successors(self, node_id: str) -> list[str]:
+        """The nodes that read this one, each once."""
+        return list(self._succs.get(node_id, ()))
+
+    def out_degree(self, node_id: str) -> int:
+        return sum(len(ports) for ports in self._succs.get(node_id, {}).values())
 
     def order(self) -> list[str]:
-        """Topological order, ties broken by source position then id: the same every time."""
+        """Topological order, ties broken by source position then id: the same every time
+        (networkx's ``lexicographical_topological_sort`` with that key). Computed once per
+        graph (until it changes), since every pass walks it. Raises `GraphCycle` on a cycle."""
+        if self._order is None:
+            self._order = self._topological()
+        return list(self._order)
 
-        def key(nid: str) -> tuple[int, int, str]:
-            n = self.node(nid)
-            return (n.span.line, n.span.column, n.id)
+    def _topological(self) -> list[str]:
+        indegree = {nid: len(preds) for nid, preds in self._preds.items()}
+        ready = [self._key(nid) for nid, d in indegree.items() if d == 0]
+        heapq.heapify(ready)
+        out: list[str] = []
+        while ready:
+            nid = heapq.heappop(ready)[-1]
+            out.append(nid)
+            for child, ports in self._succs.get(nid, {}).items():
+                indegree[child] -= len(ports)
+                if indegree[child] == 0:
+                    heapq.heappush(ready, self._key(child))
+        if len(out) != len(self._nodes):
+            raise GraphCycle(sorted(set(self._nodes) - set(out)))
+        return out
 
-        return list(nx.lexicographical_topological_sort(self.g, key=key))
+    def _key(self, nid: str) -> tuple[int, int, str]:
+        span = self._nodes[nid].span
+        return (span.line, span.column, nid)
 
     def nodes(self) -> Iterator[Node]:
         for nid in self.order():
-            yield self.node(nid)
+            yield self._nodes[nid]
+
+    @property
+    def g(self) -> nx.MultiDiGraph:
+        """The graph as a frozen networkx ``MultiDiGraph``: node attribute ``node`` (the
+        payload), edge attribute ``port``. Made on each use; imports networkx."""
+        import networkx as nx
+
+        g = nx.MultiDiGraph()
+        for nid, node in self._nodes.items():
+            g.add_node(nid, node=node)
+        for nid, preds in self._preds.items():
+            for port, src in enumerate(preds):
+                g.add_edge(src, nid, port=port)
+        return nx.freeze(g)
+
+
+class GraphCycle(Exception):
+    """`Graph.order` of a graph with a cycle: our bug (`verify` reports it as one)."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        super().__init__(f"cycle through {', '.join(nodes)}")
+        self.nodes = nodes
 
 
 @dataclass(frozen=True)
@@ -315,22 +391,25 @@ def _verify_graph(graph: Graph, where: str, program: Program, known: set[str] | 
     def fail(msg: str) -> None:
         raise GraphInvariantError(f"{where}: {msg}")
 
-    if not nx.is_directed_acyclic_graph(graph.g):
+    missing = [src for preds in graph._preds.values() for src in preds if src not in graph]
+    if missing:
+        fail(f"node {missing[0]} has no payload")
+    try:
+        graph.order()
+    except GraphCycle:
         fail("cycle")
-    for nid in graph.g.nodes:
-        if "node" not in graph.g.nodes[nid]:
-            fail(f"node {nid} has no payload")
-        node: Node = graph.g.nodes[nid]["node"]
-        ports = sorted(p for _, _, p in graph.g.in_edges(nid, data="port"))
+    for nid, preds in graph._preds.items():
+        node = graph.node(nid)
+        ports = list(range(len(preds)))
         problem = _node_problem(node, nid, ports, program, known)
         if problem:
             fail(problem)
         for sub, label in zip(subgraphs(node), ("", ":shortcut")):
             _verify_graph(sub, f"{where}/{nid}{label}", program, known)
     for i in graph.inputs:
-        if i not in graph.g or not isinstance(graph.node(i), InputNode):
+        if i not in graph or not isinstance(graph.node(i), InputNode):
             fail(f"input {i} missing")
-    if graph.result is not None and graph.result not in graph.g:
+    if graph.result is not None and graph.result not in graph:
         fail(f"result {graph.result} missing")
 
 
@@ -342,8 +421,6 @@ def _node_problem(
         return f"node {nid} carries id {node.id}"
     if not isinstance(node.span, Span):
         return f"node {nid} has no span"
-    if ports != list(range(len(ports))):
-        return f"node {nid} has ports {ports}"
     match node:
         case InputNode() if ports:
             return f"input {nid} has inputs"

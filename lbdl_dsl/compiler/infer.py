@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Hashable
 from fractions import Fraction
 from typing import Any, overload
 
@@ -37,6 +38,7 @@ from lbdl_dsl.compiler.graph import (
 from lbdl_dsl.compiler.hparams import coerce
 from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, numel, sum_totals
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
+from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
 from lbdl_dsl.core.layers import Ctx, Layer, ShapeFailure, lookup
 from lbdl_dsl.core.layers.base import ZEROS, FanIn, PSpec, Shape, fmt_shape
@@ -85,13 +87,15 @@ def _subs(value: Expr, env: Env) -> Expr: ...
 @overload
 def _subs(value: Any, env: Env) -> Any: ...
 def _subs(value: Any, env: Env) -> Any:
-    exprs = {k: v for k, v in env.items() if isinstance(v, Expr)}
-    if isinstance(value, Expr):  # a number such as `n=9/2` used as a size: its exact value, so
-        for k in value.free_symbols:  # that the size is refused, never left as a symbol `n`
-            v = env.get(k)
+    if isinstance(value, Expr):
+        symbols = value.free_symbols
+        if not symbols:  # a number: most sizes of a model
+            return value
+        exprs = {k: v for k in symbols if isinstance(v := env.get(k), Expr)}
+        for k in symbols:  # a number such as `n=9/2` used as a size: its exact value, so that
+            v = env.get(k)  # the size is refused, never left as a symbol `n`
             if isinstance(v, float) and math.isfinite(v):
                 exprs[k] = Expr.lift(Fraction(v).limit_denominator(10**6))
-    if isinstance(value, Expr):
         return value.subs(exprs)
     if isinstance(value, tuple):
         return tuple(_subs(v, env) for v in value)
@@ -111,6 +115,7 @@ class Checker:
         self.memo: dict[CallKey, tuple[list[Inst], Tensor | None, Env, int]] = {}
         self.stack: list[tuple[str, Span]] = []  # block calls (and experts) being checked: notes
         self.layers_seen = 0
+        self.rules_memo: dict[Hashable, _Rules] = {}  # a layer's rules, by what they read
 
     # -- reporting ------------------------------------------------------------------------------
     def report(self, err: LbdlError) -> None:
@@ -180,8 +185,12 @@ class Checker:
             v = value.const_value
             if v.denominator != 1 and not expr.free_symbols:  # `fc 1.5`: nothing was divided
                 raise LbdlError(f"{what} is {v}, not a whole number", span)
-            fractional = [k for k in sorted(expr.free_symbols) if isinstance(env.get(k), float)]
-            if v.denominator != 1 and fractional:  # `b n=9/2`, `model m(T=7/2)`: never floored
+            fractional = (
+                [k for k in sorted(expr.free_symbols) if isinstance(env.get(k), float)]
+                if v.denominator != 1
+                else []
+            )
+            if fractional:  # `b n=9/2`, `model m(T=7/2)`: never floored
                 shown = ", ".join(f"{k}={_fmt_fraction(env[k])}" for k in fractional)
                 raise LbdlError(
                     f"{what} is {_fmt_fraction(float(v))}, not a whole number: {shown}",
@@ -273,8 +282,7 @@ class Checker:
                     elif -len(ann) <= axis < len(ann):
                         hp[name] = ann[axis]
         for name, _ in layer.from_annotation:
-            decl = layer.hparam(name)
-            if hp.get(name) is None and decl is not None and decl.required:
+            if hp.get(name) is None and (decl := layer.hparam(name)) is not None and decl.required:
                 raise LbdlError(
                     f"`{node.op}` needs `{name}`",
                     node.span,
@@ -287,6 +295,31 @@ class Checker:
             [t.dtype for t in inst.inputs],
             [t.vocab for t in inst.inputs],
         )
+        key = _rules_key(node.op, hp, inst.inputs)
+        known = self.rules_memo.get(key) if key is not None else None
+        if known is None:
+            self.run_rules(inst, layer, ctx, ann)
+            if key is not None:  # copies: `tie` takes the shared parameters out of this box's
+                params, state = dict(inst.params), dict(inst.state)
+                self.rules_memo[key] = _Rules(ctx.a, ctx.y, params, state, inst.macs)
+        else:  # the same box on the same inputs passed every rule: only the annotation is new
+            ctx.a, ctx.out = known.attrs, known.out
+            inst.params, inst.state, inst.macs = dict(known.params), dict(known.state), known.macs
+            if ann is not None and node.annotation is not None:
+                self.compare(inst, ann, known.out)
+        out = ctx.y
+        inst.hp, inst.attrs = hp, ctx.a
+        if layer.inside is not None:
+            self.composite(inst, layer, out)
+        if node.shares:
+            self.tie(inst, graph, layer)
+        dtype, vocab = _out_type(layer, ctx, inst.inputs)
+        return Tensor(out, dtype, vocab, _where(node), node.span, self.rf(inst, layer, ctx, out))
+
+    def run_rules(self, inst: Inst, layer: Layer, ctx: Ctx, ann: Shape | None) -> None:
+        """The entry's rules on one box: attributes, output shape (compared with the
+        annotation), parameters, state and MACs, each count held below 64 bits."""
+        node = inst.node
         try:
             ctx.a = layer.attrs(ctx)
             out = tuple(Expr.lift(d) for d in layer.shape(ctx))
@@ -308,13 +341,6 @@ class Checker:
             raise self.shape_error(inst, exc) from None
         except (InexactDivision, ZeroDivisionError) as exc:
             raise self.shape_error(inst, ShapeFailure(str(exc))) from None
-        inst.hp, inst.attrs = hp, ctx.a
-        if layer.inside is not None:
-            self.composite(inst, layer, out)
-        if node.shares:
-            self.tie(inst, graph, layer)
-        dtype, vocab = _out_type(layer, ctx, inst.inputs)
-        return Tensor(out, dtype, vocab, _where(node), node.span, self.rf(inst, layer, ctx, out))
 
     def composite(self, inst: Inst, layer: Layer, out: Shape) -> None:
         """Check a composite's inside as a block call, so that its parameters, state and MACs
@@ -342,6 +368,9 @@ class Checker:
         block or model parameter (``p=p``) is read as the kind the layer declares."""
         hp: dict[str, Any] = {}
         for key, raw in node.hparams:
+            if raw is None or type(raw) in _AS_WRITTEN:  # a default, a word, a flag, a number
+                hp[key] = raw
+                continue
             value = _subs(raw, env)
             decl = layer.hparam(key)
             if isinstance(raw, ParamRef) or (
@@ -532,6 +561,10 @@ class Checker:
     def match(
         self, pat: Expr, text: str, actual: Expr, benv: Env, block: Block, node: Node, t: Tensor
     ) -> None:
+        name = pat.symbol_name()
+        if name is not None and name not in benv:  # `D` of `on T×D`: most patterns, bound as is
+            benv[name] = actual
+            return
         exprs = {k: v for k, v in benv.items() if isinstance(v, Expr)}
         value = pat.subs(exprs)
         unbound = sorted(s for s in value.free_symbols if s not in benv)
@@ -716,6 +749,46 @@ def _stateful(insts: list[Inst]) -> Inst | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Rules:
+    """What a layer's rules gave for one box: the same for every box with the same entry,
+    hyper-parameters and inputs, which a model repeats many times (every `relu` on 64×56×56)."""
+
+    attrs: Any
+    out: Shape
+    params: dict[str, PSpec]
+    state: dict[str, PSpec]
+    macs: Expr
+
+
+def _rules_key(op: str, hp: dict[str, Any], inputs: list[Tensor]) -> Hashable | None:
+    """All a layer's rules read of a box (`Ctx`: the entry, the hyper-parameters, the inputs'
+    shapes, types and ranges), as a key; None if a value has no exact key."""
+    try:
+        values = tuple((k, _exact(v)) for k, v in hp.items())
+    except TypeError:
+        return None
+    return op, values, tuple((t.shape, t.dtype, t.vocab) for t in inputs)
+
+
+_AS_WRITTEN = (bool, str, float)
+"""The types of hyper-parameter values that read nothing of their use (`Checker.hparams`)."""
+
+
+def _exact(value: Any) -> Hashable:
+    """A key equal only for values that no rule can tell apart: ``1``, ``1.0`` and ``True``
+    compare equal in Python, and so do ``0.0`` and ``-0.0``, which a rule may print."""
+    if value is None or isinstance(value, Expr):
+        return value
+    if isinstance(value, tuple):
+        return tuple(_exact(v) for v in value)
+    if isinstance(value, (bool, int, str)):
+        return type(value).__name__, value
+    if isinstance(value, float):
+        return "float", repr(value)
+    raise TypeError(f"no exact key for {type(value).__name__}")
+
+
 def _out_type(layer: Layer, ctx: Ctx, inputs: list[Tensor]) -> tuple[str, Expr | None]:
     """The output's type and range: the entry's (a constant index is whole numbers, a band a
     mask), the input's for a box that keeps it (tokens stay tokens), else float."""
@@ -737,6 +810,7 @@ def _poison() -> LbdlError:
     return LbdlError(diagnostics=[])
 
 
+@fewer_collections()
 def check(program: Program, env: dict[str, Any], overridden: bool = False) -> Checked:
     """Check ``program`` with the model parameters ``env``; failures end up in `diagnostics`.
 

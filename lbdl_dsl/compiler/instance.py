@@ -123,10 +123,22 @@ def _count(e: Expr | int) -> Count:
 
 
 def _numel(shape: Sizes) -> Count:
+    whole = 1
+    for d in shape:  # sizes that are numbers: int products only (most shapes)
+        v = d if isinstance(d, int) else d.as_int()
+        if v is None:
+            break
+        whole *= v
+    else:
+        return whole
     out: Count = 1
     for d in shape:
         out = _times(out, _count(d))
     return out
+
+
+def _expr(c: Count) -> Expr:
+    return c if isinstance(c, Expr) else Expr.lift(c)
 
 
 def _plus(a: Count, b: Count) -> Count:
@@ -167,7 +179,7 @@ def compute_totals(inst: Inst, memo: dict[int, dict[str, Count]]) -> dict[str, C
     for cp in inst.copies:
         for child in cp.body:
             _add(out, compute_totals(child, memo), _count(cp.count), _count(cp.runs))
-    inst.totals = {k: Expr.lift(v) for k, v in out.items()}
+    inst.totals = {k: _expr(v) for k, v in out.items()}
     memo[key] = out
     return out
 

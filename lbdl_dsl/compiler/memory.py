@@ -27,12 +27,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.instance import Checked, Inst
-from lbdl_dsl.compiler.sharding import Layout, axis_names
 from lbdl_dsl.core.layers.attention import HeadsAttrs
 from lbdl_dsl.core.symbolic import Expr, sym, total
+
+if TYPE_CHECKING:  # the command line reads `OPTIMIZERS` on every run, a layout only with a mesh
+    from lbdl_dsl.compiler.sharding import Layout
 
 FLOAT = 4  # bytes of a float32 parameter, gradient, moment or activation
 COUNTER = 4  # bytes of an int32 step counter
@@ -111,6 +114,8 @@ class _Splits:
 
 
 def _splits(checked: Checked, layout: Layout) -> _Splits:
+    from lbdl_dsl.compiler.sharding import axis_names
+
     output: dict[int, int] = {}
     inside: dict[int, int] = {}
     for arr in paths.arrays(checked.root):

@@ -18,7 +18,6 @@ import os
 import re
 from collections.abc import Hashable
 from fractions import Fraction
-from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
@@ -43,10 +42,13 @@ from lbdl_dsl.core.symbolic import Expr, sym
 
 def grammar_text() -> str:
     """The grammar shipped in the wheel, or the repository's ``grammar/lbdl.lark``."""
-    packaged = resources.files("lbdl_dsl").joinpath("grammar/lbdl.lark")
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    return (Path(__file__).resolve().parents[2] / "grammar" / "lbdl.lark").read_text("utf-8")
+    package = Path(__file__).resolve().parents[1]
+    for path in (package / "grammar" / "lbdl.lark", package.parent / "grammar" / "lbdl.lark"):
+        if path.is_file():
+            return path.read_text("utf-8")
+    from importlib import resources  # a package that is not files (a zip): 5 ms of imports
+
+    return resources.files("lbdl_dsl").joinpath("grammar/lbdl.lark").read_text(encoding="utf-8")
 
 
 class _Indenter(Indenter):
@@ -58,7 +60,7 @@ class _Indenter(Indenter):
     tab_len = 8
 
 
-_TABLES_FORMAT = 1  # the layout of the cache file below; a change makes old files stale
+_TABLES_FORMAT = 2  # the layout of the cache file below; a change makes old files stale
 
 
 def _cache_file() -> Path | None:
@@ -67,10 +69,12 @@ def _cache_file() -> Path | None:
     Building the LALR tables takes about 50 ms, a tenth of `lbdl-compile --check`. The file is
     JSON, never a pickle (lark's own cache is one, and loading a pickle runs whatever it says),
     stamped with the grammar's hash and lark's version, and checked whole before use: a stale,
-    truncated or edited file is rebuilt, and at worst costs those 50 ms.
+    truncated or edited file is rebuilt, and at worst costs those 50 ms. The tables are kept as
+    one JSON text inside the file, so that their digest is the digest of that text as read (no
+    second serialisation) and they are decoded in one pass of the JSON reader.
     """
     where = cache.folder()
-    return None if where is None else where / "parser-tables.json"
+    return None if where is None else where / f"parser-tables.v{_TABLES_FORMAT}.json"
 
 
 def _stamp() -> str:
@@ -93,14 +97,12 @@ def _encode(o: Any) -> Any:
     raise TypeError(f"cannot keep a {type(o).__name__} in the parser's cache")
 
 
-def _decode_tables(o: Any) -> Any:
-    if isinstance(o, list):
-        return [_decode_tables(v) for v in o]
-    if isinstance(o, dict):
-        if "t" in o:
-            return tuple(_decode_tables(v) for v in o["t"])
-        return {_decode_tables(k): _decode_tables(v) for k, v in o["d"]}
-    return o
+def _decode_object(o: dict[str, Any]) -> Any:
+    """One tagged JSON object of `_encode` back to its tuple or dict (the reader calls it on
+    the innermost objects first, so keys and values are already decoded)."""
+    if "t" in o:
+        return tuple(o["t"])
+    return dict(o["d"])
 
 
 _OPTIONS = dict(
@@ -119,10 +121,10 @@ def _load_tables(path: Path) -> Lark | None:
         if not isinstance(stored, dict) or stored.get("stamp") != _stamp():
             return None
         body = stored["tables"]
-        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
         if stored.get("sha256") != digest:
             return None
-        tables = _decode_tables(body)
+        tables = json.loads(body, object_hook=_decode_object)
         return Lark.__new__(Lark)._load(tables, postlex=_Indenter())
     except Exception:  # noqa: BLE001 - whatever is wrong with the file, the tables are rebuilt
         return None
@@ -135,8 +137,8 @@ def _save_tables(parser: Lark, path: Path) -> None:
     try:
         data, memo = parser.memo_serialize([TerminalDef, Rule])
         data["options"] = {k: v for k, v in data["options"].items() if k != "postlex"}
-        body = _encode({"data": data, "memo": memo})
-        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+        body = json.dumps(_encode({"data": data, "memo": memo}))
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
         text = json.dumps({"stamp": _stamp(), "sha256": digest, "tables": body})
         temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:

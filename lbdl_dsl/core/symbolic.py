@@ -83,6 +83,8 @@ def _num(e: Expr) -> Number:
     return c.numerator if c.denominator == 1 else c
 
 
+_NO_SYMBOLS: frozenset[str] = frozenset()
+_HASH_OF_ZERO = hash(())
 _SMALL: dict[int, Expr] = {}
 _SMALL_MAX = 4096
 """How many whole constants `Expr._const` keeps, so that a hostile spec cannot grow it."""
@@ -94,10 +96,12 @@ class Expr:
     __slots__ = ("_hash", "terms")
 
     def __init__(self, terms: Mapping[Monomial, Fraction] | None = None) -> None:
-        clean = {m: Fraction(c) for m, c in (terms or {}).items() if c != 0}
-        self.terms: tuple[tuple[Monomial, Fraction], ...] = tuple(
-            sorted(clean.items(), key=lambda t: _mono_key(t[0]))
-        )
+        self.terms: tuple[tuple[Monomial, Fraction], ...] = ()
+        self._hash = _HASH_OF_ZERO
+        if not terms:  # zero: the default of every count, made once a box
+            return
+        clean = {m: Fraction(c) for m, c in terms.items() if c != 0}
+        self.terms = tuple(sorted(clean.items(), key=lambda t: _mono_key(t[0])))
         self._hash = hash(self.terms)
 
     # -- construction -------------------------------------------------------------------------
@@ -141,13 +145,29 @@ class Expr:
 
     def as_int(self) -> int | None:
         """The value as an int when constant and whole, else None."""
-        if not self.is_const:
+        terms = self.terms  # `is_const` and `const_value` inlined: a check asks this per size
+        if not terms:
+            return 0
+        if len(terms) > 1 or terms[0][0]:
             return None
-        v = self.const_value
-        return int(v) if v.denominator == 1 else None
+        c = terms[0][1]
+        return c.numerator if c.denominator == 1 else None
+
+    def symbol_name(self) -> str | None:
+        """The name when the expression is one symbol (``D``, not ``2D`` or ``D/2``), else None."""
+        terms = self.terms
+        if len(terms) != 1 or terms[0][1] != 1:
+            return None
+        mono = terms[0][0]
+        if len(mono) == 1 and mono[0][1] == 1 and isinstance(mono[0][0], str):
+            return mono[0][0]
+        return None
 
     @property
     def free_symbols(self) -> frozenset[str]:
+        terms = self.terms
+        if not terms or (len(terms) == 1 and not terms[0][0]):
+            return _NO_SYMBOLS  # a constant: most sizes, once the model's values are in
         out: set[str] = set()
         for mono, _ in self.terms:
             for atom, _ in mono:

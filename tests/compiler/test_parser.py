@@ -357,7 +357,7 @@ def test_the_parser_tables_are_cached_in_the_user_cache_folder(tmp_path, monkeyp
     try:
         parser._lark.cache_clear()
         first = parser.parse(text, "m.lbdl")
-        cached = tmp_path / "lbdl" / "parser-tables.json"
+        cached = tmp_path / "lbdl" / f"parser-tables.v{parser._TABLES_FORMAT}.json"
         assert cached.is_file() and cached.stat().st_size > 1000
         parser._lark.cache_clear()
         assert parser.parse(text, "m.lbdl") == first  # loaded from the file

@@ -23,7 +23,7 @@ SPECS = Path(__file__).resolve().parents[2] / "specs"
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     parser._lark.cache_clear()
-    yield tmp_path / "lbdl" / "parser-tables.json"
+    yield tmp_path / "lbdl" / f"parser-tables.v{parser._TABLES_FORMAT}.json"
     parser._lark.cache_clear()
 
 
@@ -55,7 +55,9 @@ def test_a_damaged_cache_is_never_trusted(cache_dir: Path, tmp_path: Path, damag
     stored = json.loads(cache_dir.read_text("utf-8"))
     marker = tmp_path / "ran"
     if damage == "edited":  # a table entry changed, the digest left as it was
-        stored["tables"]["d"][0][1] = {"d": []}
+        tables = json.loads(stored["tables"])
+        tables["d"][0][1] = {"d": []}
+        stored["tables"] = json.dumps(tables)
         cache_dir.write_text(json.dumps(stored), "utf-8")
     elif damage == "truncated":
         cache_dir.write_text(json.dumps(stored)[:5000], "utf-8")

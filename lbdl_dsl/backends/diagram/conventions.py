@@ -50,7 +50,7 @@ def _uses(roots: Iterable[Graph], blocks: dict[str, Block]) -> list[_Use]:
     def visit(graph: Graph) -> None:
         for node in graph.nodes():
             if node.kind == "layer":
-                readers = [graph.node(v) for v in graph.g.successors(node.id)]
+                readers = [graph.node(v) for v in graph.successors(node.id)]
                 next_op = readers[0].op if len(readers) == 1 and readers[0].kind == "layer" else ""
                 out.append(_Use(node, next_op))
             for sub in _subgraphs(node):

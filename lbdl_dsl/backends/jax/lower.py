@@ -287,14 +287,14 @@ class Lowerer:
         # an input of the scope that a later box still reads must not be overwritten
         position = {nid: pos for pos, nid in enumerate(order)}
         read_until = {
-            var.name: max((position.get(v, -1) for _, v in graph.g.out_edges(nid)), default=-1)
+            var.name: max((position.get(v, -1) for v, _ in graph.out_edges(nid)), default=-1)
             for nid, var in env.items()
         }
         for pos, nid in enumerate(order):
             inst = by_id[nid]
-            uses = list(graph.g.out_edges(nid, data="port"))
+            uses = graph.out_edges(nid)
             nxt = order[pos + 1] if pos + 1 < len(order) else None
-            single = len(uses) == 1 and uses[0][1] == nxt and uses[0][2] == 0
+            single = len(uses) == 1 and uses[0] == (nxt, 0)
             last = nid == graph.result and not uses
             label = labels.get(nid)
             named = label is not None or nid in keep
@@ -409,7 +409,7 @@ class Lowerer:
         if state:
             fn.line("ns = {}")
         first = block.body.inputs[0]
-        reuse = block.body.g.out_degree(first) == 1  # the input is read once: `x = f(x)`
+        reuse = block.body.out_degree(first) == 1  # the input is read once: `x = f(x)`
         chain = args[0] if reuse else local.fresh("h")
         d = Dicts("p" if params else None, "s" if state else None, "ns" if state else None)
         result = self.scope(fn, inst.body, block.body, env, d, chain)

@@ -289,7 +289,13 @@ class Layer:
     reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
 
     def hparam(self, name: str) -> HP | None:
-        return next((h for h in self.hparams if h.name == name), None)
+        by_name: dict[str, HP] | None = self.__dict__.get("_hparams_by_name")
+        if by_name is None:  # made on first use: the checker asks for every box
+            by_name = {}
+            for h in self.hparams:
+                by_name.setdefault(h.name, h)
+            object.__setattr__(self, "_hparams_by_name", by_name)
+        return by_name.get(name)
 
     @property
     def source(self) -> bool:

@@ -1,0 +1,105 @@
+"""The graph keeps its own nodes and edges (no stage imports networkx, issue 19) and answers
+as networkx does: its order is networkx's lexicographical topological sort with the same key,
+its edges come in networkx's order, and `Graph.g` is the same graph as a networkx graph. Every
+graph of every spec of specs/ is compared; `verify` still finds a cycle and a missing node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.compiler.graph import (
+    Graph,
+    GraphCycle,
+    GraphInvariantError,
+    InputNode,
+    LayerNode,
+    Model,
+    Program,
+    subgraphs,
+    verify,
+)
+from lbdl_dsl.core.errors import Span
+from lbdl_dsl.core.layers import LAYERS
+
+SPECS = sorted((Path(__file__).resolve().parents[2] / "specs").glob("*.lbdl"))
+
+
+def _graphs(program: Program) -> Iterator[Graph]:
+    def inside(graph: Graph) -> Iterator[Graph]:
+        yield graph
+        for node in graph.nodes():
+            for sub in subgraphs(node):
+                yield from inside(sub)
+
+    yield from inside(program.model.body)
+    for block in program.blocks.values():
+        yield from inside(block.body)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.stem for s in SPECS])
+def test_the_graph_answers_as_networkx(spec: Path) -> None:
+    program = compile_spec(spec, stop_after="build").program
+    assert program is not None
+    for graph in _graphs(program):
+        g = graph.g
+        assert {nid: g.nodes[nid]["node"] for nid in g.nodes} == {
+            nid: graph.node(nid) for nid in g.nodes
+        }
+        assert len(g) == len(graph)
+
+        def key(nid: str, g: nx.MultiDiGraph = g) -> tuple[int, int, str]:
+            span = g.nodes[nid]["node"].span
+            return (span.line, span.column, nid)
+
+        assert graph.order() == list(nx.lexicographical_topological_sort(g, key=key))
+        for nid in g.nodes:
+            ins = sorted(g.in_edges(nid, data="port"), key=lambda e: e[2])
+            assert graph.preds(nid) == [u for u, _, _ in ins]
+            assert graph.out_edges(nid) == [(v, p) for _, v, p in g.out_edges(nid, data="port")]
+            assert graph.successors(nid) == list(g.successors(nid))
+            assert graph.out_degree(nid) == g.out_degree(nid)
+
+
+def _layer(nid: str, line: int) -> LayerNode:
+    return LayerNode(id=nid, span=Span.point("t.lbdl", line, 3), op="relu")
+
+
+def _program(graph: Graph) -> Program:
+    return Program(Model("m", (), graph, Span.point("t.lbdl", 1, 1)), {}, {}, "t.lbdl")
+
+
+def test_the_order_is_by_position_among_ready_boxes() -> None:
+    graph = Graph()
+    graph.add(InputNode(id="x", span=Span.point("t.lbdl", 2, 3), name="X"))
+    graph.add(_layer("late", 9), ["x"])
+    graph.add(_layer("early", 4), ["x"])
+    graph.add(_layer("join", 3), ["late", "early"])  # written above both: still after them
+    assert graph.order() == ["x", "early", "late", "join"]
+    graph.add(_layer("first", 1))  # a change is seen: the order is made again
+    assert graph.order() == ["first", "x", "early", "late", "join"]
+
+
+def test_verify_finds_a_cycle_and_a_missing_node() -> None:
+    graph = Graph()
+    graph.add(_layer("a", 2), ["b"])
+    graph.add(_layer("b", 3), ["a"])
+    with pytest.raises(GraphCycle):
+        graph.order()
+    with pytest.raises(GraphInvariantError, match="cycle"):
+        verify(_program(graph), set(LAYERS))
+    lone = Graph()
+    lone.add(_layer("a", 2), ["ghost"])
+    with pytest.raises(GraphInvariantError, match="ghost has no payload"):
+        verify(_program(lone), set(LAYERS))
+
+
+def test_the_networkx_view_is_frozen() -> None:
+    graph = Graph()
+    graph.add(_layer("a", 2))
+    with pytest.raises(nx.NetworkXError):
+        graph.g.add_node("b")
