@@ -44,6 +44,7 @@ docs: setup
 
 bench: setup
 	$(PY) bench/run.py
+	$(PY) bench/memory.py
 	$(PY) bench/kernels.py
 	$(PY) bench/diagrams.py
 

@@ -67,3 +67,18 @@ def test_kernel_counts_see_equal_bodies_as_one() -> None:
     n_other, distinct_other, _ = kernels.count(twice, other)
     assert n_same == n_other >= 2
     assert distinct_same < distinct_other <= n_other
+
+
+def test_memory_plans_compare_every_field_of_both_models() -> None:
+    from bench import memory
+
+    table = memory.main(["--quick"])
+    rows = [line.split(" | ") for line in table[2:]]
+    models = [case.name for case in run.cases(quick=True)]
+    assert [(r[0].lstrip("| "), r[1]) for r in rows] == [
+        (m, f"{f} (MiB)") for m in models for f in memory.FIELDS
+    ]
+    for r in rows:  # the same parameters and optimiser on both sides: equal arguments
+        if r[1] == "argument (MiB)":
+            assert r[2] == r[3], r
+        assert float(r[2].replace(",", "")) > 0 and float(r[3].replace(",", "")) > 0, r
