@@ -4,8 +4,8 @@ Lark does the parsing (LALR with its contextual lexer and an indenter), this mod
 of what turns text into a trustworthy tree: it refuses input lark should never see (binary, huge,
 tab-indented, absurdly nested), translates lark's exceptions into `LbdlError`s that name the line,
 the column and the offending text, recognises common mistakes by example (`match_examples`, the
-table being also a test table), and transforms the tree into frozen dataclasses. No lark object
-leaves this module.
+table being also a test table), and makes frozen dataclasses as lark reduces each rule. No lark
+object leaves this module.
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, cast
 
-from lark import Lark, Token, Transformer_NonRecursive, v_args
+from lark import Lark, Token, Tree
 from lark.exceptions import (
     UnexpectedCharacters,
     UnexpectedEOF,
     UnexpectedInput,
     UnexpectedToken,
-    VisitError,
 )
 from lark.indenter import Indenter
+from lark.lexer import LexerThread
+from lark.parsers.lalr_parser import _Parser
 
 from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.limits import MAX_NESTING, MAX_SOURCE_BYTES
@@ -60,7 +61,7 @@ class _Indenter(Indenter):
     tab_len = 8
 
 
-_TABLES_FORMAT = 2  # the layout of the cache file below; a change makes old files stale
+_TABLES_FORMAT = 3  # the layout of the cache file below; a change makes old files stale
 
 
 def _cache_file() -> Path | None:
@@ -108,7 +109,7 @@ def _decode_object(o: dict[str, Any]) -> Any:
 _OPTIONS = dict(
     parser="lalr",
     lexer="contextual",
-    propagate_positions=True,
+    propagate_positions=False,  # `_inline_callbacks` places every node, from its tokens
     maybe_placeholders=True,
 )
 
@@ -165,6 +166,7 @@ def _lark() -> Lark:
 
 
 _COMMENT_LINE = re.compile(r"^[ \t\f]*#[^\n]*", re.MULTILINE)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f]")  # what `_precheck` refuses: not \t \n \r \f
 
 
 def _decode(data: str | bytes, file: str) -> str:
@@ -197,8 +199,9 @@ def _precheck(text: str, file: str) -> None:
         )
     stack = [0]
     seen_code = False
+    controls = _CONTROL.search(text) is not None  # the loops below look only where it matters
     for lineno, line in enumerate(text.split("\n"), 1):
-        for col, ch in enumerate(line, 1):
+        for col, ch in enumerate(line if controls else "", 1):
             if ch == "\x00" or (ord(ch) < 32 and ch not in "\t\r\f"):
                 raise LbdlError(
                     f"control character U+{ord(ch):04X} in the spec",
@@ -220,7 +223,7 @@ def _precheck(text: str, file: str) -> None:
         seen_code = True
         _check_indent(stack, len(lead), file, lineno)
         depth = 0
-        for col, ch in enumerate(line, 1):
+        for col, ch in enumerate(line if line.count("(") > MAX_NESTING else "", 1):
             if ch == "#":
                 break
             depth += (ch == "(") - (ch == ")")
@@ -563,10 +566,6 @@ def _known_mistake(exc: UnexpectedInput) -> tuple[str, str] | None:
 # -- the tree, as frozen dataclasses ----------------------------------------------------------
 
 
-def _span(file: str, meta: Any) -> Span:
-    return Span(file, meta.line, meta.column, meta.end_line, meta.end_column)
-
-
 def _trim(span: Span, lines: list[str]) -> Span:
     """A statement's span without the newline (and comment) lark counts as part of it."""
     if span.end_line == span.line:
@@ -618,12 +617,13 @@ def _in_range(expr: Expr, span: Span) -> Expr:
 
 
 class _Spanned:
-    """An expression in the middle of being built: its value and where it came from."""
+    """An expression in the middle of being built: its value, where it came from, and the text
+    it takes in its parent (``outer``: with the parentheses around it, if any)."""
 
-    __slots__ = ("bare", "expr", "span")
+    __slots__ = ("bare", "expr", "outer", "span")
 
     def __init__(self, expr: Expr, span: Span, bare: str | None = None) -> None:
-        self.expr, self.span, self.bare = expr, span, bare
+        self.expr, self.span, self.bare, self.outer = expr, span, bare, span
 
 
 Children = list[Any]
@@ -638,6 +638,12 @@ DType = tuple[str, ast.SizeExpr | None]  # `int<V>`: the type's name and its ran
 # (``tuple`` itself names the rule method `_ToAst.tuple` inside the class: aliases above)
 
 
+class _DType(DType):
+    """A `DType` with where it was written, the end of a block's input pattern."""
+
+    span: Span
+
+
 def _rounded(e: Expr, up: bool) -> Expr:
     """``⌊e⌋`` or ``⌈e⌉`` in the size algebra, whose one rounding is `Expr.floordiv` by a whole
     number: ``e`` is scaled by the common denominator q of its coefficients first, and
@@ -648,18 +654,24 @@ def _rounded(e: Expr, up: bool) -> Expr:
     return (e * q).floordiv(q)
 
 
-@v_args(meta=True)
-class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
-    """Lark's tree as frozen dataclasses, bottom-up without recursion: `1+1+...+1` is a tree
-    as deep as it is long, and a few hundred operators would exhaust Python's stack."""
+class _ToAst:
+    """Lark's reductions as frozen dataclasses, made during the parse (no tree is built):
+    LALR reduces bottom-up, so `1+1+...+1`, as deep as it is long, needs no recursion. Each
+    method takes the span of its rule's text (``meta``: None for the rules of `UNPLACED`)
+    and its children; `_inline_callbacks` hands them over."""
+
+    UNPLACED = frozenset(
+        ("int", "float", "name", "op", "args", "repeat", "arrow", "body", "param_list")
+        + ("tensor_pats", "start")
+    )
+    """The rules whose node needs no span of its own (a token's, or none), spared finding it."""
 
     def __init__(self, text: str, file: str) -> None:
-        super().__init__()
         self.text, self.file = text, file
         self._lines = text.split("\n")
 
-    def _stmt_span(self, meta: Any) -> Span:
-        return _trim(_span(self.file, meta), self._lines)
+    def _stmt_span(self, meta: Span) -> Span:
+        return _trim(meta, self._lines)
 
     # expressions
     def _slice(self, span: Span) -> str:
@@ -668,8 +680,8 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
             return lines[span.line - 1][span.column - 1 : span.end_column - 1]
         return lines[span.line - 1][span.column - 1 :]
 
-    def _binary(self, meta: Any, a: _Spanned, b: _Spanned, fn: Any) -> _Spanned:
-        span = _span(self.file, meta)
+    def _binary(self, meta: Span, a: _Spanned, b: _Spanned, fn: Any) -> _Spanned:
+        span = meta
         try:
             return _Spanned(_in_range(fn(a.expr, b.expr), span), span)
         except ZeroDivisionError:
@@ -679,10 +691,10 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
                 f"cannot divide by the sum `{b.expr}`", span, hint="divide by a number or a name"
             ) from exc
 
-    def int(self, meta: Any, c: Children) -> _Spanned:
+    def int(self, meta: None, c: Children) -> _Spanned:
         return _Spanned(Expr.lift(_number(c[0], self.file)), _tok_span(self.file, c[0]))
 
-    def float(self, meta: Any, c: Children) -> _Spanned:
+    def float(self, meta: None, c: Children) -> _Spanned:
         span = _tok_span(self.file, c[0])
         mantissa, _, exponent = c[0].value.lower().partition("e")
         if len(mantissa.strip("0.")) > _MAX_DIGITS or len(exponent.lstrip("+-0")) > 2:
@@ -694,38 +706,38 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
         out.bare = "#float:" + c[0].value
         return out
 
-    def name(self, meta: Any, c: Children) -> _Spanned:
+    def name(self, meta: None, c: Children) -> _Spanned:
         return _Spanned(sym(str(c[0])), _tok_span(self.file, c[0]), bare=str(c[0]))
 
-    def scaled(self, meta: Any, c: Children) -> _Spanned:
-        return _Spanned(_number(c[0], self.file) * sym(str(c[1])), _span(self.file, meta))
+    def scaled(self, meta: Span, c: Children) -> _Spanned:
+        return _Spanned(_number(c[0], self.file) * sym(str(c[1])), meta)
 
-    def add(self, meta: Any, c: Children) -> _Spanned:
+    def add(self, meta: Span, c: Children) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a + b)
 
-    def sub(self, meta: Any, c: Children) -> _Spanned:
+    def sub(self, meta: Span, c: Children) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a - b)
 
-    def mul(self, meta: Any, c: Children) -> _Spanned:
+    def mul(self, meta: Span, c: Children) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a * b)
 
-    def div(self, meta: Any, c: Children) -> _Spanned:
+    def div(self, meta: Span, c: Children) -> _Spanned:
         return self._binary(meta, c[0], c[2], lambda a, b: a / b)
 
-    def neg(self, meta: Any, c: Children) -> _Spanned:
-        return _Spanned(-c[1].expr, _span(self.file, meta))
+    def neg(self, meta: Span, c: Children) -> _Spanned:
+        return _Spanned(-c[1].expr, meta)
 
-    def floor(self, meta: Any, c: Children) -> _Spanned:
+    def floor(self, meta: Span, c: Children) -> _Spanned:
         """``⌊e⌋``: a size rounded down, as a rule in a paper writes it (``⌊8D/3⌋``)."""
-        return _Spanned(_rounded(c[0].expr, up=False), _span(self.file, meta))
+        return _Spanned(_rounded(c[0].expr, up=False), meta)
 
-    def ceil(self, meta: Any, c: Children) -> _Spanned:
+    def ceil(self, meta: Span, c: Children) -> _Spanned:
         """``⌈e⌉``: a size rounded up (LLaMA's hidden size, ``256⌈⌊8D/3⌋/256⌉``)."""
-        return _Spanned(_rounded(c[0].expr, up=True), _span(self.file, meta))
+        return _Spanned(_rounded(c[0].expr, up=True), meta)
 
-    def pow(self, meta: Any, c: Children) -> _Spanned:
+    def pow(self, meta: Span, c: Children) -> _Spanned:
         n = _number(c[2], self.file)
-        span = _span(self.file, meta)
+        span = meta
         if n > 8:
             raise LbdlError(f"exponent {n} is too large", span, hint="sizes use small powers")
         if math.comb(n + len(c[0].expr.terms) - 1, n) > _MAX_TERMS:  # terms of the expansion
@@ -749,35 +761,35 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
             return v
         raise AssertionError(f"not a hyper-parameter value: {v!r}")
 
-    def string(self, meta: Any, c: Children) -> ast.Literal:
-        return ast.Literal(str(c[0])[1:-1], str(c[0]), _span(self.file, meta))
+    def string(self, meta: Span, c: Children) -> ast.Literal:
+        return ast.Literal(str(c[0])[1:-1], str(c[0]), meta)
 
-    def tuple(self, meta: Any, c: Children) -> ast.TupleValue:
-        span = _span(self.file, meta)
+    def tuple(self, meta: Span, c: Children) -> ast.TupleValue:
+        span = meta
         return ast.TupleValue(tuple(self._size(x) for x in c), self._slice(span), span)
 
-    def shape(self, meta: Any, c: Children) -> ast.ShapeAST:
+    def shape(self, meta: Span, c: Children) -> ast.ShapeAST:
         dims = tuple(self._size(x) for x in c if isinstance(x, _Spanned))
-        return ast.ShapeAST(dims, _span(self.file, meta))
+        return ast.ShapeAST(dims, meta)
 
     # statements
-    def hparam(self, meta: Any, c: Children) -> ast.HParam:
+    def hparam(self, meta: Span, c: Children) -> ast.HParam:
         return ast.HParam(str(c[0]), self._value(c[1]), self._stmt_span(meta))
 
-    def op(self, meta: Any, c: Children) -> Token:
+    def op(self, meta: None, c: Children) -> Token:
         tok: Token = c[0]  # OP, LEAKY or PLUS
         return tok
 
-    def args(self, meta: Any, c: Children) -> Refs:
+    def args(self, meta: None, c: Children) -> Refs:
         return tuple(ast.Ref(str(t), _tok_span(self.file, t)) for t in c)
 
-    def repeat(self, meta: Any, c: Children) -> ast.SizeExpr:
+    def repeat(self, meta: None, c: Children) -> ast.SizeExpr:
         return self._size(c[1])
 
-    def arrow(self, meta: Any, c: Children) -> ast.Ref:
+    def arrow(self, meta: None, c: Children) -> ast.Ref:
         return ast.Ref(str(c[1]), _tok_span(self.file, c[1]))
 
-    def box(self, meta: Any, c: Children) -> ast.Box:
+    def box(self, meta: Span, c: Children) -> ast.Box:
         op_tok, args, *rest = c
         shape_ast, name = rest[-2], rest[-1]
         counts = [x for x in rest[:-2] if isinstance(x, ast.SizeExpr)]
@@ -804,30 +816,32 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
             op, _tok_span(self.file, op_tok), args or (), count, hparams, shape_ast, name, span
         )
 
-    def body(self, meta: Any, c: Children) -> Stmts:
+    def body(self, meta: None, c: Children) -> Stmts:
         return tuple(c)
 
-    def repeat_group(self, meta: Any, c: Children) -> ast.RepeatGroup:
+    def repeat_group(self, meta: Span, c: Children) -> ast.RepeatGroup:
         return ast.RepeatGroup(self._size(c[1]), c[2], self._stmt_span(meta))
 
-    def shortcut(self, meta: Any, c: Children) -> Shortcut:
+    def shortcut(self, meta: Span, c: Children) -> Shortcut:
         return (c[0], self._stmt_span(meta))
 
-    def residual_group(self, meta: Any, c: Children) -> ast.ResidualGroup:
+    def residual_group(self, meta: Span, c: Children) -> ast.ResidualGroup:
         short = c[1]
         return ast.ResidualGroup(
             c[0], short[0] if short else None, self._stmt_span(meta), short[1] if short else None
         )
 
-    def experts_group(self, meta: Any, c: Children) -> ast.ExpertsGroup:
+    def experts_group(self, meta: Span, c: Children) -> ast.ExpertsGroup:
         *hparams, body = c
         return ast.ExpertsGroup(tuple(hparams), body, self._stmt_span(meta))
 
     def _ref(self, tok: Token) -> ast.Ref:
         return ast.Ref(str(tok), _tok_span(self.file, tok))
 
-    def dtype(self, meta: Any, c: Children) -> DType:
-        return (str(c[0]), self._size(c[1]) if c[1] is not None else None)
+    def dtype(self, meta: Span, c: Children) -> DType:
+        out = _DType((str(c[0]), self._size(c[1]) if c[1] is not None else None))
+        out.span = meta
+        return out
 
     @staticmethod
     def _known_type(dtype: str, span: Span) -> None:
@@ -838,7 +852,7 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
                 hint="inputs are `float` (the default), `int<N>` (tokens in [0, N)) or `bool`",
             )
 
-    def input_decl(self, meta: Any, c: Children) -> ast.InputDecl:
+    def input_decl(self, meta: Span, c: Children) -> ast.InputDecl:
         dtype, vocab = c[2] if c[2] else ("float", None)
         span = self._stmt_span(meta)
         self._known_type(dtype, span)
@@ -848,27 +862,27 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
             )
         return ast.InputDecl(self._ref(c[0]), c[1], dtype, vocab, span)
 
-    def output_decl(self, meta: Any, c: Children) -> ast.OutputDecl:
+    def output_decl(self, meta: Span, c: Children) -> ast.OutputDecl:
         return ast.OutputDecl(self._ref(c[0]), self._stmt_span(meta))
 
-    def from_stmt(self, meta: Any, c: Children) -> ast.FromStmt:
+    def from_stmt(self, meta: Span, c: Children) -> ast.FromStmt:
         return ast.FromStmt(self._ref(c[0]), self._stmt_span(meta))
 
-    def name_stmt(self, meta: Any, c: Children) -> ast.NameStmt:
+    def name_stmt(self, meta: Span, c: Children) -> ast.NameStmt:
         return ast.NameStmt(self._ref(c[1]), self._stmt_span(meta))
 
-    def assert_count(self, meta: Any, c: Children) -> ast.AssertCount:
+    def assert_count(self, meta: Span, c: Children) -> ast.AssertCount:
         return ast.AssertCount(self._ref(c[0]), str(c[1]), self._value(c[2]), self._stmt_span(meta))
 
-    def assert_shape(self, meta: Any, c: Children) -> ast.AssertShape:
+    def assert_shape(self, meta: Span, c: Children) -> ast.AssertShape:
         return ast.AssertShape(self._ref(c[0]), c[1], self._stmt_span(meta))
 
     # definitions
-    def param(self, meta: Any, c: Children) -> ast.Param:
+    def param(self, meta: Span, c: Children) -> ast.Param:
         default = self._value(c[1]) if c[1] is not None else None
         return ast.Param(str(c[0]), default, self._stmt_span(meta))
 
-    def param_list(self, meta: Any, c: Children) -> Params:
+    def param_list(self, meta: None, c: Children) -> Params:
         params = tuple(p for p in c if p is not None)
         seen: set[str] = set()
         for p in params:
@@ -877,30 +891,30 @@ class _ToAst(Transformer_NonRecursive[Token, ast.Module]):
             seen.add(p.name)
         return params
 
-    def tensor_pat(self, meta: Any, c: Children) -> ast.TensorPattern:
+    def tensor_pat(self, meta: Span, c: Children) -> ast.TensorPattern:
         dtype, vocab = c[2] if c[2] else (None, None)
         span = self._stmt_span(meta)
         if dtype is not None:
             self._known_type(dtype, span)
         return ast.TensorPattern(str(c[0]) if c[0] else None, c[1], span, dtype, vocab)
 
-    def tensor_pats(self, meta: Any, c: Children) -> Patterns:
+    def tensor_pats(self, meta: None, c: Children) -> Patterns:
         return tuple(c)
 
-    def block_def(self, meta: Any, c: Children) -> ast.BlockDef:
+    def block_def(self, meta: Span, c: Children) -> ast.BlockDef:
         return ast.BlockDef(
             str(c[0]), c[1] or (), c[2], c[3], self._stmt_span(meta), _tok_span(self.file, c[0])
         )
 
-    def model_def(self, meta: Any, c: Children) -> ast.ModelDef:
+    def model_def(self, meta: Span, c: Children) -> ast.ModelDef:
         return ast.ModelDef(
             str(c[0]), c[1] or (), c[2], self._stmt_span(meta), _tok_span(self.file, c[0])
         )
 
-    def import_stmt(self, meta: Any, c: Children) -> ast.Import:
+    def import_stmt(self, meta: Span, c: Children) -> ast.Import:
         return ast.Import(str(c[0])[1:-1], self._stmt_span(meta))
 
-    def start(self, meta: Any, c: Children) -> ast.Module:
+    def start(self, meta: None, c: Children) -> ast.Module:
         items = [x for x in c if x is not None]
         return ast.Module(
             self.file,
@@ -923,19 +937,130 @@ def parse(data: str | bytes, file: str = "<spec>") -> ast.Module:
     # repeats a group per comment line (2 MB of comments took 1.2 GB in the regex engine)
     text = _COMMENT_LINE.sub("", text)
     try:
-        tree = _lark().parse(text)
-    except UnexpectedEOF as exc:
+        return _parse_inline(text, _ToAst(text, file))
+    except UnexpectedInput as exc:
+        raise _lark_error(exc, text, file) from None
+    except LbdlError:
+        # a syntax error anywhere comes first, as when the tree was built whole before any node
+        # was checked
+        try:
+            _parse_only(text)
+        except UnexpectedInput as exc:
+            raise _lark_error(exc, text, file) from None
+        raise
+
+
+def _lark_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:
+    if isinstance(exc, UnexpectedEOF):
         lines = text.rstrip("\n").split("\n")
-        raise LbdlError(
+        return LbdlError(
             "the spec ends in the middle of a statement",
             Span.point(file, len(lines), len(lines[-1]) + 1),
             hint=f"expected {_words(set(exc.expected))}" if exc.expected else None,
-        ) from None
-    except UnexpectedInput as exc:
-        raise _syntax_error(exc, text, file) from None
-    try:
-        return _ToAst(text, file).transform(tree)
-    except VisitError as exc:
-        if isinstance(exc.orig_exc, LbdlError):
-            raise exc.orig_exc from None
-        raise
+        )
+    return _syntax_error(exc, text, file)
+
+
+def _parse_inline(text: str, to_ast: _ToAst) -> ast.Module:
+    """The spec's module, each node made by `to_ast` as lark reduces its rule."""
+    frontend = _lark().parser
+    run = _Parser(frontend.parser._parse_table, _inline_callbacks(to_ast))
+    lexer = cast(LexerThread, frontend._make_lexer_thread(text))
+    module: ast.Module = run.parse(lexer, "start")
+    return module
+
+
+def _only(children: Children) -> Any:
+    """The callback of `?a: b`: b itself, in the same place."""
+    return children[0]
+
+
+def _inline_callbacks(to_ast: _ToAst) -> dict[Any, Any]:
+    """One callback per grammar rule, calling the `to_ast` method of the rule's name with the
+    rule's span and its children as lark would keep them in a tree (anonymous tokens dropped,
+    None for an absent optional part, a `?rule` of one child replaced by it)."""
+    callbacks: dict[Any, Any] = {}
+    for rule, name, kind, chain in _rule_plan():
+        if kind == "only":
+            callbacks[rule] = _only
+        elif kind == "unplaced":
+            callbacks[rule] = _with_chain(functools.partial(getattr(to_ast, name), None), chain)
+        elif kind == "spliced":
+            callbacks[rule] = _placed(functools.partial(_spliced, name), chain, to_ast.file)
+        else:  # `?atom: "(" expr ")"` is always its one child: no method
+            method = getattr(to_ast, name, None) or functools.partial(_unreachable, name)
+            callbacks[rule] = _placed(method, chain, to_ast.file)
+    return callbacks
+
+
+@functools.cache
+def _rule_plan() -> list[tuple[Any, str, str, list[Any]]]:
+    """Each rule of the grammar (the parse table's own object, found by identity, not by a
+    slower comparison), its method's name, how its callback is made, and lark's wrappers."""
+    parser = _lark()
+    table = parser.parser.parser._parse_table
+    own = {arg: arg for actions in table.states.values() for _, arg in actions.values()}
+    plan = []
+    for rule, chain in parser._parse_tree_builder.rule_builders:
+        name = rule.alias or rule.origin.name
+        if not rule.alias and rule.options.expand1 and len(rule.expansion) == 1:
+            kind = "only"
+        elif name in _ToAst.UNPLACED:
+            kind = "unplaced"
+        elif name.startswith("_"):  # lark's rules for `x*` and `x+`, spliced into their parent
+            kind = "spliced"
+        else:
+            kind = "placed"
+        plan.append((own.get(rule, rule), name, kind, chain))
+    return plan
+
+
+def _spliced(name: str, meta: Span | None, children: Children) -> Tree[Any]:
+    return Tree(name, children, cast(Any, meta))  # lark's filter reads its children
+
+
+def _unreachable(name: str, meta: Span | None, children: Children) -> None:
+    raise AssertionError(f"no node is made for the rule `{name}`")
+
+
+def _with_chain(method: Any, chain: list[Any]) -> Any:
+    for wrapper in chain:  # lark's own: filters the children, inserts None, expands `?rule`s
+        method = wrapper(method)
+    return method
+
+
+def _placed(method: Any, chain: list[Any], file: str) -> Any:
+    """``method``'s callback, given the span from the rule's first token or node to its last,
+    as lark's ``propagate_positions`` counted it (through the parentheses around a child)."""
+    here: list[Span | None] = [None]
+    inner = _with_chain(lambda children: method(here[0], children), chain)
+
+    def callback(children: Children) -> Any:
+        span: Span | None = None
+        for first in map(_place, children):
+            if first is not None:
+                for last in map(_place, reversed(children)):
+                    if last is not None:
+                        break
+                span = Span(file, first.line, first.column, last.end_line, last.end_column)
+                break
+        here[0] = span
+        out = inner(children)
+        if type(out) is _Spanned and span is not None:  # `( e )` is e, in its parentheses
+            out.outer = span
+        return out
+
+    return callback
+
+
+def _place(child: Any) -> Any:
+    """Where a reduced child lies, as lark's ``propagate_positions`` saw it, or None."""
+    if type(child) is Token:
+        return child
+    if type(child) is _Spanned:
+        return child.outer
+    if isinstance(child, Tree):
+        return child._meta  # `_spliced` put the span there
+    if isinstance(child, Token):
+        return child
+    return getattr(child, "span", None)
