@@ -34,28 +34,41 @@ class Row:
 
 def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
     """Summary rows, depth first; ``depth=None`` shows every level."""
+    return _Rows(checked, depth).visit(checked.root, 0, "")
 
-    zero = Expr()
-    texts: dict[int, tuple[str, str, str, str]] = {}  # by instance: shared by identical calls
 
-    def text(inst: Inst) -> tuple[str, str, str, str]:
+class _Rows:
+    """`rows`' walk. A class rather than a nested function that calls itself: such a function
+    is a reference cycle (it and its closure cell), which keeps the checked tree alive until
+    the cycle collector runs (``tests/test_no_cycles.py``)."""
+
+    def __init__(self, checked: Checked, depth: int | None) -> None:
+        self.checked = checked
+        self.depth = depth
+        self.zero = Expr()
+        self.texts: dict[
+            int, tuple[str, str, str, str]
+        ] = {}  # by instance: shared by identical calls
+
+    def text(self, inst: Inst) -> tuple[str, str, str, str]:
         out = inst.output
         rf = ""
         if out is not None and out.rf is not None:
             rf = f"{out.rf[0]}/{out.rf[1]}"
         return (
-            box_label(inst, checked.program.blocks),
+            box_label(inst, self.checked.program.blocks),
             str(out) if out is not None else "?",
             rf,
             str(inst.hp.get("count", "")) if inst.kind == "repeat" else "",
         )
 
-    def visit(insts: list[Inst], level: int, prefix: str) -> Iterator[Row]:
+    def visit(self, insts: list[Inst], level: int, prefix: str) -> Iterator[Row]:
+        texts, zero, depth = self.texts, self.zero, self.depth
         for inst in insts:
             path = f"{prefix}/{inst.id}" if prefix else inst.id
             known = texts.get(id(inst))
             if known is None:
-                known = texts[id(inst)] = text(inst)
+                known = texts[id(inst)] = self.text(inst)
             label, shape, rf, count = known
             totals = inst.totals
             yield Row(
@@ -70,11 +83,9 @@ def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
             )
             if depth is None or level + 1 < depth:
                 for step, cp in inst.copy_prefixes():
-                    yield from visit(cp.body, level + 1, f"{path}/{step}".rstrip("/"))
-                yield from visit(inst.body, level + 1, path)
-                yield from visit(inst.shortcut, level + 1, f"{path}/shortcut")
-
-    yield from visit(checked.root, 0, "")
+                    yield from self.visit(cp.body, level + 1, f"{path}/{step}".rstrip("/"))
+                yield from self.visit(inst.body, level + 1, path)
+                yield from self.visit(inst.shortcut, level + 1, f"{path}/shortcut")
 
 
 def _dim(d: Expr) -> int | str:

@@ -362,18 +362,21 @@ class Program:
 
 def walk(graph: Graph, blocks: dict[str, Block] | None = None) -> Iterator[tuple[Graph, Node]]:
     """Every node of a graph and of the bodies inside it (block bodies once each, if given)."""
-    seen: set[str] = set()
+    return _walk(graph, blocks, set())
 
-    def visit(gr: Graph) -> Iterator[tuple[Graph, Node]]:
-        for node in gr.nodes():
-            yield gr, node
-            for sub in subgraphs(node):
-                yield from visit(sub)
-            if isinstance(node, CallNode) and blocks is not None and node.op not in seen:
-                seen.add(node.op)
-                yield from visit(blocks[node.op].body)
 
-    yield from visit(graph)
+def _walk(
+    graph: Graph, blocks: dict[str, Block] | None, seen: set[str]
+) -> Iterator[tuple[Graph, Node]]:
+    # At module level, not nested in `walk`: a nested function that calls itself is a
+    # reference cycle that keeps what it captures alive until the cycle collector runs.
+    for node in graph.nodes():
+        yield graph, node
+        for sub in subgraphs(node):
+            yield from _walk(sub, blocks, seen)
+        if isinstance(node, CallNode) and blocks is not None and node.op not in seen:
+            seen.add(node.op)
+            yield from _walk(blocks[node.op].body, blocks, seen)
 
 
 class GraphInvariantError(AssertionError):

@@ -249,15 +249,18 @@ class Checked:
 
     def walk(self) -> Iterator[tuple[tuple[str, ...], Inst, Expr]]:
         """Every instance with its path and total multiplicity, depth first."""
+        return _walk(self.root, (), Expr.lift(1))
 
-        def visit(
-            insts: list[Inst], prefix: tuple[str, ...], mult: Expr
-        ) -> Iterator[tuple[tuple[str, ...], Inst, Expr]]:
-            for inst in insts:
-                path = (*prefix, inst.id)
-                yield path, inst, mult
-                for step, child, m in inst.children():
-                    parts = tuple(step.split("/")[:-1])
-                    yield from visit([child], (*path, *parts), mult * m)
 
-        yield from visit(self.root, (), Expr.lift(1))
+def _walk(
+    insts: list[Inst], prefix: tuple[str, ...], mult: Expr
+) -> Iterator[tuple[tuple[str, ...], Inst, Expr]]:
+    """`Checked.walk`'s recursion, at module level: a nested function that calls itself is a
+    reference cycle (the function and its closure cell), which would keep the checked tree it
+    captures alive until the cycle collector runs (see ``tests/test_no_cycles.py``)."""
+    for inst in insts:
+        path = (*prefix, inst.id)
+        yield path, inst, mult
+        for step, child, m in inst.children():
+            parts = tuple(step.split("/")[:-1])
+            yield from _walk([child], (*path, *parts), mult * m)

@@ -45,22 +45,23 @@ class Array:
 
 def arrays(root: list[Inst]) -> Iterator[Array]:
     """Every parameter, then every state array, of each box in order, depth first."""
+    return _arrays(root, "", ())
 
-    Stack = tuple[tuple[Expr, str], ...]
 
-    def visit(insts: list[Inst], prefix: str, stack: Stack) -> Iterator[Array]:
-        for inst in insts:
-            here = f"{prefix}{inst.id}"
-            counts, roles = tuple(c for c, _ in stack), tuple(r for _, r in stack)
-            for name, spec in inst.params.items():
-                yield Array(f"{here}/{name}", spec, counts, inst, True, roles)
-            for name, spec in inst.state.items():
-                yield Array(f"{here}/{name}", spec, counts, inst, False, roles)
-            yield from visit(inst.body, f"{here}/", stack)
-            yield from visit(inst.shortcut, f"{here}/shortcut/", stack)
-            for step, copies in inst.copy_prefixes():
-                yield from visit(
-                    copies.body, f"{here}/{step}", (*stack, (copies.count, copies.role))
-                )
+_Stack = tuple[tuple[Expr, str], ...]  # the counts and roles of the ×N groups around a box
 
-    yield from visit(root, "", ())
+
+def _arrays(insts: list[Inst], prefix: str, stack: _Stack) -> Iterator[Array]:
+    # At module level, not nested in `arrays`: a nested function that calls itself is a
+    # reference cycle that keeps what it captures alive until the cycle collector runs.
+    for inst in insts:
+        here = f"{prefix}{inst.id}"
+        counts, roles = tuple(c for c, _ in stack), tuple(r for _, r in stack)
+        for name, spec in inst.params.items():
+            yield Array(f"{here}/{name}", spec, counts, inst, True, roles)
+        for name, spec in inst.state.items():
+            yield Array(f"{here}/{name}", spec, counts, inst, False, roles)
+        yield from _arrays(inst.body, f"{here}/", stack)
+        yield from _arrays(inst.shortcut, f"{here}/shortcut/", stack)
+        for step, copies in inst.copy_prefixes():
+            yield from _arrays(copies.body, f"{here}/{step}", (*stack, (copies.count, copies.role)))

@@ -46,22 +46,24 @@ def _uses(roots: Iterable[Graph], blocks: dict[str, Block]) -> list[_Use]:
     (each block once), with the box it feeds."""
     out: list[_Use] = []
     seen: set[str] = set()
-
-    def visit(graph: Graph) -> None:
-        for node in graph.nodes():
-            if node.kind == "layer":
-                readers = [graph.node(v) for v in graph.successors(node.id)]
-                next_op = readers[0].op if len(readers) == 1 and readers[0].kind == "layer" else ""
-                out.append(_Use(node, next_op))
-            for sub in _subgraphs(node):
-                visit(sub)
-            if node.kind == "call" and node.op in blocks and node.op not in seen:
-                seen.add(node.op)
-                visit(blocks[node.op].body)
-
     for graph in roots:
-        visit(graph)
+        _collect_uses(graph, blocks, seen, out)
     return out
+
+
+def _collect_uses(graph: Graph, blocks: dict[str, Block], seen: set[str], out: list[_Use]) -> None:
+    # At module level, not nested in `_uses`: a nested function that calls itself is a
+    # reference cycle that keeps what it captures alive until the cycle collector runs.
+    for node in graph.nodes():
+        if node.kind == "layer":
+            readers = [graph.node(v) for v in graph.successors(node.id)]
+            next_op = readers[0].op if len(readers) == 1 and readers[0].kind == "layer" else ""
+            out.append(_Use(node, next_op))
+        for sub in _subgraphs(node):
+            _collect_uses(sub, blocks, seen, out)
+        if node.kind == "call" and node.op in blocks and node.op not in seen:
+            seen.add(node.op)
+            _collect_uses(blocks[node.op].body, blocks, seen, out)
 
 
 def _subgraphs(node: Node) -> list[Graph]:

@@ -41,6 +41,7 @@ from lbdl_dsl.backends.diagram.scene import (
     Scene,
     Stub,
     Terminal,
+    walk_items,
 )
 
 MIN_SKIPS = 2  # nested skips that make a figure a U
@@ -64,32 +65,15 @@ def _units(scene: Scene) -> dict[str, int]:
     """Each element's top-level item, by index in ``scene.items``: a frame and everything in it
     is one unit; inputs are -1 and outputs len(items)."""
     out: dict[str, int] = {t.id: -1 for t in scene.inputs}
-
-    def visit(items: list[Item], index: int) -> None:
-        for item in items:
-            out[item.id] = index
-            if isinstance(item, Frame):
-                visit(item.items, index)
-
-    for i, item in enumerate(scene.items):
-        out[item.id] = i
-        if isinstance(item, Frame):
-            visit(item.items, i)
+    for i, top in enumerate(scene.items):
+        out.update((item.id, i) for item, _ in walk_items([top]))
     out.update((t.id, len(scene.items)) for t in scene.outputs)
     return out
 
 
 def _frames(scene: Scene) -> dict[str, tuple[str, ...]]:
     """The frames around each element, outermost first."""
-    out: dict[str, tuple[str, ...]] = {}
-
-    def visit(items: list[Item], path: tuple[str, ...]) -> None:
-        for item in items:
-            out[item.id] = path
-            if isinstance(item, Frame):
-                visit(item.items, (*path, item.id))
-
-    visit(scene.items, ())
+    out = {item.id: frames for item, frames in walk_items(scene.items)}
     for t in [*scene.inputs, *scene.outputs]:
         out[t.id] = ()
     return out

@@ -8,6 +8,7 @@ residual_0/conv_2d_0``), so they are stable from run to run and say where a box 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -136,16 +137,21 @@ class Scene:
     def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""
         out: dict[str, Item | Terminal] = {t.id: t for t in self.inputs}
-
-        def visit(items: list[Item]) -> None:
-            for item in items:
-                out[item.id] = item
-                if isinstance(item, Frame):
-                    visit(item.items)
-
-        visit(self.items)
+        out.update((item.id, item) for item, _ in walk_items(self.items))
         out.update((t.id, t) for t in self.outputs)
         return out
 
     def boxes(self) -> list[Box]:
         return [e for e in self.elements().values() if isinstance(e, Box)]
+
+
+def walk_items(
+    items: list[Item], frames: tuple[str, ...] = ()
+) -> Iterator[tuple[Item, tuple[str, ...]]]:
+    """Every item, frames and what they hold, in drawing order, with the ids of the frames
+    around it (outermost first). At module level: a nested function that calls itself is a
+    reference cycle that keeps the scene alive until the cycle collector runs."""
+    for item in items:
+        yield item, frames
+        if isinstance(item, Frame):
+            yield from walk_items(item.items, (*frames, item.id))
