@@ -803,7 +803,7 @@ other types are `_exact`'s (their types then left out of the key: ``()``)."""
 
 _PLAIN_FLOAT = _PLAIN | {float}
 """The same with floats, where no value is zero: two floats other than ``0.0`` and ``-0.0``
-are equal only if they are the same number (a NaN equals nothing: its box misses the memo)."""
+are equal only if they are the same number (a NaN matches only the very same object)."""
 
 
 _AS_WRITTEN = (bool, str, float)
