@@ -32,60 +32,78 @@ class Row:
     count: str
 
 
+def _walk(
+    checked: Checked, depth: int | None, paths: bool = True
+) -> Iterator[tuple[int, str, Inst]]:
+    """Each instance the summary shows, depth first, with its level and path (``""`` without
+    ``paths``: the table shows none); ``depth=None`` goes down every level. A ×N group's
+    copies come first, then a call's (or residual's) body, then the shortcut; an empty part
+    costs nothing (no generator for it)."""
+    return _visit(checked.root, 0, "", depth, paths)
+
+
+def _visit(
+    insts: list[Inst], level: int, prefix: str, depth: int | None, paths: bool
+) -> Iterator[tuple[int, str, Inst]]:
+    # At module level, not nested in `_walk`: a nested function that calls itself is a
+    # reference cycle that would keep the checked tree alive until the cycle collector runs.
+    deeper = depth is None or level + 1 < depth
+    for inst in insts:
+        path = (f"{prefix}/{inst.id}" if prefix else inst.id) if paths else ""
+        yield level, path, inst
+        if not deeper:
+            continue
+        if inst.copies:
+            for step, cp in inst.copy_prefixes():
+                yield from _visit(cp.body, level + 1, f"{path}/{step}".rstrip("/"), depth, paths)
+        if inst.body:
+            yield from _visit(inst.body, level + 1, path, depth, paths)
+        if inst.shortcut:
+            yield from _visit(inst.shortcut, level + 1, f"{path}/shortcut", depth, paths)
+
+
+class _Texts:
+    """A box's texts in the summary, made once per instance (identical calls share theirs),
+    from shape and count texts made once per distinct value: a model repeats a few shapes
+    and counts over and over (every `relu` on 64×56×56)."""
+
+    def __init__(self, checked: Checked) -> None:
+        self.blocks = checked.program.blocks
+        self.shapes: dict[tuple[Expr, ...], str] = {}
+        self.counts: dict[Expr, str] = {}
+
+    def of(self, inst: Inst) -> tuple[str, str, str, str]:
+        """Label, output shape, receptive field and ×N count of ``inst``."""
+        out = inst.output
+        shape, rf = "?", ""
+        if out is not None:
+            shape = self.shapes.get(out.shape) or self.shapes.setdefault(out.shape, str(out))
+            if out.rf is not None:
+                rf = f"{out.rf[0]}/{out.rf[1]}"
+        count = str(inst.hp.get("count", "")) if inst.kind == "repeat" else ""
+        return box_label(inst, self.blocks), shape, rf, count
+
+    def count(self, value: Expr) -> str:
+        """`fmt_count` of ``value``."""
+        text = self.counts.get(value)
+        if text is None:
+            text = self.counts[value] = fmt_count(value)
+        return text
+
+
 def rows(checked: Checked, depth: int | None = 1) -> Iterator[Row]:
     """Summary rows, depth first; ``depth=None`` shows every level."""
-    return _Rows(checked, depth).visit(checked.root, 0, "")
-
-
-class _Rows:
-    """`rows`' walk. A class rather than a nested function that calls itself: such a function
-    is a reference cycle (it and its closure cell), which keeps the checked tree alive until
-    the cycle collector runs (``tests/test_no_cycles.py``)."""
-
-    def __init__(self, checked: Checked, depth: int | None) -> None:
-        self.checked = checked
-        self.depth = depth
-        self.zero = Expr()
-        self.texts: dict[
-            int, tuple[str, str, str, str]
-        ] = {}  # by instance: shared by identical calls
-
-    def text(self, inst: Inst) -> tuple[str, str, str, str]:
-        out = inst.output
-        rf = ""
-        if out is not None and out.rf is not None:
-            rf = f"{out.rf[0]}/{out.rf[1]}"
-        return (
-            box_label(inst, self.checked.program.blocks),
-            str(out) if out is not None else "?",
-            rf,
-            str(inst.hp.get("count", "")) if inst.kind == "repeat" else "",
-        )
-
-    def visit(self, insts: list[Inst], level: int, prefix: str) -> Iterator[Row]:
-        texts, zero, depth = self.texts, self.zero, self.depth
-        for inst in insts:
-            path = f"{prefix}/{inst.id}" if prefix else inst.id
-            known = texts.get(id(inst))
-            if known is None:
-                known = texts[id(inst)] = self.text(inst)
-            label, shape, rf, count = known
-            totals = inst.totals
-            yield Row(
-                level,
-                path,
-                label,
-                shape,
-                totals.get("params", zero),
-                totals.get("macs", zero),
-                rf,
-                count,
-            )
-            if depth is None or level + 1 < depth:
-                for step, cp in inst.copy_prefixes():
-                    yield from self.visit(cp.body, level + 1, f"{path}/{step}".rstrip("/"))
-                yield from self.visit(inst.body, level + 1, path)
-                yield from self.visit(inst.shortcut, level + 1, f"{path}/shortcut")
+    zero = Expr()
+    texts = _Texts(checked)
+    made: dict[int, tuple[str, str, str, str]] = {}  # by instance: identical calls share theirs
+    for level, path, inst in _walk(checked, depth):
+        known = made.get(id(inst))
+        if known is None:
+            known = made[id(inst)] = texts.of(inst)
+        label, shape, rf, count = known
+        totals = inst.totals
+        params, macs = totals.get("params", zero), totals.get("macs", zero)
+        yield Row(level, path, label, shape, params, macs, rf, count)
 
 
 def _dim(d: Expr) -> int | str:
@@ -164,38 +182,87 @@ cell of every row several times over, which made the summary of a 190,000-box mo
 thirds of its ``--check`` (issue 17). The plain layout is one pass over the cells."""
 
 
+Cells = tuple[str, ...]
+"""A row of the table: box, output, params, MACs and receptive field, ready to print."""
+
+
+def _row_cells(level: int, label: str, shape: str, params: str, macs: str, rf: str) -> Cells:
+    return tuple(printable(c) for c in ("  " * level + label, shape, params, macs, rf))
+
+
+def _header(has_rf: bool) -> tuple[list[str], list[bool]]:
+    """The table's header, and which columns are right-aligned."""
+    header = ["box", "output", "params", "MACs"] + (["RF/stride"] if has_rf else [])
+    right = [False, False, True, True] + ([True] if has_rf else [])
+    return header, right
+
+
 def _columns(all_rows: list[Row]) -> tuple[list[str], list[bool], list[list[str]]]:
     """The table's header, which columns are right-aligned, and its cells, row by row."""
     has_rf = any(r.rf for r in all_rows)
-    header = ["box", "output", "params", "MACs"] + (["RF/stride"] if has_rf else [])
-    right = [False, False, True, True] + ([True] if has_rf else [])
+    header, right = _header(has_rf)
+    width = len(header)
     cells = [
-        [
-            printable(c)
-            for c in ["  " * r.depth + r.label, r.shape, fmt_count(r.params), fmt_count(r.macs)]
-            + ([r.rf] if has_rf else [])
+        list(_row_cells(r.depth, r.label, r.shape, fmt_count(r.params), fmt_count(r.macs), r.rf))[
+            :width
         ]
         for r in all_rows
     ]
     return header, right, cells
 
 
+def _table_cells(checked: Checked, depth: int | None) -> tuple[list[Cells], bool]:
+    """The cells of each row of the summary (the receptive field always there), and whether
+    any row has a receptive field. Rows with the same text are one tuple, made once: a
+    shared instance at the same level, or the hundredth `relu` of the same shape."""
+    zero = Expr()
+    texts = _Texts(checked)
+    by_inst: dict[int, tuple[str, str, str, str, str]] = {}  # identical calls share instances
+    made: dict[tuple[int, tuple[str, str, str, str, str]], Cells] = {}
+    out: list[Cells] = []
+    for level, _, inst in _walk(checked, depth, paths=False):
+        known = by_inst.get(id(inst))
+        if known is None:
+            label, shape, rf, _ = texts.of(inst)
+            totals = inst.totals
+            params = texts.count(totals.get("params", zero))
+            macs = texts.count(totals.get("macs", zero))
+            known = by_inst[id(inst)] = (label, shape, params, macs, rf)
+        key = (level, known)
+        cells = made.get(key)
+        if cells is None:
+            cells = made[key] = _row_cells(level, *known)
+        out.append(cells)
+    return out, any(cells[4] for cells in made.values())
+
+
 def plain_table(all_rows: list[Row]) -> list[str]:
     """The rows as aligned columns two spaces apart, in one pass: the same text as rich's
     borderless table, which the tests hold it to, at a cost linear in the cells."""
     header, right, cells = _columns(all_rows)
-    body = [header, *cells]
-    widths = [max(_cells(row[i]) for row in body) for i in range(len(header))]
-    lines = []
-    for row in body:
+    return _plain_lines(header, right, [tuple(c) for c in cells])
+
+
+def _plain_lines(header: list[str], right: list[bool], cells: list[Cells]) -> list[str]:
+    """`plain_table`'s lines from the cells (extra cells at a row's end are not shown). Each
+    distinct row is measured and laid out once: its line is then the same string object."""
+    distinct = list(dict.fromkeys(cells))
+    widths = [
+        max(_cells(header[i]), max((_cells(row[i]) for row in distinct), default=0))
+        for i in range(len(header))
+    ]
+
+    def line(row: Cells) -> str:
         parts = [
             (text.rjust(width) if is_right else text.ljust(width))  # ASCII: a column a character
             if text.isascii()
             else _pad(text, width, is_right)
             for text, width, is_right in zip(row, widths, right)
         ]
-        lines.append("  ".join(parts).rstrip())
-    return lines
+        return "  ".join(parts).rstrip()
+
+    lines = {row: line(row) for row in distinct}
+    return [line(tuple(header)), *[lines[row] for row in cells]]
 
 
 def _pad(text: str, width: int, right: bool) -> str:
@@ -211,14 +278,15 @@ WIDTH = 240
 def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False) -> str:
     """The summary as text: a rich table on a terminal, plain aligned columns when piped (or
     when the table is too long for rich to lay out quickly)."""
-    all_rows = list(rows(checked, depth))
+    cells, has_rf = _table_cells(checked, depth)
+    header, right = _header(has_rf)
     model = checked.program.model
     params = ", ".join(f"{k}={_env_json(v)}" for k, v in checked.env.items())
     head = [printable(f"model {model.name}" + (f" ({params})" if params else ""))]
-    if terminal and len(all_rows) <= RICH_ROWS:
-        lines = _console_lines(head, terminal, _rich_table(all_rows))
+    if terminal and len(cells) <= RICH_ROWS:
+        lines = _console_lines(head, terminal, _rich_table(header, right, cells))
     else:
-        lines = [*_text_lines(head, terminal), *plain_table(all_rows)]
+        lines = [*_text_lines(head, terminal), *_plain_lines(header, right, cells)]
     t = checked.totals
     ins = ", ".join(f"{k}: {v}{_type(v)}" for k, v in checked.inputs.items())
     outs = ", ".join(f"{k}: {v}" for k, v in checked.outputs.items())
@@ -278,17 +346,16 @@ def _console_lines(messages: list[str], terminal: bool, table: Any = None) -> li
     return [line.rstrip() for line in console.export_text(styles=terminal).splitlines()]
 
 
-def _rich_table(all_rows: list[Row]) -> Any:
+def _rich_table(header: list[str], right: list[bool], cells: list[Cells]) -> Any:
     """The table for a terminal: rich's, with a rule under the header."""
     from rich import box
     from rich.table import Table
 
-    header, right, cells = _columns(all_rows)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for name, is_right in zip(header, right):
         table.add_column(name, justify="right" if is_right else "left", no_wrap=True)
     for row in cells:
-        table.add_row(*row)
+        table.add_row(*row[: len(header)])
     return table
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lbdl_dsl import report
-from lbdl_dsl.compiler import infer, textform
+from lbdl_dsl.compiler import infer, instance, textform
 from lbdl_dsl.compiler.driver import compile_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,6 +140,70 @@ def test_a_tied_box_leaves_the_memo_whole(tmp_path: Path) -> None:
 def test_the_memo_key_tells_apart_what_python_calls_equal(a: object, b: object) -> None:
     assert infer._exact(a) != infer._exact(b)
     assert infer._exact(a) == infer._exact(a)
+    # a box's key (values of plain types keyed with their types, others by `_exact`) and
+    # a block call's (sizes as they are, others by `_exact`)
+    assert infer._rules_key("op", {"v": a}, []) != infer._rules_key("op", {"v": b}, [])
+    assert infer._rules_key("op", {"v": a}, []) == infer._rules_key("op", {"v": a}, [])
+    assert infer._call_value(a) != infer._call_value(b)
+
+
+@pytest.mark.parametrize("value", [0.5, -2.0, 1e300, 0, False, None, "x", (3, 3)])
+def test_equal_values_give_equal_memo_keys(value: object) -> None:
+    key = infer._rules_key("op", {"v": value, "w": 1}, [])
+    assert key is not None and key == infer._rules_key("op", {"v": value, "w": 1}, [])
+    assert key != infer._rules_key("op", {"w": 1, "v": value}, [])  # by name, in order
+
+
+def test_a_value_without_an_exact_key_is_not_memoised() -> None:
+    assert infer._rules_key("op", {"v": [1]}, []) is None
+    assert infer._call_value([1]) == ("repr", "[1]")
+
+
+def _shared_totals_off(sums: list, kept: dict) -> dict:
+    return {k: instance._expr(c) for k, c in zip(instance.TOTALS, sums)}
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.stem for s in SPECS])
+def test_shared_totals_change_nothing(spec: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instances with the same counts share one dict of them (`instance._kept`): every
+    instance's totals, the summary, the shapes and the JSON are those of a dict each."""
+
+    def every_total(checked: infer.Checked) -> list[tuple[tuple[str, ...], dict]]:
+        return [(path, dict(inst.totals)) for path, inst, _ in checked.walk()]
+
+    shared = compile_spec(spec).checked
+    assert shared is not None
+    with_sharing = (every_total(shared), _texts(spec))
+    monkeypatch.setattr(instance, "_kept", _shared_totals_off)
+    alone = compile_spec(spec).checked
+    assert alone is not None
+    assert with_sharing == (every_total(alone), _texts(spec))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.stem for s in SPECS])
+@pytest.mark.parametrize("depth", [1, None])
+def test_the_table_made_once_per_distinct_row_is_the_table_row_by_row(
+    spec: Path, depth: int | None
+) -> None:
+    """`render_table` makes each distinct row's cells and line once (shared instances,
+    repeated shapes and counts); `plain_table` lays out the `rows` one by one."""
+    checked = compile_spec(spec).checked
+    assert checked is not None
+    table = report.render_table(checked, depth).splitlines()
+    one_by_one = report.plain_table(list(report.rows(checked, depth)))
+    assert table[1 : 1 + len(one_by_one)] == one_by_one
+
+
+def test_an_instance_without_a_body_shares_an_empty_list_that_refuses_to_grow() -> None:
+    checked = compile_spec(ROOT / "specs" / "resnet18.lbdl").checked
+    assert checked is not None
+    leaves = [i for _, i, _ in checked.walk() if not i.body]
+    assert len(leaves) > 2 and all(i.body is leaves[0].body for i in leaves)
+    assert leaves[0].body == [] and leaves[0].copies == [] and leaves[0].shortcut == []
+    for change in (lambda b: b.append(1), lambda b: b.extend([1]), lambda b: b.__iadd__([1])):
+        with pytest.raises(TypeError, match="shared"):
+            change(leaves[0].body)
+    assert leaves[1].body == []
 
 
 @pytest.mark.parametrize(

@@ -49,8 +49,9 @@ _MAX_DIAGNOSTICS = 20
 Env = dict[str, Any]
 """Symbols and parameters in scope: sizes as `Expr`, and any other hyper-parameter value."""
 RF = tuple[Expr, Expr] | None  # receptive field and cumulative stride, when it has one
+Window = tuple[int, int, int] | None  # a layer's kernel, stride and dilation, for the RF
 Outs = dict[str, Tensor | None]  # each node's output in a scope; None where it failed
-CallKey = tuple[str, tuple[Shape, ...], tuple[tuple[str, str], ...]]  # block, inputs, symbols
+CallKey = tuple[str, tuple[Shape, ...], tuple[tuple[str, Hashable], ...]]  # block, ins, symbols
 
 
 class _Poisoned(Exception):
@@ -59,6 +60,8 @@ class _Poisoned(Exception):
 
 def _where(node: Node) -> str:
     match node:
+        case LayerNode():  # most boxes: asked first
+            return f"`{node.op}` at line {node.span.line}"
         case InputNode(name=name):
             return f"input `{name}`" if name else "the block's input"
         case RepeatNode():
@@ -148,9 +151,10 @@ class Checker:
                         outs[nid] = None
                 continue
             inputs = [outs[u] for u in graph.preds(nid)]
-            inst = Inst(node, [t for t in inputs if t is not None])
+            present = [t for t in inputs if t is not None]
+            inst = Inst(node, present)
             insts.append(inst)
-            if any(t is None for t in inputs):
+            if len(present) < len(inputs):  # an input failed
                 outs[nid] = None
                 continue
             try:
@@ -171,6 +175,9 @@ class Checker:
 
     def size(self, expr: Expr, env: dict[str, Any], span: Span, what: str) -> Expr:
         """A size with the environment's values in; whole, positive and not absurdly large."""
+        whole = expr.as_int()
+        if whole is not None and 0 < whole <= MAX_DIM:  # passes every test below as it is
+            return expr
         try:
             value = _subs(expr, env)
         except ZeroDivisionError:
@@ -271,9 +278,13 @@ class Checker:
         ann = None
         source = node.annotation or node.fill
         if source is not None:
-            ann = tuple(
-                self.size(d, env, s, f"the annotation `{t}`")
-                for d, t, s in zip(source.dims, source.texts, source.spans)
+            ann = (
+                source.dims
+                if _whole_sizes(source.dims)
+                else tuple(
+                    self.size(d, env, s, f"the annotation `{t}`")
+                    for d, t, s in zip(source.dims, source.texts, source.spans)
+                )
             )
             for name, axis in layer.from_annotation:
                 if hp.get(name) is None:
@@ -288,38 +299,34 @@ class Checker:
                     node.span,
                     hint=f"write `{name}=...` or the output shape at the right of the box",
                 )
-        ctx = Ctx(
-            node.op,
-            [t.shape for t in inst.inputs],
-            hp,
-            [t.dtype for t in inst.inputs],
-            [t.vocab for t in inst.inputs],
-        )
         key = _rules_key(node.op, hp, inst.inputs)
         known = self.rules_memo.get(key) if key is not None else None
         if known is None:
-            self.run_rules(inst, layer, ctx, ann)
-            if key is not None:  # copies: `tie` takes the shared parameters out of this box's
-                params, state = dict(inst.params), dict(inst.state)
-                self.rules_memo[key] = _Rules(ctx.a, ctx.y, params, state, inst.macs)
+            known = self.run_rules(inst, layer, hp, ann)
+            if key is not None:
+                self.rules_memo[key] = known
         else:  # the same box on the same inputs passed every rule: only the annotation is new
-            ctx.a, ctx.out = known.attrs, known.out
             inst.params, inst.state, inst.macs = dict(known.params), dict(known.state), known.macs
             if ann is not None and node.annotation is not None:
                 self.compare(inst, ann, known.out)
-        out = ctx.y
-        inst.hp, inst.attrs = hp, ctx.a
+        out = known.out
+        inst.hp, inst.attrs = hp, known.attrs
         if layer.inside is not None:
             self.composite(inst, layer, out)
         if node.shares:
             self.tie(inst, graph, layer)
-        dtype, vocab = _out_type(layer, ctx, inst.inputs)
-        return Tensor(out, dtype, vocab, _where(node), node.span, self.rf(inst, layer, ctx, out))
+        rf = self.rf(inst, layer, known.window, out)
+        return Tensor(out, known.dtype, known.vocab, _where(node), node.span, rf)
 
-    def run_rules(self, inst: Inst, layer: Layer, ctx: Ctx, ann: Shape | None) -> None:
+    def run_rules(self, inst: Inst, layer: Layer, hp: dict[str, Any], ann: Shape | None) -> _Rules:
         """The entry's rules on one box: attributes, output shape (compared with the
-        annotation), parameters, state and MACs, each count held below 64 bits."""
+        annotation), parameters, state and MACs, each count held below 64 bits; then what
+        they give, for every box with the same entry, hyper-parameters and inputs."""
         node = inst.node
+        ins = inst.inputs
+        ctx = Ctx(
+            node.op, [t.shape for t in ins], hp, [t.dtype for t in ins], [t.vocab for t in ins]
+        )
         try:
             ctx.a = layer.attrs(ctx)
             out = tuple(Expr.lift(d) for d in layer.shape(ctx))
@@ -341,6 +348,12 @@ class Checker:
             raise self.shape_error(inst, exc) from None
         except (InexactDivision, ZeroDivisionError) as exc:
             raise self.shape_error(inst, ShapeFailure(str(exc))) from None
+        dtype, vocab = _out_type(layer, ctx, ins)
+        window = layer.window(ctx) if len(ctx.y) >= 2 and layer.rf else None  # what `rf` reads
+        # copies of the dicts: `tie` takes the shared parameters out of this box's own
+        return _Rules(
+            ctx.a, ctx.y, dict(inst.params), dict(inst.state), inst.macs, dtype, vocab, window
+        )
 
     def composite(self, inst: Inst, layer: Layer, out: Shape) -> None:
         """Check a composite's inside as a block call, so that its parameters, state and MACs
@@ -385,13 +398,14 @@ class Checker:
             hp[key] = value
         return hp
 
-    def rf(self, inst: Inst, layer: Layer, ctx: Ctx, out: Shape) -> RF:
+    @staticmethod
+    def rf(inst: Inst, layer: Layer, window: Window, out: Shape) -> RF:
         """The receptive field (and cumulative stride) of a map, from the first window over
         a float input (a convolution, a pool) on: sequences and tokens, which no window has
-        slid over, have none, so `+` and `mul` on them show none."""
+        slid over, have none, so `+` and `mul` on them show none. ``window`` is the entry's
+        for this box (`_Rules.window`)."""
         if len(out) < 2 or not layer.rf:
             return None
-        window = layer.window(ctx)
         rfs = [t.rf for t in inst.inputs if t.rf is not None]
         if not rfs:
             x = inst.inputs[0] if inst.inputs else None
@@ -420,6 +434,8 @@ class Checker:
     def compare(self, inst: Inst, ann: Shape, out: Shape) -> None:
         node = inst.node
         assert node.annotation is not None, "called for an annotated box"
+        if ann == out:  # most boxes; a tuple compares its items by identity first
+            return
         same = len(ann) == len(out) and all(a == o for a, o in zip(ann, out))
         if (
             not same
@@ -489,11 +505,12 @@ class Checker:
         benv = self.bind_block(inst, block, env)
         key: CallKey = (
             node.op,
-            tuple(t.shape for t in inst.inputs),
-            tuple(sorted((k, repr(v)) for k, v in benv.items())),
+            tuple([t.shape for t in inst.inputs]),
+            tuple(sorted([(k, _call_value(v)) for k, v in benv.items()])),
         )
-        if key in self.memo:
-            body, result, bindings, boxes = self.memo[key]
+        known = self.memo.get(key)
+        if known is not None:
+            body, result, bindings, boxes = known
             self.count_boxes(boxes, node.span)
         else:
             self.stack.append((f"in block `{node.op}`, used here", node.span))
@@ -759,16 +776,34 @@ class _Rules:
     params: dict[str, PSpec]
     state: dict[str, PSpec]
     macs: Expr
+    dtype: str  # the output's type and range (`_out_type`)
+    vocab: Expr | None
+    window: Window  # the entry's window, where `Checker.rf` reads it
 
 
 def _rules_key(op: str, hp: dict[str, Any], inputs: list[Tensor]) -> Hashable | None:
     """All a layer's rules read of a box (`Ctx`: the entry, the hyper-parameters, the inputs'
     shapes, types and ranges), as a key; None if a value has no exact key."""
-    try:
-        values = tuple((k, _exact(v)) for k, v in hp.items())
-    except TypeError:
-        return None
-    return op, values, tuple((t.shape, t.dtype, t.vocab) for t in inputs)
+    values = tuple(hp.values())
+    types = tuple(map(type, values))
+    if not (
+        _PLAIN.issuperset(types) or (_PLAIN_FLOAT.issuperset(types) and 0.0 not in values)
+    ):  # a float zero (0.0 and -0.0 are equal), a tuple of values, a value of another type
+        try:
+            values, types = tuple([_exact(v) for v in values]), ()
+        except TypeError:
+            return None
+    return op, tuple(hp), values, types, tuple([(t.shape, t.dtype, t.vocab) for t in inputs])
+
+
+_PLAIN = frozenset({type(None), Expr, str, bool, int})
+"""Types whose values, with the type beside each, are exact keys: of these only ``True`` and
+``1`` (or ``False`` and ``0``) are equal, and their types tell them apart. Keys of values of
+other types are `_exact`'s (their types then left out of the key: ``()``)."""
+
+_PLAIN_FLOAT = _PLAIN | {float}
+"""The same with floats, where no value is zero: two floats other than ``0.0`` and ``-0.0``
+are equal only if they are the same number (a NaN matches only the very same object)."""
 
 
 _AS_WRITTEN = (bool, str, float)
@@ -787,6 +822,27 @@ def _exact(value: Any) -> Hashable:
     if isinstance(value, float):
         return "float", repr(value)
     raise TypeError(f"no exact key for {type(value).__name__}")
+
+
+def _whole_sizes(dims: tuple[Expr, ...]) -> bool:
+    """Whether every size is a whole number within bounds, which `Checker.size` gives back
+    as it is (most annotations): then the sizes are taken without a call each."""
+    for d in dims:
+        v = d.as_int()
+        if v is None or not 0 < v <= MAX_DIM:
+            return False
+    return True
+
+
+def _call_value(value: Any) -> Hashable:
+    """A block symbol's value in the key of `Checker.memo`: a size is its own key (no text
+    made for it, as `repr` did), other values `_exact`'s, or their `repr`."""
+    if type(value) is Expr:
+        return value
+    try:
+        return _exact(value)
+    except TypeError:
+        return "repr", repr(value)
 
 
 def _out_type(layer: Layer, ctx: Ctx, inputs: list[Tensor]) -> tuple[str, Expr | None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from lbdl_dsl.compiler.graph import Block, LayerNode, Node, Program
 from lbdl_dsl.compiler.imports import Loaded
@@ -60,6 +60,25 @@ class Copies:
         return self.count if self.work is None else self.work
 
 
+class _NoneInside(list[Any]):
+    """The empty list an instance without a body, a shortcut or copies holds: one list shared
+    by every such box, where each made its own three (a 190,000-box model made half a million,
+    which the cycle collector looked through at every pass). Being shared, it refuses to
+    change: code that fills an instance's body assigns a list of its own."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("an instance's empty body is shared: assign a new list instead")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    __hash__ = object.__hash__  # type: ignore[assignment]  # a dataclass default: one object
+
+
+_NONE_INSIDE: Any = _NoneInside()
+
+
 @dataclass
 class Inst:
     node: Node
@@ -70,11 +89,11 @@ class Inst:
     inside: Block | None = None  # a composite's inside, whose instances are `body`
     params: dict[str, PSpec] = field(default_factory=dict)  # own trainable parameters
     state: dict[str, PSpec] = field(default_factory=dict)
-    macs: Expr = field(default_factory=Expr)
+    macs: Expr = Expr()  # immutable: one zero for every instance
     tied: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # mine → (node, theirs, T)
-    body: list[Inst] = field(default_factory=list)  # a call's block body, a residual's main path
-    shortcut: list[Inst] = field(default_factory=list)
-    copies: list[Copies] = field(default_factory=list)  # a repeat's distinct copies
+    body: list[Inst] = _NONE_INSIDE  # a call's block body, a residual's main path
+    shortcut: list[Inst] = _NONE_INSIDE
+    copies: list[Copies] = _NONE_INSIDE  # a repeat's distinct copies
     bindings: dict[str, Any] = field(default_factory=dict)  # a call's symbols (C, H, W, S...)
     totals: dict[str, Expr] = field(default_factory=dict)
 
@@ -133,7 +152,7 @@ def _numel(shape: Sizes) -> Count:
         return whole
     out: Count = 1
     for d in shape:
-        out = _times(out, _count(d))
+        out *= _count(d)  # an int times an `Expr` is the polynomial's product
     return out
 
 
@@ -141,65 +160,85 @@ def _expr(c: Count) -> Expr:
     return c if isinstance(c, Expr) else Expr.lift(c)
 
 
-def _plus(a: Count, b: Count) -> Count:
-    if type(a) is int and type(b) is int:
-        return a + b
-    return Expr.lift(a) + b
+TOTALS = ("params", "state", "macs", "activations")
+"""The counts every instance keeps (``inst.totals``), in the order `_totals` lists them."""
+
+_Sums = list[Count]  # params, state, MACs and activations, in the order of `TOTALS`
+_Kept = dict[tuple[int, int, int, int], dict[str, Expr]]
 
 
-def _times(a: Count, b: Count) -> Count:
-    if type(a) is int and type(b) is int:
-        return a * b
-    return Expr.lift(a) * b
+def _sizes(specs: dict[str, PSpec]) -> Count:
+    """The number of values of some arrays (a box's parameters, or its state)."""
+    total: Count = 0
+    for p in specs.values():
+        total += _numel(p.shape)  # int + int, else the polynomial's sum
+    return total
 
 
-def compute_totals(inst: Inst, memo: dict[int, dict[str, Count]]) -> dict[str, Count]:
+def _totals(inst: Inst, memo: dict[int, _Sums], kept: _Kept) -> _Sums:
     """Parameters, state, MACs and activation values of a box and everything inside it; each
-    instance keeps its own as `Expr` (``inst.totals``), the sums run on `Count`."""
+    instance keeps its own as `Expr` (``inst.totals``), the sums run on `Count`.
+
+    ``memo`` answers an instance met before (a block call's body is shared by identical
+    calls); ``kept`` gives instances whose counts are the same numbers one dict of them
+    (`_kept`)."""
     key = id(inst)
-    if key in memo:
-        return memo[key]
-    params: Count = 0
-    for p in inst.params.values():
-        params = _plus(params, _numel(p.shape))
-    state: Count = 0
-    for p in inst.state.values():
-        state = _plus(state, _numel(p.shape))
+    known = memo.get(key)
+    if known is not None:
+        return known
     acts: Count = 0
-    if inst.output is not None and isinstance(inst.node, LayerNode) and inst.inside is None:
-        acts = _numel(inst.output.shape)
-    out: dict[str, Count] = {
-        "params": params,
-        "state": state,
-        "macs": _count(inst.macs),
-        "activations": acts,
-    }
-    for child in [*inst.body, *inst.shortcut]:
-        _add(out, compute_totals(child, memo), 1, 1)
-    for cp in inst.copies:
-        for child in cp.body:
-            _add(out, compute_totals(child, memo), _count(cp.count), _count(cp.runs))
-    inst.totals = {k: _expr(v) for k, v in out.items()}
-    memo[key] = out
-    return out
+    out = inst.output
+    if out is not None and inst.inside is None and isinstance(inst.node, LayerNode):
+        acts = _numel(out.shape)
+    macs: Count | None = inst.macs.as_int()
+    if macs is None:  # a polynomial
+        macs = inst.macs
+    params = _sizes(inst.params) if inst.params else 0
+    state = _sizes(inst.state) if inst.state else 0
+    sums: _Sums = [params, state, macs, acts]
+    if inst.body or inst.shortcut or inst.copies:  # a box with boxes inside
+        for child in [*inst.body, *inst.shortcut]:
+            _add(sums, _totals(child, memo, kept), 1, 1)
+        for cp in inst.copies:
+            for child in cp.body:
+                _add(sums, _totals(child, memo, kept), _count(cp.count), _count(cp.runs))
+    inst.totals = _kept(sums, kept)
+    memo[key] = sums
+    return sums
 
 
-def _add(out: dict[str, Count], sub: dict[str, Count], copies: Count, runs: Count) -> None:
-    """Add a body's totals: its arrays once per copy, its work once per run."""
-    for k in out:
-        m = copies if k in ("params", "state") else runs
-        out[k] = _plus(out[k], _times(sub[k], m))
+def _kept(sums: _Sums, kept: _Kept) -> dict[str, Expr]:
+    """``sums`` as an instance's totals. Instances whose counts are the same numbers share
+    one dict of them, which nothing changes once made (a model of 190,000 boxes has a few
+    dozen distinct ones): four `Expr` and a dict less a box."""
+    params, state, macs, acts = sums
+    if not (type(params) is int and type(state) is int and type(macs) is int and type(acts) is int):
+        return {k: _expr(c) for k, c in zip(TOTALS, sums)}
+    key = (params, state, macs, acts)
+    found = kept.get(key)
+    if found is None:
+        found = kept[key] = {k: Expr.lift(c) for k, c in zip(TOTALS, sums)}
+    return found
+
+
+def _add(out: _Sums, sub: _Sums, copies: Count, runs: Count) -> None:
+    """Add a body's totals: its arrays once per copy, its work once per run. An int and an
+    `Expr` add and multiply as the polynomial would (`Expr`'s reflected operators), so the
+    ints of a model without symbols are summed by Python alone."""
+    out[0] += sub[0] * copies
+    out[1] += sub[1] * copies
+    out[2] += sub[2] * runs
+    out[3] += sub[3] * runs
 
 
 def sum_totals(root: list[Inst]) -> dict[str, Expr]:
     """The totals of a tree of instances (and each instance's own, on the way)."""
-    memo: dict[int, dict[str, Count]] = {}
-    out: dict[str, Count] = {"params": 0, "state": 0, "macs": 0, "activations": 0}
+    memo: dict[int, _Sums] = {}
+    kept: _Kept = {}
+    out: _Sums = [0, 0, 0, 0]
     for inst in root:
-        sub = compute_totals(inst, memo)
-        for k in out:
-            out[k] = _plus(out[k], sub[k])
-    return {k: Expr.lift(v) for k, v in out.items()}
+        _add(out, _totals(inst, memo, kept), 1, 1)
+    return {k: Expr.lift(v) for k, v in zip(TOTALS, out)}
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,16 @@ def _num(e: Expr) -> Number:
     return c.numerator if c.denominator == 1 else c
 
 
+def _whole(terms: tuple[tuple[Monomial, Fraction], ...]) -> int | None:
+    """The value of a canonical polynomial as an int when it is a whole constant, else None."""
+    if not terms:
+        return 0
+    if len(terms) > 1 or terms[0][0]:
+        return None
+    c = terms[0][1]
+    return c.numerator if c.denominator == 1 else None
+
+
 _NO_SYMBOLS: frozenset[str] = frozenset()
 _HASH_OF_ZERO = hash(())
 _SMALL: dict[int, Expr] = {}
@@ -93,16 +103,19 @@ _SMALL_MAX = 4096
 class Expr:
     """An immutable, hashable polynomial; build with `sym`, `const` and the operators."""
 
-    __slots__ = ("_hash", "terms")
+    __slots__ = ("_hash", "_int", "terms")
 
     def __init__(self, terms: Mapping[Monomial, Fraction] | None = None) -> None:
         self.terms: tuple[tuple[Monomial, Fraction], ...] = ()
         self._hash = _HASH_OF_ZERO
+        # `as_int`, worked out once: a check and its totals ask it of every size and count
+        self._int: int | None = 0
         if not terms:  # zero: the default of every count, made once a box
             return
         clean = {m: Fraction(c) for m, c in terms.items() if c != 0}
         self.terms = tuple(sorted(clean.items(), key=lambda t: _mono_key(t[0])))
         self._hash = hash(self.terms)
+        self._int = _whole(self.terms)
 
     # -- construction -------------------------------------------------------------------------
     @staticmethod
@@ -117,6 +130,7 @@ class Expr:
         out = Expr.__new__(Expr)
         out.terms = (((), Fraction(value)),) if value else ()
         out._hash = hash(out.terms)
+        out._int = _whole(out.terms)
         if type(value) is int and len(_SMALL) < _SMALL_MAX:
             _SMALL[value] = out
         return out
@@ -145,13 +159,7 @@ class Expr:
 
     def as_int(self) -> int | None:
         """The value as an int when constant and whole, else None."""
-        terms = self.terms  # `is_const` and `const_value` inlined: a check asks this per size
-        if not terms:
-            return 0
-        if len(terms) > 1 or terms[0][0]:
-            return None
-        c = terms[0][1]
-        return c.numerator if c.denominator == 1 else None
+        return self._int
 
     def symbol_name(self) -> str | None:
         """The name when the expression is one symbol (``D``, not ``2D`` or ``D/2``), else None."""

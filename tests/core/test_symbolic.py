@@ -244,3 +244,18 @@ def test_printing_is_deterministic_and_floors_drop_to_exact_values(
     assert not exact.has_floor
     if not expr.has_floor:
         assert exact == expr
+
+
+@settings(max_examples=200, deadline=None)
+@given(expressions, values)
+def test_as_int_is_the_whole_value_of_a_constant_however_it_was_made(
+    pair: Pair, v: dict[str, int]
+) -> None:
+    """`as_int` is worked out when an expression is made (`_const` or the general
+    constructor): it must agree with the terms, for constants, fractions and polynomials."""
+    expr, _ = pair
+    for e in (expr, expr.subs(v), expr.subs(v) * 3, Expr.lift(expr.subs(v).const_value)):
+        whole = e.is_const and e.const_value.denominator == 1
+        assert e.as_int() == (int(e.const_value) if whole else None)
+    assert Expr().as_int() == 0 and Expr.lift(Fraction(8, 2)).as_int() == 4
+    assert Expr.lift(Fraction(1, 2)).as_int() is None and sym("T").as_int() is None
