@@ -51,13 +51,6 @@ class _Scanner:
 
     __slots__ = ("keywords", "kinds", "match")
 
-    def keyword(self, tok: Token) -> None:
-        """Lark's ``UnlessCallback``: a name that is also a keyword (``input``) is the keyword."""
-        for fullmatch in self.keywords[tok.type]:
-            if keyword := fullmatch(tok.value):
-                tok.type = keyword.lastgroup  # type: ignore[assignment]  # a match has a group
-                return
-
     def __init__(self, lexer: BasicLexer, nl_type: str) -> None:
         scanner = lexer.scanner  # built on first use, as lark's own lexing would
         patterns = list(scanner._mres)  # more than one only past Python's 100 groups
@@ -92,6 +85,25 @@ def _first_match(patterns: list[re.Pattern[str]]) -> Callable[[str, int], re.Mat
     return match
 
 
+class _Scanners(dict[int, _Scanner]):
+    """Each parser state's `_Scanner`, made when the state is first met: lark compiles a
+    state's alternation on its first use, and a spec meets a few of the 245 states (making them
+    all would add 50 ms to a small spec's parse)."""
+
+    def __init__(self, contextual: ContextualLexer, nl_type: str) -> None:
+        super().__init__()
+        self.lexers = contextual.lexers
+        self.nl_type = nl_type
+        self.shared: dict[int, _Scanner] = {}  # states of the same terminals share a lexer
+
+    def __missing__(self, state: int) -> _Scanner:
+        lexer = self.lexers[state]
+        if id(lexer) not in self.shared:
+            self.shared[id(lexer)] = _Scanner(cast(BasicLexer, lexer), self.nl_type)
+        self[state] = self.shared[id(lexer)]
+        return self[state]
+
+
 class Driver:
     """Lark's contextual lexer, indenter and LALR loop for one grammar, as one loop."""
 
@@ -110,12 +122,7 @@ class Driver:
         table = frontend.parser._parse_table
         self.start_state: int = table.start_states[start]
         self.end_state: int = table.end_states[start]
-        shared: dict[int, _Scanner] = {}  # states with the same terminals share lark's lexer
-        self.scanners: dict[int, _Scanner] = {}
-        for state, lexer in contextual.lexers.items():
-            if id(lexer) not in shared:
-                shared[id(lexer)] = _Scanner(cast(BasicLexer, lexer), self.nl_type)
-            self.scanners[state] = shared[id(lexer)]
+        self.scanners = _Scanners(contextual, self.nl_type)
         # each state's actions: the state to shift to (an int), or a reduction (a tuple: the
         # rule's number in `rules`, its length and the name it reduces to)
         self.rules: list[Any] = []  # the table's own rule objects, numbered
@@ -219,25 +226,25 @@ class Driver:
     def _special(
         self, scanner: _Scanner, tok: Token, indents: list[int], pending: list[Token]
     ) -> bool:
-        """A keyword's type for ``tok``, or the indenter's tokens after a newline; False where
-        lark would raise."""
-        if tok.type in scanner.keywords:
-            scanner.keyword(tok)
+        """A keyword's type for a name (lark's ``UnlessCallback``: ``input`` is a keyword), or
+        the indenter's tokens after a newline, onto ``pending``, the next one last (lark's
+        ``Indenter.handle_NL``); False where lark would raise."""
+        keywords = scanner.keywords.get(tok.type)
+        if keywords is not None:
+            for fullmatch in keywords:
+                if keyword := fullmatch(tok):
+                    tok.type = keyword.lastgroup  # type: ignore[assignment]  # it has a group
+                    break
             return True
-        return self._indent(tok, indents, pending)
-
-    def _indent(self, nl: Token, indents: list[int], pending: list[Token]) -> bool:
-        """Lark's ``Indenter.handle_NL`` after the newline token ``nl``: its `_INDENT` or
-        `_DEDENT` tokens onto ``pending`` (the next one last); False where lark would raise."""
-        indent_str = nl.rsplit("\n", 1)[1]
+        indent_str = tok[tok.rindex("\n") + 1 :]  # lark: tok.rsplit("\n", 1)[1]
         indent = indent_str.count(" ") + indent_str.count("\t") * self.tab_len
         if indent > indents[-1]:
             indents.append(indent)
-            pending.append(_borrow(self.indent_type, indent_str, nl))
+            pending.append(_borrow(self.indent_type, indent_str, tok))
             return True
         while indent < indents[-1]:
             indents.pop()
-            pending.append(_borrow(self.dedent_type, indent_str, nl))
+            pending.append(_borrow(self.dedent_type, indent_str, tok))
         return indent == indents[-1]
 
 

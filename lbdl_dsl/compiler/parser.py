@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import math
+import operator
 import os
 import re
 from collections.abc import Hashable
@@ -200,9 +201,9 @@ def _precheck(text: str, file: str) -> None:
             hint="a spec describes an architecture in a few hundred lines; split a block "
             "library into imported files",
         )
+    controls = _CONTROL.search(text) is not None  # the loops below look only where it matters
     stack = [0]
     seen_code = False
-    controls = _CONTROL.search(text) is not None  # the loops below look only where it matters
     for lineno, line in enumerate(text.split("\n"), 1):
         if controls:
             _check_characters(line, file, lineno)
@@ -853,7 +854,9 @@ class _ToAst:
         return _make(
             ast.Box,
             op=" ".join(op_tok.split()),
-            op_span=_tok_span(self.file, op_tok),
+            op_span=_span(
+                self.file, op_tok.line, op_tok.column, op_tok.end_line, op_tok.end_column
+            ),
             args=args or (),
             count=count,
             hparams=hparams,
@@ -1066,7 +1069,7 @@ def _inline_callbacks(to_ast: _ToAst) -> dict[Any, Any]:
         elif kind == "spliced":
             callbacks[rule] = _placed(functools.partial(_spliced, name), chain, file)
         elif kind == "statement":
-            callbacks[rule] = _placed(getattr(to_ast, name), chain, file, to_ast._lines)
+            callbacks[rule] = _statement(getattr(to_ast, name), chain, file, to_ast._lines)
         else:  # `?atom: "(" expr ")"` is always its one child: no method
             method = getattr(to_ast, name, None) or functools.partial(_unreachable, name)
             callbacks[rule] = _placed(method, chain, file)
@@ -1159,6 +1162,28 @@ def _with_chain(method: Any, chain: list[Any]) -> Any:
     return method
 
 
+def _statement(method: Any, chain: list[Any], file: str, lines: list[str]) -> Any:
+    """``method``'s callback for a statement: its span (see `_span_of`) and its children."""
+    keep = _child_filter(chain)
+    if keep is None:
+        return _placed(method, chain, file, lines)
+
+    def callback(children: Children) -> Any:
+        first, last = children[0], children[-1]
+        line: Any  # a token's, which the lexer placed: never None
+        column: Any
+        if type(first) is Token and type(last) is Token:  # `op ... _NL`, `input ... _NL`...
+            line, column = first.line, first.column
+            if last.end_line != line:  # the newline ends on the next line: `_span_of`'s cut
+                code = lines[line - 1].split("#", 1)[0].rstrip()
+                return method(
+                    _span(file, line, column, line, max(len(code) + 1, column + 1)), keep(children)
+                )
+        return method(_span_of(children, file, lines), keep(children))
+
+    return callback
+
+
 def _placed(method: Any, chain: list[Any], file: str, lines: list[str] | None = None) -> Any:
     """``method``'s callback, given the span from the rule's first token or node to its last,
     as lark's ``propagate_positions`` counted it (through the parentheses around a child); with
@@ -1238,10 +1263,14 @@ def _child_filter(chain: list[Any]) -> Any:
     if filter_plan is None:
         return None
     plan, append = filter_plan
-    if not any(expand or nones for _, expand, nones in plan):
+    if not any(expand or nones for _, expand, nones in plan):  # some children, then None
         picked = [i for i, _, _ in plan]
         tail = [None] * append
-        return lambda children: [children[i] for i in picked] + tail
+        if len(picked) == 1:
+            (one,) = picked
+            return lambda children: [children[one], *tail]
+        get = operator.itemgetter(*picked) if picked else lambda children: ()
+        return lambda children: [*get(children), *tail]
 
     def keep(children: Children) -> Children:
         out: Children = []
