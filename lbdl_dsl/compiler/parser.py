@@ -812,7 +812,7 @@ class _ToAst:
         return ast.TupleValue(tuple(self._size(x) for x in c), self._slice(span), span)
 
     def shape(self, meta: Span, c: Children) -> ast.ShapeAST:
-        dims = tuple(self._size(x) for x in c if isinstance(x, _Spanned))
+        dims = tuple([self._size(x) for x in c if type(x) is _Spanned])
         return _make(ast.ShapeAST, dims=dims, span=meta)
 
     # statements
@@ -1224,6 +1224,8 @@ def _span_of(children: Children, file: str, lines: list[str] | None = None) -> S
         return None
     for child in reversed(children):
         last = child if type(child) is Token else _place(child)
+        if last is first and type(first) is Span and lines is None:
+            return first  # one placed child (a shape of one size): its span, made already
         if last is not None:
             line, column, end_line = first.line, first.column, last.end_line
             if lines is None or end_line == line:
