@@ -20,7 +20,7 @@ import re
 from collections.abc import Hashable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from lark import Lark, Token, Tree
 from lark.exceptions import (
@@ -590,27 +590,24 @@ def _tok_span(file: str, tok: Token) -> Span:
 
 
 _new_object = object.__new__
-
-
-def _make(cls: type[_Node], **fields: Any) -> _Node:
-    """``cls(**fields)`` for a frozen dataclass of `ast`, made as `_span` makes a span (in
-    half the time of its ``__init__``): every field must be given."""
-    node: _Node = _new_object(cls)
-    node.__dict__.update(fields)
-    return node
+_set = object.__setattr__  # what a frozen dataclass's own ``__init__`` calls for each field
 
 
 def _span(file: str, line: int, column: int, end_line: int, end_column: int) -> Span:
-    """``Span(file, line, column, end_line, end_column)``, made in a third of the time.
+    """``Span(file, line, column, end_line, end_column)``, made without a call of its
+    ``__init__`` (the parse makes three or four spans a line).
 
-    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: 0.8 µs a
-    span, and a line of a spec makes three or four. A dataclass without ``__slots__`` keeps its
-    fields in the instance's ``__dict__``, which this fills directly: the same object, equal,
-    hashed and printed the same (`tests/compiler/test_lalr.py` holds it to `Span` itself)."""
+    The fields are set as the frozen dataclass's ``__init__`` sets them, through
+    ``object.__setattr__``, so that the instance keeps its values in place as Python lays out
+    an object made by its class (filling its ``__dict__`` instead would cost a dictionary per
+    node: 130 bytes a span, 70 MB at 190,000 boxes). The same object, equal, hashed and printed
+    the same (`tests/compiler/test_lalr.py` holds it to `Span` itself)."""
     span: Span = _new_object(Span)
-    span.__dict__.update(
-        file=file, line=line, column=column, end_line=end_line, end_column=end_column
-    )
+    _set(span, "file", file)
+    _set(span, "line", line)
+    _set(span, "column", column)
+    _set(span, "end_line", end_line)
+    _set(span, "end_column", end_column)
     return span
 
 
@@ -657,8 +654,6 @@ class _Spanned:
     def __init__(self, expr: Expr, span: Span, bare: str | None = None) -> None:
         self.expr, self.span, self.bare, self.outer = expr, span, bare, span
 
-
-_Node = TypeVar("_Node")
 
 Children = list[Any]
 """What lark hands a rule: its children as transformed so far (tokens, `_Spanned` sizes, AST
@@ -790,7 +785,7 @@ class _ToAst:
     def _size(self, s: _Spanned) -> ast.SizeExpr:
         text = self._slice(s.span)
         bare = s.bare if s.bare and not s.bare.startswith("#float:") else None
-        return _make(ast.SizeExpr, expr=s.expr, text=text, span=s.span, bare_name=bare)
+        return ast.SizeExpr(s.expr, text, s.span, bare)
 
     def _value(self, v: Any) -> ast.Value:
         if isinstance(v, _Spanned):
@@ -813,7 +808,7 @@ class _ToAst:
 
     def shape(self, meta: Span, c: Children) -> ast.ShapeAST:
         dims = tuple([self._size(x) for x in c if type(x) is _Spanned])
-        return _make(ast.ShapeAST, dims=dims, span=meta)
+        return ast.ShapeAST(dims, meta)
 
     # statements
     def hparam(self, meta: Span, c: Children) -> ast.HParam:
@@ -851,19 +846,9 @@ class _ToAst:
                         hint="keep one of the two values",
                     )
                 seen[hp.key] = hp
-        return _make(
-            ast.Box,
-            op=" ".join(op_tok.split()),
-            op_span=_span(
-                self.file, op_tok.line, op_tok.column, op_tok.end_line, op_tok.end_column
-            ),
-            args=args or (),
-            count=count,
-            hparams=hparams,
-            shape=shape_ast,
-            name=name,
-            span=meta,
-        )
+        op_span = _span(self.file, op_tok.line, op_tok.column, op_tok.end_line, op_tok.end_column)
+        op = " ".join(op_tok.split())
+        return ast.Box(op, op_span, args or (), count, hparams, shape_ast, name, meta)
 
     def body(self, meta: None, c: Children) -> Stmts:
         return tuple(c)
