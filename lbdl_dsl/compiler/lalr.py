@@ -22,7 +22,7 @@ Lark internals read here (lark >=1.3.1,<1.4; `tests/compiler/test_lalr.py` fails
 them changes shape): ``ParsingFrontend.lexer`` (a ``PostLexConnector`` whose ``lexer`` is the
 ``ContextualLexer`` and ``postlexer`` our `Indenter`), ``ContextualLexer.lexers`` (a
 ``BasicLexer`` per parser state), ``BasicLexer.scanner._mres`` / ``.callback`` /
-``.ignore_types`` / ``.newline_types``, ``UnlessCallback.scanner.fullmatch``, and the parse
+``.ignore_types`` / ``.newline_types``, ``UnlessCallback.scanner._mres``, and the parse
 table's ``states``, ``start_states`` and ``end_states`` with lark's ``Shift`` action.
 """
 
@@ -36,9 +36,6 @@ from lark import Lark, Token
 from lark.indenter import Indenter
 from lark.lexer import BasicLexer, ContextualLexer, UnlessCallback
 from lark.parsers.lalr_analysis import Shift
-
-Callbacks = dict[Any, Callable[[list[Any]], Any]]
-"""Lark's callbacks of a parse, keyed by the parse table's rule objects."""
 
 _new_token = str.__new__  # `Token(...)` runs two Python-level constructors; the fields below
 

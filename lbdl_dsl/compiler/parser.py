@@ -1182,11 +1182,13 @@ def _placed(method: Any, chain: list[Any], file: str, lines: list[str] | None = 
             here[0] = span
             return inner(children)
 
-        keep, method = _same, call
+        keep, run = _same, call
+    else:
+        run = method  # (not `method` reassigned: the lambda above reads it, a cycle)
 
     def callback(children: Children) -> Any:
         span = _span_of(children, file, lines)
-        out = method(span, keep(children))
+        out = run(span, keep(children))
         if type(out) is _Spanned and span is not None:  # `( e )` is e, in its parentheses
             out.outer = span
         return out
@@ -1227,7 +1229,11 @@ def _same(children: Children) -> Children:
 def _filter_plan(chain: list[Any]) -> tuple[list[tuple[int, bool, int]], int] | None:
     """What lark's one child filter in ``chain`` keeps: for each child kept, its index,
     whether its children are spliced in its place, and how many None go before it; then how
-    many None end the list. None for another chain (none, or more than the filter)."""
+    many None end the list. None for another chain (none, or more than the filter).
+
+    Lark's internals (lark >=1.3.1,<1.4): the filters' classes in ``parse_tree_builder`` and
+    the arguments ``maybe_create_child_filter`` binds to them; the trees of
+    `tests/compiler/test_lalr.py`, main's to the byte, fail if either changes."""
     wrapper = chain[0] if len(chain) == 1 else None
     if not isinstance(wrapper, functools.partial):
         return None
