@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import math
+import operator
 import os
 import re
 from collections.abc import Hashable
@@ -30,11 +31,14 @@ from lark.exceptions import (
 )
 from lark.indenter import Indenter
 from lark.lexer import LexerThread
+from lark.parse_tree_builder import ChildFilterLALR, ChildFilterLALR_NoPlaceholders
 from lark.parsers.lalr_parser import _Parser
 
 from lbdl_dsl.compiler import ast
+from lbdl_dsl.compiler.lalr import Driver
 from lbdl_dsl.compiler.limits import MAX_NESTING, MAX_SOURCE_BYTES
 from lbdl_dsl.core import cache
+from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.symbolic import Expr, sym
 
@@ -197,17 +201,12 @@ def _precheck(text: str, file: str) -> None:
             hint="a spec describes an architecture in a few hundred lines; split a block "
             "library into imported files",
         )
+    controls = _CONTROL.search(text) is not None  # the loops below look only where it matters
     stack = [0]
     seen_code = False
-    controls = _CONTROL.search(text) is not None  # the loops below look only where it matters
     for lineno, line in enumerate(text.split("\n"), 1):
-        for col, ch in enumerate(line if controls else "", 1):
-            if ch == "\x00" or (ord(ch) < 32 and ch not in "\t\r\f"):
-                raise LbdlError(
-                    f"control character U+{ord(ch):04X} in the spec",
-                    Span.point(file, lineno, col),
-                    hint="a spec is plain text; is this a binary file?",
-                )
+        if controls:
+            _check_characters(line, file, lineno)
         stripped = line.lstrip(" \t")
         if not stripped or stripped.startswith("#"):
             continue
@@ -218,21 +217,37 @@ def _precheck(text: str, file: str) -> None:
                 Span.point(file, lineno, lead.index("\t") + 1),
                 hint="indent with spaces (tabs between columns are fine)",
             )
-        if lead and stack == [0] and not seen_code:  # lark would silently accept it
+        if lead and not seen_code and stack == [0]:  # lark would silently accept it
             raise LbdlError(_INDENTED[0], Span.point(file, lineno, len(lead) + 1), _INDENTED[1])
         seen_code = True
-        _check_indent(stack, len(lead), file, lineno)
-        depth = 0
-        for col, ch in enumerate(line if line.count("(") > MAX_NESTING else "", 1):
-            if ch == "#":
-                break
-            depth += (ch == "(") - (ch == ")")
-            if depth > MAX_NESTING:
-                raise LbdlError(
-                    f"parentheses nested deeper than {MAX_NESTING}",
-                    Span.point(file, lineno, col),
-                    hint="write the expression with fewer parentheses",
-                )
+        if len(lead) != stack[-1]:  # most lines are indented as the line before them
+            _check_indent(stack, len(lead), file, lineno)
+        if line.count("(") > MAX_NESTING:
+            _check_nesting(line, file, lineno)
+
+
+def _check_characters(line: str, file: str, lineno: int) -> None:
+    for col, ch in enumerate(line, 1):
+        if ch == "\x00" or (ord(ch) < 32 and ch not in "\t\r\f"):
+            raise LbdlError(
+                f"control character U+{ord(ch):04X} in the spec",
+                Span.point(file, lineno, col),
+                hint="a spec is plain text; is this a binary file?",
+            )
+
+
+def _check_nesting(line: str, file: str, lineno: int) -> None:
+    depth = 0
+    for col, ch in enumerate(line, 1):
+        if ch == "#":
+            break
+        depth += (ch == "(") - (ch == ")")
+        if depth > MAX_NESTING:
+            raise LbdlError(
+                f"parentheses nested deeper than {MAX_NESTING}",
+                Span.point(file, lineno, col),
+                hint="write the expression with fewer parentheses",
+            )
 
 
 def _check_indent(stack: list[int], indent: int, file: str, lineno: int) -> None:
@@ -566,20 +581,34 @@ def _known_mistake(exc: UnexpectedInput) -> tuple[str, str] | None:
 # -- the tree, as frozen dataclasses ----------------------------------------------------------
 
 
-def _trim(span: Span, lines: list[str]) -> Span:
-    """A statement's span without the newline (and comment) lark counts as part of it."""
-    if span.end_line == span.line:
-        return span
-    text = lines[span.line - 1].split("#", 1)[0].rstrip()
-    return Span(span.file, span.line, span.column, span.line, max(len(text) + 1, span.column + 1))
-
-
 def _tok_span(file: str, tok: Token) -> Span:
     line, column, end_line, end_column = tok.line, tok.column, tok.end_line, tok.end_column
     # lark types positions optional, for tokens made by hand; the lexer places every token
     assert line is not None and column is not None and end_line is not None
     assert end_column is not None
-    return Span(file, line, column, end_line, end_column)
+    return _span(file, line, column, end_line, end_column)
+
+
+_new_object = object.__new__
+_set = object.__setattr__  # what a frozen dataclass's own ``__init__`` calls for each field
+
+
+def _span(file: str, line: int, column: int, end_line: int, end_column: int) -> Span:
+    """``Span(file, line, column, end_line, end_column)``, made without a call of its
+    ``__init__`` (the parse makes three or four spans a line).
+
+    The fields are set as the frozen dataclass's ``__init__`` sets them, through
+    ``object.__setattr__``, so that the instance keeps its values in place as Python lays out
+    an object made by its class (filling its ``__dict__`` instead would cost a dictionary per
+    node: 130 bytes a span, 70 MB at 190,000 boxes). The same object, equal, hashed and printed
+    the same (`tests/compiler/test_lalr.py` holds it to `Span` itself)."""
+    span: Span = _new_object(Span)
+    _set(span, "file", file)
+    _set(span, "line", line)
+    _set(span, "column", column)
+    _set(span, "end_line", end_line)
+    _set(span, "end_column", end_column)
+    return span
 
 
 _MAX_DIGITS = 40  # 2^62 has 19 digits; Python itself refuses to read 4,300
@@ -661,17 +690,26 @@ class _ToAst:
     and its children; `_inline_callbacks` hands them over."""
 
     UNPLACED = frozenset(
-        ("int", "float", "name", "op", "args", "repeat", "arrow", "body", "param_list")
+        ("int", "float", "name", "args", "repeat", "arrow", "body", "param_list")
         + ("tensor_pats", "start")
     )
     """The rules whose node needs no span of its own (a token's, or none), spared finding it."""
 
+    TOKENS = frozenset(("op",))
+    """The rules whose value is their one token as it is (`op`: OP, LEAKY or PLUS), which the
+    parse leaves in place as it leaves the one child of ``?expr: sum``."""
+
+    STATEMENTS = frozenset(
+        ("hparam", "box", "repeat_group", "shortcut", "residual_group", "experts_group")
+        + ("input_decl", "output_decl", "from_stmt", "name_stmt", "assert_count", "assert_shape")
+        + ("param", "tensor_pat", "block_def", "model_def", "import_stmt")
+    )
+    """The rules of a statement, whose span is its first line's code: the statement's tokens
+    run to the newline (and the comment, and the lines of a group) that lark counts in it."""
+
     def __init__(self, text: str, file: str) -> None:
         self.text, self.file = text, file
         self._lines = text.split("\n")
-
-    def _stmt_span(self, meta: Span) -> Span:
-        return _trim(meta, self._lines)
 
     # expressions
     def _slice(self, span: Span) -> str:
@@ -769,16 +807,12 @@ class _ToAst:
         return ast.TupleValue(tuple(self._size(x) for x in c), self._slice(span), span)
 
     def shape(self, meta: Span, c: Children) -> ast.ShapeAST:
-        dims = tuple(self._size(x) for x in c if isinstance(x, _Spanned))
+        dims = tuple([self._size(x) for x in c if type(x) is _Spanned])
         return ast.ShapeAST(dims, meta)
 
     # statements
     def hparam(self, meta: Span, c: Children) -> ast.HParam:
-        return ast.HParam(str(c[0]), self._value(c[1]), self._stmt_span(meta))
-
-    def op(self, meta: None, c: Children) -> Token:
-        tok: Token = c[0]  # OP, LEAKY or PLUS
-        return tok
+        return ast.HParam(str(c[0]), self._value(c[1]), meta)
 
     def args(self, meta: None, c: Children) -> Refs:
         return tuple(ast.Ref(str(t), _tok_span(self.file, t)) for t in c)
@@ -790,50 +824,50 @@ class _ToAst:
         return ast.Ref(str(c[1]), _tok_span(self.file, c[1]))
 
     def box(self, meta: Span, c: Children) -> ast.Box:
-        op_tok, args, *rest = c
-        shape_ast, name = rest[-2], rest[-1]
-        counts = [x for x in rest[:-2] if isinstance(x, ast.SizeExpr)]
-        hparams = tuple(x for x in rest[:-2] if isinstance(x, ast.HParam))
-        op = " ".join(str(op_tok).split())
-        span = self._stmt_span(meta)
-        if len(counts) > 1:
-            raise LbdlError(
-                "a box is repeated once: `×N` appears twice",
-                counts[1].span,
-                hint="write the product, e.g. `×6` rather than `×2 ×3`",
-            )
-        count = counts[0] if counts else None
-        seen: dict[str, ast.HParam] = {}
-        for hp in hparams:
-            if hp.key in seen:
+        op_tok, args, *rest, shape_ast, name = c
+        count: ast.SizeExpr | None = None
+        hparams: tuple[ast.HParam, ...] = ()
+        if rest:  # `×N` and the hyper-parameters, in any order (most boxes have neither)
+            counts = [x for x in rest if isinstance(x, ast.SizeExpr)]
+            hparams = tuple(x for x in rest if isinstance(x, ast.HParam))
+            if len(counts) > 1:
                 raise LbdlError(
-                    f"hyper-parameter `{hp.key}` is given twice",
-                    hp.span,
-                    hint="keep one of the two values",
+                    "a box is repeated once: `×N` appears twice",
+                    counts[1].span,
+                    hint="write the product, e.g. `×6` rather than `×2 ×3`",
                 )
-            seen[hp.key] = hp
-        return ast.Box(
-            op, _tok_span(self.file, op_tok), args or (), count, hparams, shape_ast, name, span
-        )
+            count = counts[0] if counts else None
+            seen: dict[str, ast.HParam] = {}
+            for hp in hparams:
+                if hp.key in seen:
+                    raise LbdlError(
+                        f"hyper-parameter `{hp.key}` is given twice",
+                        hp.span,
+                        hint="keep one of the two values",
+                    )
+                seen[hp.key] = hp
+        op_span = _span(self.file, op_tok.line, op_tok.column, op_tok.end_line, op_tok.end_column)
+        op = " ".join(op_tok.split())
+        return ast.Box(op, op_span, args or (), count, hparams, shape_ast, name, meta)
 
     def body(self, meta: None, c: Children) -> Stmts:
         return tuple(c)
 
     def repeat_group(self, meta: Span, c: Children) -> ast.RepeatGroup:
-        return ast.RepeatGroup(self._size(c[1]), c[2], self._stmt_span(meta))
+        return ast.RepeatGroup(self._size(c[1]), c[2], meta)
 
     def shortcut(self, meta: Span, c: Children) -> Shortcut:
-        return (c[0], self._stmt_span(meta))
+        return (c[0], meta)
 
     def residual_group(self, meta: Span, c: Children) -> ast.ResidualGroup:
         short = c[1]
         return ast.ResidualGroup(
-            c[0], short[0] if short else None, self._stmt_span(meta), short[1] if short else None
+            c[0], short[0] if short else None, meta, short[1] if short else None
         )
 
     def experts_group(self, meta: Span, c: Children) -> ast.ExpertsGroup:
         *hparams, body = c
-        return ast.ExpertsGroup(tuple(hparams), body, self._stmt_span(meta))
+        return ast.ExpertsGroup(tuple(hparams), body, meta)
 
     def _ref(self, tok: Token) -> ast.Ref:
         return ast.Ref(str(tok), _tok_span(self.file, tok))
@@ -854,7 +888,7 @@ class _ToAst:
 
     def input_decl(self, meta: Span, c: Children) -> ast.InputDecl:
         dtype, vocab = c[2] if c[2] else ("float", None)
-        span = self._stmt_span(meta)
+        span = meta
         self._known_type(dtype, span)
         if dtype == "int" and vocab is None:
             raise LbdlError(
@@ -863,24 +897,24 @@ class _ToAst:
         return ast.InputDecl(self._ref(c[0]), c[1], dtype, vocab, span)
 
     def output_decl(self, meta: Span, c: Children) -> ast.OutputDecl:
-        return ast.OutputDecl(self._ref(c[0]), self._stmt_span(meta))
+        return ast.OutputDecl(self._ref(c[0]), meta)
 
     def from_stmt(self, meta: Span, c: Children) -> ast.FromStmt:
-        return ast.FromStmt(self._ref(c[0]), self._stmt_span(meta))
+        return ast.FromStmt(self._ref(c[0]), meta)
 
     def name_stmt(self, meta: Span, c: Children) -> ast.NameStmt:
-        return ast.NameStmt(self._ref(c[1]), self._stmt_span(meta))
+        return ast.NameStmt(self._ref(c[1]), meta)
 
     def assert_count(self, meta: Span, c: Children) -> ast.AssertCount:
-        return ast.AssertCount(self._ref(c[0]), str(c[1]), self._value(c[2]), self._stmt_span(meta))
+        return ast.AssertCount(self._ref(c[0]), str(c[1]), self._value(c[2]), meta)
 
     def assert_shape(self, meta: Span, c: Children) -> ast.AssertShape:
-        return ast.AssertShape(self._ref(c[0]), c[1], self._stmt_span(meta))
+        return ast.AssertShape(self._ref(c[0]), c[1], meta)
 
     # definitions
     def param(self, meta: Span, c: Children) -> ast.Param:
         default = self._value(c[1]) if c[1] is not None else None
-        return ast.Param(str(c[0]), default, self._stmt_span(meta))
+        return ast.Param(str(c[0]), default, meta)
 
     def param_list(self, meta: None, c: Children) -> Params:
         params = tuple(p for p in c if p is not None)
@@ -893,7 +927,7 @@ class _ToAst:
 
     def tensor_pat(self, meta: Span, c: Children) -> ast.TensorPattern:
         dtype, vocab = c[2] if c[2] else (None, None)
-        span = self._stmt_span(meta)
+        span = meta
         if dtype is not None:
             self._known_type(dtype, span)
         return ast.TensorPattern(str(c[0]) if c[0] else None, c[1], span, dtype, vocab)
@@ -902,17 +936,13 @@ class _ToAst:
         return tuple(c)
 
     def block_def(self, meta: Span, c: Children) -> ast.BlockDef:
-        return ast.BlockDef(
-            str(c[0]), c[1] or (), c[2], c[3], self._stmt_span(meta), _tok_span(self.file, c[0])
-        )
+        return ast.BlockDef(str(c[0]), c[1] or (), c[2], c[3], meta, _tok_span(self.file, c[0]))
 
     def model_def(self, meta: Span, c: Children) -> ast.ModelDef:
-        return ast.ModelDef(
-            str(c[0]), c[1] or (), c[2], self._stmt_span(meta), _tok_span(self.file, c[0])
-        )
+        return ast.ModelDef(str(c[0]), c[1] or (), c[2], meta, _tok_span(self.file, c[0]))
 
     def import_stmt(self, meta: Span, c: Children) -> ast.Import:
-        return ast.Import(str(c[0])[1:-1], self._stmt_span(meta))
+        return ast.Import(str(c[0])[1:-1], meta)
 
     def start(self, meta: None, c: Children) -> ast.Module:
         items = [x for x in c if x is not None]
@@ -924,6 +954,7 @@ class _ToAst:
         )
 
 
+@fewer_collections()  # a node or a token a few allocations, and none of them a cycle
 def parse(data: str | bytes, file: str = "<spec>") -> ast.Module:
     """Parse one spec file; raises `LbdlError` for anything that is not a well-formed spec."""
     text = _decode(data, file)
@@ -936,6 +967,9 @@ def parse(data: str | bytes, file: str = "<spec>") -> ast.Module:
     # comment-only lines left empty: the same lines and columns, and the newline token never
     # repeats a group per comment line (2 MB of comments took 1.2 GB in the regex engine)
     text = _COMMENT_LINE.sub("", text)
+    module = _parse_fast(text, file)
+    if module is not None:
+        return module
     try:
         return _parse_inline(text, _ToAst(text, file))
     except UnexpectedInput as exc:
@@ -970,6 +1004,31 @@ def _parse_inline(text: str, to_ast: _ToAst) -> ast.Module:
     return module
 
 
+def _driver() -> Driver:
+    """The fast path's loop over the parser `_lark` gives now (a new one once its cache is
+    cleared, as the tests of the cached tables do)."""
+    return _driver_of(_lark())
+
+
+@functools.lru_cache(maxsize=1)
+def _driver_of(parser: Lark) -> Driver:
+    return Driver(parser)
+
+
+def _parse_fast(text: str, file: str) -> ast.Module | None:
+    """The spec's module through `lalr.Driver`, or None for lark's own parse to make it or to
+    report the error: the fast path takes no decision of its own about a text it cannot parse,
+    whether lark would reject the text or a node's check would (a division by zero)."""
+    driver = _driver()
+    by_rule = _inline_callbacks(_ToAst(text, file))
+    callbacks = [None if by_rule[rule] is _only else by_rule[rule] for rule in driver.rules]
+    try:
+        module = driver.parse(text, callbacks)
+    except Exception:  # noqa: BLE001 - lark's parse raises the same, in the user's words
+        return None
+    return cast(ast.Module | None, module)
+
+
 def _only(children: Children) -> Any:
     """The callback of `?a: b`: b itself, in the same place."""
     return children[0]
@@ -980,16 +1039,25 @@ def _inline_callbacks(to_ast: _ToAst) -> dict[Any, Any]:
     rule's span and its children as lark would keep them in a tree (anonymous tokens dropped,
     None for an absent optional part, a `?rule` of one child replaced by it)."""
     callbacks: dict[Any, Any] = {}
+    file = to_ast.file
     for rule, name, kind, chain in _rule_plan():
         if kind == "only":
             callbacks[rule] = _only
         elif kind == "unplaced":
             callbacks[rule] = _with_chain(functools.partial(getattr(to_ast, name), None), chain)
+        elif kind == "unseen":  # a list whose place no rule reads: no span to find
+            if _filter_plan(chain) == ([(0, True, 0), (1, False, 0)], 0):
+                callbacks[rule] = _grow  # `_list: _list item`
+            else:
+                keep = _child_filter(chain) or _with_chain(_same, chain)
+                callbacks[rule] = functools.partial(_unseen, name, keep)
         elif kind == "spliced":
-            callbacks[rule] = _placed(functools.partial(_spliced, name), chain, to_ast.file)
+            callbacks[rule] = _placed(functools.partial(_spliced, name), chain, file)
+        elif kind == "statement":
+            callbacks[rule] = _statement(getattr(to_ast, name), chain, file, to_ast._lines)
         else:  # `?atom: "(" expr ")"` is always its one child: no method
             method = getattr(to_ast, name, None) or functools.partial(_unreachable, name)
-            callbacks[rule] = _placed(method, chain, to_ast.file)
+            callbacks[rule] = _placed(method, chain, file)
     return callbacks
 
 
@@ -1003,16 +1071,66 @@ def _rule_plan() -> list[tuple[Any, str, str, list[Any]]]:
     plan = []
     for rule, chain in parser._parse_tree_builder.rule_builders:
         name = rule.alias or rule.origin.name
-        if not rule.alias and rule.options.expand1 and len(rule.expansion) == 1:
+        if len(rule.expansion) == 1 and (
+            (not rule.alias and rule.options.expand1) or (name in _ToAst.TOKENS and not chain)
+        ):
             kind = "only"
         elif name in _ToAst.UNPLACED:
             kind = "unplaced"
         elif name.startswith("_"):  # lark's rules for `x*` and `x+`, spliced into their parent
             kind = "spliced"
+        elif name in _ToAst.STATEMENTS:
+            kind = "statement"
         else:
             kind = "placed"
         plan.append((own.get(rule, rule), name, kind, chain))
-    return plan
+    seen = _seen_lists(plan)
+    return [
+        (rule, name, "unseen" if kind == "spliced" and name not in seen else kind, chain)
+        for rule, name, kind, chain in plan
+    ]
+
+
+def _seen_lists(plan: list[tuple[Any, str, str, list[Any]]]) -> set[str]:
+    """The spliced rules (``__body_plus_3`` of ``stmt+``) whose span a parent may read.
+
+    A parent's span runs from its first placed child to its last, so a list's own span is read
+    only where it may be one of those: not in a rule that needs no span, and not between two
+    tokens (every token is placed). A list inside another list is read if that one is; the
+    body of a block, one list item a statement, is never read, and is spared a span per line.
+    """
+    seen: set[str] = set()
+    inside: dict[str, set[str]] = {}  # a list → the lists it appears in
+    for rule, _, kind, _ in plan:
+        symbols = rule.expansion
+        for k, symbol in enumerate(symbols):
+            if symbol.is_term or not symbol.name.startswith("_") or kind == "unplaced":
+                continue
+            if kind == "spliced":
+                inside.setdefault(symbol.name, set()).add(rule.origin.name)
+            elif not (
+                any(s.is_term for s in symbols[:k]) and any(s.is_term for s in symbols[k + 1 :])
+            ):
+                seen.add(symbol.name)
+    changed = True
+    while changed:
+        grown = {name for name, parents in inside.items() if parents & seen}
+        changed = not grown <= seen
+        seen |= grown
+    return seen
+
+
+def _unseen(name: str, keep: Any, children: Children) -> Tree[Any]:
+    return Tree(name, keep(children))  # no meta: `_place` refuses to read its span
+
+
+def _grow(children: Children) -> Tree[Any]:
+    """A list's next item (``_list: _list item``, a statement of a body), appended to the list
+    made so far: lark's filter would append it to that same list of children and make a new
+    tree around it, which only the parent's filter reads, and the old tree is then unused."""
+    tree: Tree[Any] = children[0]
+    tree.children.append(children[1])
+    return tree
 
 
 def _spliced(name: str, meta: Span | None, children: Children) -> Tree[Any]:
@@ -1029,28 +1147,141 @@ def _with_chain(method: Any, chain: list[Any]) -> Any:
     return method
 
 
-def _placed(method: Any, chain: list[Any], file: str) -> Any:
-    """``method``'s callback, given the span from the rule's first token or node to its last,
-    as lark's ``propagate_positions`` counted it (through the parentheses around a child)."""
-    here: list[Span | None] = [None]
-    inner = _with_chain(lambda children: method(here[0], children), chain)
+def _statement(method: Any, chain: list[Any], file: str, lines: list[str]) -> Any:
+    """``method``'s callback for a statement: its span (see `_span_of`) and its children."""
+    keep = _child_filter(chain)
+    if keep is None:
+        return _placed(method, chain, file, lines)
 
     def callback(children: Children) -> Any:
-        span: Span | None = None
-        for first in map(_place, children):
-            if first is not None:
-                for last in map(_place, reversed(children)):
-                    if last is not None:
-                        break
-                span = Span(file, first.line, first.column, last.end_line, last.end_column)
-                break
-        here[0] = span
-        out = inner(children)
+        first, last = children[0], children[-1]
+        line: Any  # a token's, which the lexer placed: never None
+        column: Any
+        if type(first) is Token and type(last) is Token:  # `op ... _NL`, `input ... _NL`...
+            line, column = first.line, first.column
+            if last.end_line != line:  # the newline ends on the next line: `_span_of`'s cut
+                code = lines[line - 1].split("#", 1)[0].rstrip()
+                return method(
+                    _span(file, line, column, line, max(len(code) + 1, column + 1)), keep(children)
+                )
+        return method(_span_of(children, file, lines), keep(children))
+
+    return callback
+
+
+def _placed(method: Any, chain: list[Any], file: str, lines: list[str] | None = None) -> Any:
+    """``method``'s callback, given the span from the rule's first token or node to its last,
+    as lark's ``propagate_positions`` counted it (through the parentheses around a child); with
+    the text's ``lines``, the span of a statement (see `_span_of`)."""
+    keep = _child_filter(chain)
+    if keep is None:  # lark's own wrappers (`?atom: "(" expr ")"`), the span handed beside
+        here: list[Span | None] = [None]
+        inner = _with_chain(lambda children: method(here[0], children), chain)
+
+        def call(span: Span | None, children: Children) -> Any:
+            here[0] = span
+            return inner(children)
+
+        keep, run = _same, call
+    else:
+        run = method  # (not `method` reassigned: the lambda above reads it, a cycle)
+
+    def callback(children: Children) -> Any:
+        span = _span_of(children, file, lines)
+        out = run(span, keep(children))
         if type(out) is _Spanned and span is not None:  # `( e )` is e, in its parentheses
             out.outer = span
         return out
 
     return callback
+
+
+def _span_of(children: Children, file: str, lines: list[str] | None = None) -> Span | None:
+    """The span from the first placed child to the last (tokens, the commonest, first); with
+    the text's ``lines``, a statement's: one that runs past its first line (to the newline
+    and the comment that lark counts in it, or the lines of a group) is cut at the end of that
+    line's code."""
+    first: Any  # a token, a span or another placed thing: a line and a column at each end
+    last: Any
+    for child in children:
+        first = child if type(child) is Token else _place(child)
+        if first is not None:
+            break
+    else:
+        return None
+    for child in reversed(children):
+        last = child if type(child) is Token else _place(child)
+        if last is first and type(first) is Span and lines is None:
+            return first  # one placed child (a shape of one size): its span, made already
+        if last is not None:
+            line, column, end_line = first.line, first.column, last.end_line
+            if lines is None or end_line == line:
+                return _span(file, line, column, end_line, last.end_column)
+            code = lines[line - 1].split("#", 1)[0].rstrip()
+            return _span(file, line, column, line, max(len(code) + 1, column + 1))
+    raise AssertionError("unreachable: the first placed child is placed")
+
+
+def _same(children: Children) -> Children:
+    return children
+
+
+def _filter_plan(chain: list[Any]) -> tuple[list[tuple[int, bool, int]], int] | None:
+    """What lark's one child filter in ``chain`` keeps: for each child kept, its index,
+    whether its children are spliced in its place, and how many None go before it; then how
+    many None end the list. None for another chain (none, or more than the filter).
+
+    Lark's internals (lark >=1.3.1,<1.4): the filters' classes in ``parse_tree_builder`` and
+    the arguments ``maybe_create_child_filter`` binds to them; the trees of
+    `tests/compiler/test_lalr.py`, main's to the byte, fail if either changes."""
+    wrapper = chain[0] if len(chain) == 1 else None
+    if not isinstance(wrapper, functools.partial):
+        return None
+    if wrapper.func is ChildFilterLALR_NoPlaceholders:
+        return [(i, expand, 0) for i, expand in wrapper.args[0]], 0
+    if wrapper.func is ChildFilterLALR:
+        plan, append = wrapper.args
+        return list(plan), append
+    return None
+
+
+def _child_filter(chain: list[Any]) -> Any:
+    """Lark's filter of a rule's children (``ChildFilterLALR``: anonymous tokens dropped, None
+    for each absent ``[part]``, the children of a ``_rule`` spliced in) as one plain function,
+    or None for a chain of wrappers other than that one filter. The same list lark's filter
+    makes, without its two calls a reduction (the filter's and our node maker's)."""
+    if not chain:
+        return _same
+    filter_plan = _filter_plan(chain)
+    if filter_plan is None:
+        return None
+    plan, append = filter_plan
+    if not any(expand or nones for _, expand, nones in plan):  # some children, then None
+        picked = [i for i, _, _ in plan]
+        tail = [None] * append
+        if len(picked) == 1:
+            (one,) = picked
+            return lambda children: [children[one], *tail]
+        get = operator.itemgetter(*picked) if picked else lambda children: ()
+        return lambda children: [*get(children), *tail]
+
+    def keep(children: Children) -> Children:
+        out: Children = []
+        for i, expand, nones in plan:  # lark's ChildFilterLALR.__call__, step for step
+            if nones:
+                out += [None] * nones
+            if expand:
+                if out:
+                    out += children[i].children
+                else:  # lark reuses the list of a left-recursive `_rule`; so does this
+                    out = children[i].children
+            else:
+                out.append(children[i])
+        if append:
+            out += [None] * append
+        return out
+
+    return keep
 
 
 def _place(child: Any) -> Any:
@@ -1060,6 +1291,8 @@ def _place(child: Any) -> Any:
     if type(child) is _Spanned:
         return child.outer
     if isinstance(child, Tree):
+        if child._meta is None:
+            raise AssertionError(f"the span of `{child.data}` was read, and never made")
         return child._meta  # `_spliced` put the span there
     if isinstance(child, Token):
         return child
