@@ -11,9 +11,12 @@ duplicated or used before their definition, unused inputs, blocks that call them
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.graph import (
@@ -48,8 +51,10 @@ _COUNTED = ("params", "state", "macs")
 _EXPERTS_HPARAMS = ("e", "k", "cap")
 
 
+@functools.cache
 def slug(op: str) -> str:
-    """An identifier-safe form of a layer or block name, for node ids."""
+    """An identifier-safe form of a layer or block name, for node ids. Kept per name: it depends
+    on the name and the (fixed) registry only, and every box asks for its kind's."""
     layer = lookup(op)
     if layer is not None and layer.ident is not None:
         op = layer.ident
@@ -94,9 +99,41 @@ class _Scope:
         return name.name
 
 
+@dataclass(frozen=True)
+class _LayerPlan:
+    """What `layer_node` works out from a layer's entry alone, once per layer and build rather
+    than once per box (a spec may have 190,000 boxes of a few kinds, issue 17)."""
+
+    decls: tuple[tuple[HP, HValue], ...]  # each hyper-parameter and what a box not writing it
+    # gets: its default in canonical form, None where it is required
+    filled: frozenset[str]  # the hyper-parameters an annotation can give
+    unwritten: tuple[tuple[str, HValue], ...]  # the hyper-parameters of a box writing none
+    first_required: HP | None  # what a box writing none lacks without an annotation
+    first_unfilled: HP | None  # ... and with one
+
+    @staticmethod
+    def of(layer: Layer) -> _LayerPlan:
+        decls = tuple((d, None if d.required else default_value(layer, d)) for d in layer.hparams)
+        filled = frozenset(name for name, _ in layer.from_annotation)
+        required = [d for d in layer.hparams if d.required]
+        unwritten: dict[str, HValue] = {}
+        for d, default in decls:  # a name declared twice keeps its first value, as in a box
+            unwritten.setdefault(d.name, default)
+        return _LayerPlan(
+            decls,
+            filled,
+            tuple(unwritten.items()),
+            next(iter(required), None),
+            next((d for d in required if d.name not in filled), None),
+        )
+
+
 class _Builder:
     def __init__(self, blocks_ast: dict[str, ast.BlockDef]) -> None:
         self.blocks_ast = blocks_ast
+        self.plans: dict[str, _LayerPlan] = {}  # by layer name
+        # statement type → its method (`_Box`...): named by the type, found once per type
+        self.handlers: dict[type, Callable[[_Scope, Any], None]] = {}
 
     # -- names ----------------------------------------------------------------------------------
     def resolve(self, scope: _Scope, ref: ast.Ref) -> str:
@@ -163,8 +200,11 @@ class _Builder:
     def body(self, scope: _Scope, stmts: tuple[ast.Stmt, ...]) -> None:
         for name, span in _defined_names(stmts):
             scope.later.setdefault(name, span)
+        handlers = self.handlers
         for stmt in stmts:
-            handler = getattr(self, f"_{type(stmt).__name__}")
+            handler = handlers.get(type(stmt))
+            if handler is None:
+                handler = handlers[type(stmt)] = getattr(self, f"_{type(stmt).__name__}")
             handler(scope, stmt)
 
     def _InputDecl(self, scope: _Scope, st: ast.InputDecl) -> None:
@@ -324,13 +364,10 @@ class _Builder:
             return
         layer = lookup(st.op)
         source = layer is not None and layer.source  # a constant: it reads no tensor
-        flowing = [] if source else [self.flowing(scope, st.span)]
-        inputs = flowing + [self.resolve(scope, r) for r in st.args]
-        annotation = (
-            _annot(st.shape, tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims))
-            if st.shape
-            else None
-        )
+        inputs = [] if source else [self.flowing(scope, st.span)]
+        if st.args:
+            inputs += [self.resolve(scope, r) for r in st.args]
+        annotation = _box_annotation(st, scope)
         node: Node
         if layer is not None:
             node = self.layer_node(scope, st, layer, inputs, annotation)
@@ -433,28 +470,29 @@ class _Builder:
                     ),
                 )
             values[hp.key] = normalise(layer, decl, hp.value, scope.known, scope.params)
+        plan = self.plans.get(layer.name)
+        if plan is None:
+            plan = self.plans[layer.name] = _LayerPlan.of(layer)
         explicit = frozenset(values)
-        filled = {name for name, _ in layer.from_annotation}
-        for decl in layer.hparams:
-            if decl.name in values:
-                continue
-            if decl.required and not (decl.name in filled and annotation is not None):
-                raise LbdlError(
-                    f"`{layer.name}` needs `{decl.name}` ({decl.doc})",
-                    st.op_span,
-                    hint=f"write `{decl.name}=...`"
-                    + (
-                        " or the output shape at the right of the box"
-                        if decl.name in filled
-                        else ""
-                    ),
-                )
-            values[decl.name] = None if decl.required else default_value(layer, decl)
+        hparams: tuple[tuple[str, HValue], ...]
+        if values:  # the written ones in their order, then the others in the layer's
+            for decl, default in plan.decls:
+                if decl.name in values:
+                    continue
+                if decl.required and not (decl.name in plan.filled and annotation is not None):
+                    raise _needs(layer, decl, plan, st)
+                values[decl.name] = default
+            hparams = tuple(values.items())
+        else:  # most boxes: the same hyper-parameters as every box of the layer writing none
+            missing = plan.first_required if annotation is None else plan.first_unfilled
+            if missing is not None:
+                raise _needs(layer, missing, plan, st)
+            hparams = plan.unwritten
         return LayerNode(
             id=scope.box_id(layer.name, st.name),
             span=st.span,
             op=layer.name,
-            hparams=tuple(values.items()),
+            hparams=hparams,
             annotation=annotation,
             explicit=explicit,
             shares=shares,
@@ -520,6 +558,16 @@ class _Builder:
         )
 
 
+def _needs(layer: Layer, decl: HP, plan: _LayerPlan, st: ast.Box) -> LbdlError:
+    """The error for a box that gives no value to the required ``decl``."""
+    return LbdlError(
+        f"`{layer.name}` needs `{decl.name}` ({decl.doc})",
+        st.op_span,
+        hint=f"write `{decl.name}=...`"
+        + (" or the output shape at the right of the box" if decl.name in plan.filled else ""),
+    )
+
+
 def _named_by_doc(word: str, hparams: tuple[HP, ...]) -> str | None:
     """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`)."""
     for h in hparams:
@@ -529,8 +577,9 @@ def _named_by_doc(word: str, hparams: tuple[HP, ...]) -> str | None:
 
 
 def _annot(shape: ast.ShapeAST, dims: tuple[Expr, ...]) -> Annotation:
+    given = shape.dims
     return Annotation(
-        dims, tuple(d.text for d in shape.dims), tuple(d.span for d in shape.dims), shape.span
+        dims, tuple([d.text for d in given]), tuple([d.span for d in given]), shape.span
     )
 
 
@@ -572,7 +621,8 @@ def _replace_count(st: ast.Box) -> ast.Box:
 def _box_annotation(st: ast.Box, scope: _Scope) -> Annotation | None:
     if st.shape is None:
         return None
-    return _annot(st.shape, tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims))
+    known = scope.known
+    return _annot(st.shape, tuple([check_symbols(d, known, "shape") for d in st.shape.dims]))
 
 
 def _symbols_of(shapes: list[ast.ShapeAST]) -> set[str]:
