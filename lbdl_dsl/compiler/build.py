@@ -83,10 +83,10 @@ class _Scope:
     def new_id(self, op: str) -> str:
         """``fc_0``, ``fc_1``...: the n-th box of its kind in this scope, skipping the names the
         scope's boxes are given (`fc 4D -> up` is the box ``up``)."""
-        base = slug(op)
+        base, counters = slug(op), self.counters
         while True:
-            n = self.counters[base]
-            self.counters[base] += 1
+            n = counters[base]
+            counters[base] = n + 1
             candidate = f"{base}_{n}"
             if candidate not in self.later and candidate not in self.graph.names:
                 return candidate
@@ -104,6 +104,8 @@ class _LayerPlan:
     """What `layer_node` works out from a layer's entry alone, once per layer and build rather
     than once per box (a spec may have 190,000 boxes of a few kinds, issue 17)."""
 
+    layer: Layer
+    source: bool  # a constant: it reads no tensor
     decls: tuple[tuple[HP, HValue], ...]  # each hyper-parameter and what a box not writing it
     # gets: its default in canonical form, None where it is required
     filled: frozenset[str]  # the hyper-parameters an annotation can give
@@ -120,6 +122,8 @@ class _LayerPlan:
         for d, default in decls:  # a name declared twice keeps its first value, as in a box
             unwritten.setdefault(d.name, default)
         return _LayerPlan(
+            layer,
+            layer.source,
             decls,
             filled,
             tuple(unwritten.items()),
@@ -131,9 +135,18 @@ class _LayerPlan:
 class _Builder:
     def __init__(self, blocks_ast: dict[str, ast.BlockDef]) -> None:
         self.blocks_ast = blocks_ast
-        self.plans: dict[str, _LayerPlan] = {}  # by layer name
+        self.plans: dict[str, _LayerPlan | None] = {}  # by name as written; None: no layer
         # statement type → its method (`_Box`...): named by the type, found once per type
         self.handlers: dict[type, Callable[[_Scope, Any], None]] = {}
+
+    def plan(self, op: str) -> _LayerPlan | None:
+        """The plan of the layer that ``op`` names (an alias too), or None if it names none."""
+        try:
+            return self.plans[op]
+        except KeyError:
+            layer = lookup(op)
+            plan = self.plans[op] = None if layer is None else _LayerPlan.of(layer)
+            return plan
 
     # -- names ----------------------------------------------------------------------------------
     def resolve(self, scope: _Scope, ref: ast.Ref) -> str:
@@ -362,15 +375,14 @@ class _Builder:
             if st.name is not None:
                 self.define(scope, st.name, self.flowing(scope, st.span))
             return
-        layer = lookup(st.op)
-        source = layer is not None and layer.source  # a constant: it reads no tensor
-        inputs = [] if source else [self.flowing(scope, st.span)]
+        plan = self.plan(st.op)
+        inputs = [] if plan is not None and plan.source else [self.flowing(scope, st.span)]
         if st.args:
             inputs += [self.resolve(scope, r) for r in st.args]
         annotation = _box_annotation(st, scope)
         node: Node
-        if layer is not None:
-            node = self.layer_node(scope, st, layer, inputs, annotation)
+        if plan is not None:
+            node = self.layer_node(scope, st, plan, inputs, annotation)
             if in_frame:  # the frame checks the annotation; each copy may only read sizes in it
                 node = dataclasses.replace(node, annotation=None, fill=annotation)
         elif st.op in self.blocks_ast:
@@ -434,10 +446,11 @@ class _Builder:
         self,
         scope: _Scope,
         st: ast.Box,
-        layer: Layer,
+        plan: _LayerPlan,
         inputs: list[str],
         annotation: Annotation | None,
     ) -> LayerNode:
+        layer = plan.layer
         lo, hi = layer.arity
         if not lo <= len(inputs) <= hi:
             extra = "" if hi == 1 else f" (the flowing tensor and {lo - 1} named in parentheses)"
@@ -470,9 +483,6 @@ class _Builder:
                     ),
                 )
             values[hp.key] = normalise(layer, decl, hp.value, scope.known, scope.params)
-        plan = self.plans.get(layer.name)
-        if plan is None:
-            plan = self.plans[layer.name] = _LayerPlan.of(layer)
         explicit = frozenset(values)
         hparams: tuple[tuple[str, HValue], ...]
         if values:  # the written ones in their order, then the others in the layer's
@@ -747,8 +757,9 @@ def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:
     graph.result = scope.current
     if not graph.outputs:
         graph.outputs.append(("Y", builder.flowing(scope, m.span)))
+    read = graph.read() | {o for _, o in graph.outputs}
     for nid in graph.inputs:
-        if graph.out_degree(nid) == 0 and nid not in {o for _, o in graph.outputs}:
+        if nid not in read:
             node = graph.node(nid)
             raise LbdlError(
                 f"input `{node.name}` is never used",

@@ -214,8 +214,7 @@ class Graph:
     asserts: list[Assertion] = field(default_factory=list)
     _nodes: dict[str, Node] = field(default_factory=dict, repr=False)  # in the order added
     _preds: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)  # by port
-    # successor → its ports, for each node: networkx's adjacency, so edges come in its order
-    _succs: dict[str, dict[str, list[int]]] = field(default_factory=dict, repr=False)
+    _succs: dict[str, dict[str, list[int]]] | None = field(default=None, repr=False)  # `readers`
     _order: list[str] | None = field(default=None, repr=False)
 
     def add(self, node: Node, inputs: Sequence[str] = ()) -> str:
@@ -223,13 +222,27 @@ class Graph:
         nid = node.id
         self._nodes[nid] = node
         self._preds[nid] = tuple(inputs)
-        succs = self._succs
-        if nid not in succs:
-            succs[nid] = {}
-        for port, src in enumerate(inputs):
-            succs.setdefault(src, {}).setdefault(nid, []).append(port)
-        self._order = None
+        self._succs = self._order = None
         return nid
+
+    def _readers(self) -> dict[str, dict[str, list[int]]]:
+        """Reader → its ports, for each node read by another: networkx's adjacency, its edges
+        in the order they were added. Made from the inputs when first asked for (until the
+        graph changes): checking a spec asks for few graphs', drawing or lowering it for all,
+        after the graph is built, so building a graph of 95,000 boxes makes it once at most."""
+        if self._succs is None:
+            succs: dict[str, dict[str, list[int]]] = {}
+            for nid, preds in self._preds.items():
+                for port, src in enumerate(preds):
+                    readers = succs.get(src)
+                    if readers is None:
+                        succs[src] = {nid: [port]}
+                    elif nid in readers:
+                        readers[nid].append(port)  # `x + x`: two edges between the same nodes
+                    else:
+                        readers[nid] = [port]
+            self._succs = succs
+        return self._succs
 
     def replace(self, node: Node) -> None:
         """Put ``node`` in place of the node with its id (same edges)."""
@@ -252,14 +265,18 @@ class Graph:
 
     def out_edges(self, node_id: str) -> list[tuple[str, int]]:
         """(reader, port) of each edge leaving the node, in networkx's order."""
-        return [(v, p) for v, ports in self._succs.get(node_id, {}).items() for p in ports]
+        return [(v, p) for v, ports in self._readers().get(node_id, {}).items() for p in ports]
 
     def successors(self, node_id: str) -> list[str]:
         """The nodes that read this one, each once."""
-        return list(self._succs.get(node_id, ()))
+        return list(self._readers().get(node_id, ()))
+
+    def read(self) -> set[str]:
+        """The nodes that some node reads (without making `_readers`)."""
+        return {src for preds in self._preds.values() for src in preds}
 
     def out_degree(self, node_id: str) -> int:
-        return sum(len(ports) for ports in self._succs.get(node_id, {}).values())
+        return sum(len(ports) for ports in self._readers().get(node_id, {}).values())
 
     def order(self) -> list[str]:
         """Topological order, ties broken by source position then id: the same every time
@@ -275,7 +292,7 @@ class Graph:
         order the nodes were added in is that order already (`_added_in_order`)."""
         if self._added_in_order():
             return list(self._nodes)
-        nodes, succs = self._nodes, self._succs
+        nodes, succs = self._nodes, self._readers()
         no_succs: dict[str, list[int]] = {}
         indegree = {nid: len(preds) for nid, preds in self._preds.items()}
         ready = [self._key(nid) for nid, d in indegree.items() if d == 0]
