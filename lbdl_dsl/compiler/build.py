@@ -99,37 +99,38 @@ class _Scope:
         return name.name
 
 
-@dataclass(frozen=True)
 class _LayerPlan:
     """What `layer_node` works out from a layer's entry alone, once per layer and build rather
-    than once per box (a spec may have 190,000 boxes of a few kinds, issue 17)."""
+    than once per box (a spec may have 190,000 boxes of a few kinds, issue 17). A plain class:
+    a dataclass would cost more to define at import than it saves a ResNet-50."""
 
-    layer: Layer
-    source: bool  # a constant: it reads no tensor
-    decls: tuple[tuple[HP, HValue], ...]  # each hyper-parameter and what a box not writing it
-    # gets: its default in canonical form, None where it is required
-    filled: frozenset[str]  # the hyper-parameters an annotation can give
-    unwritten: tuple[tuple[str, HValue], ...]  # the hyper-parameters of a box writing none
-    first_required: HP | None  # what a box writing none lacks without an annotation
-    first_unfilled: HP | None  # ... and with one
+    __slots__ = (
+        "decls",
+        "filled",
+        "first_required",
+        "first_unfilled",
+        "layer",
+        "source",
+        "unwritten",
+    )
 
-    @staticmethod
-    def of(layer: Layer) -> _LayerPlan:
-        decls = tuple((d, None if d.required else default_value(layer, d)) for d in layer.hparams)
-        filled = frozenset(name for name, _ in layer.from_annotation)
-        required = [d for d in layer.hparams if d.required]
-        unwritten: dict[str, HValue] = {}
-        for d, default in decls:  # a name declared twice keeps its first value, as in a box
-            unwritten.setdefault(d.name, default)
-        return _LayerPlan(
-            layer,
-            layer.source,
-            decls,
-            filled,
-            tuple(unwritten.items()),
-            next(iter(required), None),
-            next((d for d in required if d.name not in filled), None),
+    def __init__(self, layer: Layer) -> None:
+        self.layer = layer
+        self.source = layer.source  # a constant: it reads no tensor
+        # each hyper-parameter and what a box not writing it gets: its default in canonical
+        # form, None where it is required
+        self.decls: tuple[tuple[HP, HValue], ...] = tuple(
+            (d, None if d.required else default_value(layer, d)) for d in layer.hparams
         )
+        self.filled = frozenset(name for name, _ in layer.from_annotation)  # annotation gives
+        unwritten: dict[str, HValue] = {}
+        for d, default in self.decls:  # a name declared twice keeps its first, as in a box
+            unwritten.setdefault(d.name, default)
+        self.unwritten = tuple(unwritten.items())  # the hyper-parameters of a box writing none
+        required = [d for d in layer.hparams if d.required]
+        # what a box writing none lacks, without an annotation and with one
+        self.first_required: HP | None = next(iter(required), None)
+        self.first_unfilled = next((d for d in required if d.name not in self.filled), None)
 
 
 class _Builder:
@@ -145,7 +146,7 @@ class _Builder:
             return self.plans[op]
         except KeyError:
             layer = lookup(op)
-            plan = self.plans[op] = None if layer is None else _LayerPlan.of(layer)
+            plan = self.plans[op] = None if layer is None else _LayerPlan(layer)
             return plan
 
     # -- names ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from lbdl_dsl.compiler import build as build_stage
 from lbdl_dsl.compiler.build import _LayerPlan
 from lbdl_dsl.compiler.driver import Compiled, compile_spec
 from lbdl_dsl.compiler.graph import (
@@ -395,13 +396,15 @@ def test_a_layer_is_planned_once_a_build(monkeypatch: pytest.MonkeyPatch) -> Non
     """The per-layer work of `layer_node` is done once per name a build writes (an alias is a
     name of its own), however many boxes use it; a name no layer has is looked up once too."""
     made: list[str] = []
-    plan_of = _LayerPlan.of
 
-    def counted(layer: Layer) -> _LayerPlan:
-        made.append(layer.name)
-        return plan_of(layer)
+    class Counted(_LayerPlan):
+        __slots__ = ()
 
-    monkeypatch.setattr(_LayerPlan, "of", staticmethod(counted))
+        def __init__(self, layer: Layer) -> None:
+            made.append(layer.name)
+            super().__init__(layer)
+
+    monkeypatch.setattr(build_stage, "_LayerPlan", Counted)
     lines = ["block unit on D:", "  fc D", "  relu", "", "model m:", "  input X: 16"]
     lines += ["  fc 16", "  relu", "  layernorm", "  unit", "  linear 16"] * 40
     program = compile_spec("\n".join(lines) + "\n", file="m.lbdl", stop_after="build").program
