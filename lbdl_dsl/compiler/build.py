@@ -758,7 +758,7 @@ def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:
     graph.result = scope.current
     if not graph.outputs:
         graph.outputs.append(("Y", builder.flowing(scope, m.span)))
-    read = graph.read() | {o for _, o in graph.outputs}
+    read = graph.read_nodes() | {o for _, o in graph.outputs}
     for nid in graph.inputs:
         if nid not in read:
             node = graph.node(nid)

@@ -271,7 +271,7 @@ class Graph:
         """The nodes that read this one, each once."""
         return list(self._readers().get(node_id, ()))
 
-    def read(self) -> set[str]:
+    def read_nodes(self) -> set[str]:
         """The nodes that some node reads (without making `_readers`)."""
         return {src for preds in self._preds.values() for src in preds}
 

@@ -156,4 +156,4 @@ def test_the_readers_follow_the_graph_as_it_grows() -> None:
     assert graph.successors("a") == ["b", "c"]
     assert graph.out_degree("a") == 3
     assert graph.out_edges("b") == [("d", 1)]
-    assert graph.read() == {"a", "b", "c"}
+    assert graph.read_nodes() == {"a", "b", "c"}
