@@ -76,7 +76,7 @@ class InputNode:
     vocab: Expr | None = None  # int inputs: values in [0, vocab)
 
 
-@dataclass(frozen=True, kw_only=True, init=False)
+@dataclass(frozen=True, kw_only=True)
 class LayerNode:
     """A box of the registry. ``id`` is unique in its graph and stable: it names parameters."""
 
@@ -90,35 +90,6 @@ class LayerNode:
     name: str | None = None  # the tensor name given with `->`
     shares: str | None = None  # id of the layer whose parameters this one reuses
     fill: Annotation | None = None  # `conv-2d ×3  32×H×W`: a source of left-out sizes only
-
-    def __init__(
-        self,
-        *,
-        id: str,
-        span: Span,
-        op: str,
-        hparams: tuple[tuple[str, HValue], ...] = (),
-        explicit: frozenset[str] = frozenset(),
-        annotation: Annotation | None = None,
-        name: str | None = None,
-        shares: str | None = None,
-        fill: Annotation | None = None,
-    ) -> None:
-        """The dataclass's own, written out: being frozen, it would set each field through
-        ``object.__setattr__``, a call a field, an eighth of building 190,000 boxes; the
-        fields go into the instance's dict in one call instead. The same fields with the same
-        defaults (`tests/compiler/test_graph.py` compares them)."""
-        self.__dict__.update(
-            id=id,
-            span=span,
-            op=op,
-            hparams=hparams,
-            explicit=explicit,
-            annotation=annotation,
-            name=name,
-            shares=shares,
-            fill=fill,
-        )
 
     @property
     def hp(self) -> dict[str, HValue]:

@@ -5,8 +5,6 @@ graph of every spec of specs/ is compared; `verify` still finds a cycle and a mi
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,23 +157,3 @@ def test_the_readers_follow_the_graph_as_it_grows() -> None:
     assert graph.out_degree("a") == 3
     assert graph.out_edges("b") == [("d", 1)]
     assert graph.read_nodes() == {"a", "b", "c"}
-
-
-def test_a_layer_nodes_constructor_is_the_dataclasses() -> None:
-    """`LayerNode.__init__` is written out (faster than a frozen dataclass's): it takes every
-    field, by keyword, with the field's default, sets each one, and the node stays frozen."""
-    fields = {f.name: f.default for f in dataclasses.fields(LayerNode)}
-    parameters = inspect.signature(LayerNode).parameters.values()
-    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters)
-    assert {p.name: p.default for p in parameters} == {
-        name: inspect.Parameter.empty if default is dataclasses.MISSING else default
-        for name, default in fields.items()
-    }
-    node = _layer("a", 2)
-    assert vars(node) == {name: getattr(node, name) for name in fields}
-    assert (node.hparams, node.explicit, node.name, node.fill) == ((), frozenset(), None, None)
-    named = dataclasses.replace(node, name="x")
-    assert named == LayerNode(id="a", span=node.span, op="relu", name="x") != node
-    assert hash(named) == hash(LayerNode(id="a", span=node.span, op="relu", name="x"))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        node.name = "y"  # type: ignore[misc]
