@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.graph import (
@@ -134,11 +134,14 @@ class _LayerPlan:
 
 
 class _Builder:
+    # statement type → its method (`_Box`...), named by the type and found once per type. Kept
+    # unbound, on the class: bound methods kept on the builder would be a reference cycle,
+    # which would keep the builder and its syntax trees until the cycle collector's next pass.
+    handlers: ClassVar[dict[type, Callable[[_Builder, _Scope, Any], None]]] = {}
+
     def __init__(self, blocks_ast: dict[str, ast.BlockDef]) -> None:
         self.blocks_ast = blocks_ast
         self.plans: dict[str, _LayerPlan | None] = {}  # by name as written; None: no layer
-        # statement type → its method (`_Box`...): named by the type, found once per type
-        self.handlers: dict[type, Callable[[_Scope, Any], None]] = {}
 
     def plan(self, op: str) -> _LayerPlan | None:
         """The plan of the layer that ``op`` names (an alias too), or None if it names none."""
@@ -218,8 +221,8 @@ class _Builder:
         for stmt in stmts:
             handler = handlers.get(type(stmt))
             if handler is None:
-                handler = handlers[type(stmt)] = getattr(self, f"_{type(stmt).__name__}")
-            handler(scope, stmt)
+                handler = handlers[type(stmt)] = getattr(_Builder, f"_{type(stmt).__name__}")
+            handler(self, scope, stmt)
 
     def _InputDecl(self, scope: _Scope, st: ast.InputDecl) -> None:
         if not (scope.in_model and scope.top):
