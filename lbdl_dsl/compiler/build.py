@@ -124,10 +124,14 @@ class _LayerPlan:
         )
         self.filled = frozenset(name for name, _ in layer.from_annotation)  # annotation gives
         unwritten: dict[str, HValue] = {}
-        for d, default in self.decls:  # a name declared twice keeps its first, as in a box
-            unwritten.setdefault(d.name, default)
+        required: list[HP] = []
+        for d, default in self.decls:
+            if d.name in unwritten:  # a name declared twice: the first counts, as in a box
+                continue
+            unwritten[d.name] = default
+            if d.required:
+                required.append(d)
         self.unwritten = tuple(unwritten.items())  # the hyper-parameters of a box writing none
-        required = [d for d in layer.hparams if d.required]
         # what a box writing none lacks, without an annotation and with one
         self.first_required: HP | None = next(iter(required), None)
         self.first_unfilled = next((d for d in required if d.name not in self.filled), None)

@@ -226,10 +226,11 @@ class Graph:
         return nid
 
     def _readers(self) -> dict[str, dict[str, list[int]]]:
-        """Reader → its ports, for each node read by another: networkx's adjacency, its edges
-        in the order they were added. Made from the inputs when first asked for (until the
-        graph changes): checking a spec asks for few graphs', drawing or lowering it for all,
-        after the graph is built, so building a graph of 95,000 boxes makes it once at most."""
+        """For each node that others read, each reader and the ports it reads it through:
+        networkx's adjacency, its edges in the order they were added. Made from the inputs
+        when first asked for (until the graph changes): checking a spec needs it only where an
+        order needs the heap, drawing or lowering asks after the graph is built, so even a
+        graph of 95,000 boxes makes it once at most."""
         if self._succs is None:
             succs: dict[str, dict[str, list[int]]] = {}
             for nid, preds in self._preds.items():

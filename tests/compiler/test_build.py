@@ -32,7 +32,7 @@ from lbdl_dsl.compiler.hparams import default_value
 from lbdl_dsl.compiler.paths import arrays
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
-from lbdl_dsl.core.layers import LAYERS, Layer
+from lbdl_dsl.core.layers import HP, LAYERS, Layer
 from lbdl_dsl.core.layers.base import example_model
 from lbdl_dsl.core.symbolic import Expr, sym
 
@@ -449,3 +449,18 @@ def test_building_collects_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         gc.set_threshold(*before)
     assert seen == [YOUNG]
+
+
+def test_a_plan_counts_a_name_declared_twice_once() -> None:
+    """As in a box, the first declaration of a name is the one that counts."""
+    layer = Layer(
+        name="twice",
+        doc="",
+        category="",
+        hparams=(HP("a", "size", 1), HP("a", "size"), HP("b", "size"), HP("c", "size")),
+        from_annotation=(("b", 0),),
+    )
+    plan = _LayerPlan(layer)
+    assert plan.unwritten == (("a", Expr.lift(1)), ("b", None), ("c", None))
+    assert plan.first_required is not None and plan.first_required.name == "b"
+    assert plan.first_unfilled is not None and plan.first_unfilled.name == "c"
