@@ -11,9 +11,12 @@ duplicated or used before their definition, unused inputs, blocks that call them
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.graph import (
@@ -48,8 +51,10 @@ _COUNTED = ("params", "state", "macs")
 _EXPERTS_HPARAMS = ("e", "k", "cap")
 
 
+@functools.cache
 def slug(op: str) -> str:
-    """An identifier-safe form of a layer or block name, for node ids."""
+    """An identifier-safe form of a layer or block name, for node ids. Kept per name: it depends
+    on the name and the (fixed) registry only, and every box asks for its kind's."""
     layer = lookup(op)
     if layer is not None and layer.ident is not None:
         op = layer.ident
@@ -78,10 +83,10 @@ class _Scope:
     def new_id(self, op: str) -> str:
         """``fc_0``, ``fc_1``...: the n-th box of its kind in this scope, skipping the names the
         scope's boxes are given (`fc 4D -> up` is the box ``up``)."""
-        base = slug(op)
+        base, counters = slug(op), self.counters
         while True:
-            n = self.counters[base]
-            self.counters[base] += 1
+            n = counters[base]
+            counters[base] = n + 1
             candidate = f"{base}_{n}"
             if candidate not in self.later and candidate not in self.graph.names:
                 return candidate
@@ -94,9 +99,62 @@ class _Scope:
         return name.name
 
 
+class _LayerPlan:
+    """What `layer_node` works out from a layer's entry alone, once per layer and build rather
+    than once per box (a spec may have 190,000 boxes of a few kinds, issue 17). A plain class:
+    a dataclass would cost more to define at import than it saves a ResNet-50."""
+
+    __slots__ = (
+        "decls",
+        "filled",
+        "first_required",
+        "first_unfilled",
+        "layer",
+        "source",
+        "unwritten",
+    )
+
+    def __init__(self, layer: Layer) -> None:
+        self.layer = layer
+        self.source = layer.source  # a constant: it reads no tensor
+        # each hyper-parameter and what a box not writing it gets: its default in canonical
+        # form, None where it is required
+        self.decls: tuple[tuple[HP, HValue], ...] = tuple(
+            (d, None if d.required else default_value(layer, d)) for d in layer.hparams
+        )
+        self.filled = frozenset(name for name, _ in layer.from_annotation)  # annotation gives
+        unwritten: dict[str, HValue] = {}
+        required: list[HP] = []
+        for d, default in self.decls:
+            if d.name in unwritten:  # a name declared twice: the first counts, as in a box
+                continue
+            unwritten[d.name] = default
+            if d.required:
+                required.append(d)
+        self.unwritten = tuple(unwritten.items())  # the hyper-parameters of a box writing none
+        # what a box writing none lacks, without an annotation and with one
+        self.first_required: HP | None = next(iter(required), None)
+        self.first_unfilled = next((d for d in required if d.name not in self.filled), None)
+
+
 class _Builder:
+    # statement type → its method (`_Box`...), named by the type and found once per type. Kept
+    # unbound, on the class: bound methods kept on the builder would be a reference cycle,
+    # which would keep the builder and its syntax trees until the cycle collector's next pass.
+    handlers: ClassVar[dict[type, Callable[[_Builder, _Scope, Any], None]]] = {}
+
     def __init__(self, blocks_ast: dict[str, ast.BlockDef]) -> None:
         self.blocks_ast = blocks_ast
+        self.plans: dict[str, _LayerPlan | None] = {}  # by name as written; None: no layer
+
+    def plan(self, op: str) -> _LayerPlan | None:
+        """The plan of the layer that ``op`` names (an alias too), or None if it names none."""
+        try:
+            return self.plans[op]
+        except KeyError:
+            layer = lookup(op)
+            plan = self.plans[op] = None if layer is None else _LayerPlan(layer)
+            return plan
 
     # -- names ----------------------------------------------------------------------------------
     def resolve(self, scope: _Scope, ref: ast.Ref) -> str:
@@ -163,9 +221,12 @@ class _Builder:
     def body(self, scope: _Scope, stmts: tuple[ast.Stmt, ...]) -> None:
         for name, span in _defined_names(stmts):
             scope.later.setdefault(name, span)
+        handlers = self.handlers
         for stmt in stmts:
-            handler = getattr(self, f"_{type(stmt).__name__}")
-            handler(scope, stmt)
+            handler = handlers.get(type(stmt))
+            if handler is None:
+                handler = handlers[type(stmt)] = getattr(_Builder, f"_{type(stmt).__name__}")
+            handler(self, scope, stmt)
 
     def _InputDecl(self, scope: _Scope, st: ast.InputDecl) -> None:
         if not (scope.in_model and scope.top):
@@ -322,18 +383,14 @@ class _Builder:
             if st.name is not None:
                 self.define(scope, st.name, self.flowing(scope, st.span))
             return
-        layer = lookup(st.op)
-        source = layer is not None and layer.source  # a constant: it reads no tensor
-        flowing = [] if source else [self.flowing(scope, st.span)]
-        inputs = flowing + [self.resolve(scope, r) for r in st.args]
-        annotation = (
-            _annot(st.shape, tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims))
-            if st.shape
-            else None
-        )
+        plan = self.plan(st.op)
+        inputs = [] if plan is not None and plan.source else [self.flowing(scope, st.span)]
+        if st.args:
+            inputs += [self.resolve(scope, r) for r in st.args]
+        annotation = _box_annotation(st, scope)
         node: Node
-        if layer is not None:
-            node = self.layer_node(scope, st, layer, inputs, annotation)
+        if plan is not None:
+            node = self.layer_node(scope, st, plan, inputs, annotation)
             if in_frame:  # the frame checks the annotation; each copy may only read sizes in it
                 node = dataclasses.replace(node, annotation=None, fill=annotation)
         elif st.op in self.blocks_ast:
@@ -397,10 +454,11 @@ class _Builder:
         self,
         scope: _Scope,
         st: ast.Box,
-        layer: Layer,
+        plan: _LayerPlan,
         inputs: list[str],
         annotation: Annotation | None,
     ) -> LayerNode:
+        layer = plan.layer
         lo, hi = layer.arity
         if not lo <= len(inputs) <= hi:
             extra = "" if hi == 1 else f" (the flowing tensor and {lo - 1} named in parentheses)"
@@ -434,27 +492,25 @@ class _Builder:
                 )
             values[hp.key] = normalise(layer, decl, hp.value, scope.known, scope.params)
         explicit = frozenset(values)
-        filled = {name for name, _ in layer.from_annotation}
-        for decl in layer.hparams:
-            if decl.name in values:
-                continue
-            if decl.required and not (decl.name in filled and annotation is not None):
-                raise LbdlError(
-                    f"`{layer.name}` needs `{decl.name}` ({decl.doc})",
-                    st.op_span,
-                    hint=f"write `{decl.name}=...`"
-                    + (
-                        " or the output shape at the right of the box"
-                        if decl.name in filled
-                        else ""
-                    ),
-                )
-            values[decl.name] = None if decl.required else default_value(layer, decl)
+        hparams: tuple[tuple[str, HValue], ...]
+        if values:  # the written ones in their order, then the others in the layer's
+            for decl, default in plan.decls:
+                if decl.name in values:
+                    continue
+                if decl.required and not (decl.name in plan.filled and annotation is not None):
+                    raise _needs(layer, decl, plan, st)
+                values[decl.name] = default
+            hparams = tuple(values.items())
+        else:  # most boxes: the same hyper-parameters as every box of the layer writing none
+            missing = plan.first_required if annotation is None else plan.first_unfilled
+            if missing is not None:
+                raise _needs(layer, missing, plan, st)
+            hparams = plan.unwritten
         return LayerNode(
             id=scope.box_id(layer.name, st.name),
             span=st.span,
             op=layer.name,
-            hparams=tuple(values.items()),
+            hparams=hparams,
             annotation=annotation,
             explicit=explicit,
             shares=shares,
@@ -520,6 +576,16 @@ class _Builder:
         )
 
 
+def _needs(layer: Layer, decl: HP, plan: _LayerPlan, st: ast.Box) -> LbdlError:
+    """The error for a box that gives no value to the required ``decl``."""
+    return LbdlError(
+        f"`{layer.name}` needs `{decl.name}` ({decl.doc})",
+        st.op_span,
+        hint=f"write `{decl.name}=...`"
+        + (" or the output shape at the right of the box" if decl.name in plan.filled else ""),
+    )
+
+
 def _named_by_doc(word: str, hparams: tuple[HP, ...]) -> str | None:
     """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`)."""
     for h in hparams:
@@ -529,8 +595,9 @@ def _named_by_doc(word: str, hparams: tuple[HP, ...]) -> str | None:
 
 
 def _annot(shape: ast.ShapeAST, dims: tuple[Expr, ...]) -> Annotation:
+    given = shape.dims
     return Annotation(
-        dims, tuple(d.text for d in shape.dims), tuple(d.span for d in shape.dims), shape.span
+        dims, tuple([d.text for d in given]), tuple([d.span for d in given]), shape.span
     )
 
 
@@ -572,7 +639,8 @@ def _replace_count(st: ast.Box) -> ast.Box:
 def _box_annotation(st: ast.Box, scope: _Scope) -> Annotation | None:
     if st.shape is None:
         return None
-    return _annot(st.shape, tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims))
+    known = scope.known
+    return _annot(st.shape, tuple([check_symbols(d, known, "shape") for d in st.shape.dims]))
 
 
 def _symbols_of(shapes: list[ast.ShapeAST]) -> set[str]:
@@ -697,8 +765,9 @@ def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:
     graph.result = scope.current
     if not graph.outputs:
         graph.outputs.append(("Y", builder.flowing(scope, m.span)))
+    read = graph.read_nodes() | {o for _, o in graph.outputs}
     for nid in graph.inputs:
-        if graph.out_degree(nid) == 0 and nid not in {o for _, o in graph.outputs}:
+        if nid not in read:
             node = graph.node(nid)
             raise LbdlError(
                 f"input `{node.name}` is never used",

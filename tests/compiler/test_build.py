@@ -8,17 +8,32 @@ calls, ×N frames and residual groups kept as nested graphs with their captures.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lbdl_dsl.compiler import build as build_stage
+from lbdl_dsl.compiler.build import _LayerPlan
 from lbdl_dsl.compiler.driver import Compiled, compile_spec
-from lbdl_dsl.compiler.graph import CountAssert, Graph, ParamRef, Program, ShapeAssert, verify, walk
+from lbdl_dsl.compiler.graph import (
+    CountAssert,
+    Graph,
+    LayerNode,
+    ParamRef,
+    Program,
+    ShapeAssert,
+    verify,
+    walk,
+)
+from lbdl_dsl.compiler.hparams import default_value
 from lbdl_dsl.compiler.paths import arrays
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
-from lbdl_dsl.core.layers import LAYERS
+from lbdl_dsl.core.layers import HP, LAYERS, Layer
+from lbdl_dsl.core.layers.base import example_model
 from lbdl_dsl.core.symbolic import Expr, sym
 
 REPO = Path(__file__).resolve().parents[2]
@@ -343,3 +358,138 @@ def test_a_box_added_in_one_scope_renames_no_box_of_another() -> None:
     inner = {p for p in old if p.count("/") > 1}
     assert inner and inner <= new
     assert new - old == {"fc_1/w", "fc_1/b"}
+
+
+def _examples() -> list[tuple[str, str]]:
+    """(layer, example model) for every layer of the registry with an example, and its cases."""
+    out = []
+    for name, layer in sorted(LAYERS.items()):
+        for shape, line in [layer.example, *layer.cases]:
+            if line:
+                out.append((name, example_model(shape, line, output="Y")))
+    return out
+
+
+@pytest.mark.parametrize(("name", "text"), _examples())
+def test_the_hyper_parameters_a_box_leaves_out_are_its_layers_defaults(
+    name: str, text: str
+) -> None:
+    """A box's hyper-parameters: those written, in their order, then every other one the layer
+    declares, in its order, each its default in canonical form (None if required and given by
+    the annotation). The builder works the second part out once per layer (`_LayerPlan`); the
+    expectation here is made from the registry, box by box."""
+    layer = LAYERS[name]
+    program = compile_spec(text, file="example.lbdl", stop_after="build").program
+    nodes = [n for _, n in walk(program.model.body) if isinstance(n, LayerNode) and n.op == name]
+    assert nodes
+    for node in nodes:
+        written = node.hparams[: len(node.explicit)]
+        assert {key for key, _ in written} == node.explicit
+        rest: dict[str, object] = {}
+        for decl in layer.hparams:
+            if decl.name not in node.explicit and decl.name not in rest:
+                rest[decl.name] = None if decl.required else default_value(layer, decl)
+        assert node.hparams[len(node.explicit) :] == tuple(rest.items())
+
+
+def test_a_layer_is_planned_once_a_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-layer work of `layer_node` is done once per name a build writes (an alias is a
+    name of its own), however many boxes use it; a name no layer has is looked up once too."""
+    made: list[str] = []
+
+    class Counted(_LayerPlan):
+        __slots__ = ()
+
+        def __init__(self, layer: Layer) -> None:
+            made.append(layer.name)
+            super().__init__(layer)
+
+    monkeypatch.setattr(build_stage, "_LayerPlan", Counted)
+    lines = ["block unit on D:", "  fc D", "  relu", "", "model m:", "  input X: 16"]
+    lines += ["  fc 16", "  relu", "  layernorm", "  unit", "  linear 16"] * 40
+    program = compile_spec("\n".join(lines) + "\n", file="m.lbdl", stop_after="build").program
+    assert len(program.model.body) == 201
+    assert sorted(made) == ["fc", "fc", "layernorm", "relu"]  # `linear` is an alias of `fc`
+
+
+def test_a_missing_hyper_parameter_is_named_with_or_without_an_annotation(
+    build: Callable[[str], Program],
+) -> None:
+    """With nothing written, the first required hyper-parameter is missing, unless an
+    annotation gives it; then the first one an annotation cannot give."""
+    with pytest.raises(LbdlError, match=r"`fc` needs `out`.*\n.*or the output shape"):
+        build("model m:\n  input X: 8\n  fc\n  output Y\n")
+    program = build("model m:\n  input X: 8\n  fc 4\n  output Y\n")
+    assert program.model.body.node("fc_0").hp["out"] is None
+    with pytest.raises(LbdlError, match="`conv-2d` needs `k`"):
+        build("model m:\n  input X: 3×8×8\n  conv-2d  4×6×6\n  output Y\n")
+    with pytest.raises(LbdlError, match="`conv-2d` needs `c`"):
+        build("model m:\n  input X: 3×8×8\n  conv-2d\n  output Y\n")
+
+
+def test_building_collects_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build stage runs with the collector's thresholds raised (`fewer_collections`: it
+    took half the stage on 190,000 boxes) and gives the caller's back."""
+    from lbdl_dsl.compiler import driver
+    from lbdl_dsl.core.collector import YOUNG
+
+    seen: list[int] = []
+    build_graphs = driver.build
+
+    def watched(loaded: Any) -> Program:
+        seen.append(gc.get_threshold()[0])
+        return build_graphs(loaded)
+
+    monkeypatch.setattr(driver, "build", watched)
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        compile_spec(SPECS[0], stop_after="build")
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [YOUNG]
+
+
+def test_a_plan_counts_a_name_declared_twice_once() -> None:
+    """As in a box, the first declaration of a name is the one that counts."""
+    layer = Layer(
+        name="twice",
+        doc="",
+        category="",
+        hparams=(HP("a", "size", 1), HP("a", "size"), HP("b", "size"), HP("c", "size")),
+        from_annotation=(("b", 0),),
+    )
+    plan = _LayerPlan(layer)
+    assert plan.unwritten == (("a", Expr.lift(1)), ("b", None), ("c", None))
+    assert plan.first_required is not None and plan.first_required.name == "b"
+    assert plan.first_unfilled is not None and plan.first_unfilled.name == "c"
+
+
+def test_every_stage_of_compile_spec_collects_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`compile_spec` itself holds the collector off, parse and check included (the decorator
+    once sat on an ``@overload``, which never runs, and the stages ran with Python's defaults)."""
+    from lbdl_dsl.compiler import driver
+    from lbdl_dsl.core.collector import YOUNG
+
+    seen: dict[str, int] = {}
+    load, check = driver.load, driver.check
+
+    def watched_load(*args: Any) -> Any:
+        seen["parse"] = gc.get_threshold()[0]
+        return load(*args)
+
+    def watched_check(*args: Any, **kwargs: Any) -> Any:
+        seen["check"] = gc.get_threshold()[0]
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "load", watched_load)
+    monkeypatch.setattr(driver, "check", watched_check)
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        compile_spec(SPECS[0])
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
+    assert seen == {"parse": YOUNG, "check": YOUNG}

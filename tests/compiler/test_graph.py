@@ -103,3 +103,57 @@ def test_the_networkx_view_is_frozen() -> None:
     graph.add(_layer("a", 2))
     with pytest.raises(nx.NetworkXError):
         graph.g.add_node("b")
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.stem for s in SPECS])
+def test_the_order_as_added_is_the_sorted_order(
+    spec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A graph whose nodes were added in order skips the heap (`Graph._added_in_order`); the
+    sort through the heap gives the same order on every graph of every spec, and most graphs
+    (the builder adds boxes top to bottom) take the short way."""
+    program = compile_spec(spec, stop_after="build").program
+    assert program is not None
+    graphs = list(_graphs(program))
+    short = {id(g): g._added_in_order() for g in graphs}
+    fast = {id(g): g._topological() for g in graphs}
+    monkeypatch.setattr(Graph, "_added_in_order", lambda self: False)
+    assert all(g._topological() == fast[id(g)] for g in graphs)
+    assert short[id(program.model.body)]
+    assert sum(short.values()) * 2 > len(graphs)
+
+
+def test_a_graph_not_added_in_order_is_sorted_by_the_heap() -> None:
+    """Nodes added with keys out of order, or before the node they read, take the heap."""
+    late_first = Graph()
+    late_first.add(_layer("late", 9))
+    late_first.add(_layer("early", 4))
+    assert not late_first._added_in_order()
+    assert late_first.order() == ["early", "late"]
+    reader_first = Graph()
+    reader_first.add(_layer("a", 2), ["b"])  # reads b, added below
+    reader_first.add(_layer("b", 3))
+    assert not reader_first._added_in_order()
+    assert reader_first.order() == ["b", "a"]
+    in_order = Graph()
+    in_order.add(_layer("a", 2))
+    in_order.add(_layer("b", 2), ["a"])  # same place, a greater id
+    assert in_order._added_in_order()
+    assert in_order.order() == ["a", "b"]
+
+
+def test_the_readers_follow_the_graph_as_it_grows() -> None:
+    """`out_edges`, `successors` and `out_degree` are made from the inputs when asked for; a
+    node added after a question is in the next answer."""
+    graph = Graph()
+    graph.add(_layer("a", 1))
+    graph.add(_layer("b", 2), ["a"])
+    assert graph.successors("a") == ["b"]
+    assert graph.out_degree("b") == 0
+    graph.add(_layer("c", 3), ["a", "a"])  # `a + a`: two edges
+    graph.add(_layer("d", 4), ["c", "b"])
+    assert graph.out_edges("a") == [("b", 0), ("c", 0), ("c", 1)]
+    assert graph.successors("a") == ["b", "c"]
+    assert graph.out_degree("a") == 3
+    assert graph.out_edges("b") == [("d", 1)]
+    assert graph.read_nodes() == {"a", "b", "c"}
