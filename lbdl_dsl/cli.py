@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec, spec_name
 from lbdl_dsl.compiler.imports import sources_for
+from lbdl_dsl.core.collector import collector_off
 from lbdl_dsl.core.errors import LbdlError, os_error
 from lbdl_dsl.mesh_flags import add_mesh_arguments
 
@@ -160,7 +161,12 @@ def run_namespace(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     def partial(err: CheckFailed) -> None:
         _partial_diagram(err.compiled, args, formats)
 
-    return guarded(lambda: _run(args, overrides, formats, depth), args.spec, partial)
+    # No cycle collection while a check or a build runs: the default thresholds made the
+    # collector look through every object of a big model again and again, and none of them is
+    # in a cycle (tests/test_no_cycles.py), so they are freed as the command returns, before
+    # the collector is back. A model run (--run) collects as usual.
+    with contextlib.nullcontext() if args.run else collector_off():
+        return guarded(lambda: _run(args, overrides, formats, depth), args.spec, partial)
 
 
 def guarded(

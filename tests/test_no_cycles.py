@@ -97,3 +97,41 @@ def test_the_test_sees_a_cycle() -> None:
 
     make()
     assert any("Span" in name for name in ours_in_cycles())
+
+
+def test_a_check_runs_without_the_collector(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the tests above make safe: `lbdl-compile` turns the cycle collector off while it
+    checks and builds (it looked through every object of a big model again and again and found
+    nothing), and gives it back on return; a model run (``--run``) is left to collect."""
+    from lbdl_dsl import cli
+
+    seen: list[bool] = []
+    compile_ = cli._compile
+
+    def watched(*args: object) -> object:
+        seen.append(gc.isenabled())
+        return compile_(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cli, "_compile", watched)
+    assert gc.isenabled()
+    assert main(["--check", str(REPO / "specs" / "lenet.lbdl")]) == 0
+    assert gc.isenabled()
+    capsys.readouterr()
+    assert seen == [False]
+
+
+def test_the_collector_stays_as_the_caller_set_it() -> None:
+    from lbdl_dsl.core.collector import collector_off
+
+    gc.disable()
+    try:
+        with collector_off():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with collector_off():
+        assert not gc.isenabled()
+    assert gc.isenabled()
