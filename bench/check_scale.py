@@ -181,8 +181,8 @@ def count_boxes(checked: Checked) -> int:
 
 def big_table(boxes: int, repeats: int) -> None:
     """Table 4: stage times (CPU seconds of this process; check and summary the best of
-    ``repeats``, each started after a collection) and the whole process's wall time and peak
-    resident memory."""
+    ``repeats``, each started after a collection) and the whole process's wall and CPU time
+    (best and median of ``repeats`` runs) and peak resident memory."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.lbdl"
         path.write_text(big_spec(boxes))
@@ -198,7 +198,10 @@ def big_table(boxes: int, repeats: int) -> None:
         checking, checked = best_cpu(repeats, lambda: check(program, env))
         summary, text = best_cpu(repeats, lambda: report.render_table(checked, None))
         n = count_boxes(checked)
-        wall, _, rss = run_process([*cli_command(), "--check", "--depth", "all", str(path)], REPO)
+        command = [*cli_command(), "--check", "--depth", "all", str(path)]
+        runs = [run_process(command, REPO) for _ in range(repeats)]
+    walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
+    rss = max(r[2] for r in runs)
     print(f"| {n:,} boxes (`big_spec({boxes})`) | CPU seconds |")
     print("|---|---|")
     print(f"| parse | {t1 - t0:.2f} |")
@@ -206,7 +209,11 @@ def big_table(boxes: int, repeats: int) -> None:
     print(f"| check (best of {repeats}) | {checking:.2f} |")
     print(f"| summary table, every box ({text.count(chr(10)):,} lines) | {summary:.2f} |")
     print(f"| **check + summary** | **{checking + summary:.2f}** |")
-    print(f"| `lbdl-compile --check --depth all`, wall | {wall:.2f} |")
+    print(
+        f"| `lbdl-compile --check --depth all` (target 5 s), wall best / median of {repeats} "
+        f"| {min(walls):.2f} / {statistics.median(walls):.2f} |"
+    )
+    print(f"| ... CPU best / median | {min(cpus):.2f} / {statistics.median(cpus):.2f} |")
     print(f"| ... peak resident memory | {mib(rss)} |")
 
 

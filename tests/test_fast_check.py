@@ -237,16 +237,16 @@ def _refuse_rich(*_: object) -> None:
 def test_fewer_collections_inside_and_the_callers_thresholds_after() -> None:
     import gc
 
-    from lbdl_dsl.core.collector import OLD, YOUNG, fewer_collections
+    from lbdl_dsl.core.collector import MIDDLE, OLD, YOUNG, fewer_collections
 
     before = gc.get_threshold()
     try:
         gc.set_threshold(700, 10, 10)
         with fewer_collections():
-            assert gc.get_threshold() == (YOUNG, 10, OLD)
+            assert gc.get_threshold() == (YOUNG, MIDDLE, OLD)
             with fewer_collections():  # nested: left as it is
-                assert gc.get_threshold() == (YOUNG, 10, OLD)
-            assert gc.get_threshold() == (YOUNG, 10, OLD)
+                assert gc.get_threshold() == (YOUNG, MIDDLE, OLD)
+            assert gc.get_threshold() == (YOUNG, MIDDLE, OLD)
         assert gc.get_threshold() == (700, 10, 10)
         gc.set_threshold(0)  # the caller turned collection off: it stays off
         with fewer_collections():
