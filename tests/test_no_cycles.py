@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from lbdl_dsl.cli import main
+from lbdl_dsl.core.collector import collector_off
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = sorted((REPO / "specs").glob("*.lbdl"))
@@ -24,14 +25,9 @@ SPECS = sorted((REPO / "specs").glob("*.lbdl"))
 
 @pytest.fixture
 def no_collector() -> Iterator[None]:
-    was_enabled = gc.isenabled()
     gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def ours_in_cycles() -> list[str]:
@@ -123,8 +119,6 @@ def test_a_check_runs_without_the_collector(
 
 
 def test_the_collector_stays_as_the_caller_set_it() -> None:
-    from lbdl_dsl.core.collector import collector_off
-
     gc.disable()
     try:
         with collector_off():
