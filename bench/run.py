@@ -201,6 +201,11 @@ def our_side(case: Case, peer: Side) -> Side:
     model = case.compile_ours()
     params, state = model.init(jax.random.key(KEY))
     x, y = peer.train_args[2:]
+    return our_side_of(model, case, x, y, params, state)
+
+
+def our_side_of(model: Any, case: Case, x: Any, y: Any, params: Any, state: Any) -> Side:
+    """`our_side` for a compiled model and its arguments (arrays, or shapes to compile for)."""
     if x.ndim == 4:
         x = jnp.transpose(x, (0, 3, 1, 2))  # NHWC -> NCHW
     tx = optax.sgd(flax_peers.LEARNING_RATE, momentum=flax_peers.MOMENTUM)
@@ -219,11 +224,13 @@ def our_side(case: Case, peer: Side) -> Side:
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), new_state, opt_state, loss
 
+    shapes_only = any(isinstance(a, jax.ShapeDtypeStruct) for a in jax.tree.leaves(params))
+    opt = jax.eval_shape(tx.init, params) if shapes_only else tx.init(params)
     return Side(
         forward,
         (params, state, x),
         train_step,
-        (params, state, tx.init(params), x, y),
+        (params, state, opt, x, y),
         model.param_count,
     )
 
@@ -345,6 +352,63 @@ def measure(
     return rows
 
 
+GROWTH = "GPT, train step vs blocks"
+GROWTH_BLOCKS = {False: (1, 12, 48), True: (1, 2, 4)}  # full, --quick
+
+
+def growth_case(blocks: int, quick: bool) -> Case:
+    """GPT-2 small's width (or --quick's tiny GPT) with ``blocks`` blocks."""
+    base = cases(quick)[1]
+    overrides = {**base.overrides, "N": blocks}
+    return dataclasses.replace(
+        base, overrides=overrides, peer_args={**base.peer_args, "n_layer": blocks}
+    )
+
+
+def abstract_sides(case: Case) -> tuple[Side, Side]:
+    """Both training steps with their arguments as shapes only: compiling needs no values,
+    and 48 blocks of GPT-2 small's width would hold 2.7 GB of parameters and momenta."""
+    peer = case.make_peer()
+    variables = jax.eval_shape(peer.init, jax.random.key(KEY))
+    x, y = peer.example_inputs(jax.random.key(KEY + 1))
+    opt = jax.eval_shape(peer.opt_init, variables)
+    theirs = Side(peer.forward, (variables, x), peer.train_step, (variables, opt, x, y), 0)
+    model = case.compile_ours()
+    params, state = jax.eval_shape(model.init, jax.random.key(KEY))
+    return our_side_of(model, case, x, y, params, state), theirs
+
+
+def measure_growth(quick: bool, log: Callable[[str], None]) -> list[harness.Row]:
+    """The training step's compile time at each depth of `GROWTH_BLOCKS`, ours and the peer's
+    in turn; then how much it grows from the first depth to the second, and the third's over
+    the second's."""
+    blocks = GROWTH_BLOCKS[quick]
+    n = (QUICK if quick else FULL)["compile_train"]
+    times: dict[int, tuple[float, float]] = {}
+    rows: list[harness.Row] = []
+    log(GROWTH)
+    for b in blocks:
+        ours, peer = abstract_sides(growth_case(b, quick))
+        times[b] = interleaved(n, Compiler(*ours.of("train")), Compiler(*peer.of("train")))
+        rows.append(harness.Row(GROWTH, growth_metric(b), *times[b]))
+        log(f"  {growth_metric(b)}: ours {times[b][0]:.4g}, Flax {times[b][1]:.4g}")
+    one, base, deep = blocks
+    grown = tuple(times[base][i] - times[one][i] for i in (0, 1))
+    rows.append(harness.Row(GROWTH, f"growth, {one} to {base} blocks (s)", *grown))
+    rows.append(
+        harness.Row(
+            GROWTH,
+            f"{deep} blocks over {base} (×)",
+            *(times[deep][i] / times[base][i] for i in (0, 1)),
+        )
+    )
+    return rows
+
+
+def growth_metric(blocks: int) -> str:
+    return f"compile: {blocks} block{'s' * (blocks != 1)} (s)"
+
+
 def median_parts(runs: list[dict[str, float]]) -> dict[str, float]:
     return {part: statistics.median(run[part] for run in runs) for part in runs[0]}
 
@@ -416,17 +480,41 @@ TARGETS = {  # metric -> {case kind: the target for ours / Flax}
 }
 
 
+GROWTH_TARGETS = {"grown": 0.25, "over": 1.2}  # the growth's ratio; 48 over 12 blocks, ours
+
+
 def verdicts(rows: Sequence[harness.Row], kinds: dict[str, str]) -> list[str]:
-    """One line per ratio: the ratio, its target, met or not."""
+    """One line per target: the figure (a ratio; ours alone for the deep stack over the
+    base one), its target, met or not."""
     out = []
     for row in rows:
-        target = TARGETS[row.metric][kinds[row.model]]
-        ratio = row.ratio
-        if ratio is not None:
-            verdict = "met" if ratio <= target else "**not met**"
-            name = row.metric.removesuffix(" (s)")
-            out.append(f"- {row.model}, {name}: {ratio:.2f} (target ≤ {target:g}: {verdict})")
+        key = growth_key(row.metric) if kinds[row.model] == "growth" else ""
+        if key:
+            if key not in GROWTH_TARGETS:
+                continue
+            target, value = GROWTH_TARGETS[key], row.ratio if key == "grown" else row.ours
+        else:
+            target, value = TARGETS[row.metric][kinds[row.model]], row.ratio
+        if value is not None:
+            verdict = "met" if value <= target else "**not met**"
+            name = row.metric.removesuffix(" (s)").removesuffix(" (×)")
+            if key == "over":
+                name += ", ours"
+            out.append(f"- {row.model}, {name}: {value:.2f} (target ≤ {target:g}: {verdict})")
     return out
+
+
+def growth_key(metric: str) -> str:
+    """The role of a growth row, the same in the full run and in --quick: ``one``, ``base``
+    and ``deep`` (the depths' compile times), ``grown`` and ``over``."""
+    if metric.startswith("growth"):
+        return "grown"
+    if " over " in metric:
+        return "over"
+    blocks = int(metric.split()[1])
+    if blocks == 1:
+        return "one"
+    return "base" if blocks in (GROWTH_BLOCKS[False][1], GROWTH_BLOCKS[True][1]) else "deep"
 
 
 def report(
@@ -491,10 +579,12 @@ def analysis(rows: Sequence[harness.Row], kinds: dict[str, str]) -> str:
     and ``{gpt_train_flax}`` its two times."""
     values: dict[str, str] = {}
     for row in rows:
-        key = f"{kinds[row.model]}_{KEYS[row.metric]}"
+        kind = kinds[row.model]
+        key = f"{kind}_{growth_key(row.metric) if kind == 'growth' else KEYS[row.metric]}"
         values[key] = "—" if row.ratio is None else f"{row.ratio:.2f}"
-        values[f"{key}_ours"] = f"{row.ours:.3g} s"
-        values[f"{key}_flax"] = f"{row.peer:.3g} s"
+        unit = " s" if row.metric.endswith("(s)") else "×"
+        values[f"{key}_ours"] = f"{row.ours:.3g}{unit}"
+        values[f"{key}_flax"] = f"{row.peer:.3g}{unit}"
     return ANALYSIS.strip().format_map(values)
 
 
@@ -595,11 +685,26 @@ XLA spends longer on ResNet-50's loops.
   from run to run (the peer's compile took 0.45 to 1.09 s on this machine).
 - GPT's one loop of twelve saves XLA's passes over eleven blocks: the forward pass is at the
   0.5 target, the training step is not, because the target assumed a compile time
-  proportional to the number of blocks. The peer takes 1.34, 1.36, 1.46 and 3.39 s for 1, 2,
-  4 and 12 blocks; ours, for N = 1 (no loop), 2 and 12: 1.2, 1.6 and 1.9 s. Our time does not
-  grow with N, but the loop's machinery costs 0.4 to 0.6 s, and the fixed part (embedding,
-  the 50,257-way output and its loss, the optimiser's update of 124M parameters) is common to
-  both: 0.5× the peer's twelve blocks is about what the peer needs for one.
+  proportional to the number of blocks. The rows "GPT, train step vs blocks" compile the
+  training step of GPT-2 small's width at 1, 12 and 48 blocks, from shapes alone (nothing is
+  allocated): the peer takes {growth_one_flax}, {growth_base_flax} and {growth_deep_flax};
+  ours {growth_one_ours}, {growth_base_ours} and {growth_deep_ours}. Ours hardly grows past
+  two blocks (48 blocks over 12: {growth_over_ours}, target ≤ 1.2; the peer's
+  {growth_over_flax}), but from one block (no loop) to two, the loop's machinery costs
+  what the table's growth row shows ({growth_grown_ours} against the peer's
+  {growth_grown_flax} for eleven more blocks: {growth_grown}, target ≤ 0.25). The optimised
+  program says where: at 12 blocks it has 213 kernels, 117 distinct, against 159 and 95 at
+  one block. The 22 new distinct ones are the loop's: dynamic slices that copy each weight
+  out of its stack, in the forward body and again in the backward one (XLA:CPU's products
+  do not read a slice in place), the dynamic-update-slices that write each copy's weight
+  gradient and saved activations into their stacks, and the norms fused with those slices.
+  The fixed part (embedding, the 50,257-way output and its loss, the optimiser's update of
+  124M parameters) is common to both: 0.5× the peer's twelve blocks is about what the peer
+  needs for one. Tried for the growth (the 12-block training step's compile, medians of three
+  in one process): the loop's body without `jax.checkpoint` 1.76 s against `keep_products`'
+  1.37 s; `nothing_saveable` 1.52 s and `dots_with_no_batch_dims_saveable` 1.49 s, within the
+  spread. The remedy the figures point to is the one ResNet-50's rows point to: parameters
+  stored per copy, with no slices and no stacked gradients.
 
 ### Time to first output
 
@@ -615,8 +720,13 @@ loaded module (parse, check, generate, format with ruff, load),
   it is in the cache (uniform laws with the variance of the LeCun or the stated normal), and
   `jax.device_put` hands the pieces to the CPU device without a copy. GPT-2's 124M numbers
   take 0.3 s of drawing (PCG64 is NumPy's fastest generator here: SFC64 0.36 s, Philox
-  0.42 s) and 0.5 to 0.7 s in a fresh process (the first touch of 500 MB), against 1.8 s
-  with JAX's threefry normal; scaling in cache saved 0.03 to 0.14 s of that. Under
+  0.42 s) and 0.5 to 0.7 s in a fresh process (the first touch of 500 MB; on this virtual
+  machine one touch of 500 MB took 0.3 to 1.2 s), against 1.8 s with JAX's threefry normal;
+  scaling in cache saved 0.03 to 0.14 s of that. The stream is now cut into one span per
+  usable core (at least 4M numbers each, at most 8), each drawn by a thread that jumps to
+  its span's first number (NumPy lets go of the GIL while it draws): the same numbers, and
+  the draw and the first touch shared out. GPT-2's `init_arrays` in fresh processes, four
+  each, in turn: 0.46 to 0.70 s with one thread, 0.24 to 0.39 s with two. Under
   `jax.jit`, `vmap` or `eval_shape` the same function runs as a host callback, so a jitted
   `init` gives the same numbers (tested).
 - What is left of GPT's first output is the first forward pass (0.3 s to compile, 0.6 s to
@@ -668,6 +778,7 @@ def main(argv: Sequence[str] | None = None) -> list[harness.Row]:
     for case in cases(args.quick):
         log(case.name)
         rows += measure(case, args.quick, log, started.get(case.name))
+    rows += measure_growth(args.quick, log)
     print(table(rows))
     out = args.out or (None if args.quick else ROOT / "docs" / "performance.md")
     if out is not None:
@@ -678,7 +789,7 @@ def main(argv: Sequence[str] | None = None) -> list[harness.Row]:
         )
         record = {
             "rows": [dataclasses.asdict(r) for r in rows],
-            "kinds": {c.name: c.kind for c in cases(args.quick)},
+            "kinds": {**{c.name: c.kind for c in cases(args.quick)}, GROWTH: "growth"},
             "command": "python bench/run.py" + (" --quick" if args.quick else ""),
             "parts": parts,
             "notes": notes,

@@ -36,14 +36,27 @@ def test_quick_mode_gives_every_row(tmp_path: Path) -> None:
     out = tmp_path / "performance.md"
     rows = run.main(["--quick", "--out", str(out)])
     models = [case.name for case in run.cases(quick=True)]
-    assert [(row.model, row.metric) for row in rows] == [(m, x) for m in models for x in METRICS]
+    depths = [run.growth_metric(b) for b in run.GROWTH_BLOCKS[True]]
+    growth = [*depths, "growth, 1 to 2 blocks (s)", "4 blocks over 2 (×)"]
+    assert [(row.model, row.metric) for row in rows] == [
+        *((m, x) for m in models for x in METRICS),
+        *((run.GROWTH, x) for x in growth),
+    ]
     for row in rows:
         assert row.ours is not None and row.ours > 0, row
         assert row.peer is not None and row.peer > 0, row
     text = out.read_text(encoding="utf-8")
     assert "| model | metric | ours | Flax | ratio |" in text
     assert "python bench/run.py --quick" in text
-    assert text.count("target ≤") == len(rows)
+    targets = text.split("## Targets")[1].split("## Machine")[0]
+    assert targets.count("target ≤") == len(rows) - len(depths)  # a depth alone has none
+    # the growth is the difference of the depths' times, the deep stack's over the base one
+    by = {row.metric: row for row in rows if row.model == run.GROWTH}
+    one, base, deep = (by[d] for d in depths)
+    assert by[growth[3]].ours == pytest.approx(base.ours - one.ours)
+    assert by[growth[3]].peer == pytest.approx(base.peer - one.peer)
+    assert by[growth[4]].ours == pytest.approx(deep.ours / base.ours)
+    assert f"4 blocks over 2, ours: {deep.ours / base.ours:.2f} (target ≤ 1.2" in targets
     # the figures are kept beside the report, which can be rewritten from them alone
     saved = out.with_suffix(".json")
     assert saved.is_file()

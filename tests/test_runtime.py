@@ -131,6 +131,60 @@ def test_init_table_is_a_function_of_the_key():
     assert {p: s.shape for p, s in shapes.items()} == {p: r[0] for p, r in INIT_TABLE.items()}
 
 
+def _one_stream(key_data, table: dict) -> list:
+    """What init_arrays must give, written the plain way: every random number of the table
+    drawn at once from one generator, then cut and scaled array by array."""
+    entropy = [int(w) for w in np.asarray(key_data, np.uint32).ravel()]
+    draw = np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy))).random
+    sizes = [int(np.prod(s)) if how in ("fan_in", "std") else 0 for s, how, _ in table.values()]
+    flat, at, out = draw(sum(sizes), dtype=np.float32), 0, []
+    for (shape, how, arg), n in zip(table.values(), sizes):
+        if not n:
+            out.append(np.full(shape, arg if how == "const" else 0.0, np.float32))
+            continue
+        bound = np.float32(np.sqrt(3.0 / arg) if how == "fan_in" else np.sqrt(3.0) * arg)
+        out.append((flat[at : at + n] * (np.float32(2.0) * bound) - bound).reshape(shape))
+        at += n
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5, 64])
+def test_init_arrays_threads_draw_the_one_stream(workers):
+    # odd sizes start the threads' spans on high halves of the 64-bit outputs, the long array
+    # crosses the 1 MB runs, and 64 workers are more than there are runs
+    table = {
+        "odd": ((3, 5), "fan_in", 3.0),
+        "c": ((7,), "const", 1.0),
+        "long": ((3, 100_003), "std", 0.02),
+        "s": ((), "fan_in", 1.0),
+        "w": ((129, 1031), "fan_in", 129.0),
+        "empty": ((0, 4), "fan_in", 0.0),
+    }
+    key = jax.random.key_data(jax.random.key(7))
+    got = rt.init_arrays(key, table, workers)
+    for path, a, b in zip(table, got, _one_stream(key, table), strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=path)
+
+
+def test_init_arrays_uses_threads_by_itself_for_big_tables(monkeypatch):
+    counts = []
+    real = rt.ThreadPoolExecutor
+
+    def counting(n):
+        counts.append(n)
+        return real(n)
+
+    monkeypatch.setattr(rt, "ThreadPoolExecutor", counting)
+    monkeypatch.setattr(rt.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    table = {"big": (((1 << 23) + 3,), "fan_in", 4.0), "small": ((5,), "std", 1.0)}
+    key = jax.random.key_data(jax.random.key(3))
+    got = rt.init_arrays(key, table)
+    assert counts == [2]  # 8M numbers: two threads, as many as the usable cores
+    for a, b in zip(got, _one_stream(key, table), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert rt.init_arrays(key, {"small": ((5,), "std", 1.0)}) and counts == [2]  # no pool
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_dense(bias):
     rng = np.random.default_rng(0)

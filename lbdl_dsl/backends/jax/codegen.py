@@ -1,6 +1,8 @@
 """The standalone JAX module of a checked model, as source text.
 
-It imports only ``jax``, ``jax.numpy`` and ``numpy`` and reads like hand-written code: a header
+It imports only ``jax``, ``jax.numpy`` and ``numpy`` (and, from Python's standard library, ``os``
+and ``concurrent.futures`` for the threads that draw the initial parameters) and reads like
+hand-written code: a header
 naming the spec, a table of parameter shapes with an ``init(key)`` that splits its key once, one
 function per block definition, a pure ``apply``, then the runtime functions it uses (copied from
 `runtime.py`). Every box is one line preceded by its spec line and output shape (`lower.py`).
@@ -156,6 +158,9 @@ Edit the spec, not this file.
 
 {wrapped}
 """
+
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp

@@ -1,10 +1,10 @@
 """The source of the runtime functions a generated module needs, copied from the runtime.
 
-The generated module must import only JAX and NumPy, so instead of importing our runtime it
-carries the functions it uses (and the ones those call), in the order they appear in
-`runtime.py` and then in the modules of `runtime_extra/` (by file name), which hold the
-functions of newer families of boxes under the same rule: top-level ``def``s that need only
-``jax``, ``jax.numpy as jnp`` and ``numpy as np``. The files are ours, parsed with `ast`:
+The generated module must import only JAX and NumPy (beyond Python's standard library), so
+instead of importing our runtime it carries the functions it uses (and the ones those call),
+in the order they appear in `runtime.py` and then in the modules of `runtime_extra/` (by file
+name), which hold the functions of newer families of boxes under the same rule: top-level
+``def``s that need only the runtime's imports. The files are ours, parsed with `ast`:
 nothing from a spec is involved.
 """
 
