@@ -681,7 +681,10 @@ XLA spends longer on ResNet-50's loops.
   each copy its own subtree) tie with the peer, 1.02 forward and 0.94 training step in one
   run, at the price of the scan and of a pytree whose shape depends on N. Unrolling over the
   stacks is worse (static slices are kernels too, one per copy: 1.63 s forward and 9.5 s
-  training step against the peer's 0.79 and 5.8 s). The forward pass's ratio moves most
+  training step against the peer's 0.79 and 5.8 s), and so is splitting each stack once
+  (`jnp.unstack`) before a Python loop over the copies, which might have let XLA make one
+  kernel of the slices: 1.54 s forward against the scan's 0.83 s and the peer's 0.77 s
+  (medians of three, in turn, in one process). The forward pass's ratio moves most
   from run to run (the peer's compile took 0.45 to 1.09 s on this machine).
 - GPT's one loop of twelve saves XLA's passes over eleven blocks: the forward pass is at the
   0.5 target, the training step is not, because the target assumed a compile time
