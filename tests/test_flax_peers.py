@@ -46,7 +46,7 @@ def test_gpt2_small_param_count() -> None:
 
 def _train(peer: Peer, steps: int = 3) -> list[float]:
     """Run a few jitted SGD steps on one fixed batch and return the losses."""
-    variables = peer.init(KEY)
+    variables = jax.jit(peer.init)(KEY)  # eagerly, Flax compiles every small operation
     opt_state = peer.opt_init(variables)
     x, y = peer.example_inputs(jax.random.PRNGKey(1))
     step = jax.jit(peer.train_step)
@@ -68,7 +68,7 @@ def test_resnet50_small_image_trains() -> None:
     peer = make_resnet50(batch=2, image=32)
     losses = _train(peer)
     assert np.all(np.isfinite(losses))
-    logits = jax.jit(peer.forward)(peer.init(KEY), peer.example_inputs(KEY)[0])
+    logits = jax.jit(peer.forward)(jax.jit(peer.init)(KEY), peer.example_inputs(KEY)[0])
     assert logits.shape == (2, 1000)
 
 

@@ -116,11 +116,16 @@ def test_sgd_steps_reduce_the_loss(name, overrides, key):
     opt = optax.sgd(0.01)
     opt_state = opt.init(params)
     grad = jax.jit(jax.value_and_grad(_loss(model, key), has_aux=True))
+
+    @jax.jit  # one program, rather than every operation on every array compiled alone
+    def sgd(grads, opt_state, params):
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
     losses = []
     for step in range(4):
         (loss, state), grads = grad(params, state, inputs, targets, jax.random.key(10 + step))
-        updates, opt_state = opt.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
+        params, opt_state = sgd(grads, opt_state, params)
         losses.append(float(loss))
     assert all(np.isfinite(losses)), losses
     assert losses[-1] < losses[0], losses
