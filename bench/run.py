@@ -495,9 +495,12 @@ def verdicts(rows: Sequence[harness.Row], kinds: dict[str, str]) -> list[str]:
             target, value = GROWTH_TARGETS[key], row.ratio if key == "grown" else row.ours
         else:
             target, value = TARGETS[row.metric][kinds[row.model]], row.ratio
-        if value is not None:
+        name = row.metric.removesuffix(" (s)").removesuffix(" (×)")
+        if key == "grown" and not (row.peer or 0) > 0:  # one noisy sample each (--quick)
+            said = f"no ratio, the peer's compile did not grow ({row.peer or 0:.2f} s)"
+            out.append(f"- {row.model}, {name}: {said} (target ≤ {target:g}: **not met**)")
+        elif value is not None:
             verdict = "met" if value <= target else "**not met**"
-            name = row.metric.removesuffix(" (s)").removesuffix(" (×)")
             if key == "over":
                 name += ", ours"
             out.append(f"- {row.model}, {name}: {value:.2f} (target ≤ {target:g}: {verdict})")

@@ -96,3 +96,15 @@ def test_memory_plans_compare_every_field_of_both_models() -> None:
         if r[1] == "argument (MiB)":
             assert r[2] == r[3], r
         assert float(r[2].replace(",", "")) > 0 and float(r[3].replace(",", "")) > 0, r
+
+
+def test_a_growth_the_peer_did_not_have_is_no_ratio() -> None:
+    # one sample each (--quick) can make the peer's growth negative: not a ratio to meet
+    rows = [
+        run.harness.Row(run.GROWTH, "growth, 1 to 2 blocks (s)", 0.02, -0.48),
+        run.harness.Row(run.GROWTH, "growth, 1 to 12 blocks (s)", 0.5, 2.0),
+    ]
+    lines = run.verdicts(rows, {run.GROWTH: "growth"})
+    assert "no ratio, the peer's compile did not grow (-0.48 s)" in lines[0]
+    assert lines[0].endswith("(target ≤ 0.25: **not met**)")
+    assert lines[1].endswith(": 0.25 (target ≤ 0.25: met)")
