@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lbdl_dsl.boxtext import box_label
+from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.infer import Checked, Inst
 from lbdl_dsl.compiler.instance import numel
 from lbdl_dsl.core.symbolic import Expr, fmt_count, total
@@ -215,20 +216,11 @@ def _join(prefix: str, step: str) -> str:
 
 
 def parameter_shapes(checked: Checked) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """Every trainable parameter array as ``(path, shape)``, ×N groups stacked in front."""
-
-    def visit(insts: list[Inst], prefix: str, stack: tuple[str, ...]) -> Iterator:
-        for inst in insts:
-            path = _join(prefix, inst.id)
-            for name, spec in inst.params.items():
-                if name not in inst.tied:
-                    yield f"{path}/{name}", (*stack, *(str(d) for d in spec.shape))
-            yield from visit(inst.body, path, stack)
-            yield from visit(inst.shortcut, f"{path}/shortcut", stack)
-            for step, cp in inst.copy_prefixes():
-                yield from visit(cp.body, f"{path}/{step}".rstrip("/"), (*stack, str(cp.count)))
-
-    yield from visit(checked.root, "", ())
+    """Every trainable parameter array as ``(path, shape)``, as the model stores them: a
+    stacked ×N group's copies on a leading axis, a short group's copies apart (`storage`)."""
+    for arr in paths.arrays(checked.root):
+        if arr.trainable and arr.path.rsplit("/", 1)[1] not in arr.owner.tied:
+            yield arr.path, tuple(str(d) for d in arr.shape)
 
 
 # -- text and JSON ----------------------------------------------------------------------------

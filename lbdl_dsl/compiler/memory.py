@@ -11,10 +11,11 @@ without JAX. Per device, for each box and in total:
 - activations: what the backward pass needs, for the per-device batch ``B`` (the global batch
   over the mesh axes that split it), float32: every primitive box's output (a composite's are
   those of its inside: a feed-forward block's hidden layer is its ``fc1``'s output) and the Q,
-  K and V attention keeps; inside a ×N group, whose loop computes the rest again in the
-  backward pass (the runtime's ``keep_products``), only matrix products' and convolutions'
-  outputs, Q, K and V, and each copy's input. Split like their inner width where tensor
-  parallelism splits it; symbolic in ``B`` and in the spec's free sizes (a sequence's ``T``);
+  K and V attention keeps; inside a ×N group, whose copies compute the rest again in the
+  backward pass (the runtime's ``keep_products``, stacked or kept apart alike), only matrix
+  products' and convolutions' outputs, Q, K and V, and each copy's input. Split like their
+  inner width where tensor parallelism splits it; symbolic in ``B`` and in the spec's free
+  sizes (a sequence's ``T``);
 - inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks).
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step
@@ -204,17 +205,20 @@ def _box(
     row: tuple[str, Inst, Expr],
     layout: Layout,
     arrays: dict[str, Expr],
+    views: dict[str, str],
     moments: int,
     b: Expr,
     memo: Memo,
     splits: _Splits,
     looped: bool,
 ) -> Bytes:
-    """A row's bytes, all copies counted: a ×N group's arrays are stacked, one array each."""
+    """A row's bytes, all copies counted: the arrays under its path in the stacked view (a
+    row of a ×N group stands for every copy, whether stacked or kept apart)."""
     path, inst, copies = row
     prefix = path + "/"
-    params = total(b for k, b in arrays.items() if k.startswith(prefix) and _kind(layout, k))
-    state = total(b for k, b in arrays.items() if k.startswith(prefix) and not _kind(layout, k))
+    mine = [k for k, view in views.items() if view.startswith(prefix)]
+    params = total(arrays[k] for k in mine if _kind(layout, k))
+    state = total(arrays[k] for k in mine if not _kind(layout, k))
     acts = _box_kept(inst, memo, splits, looped) * copies * FLOAT * b
     return Bytes(params, params, params * moments, state, acts, Expr())
 
@@ -249,15 +253,19 @@ def per_device(
     )
     whole = Bytes(params, params, params * moments + counters * COUNTER, state, acts, inputs)
     groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
+    views = {a.path: a.view or a.path for a in paths.arrays(checked.root)}
     boxes = [
-        BoxBytes(row[0], _box(row, layout, arrays, moments, b, memo, splits, _in(row[0], groups)))
+        BoxBytes(
+            row[0],
+            _box(row, layout, arrays, views, moments, b, memo, splits, _in(row[0], groups)),
+        )
         for row in rows
     ]
     return whole, boxes
 
 
 def _in(path: str, groups: set[str]) -> bool:
-    """Whether the box at ``path`` is inside a ×N group (its loop keeps only products)."""
+    """Whether the box at ``path`` is inside a ×N group (its copies keep only products)."""
     parts = path.split("/")
     return any("/".join(parts[:i]) in groups for i in range(1, len(parts)))
 

@@ -6,7 +6,9 @@ shortcut adds ``shortcut``, and a ×N group adds its id once for all its copies,
 are stacked along a leading axis (one per ×N around them; role ``layers``); a mixture of
 experts adds ``expert`` and stacks its experts' arrays the same way (role ``experts``); a group
 whose copies differ (the first copy changes the shape) numbers its runs of identical copies
-``0``, ``1``... Box ids are
+``0``, ``1``... A short group outside every stack keeps each copy's arrays apart instead, under
+the copy's number across all its runs (`storage`); ``stacked=True`` gives the view as if every
+group were stacked, which the importers' maps are written against. Box ids are
 the names the spec gives (`fc 4D -> up`) or the layer's name and its rank among the boxes of
 the same kind in its scope (`fc_0`, `fc_1`), so inserting a box shifts only the ids of its own
 kind, in its own scope. The JAX module's tables, weight files, the importers' maps, sharding and
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from lbdl_dsl.compiler import storage
 from lbdl_dsl.compiler.instance import Inst
 from lbdl_dsl.core.layers.base import PSpec, Sizes
 from lbdl_dsl.core.symbolic import Expr
@@ -33,6 +36,8 @@ class Array:
     owner: Inst  # the box that declares it
     trainable: bool
     stack_roles: tuple[str, ...] = ()  # the role of each stacked axis (``layers``, ``experts``)
+    view: str = ""  # the path in the stacked view (`arrays(stacked=True)`); "" when the same
+    copy: tuple[int, ...] = ()  # which copy of that view's leading axes this array is
 
     @property
     def shape(self) -> Sizes:
@@ -43,25 +48,62 @@ class Array:
         return self.stack_roles + self.spec.roles
 
 
-def arrays(root: list[Inst]) -> Iterator[Array]:
-    """Every parameter, then every state array, of each box in order, depth first."""
-    return _arrays(root, "", ())
+def arrays(root: list[Inst], *, stacked: bool = False) -> Iterator[Array]:
+    """Every parameter, then every state array, of each box in order, depth first, as the
+    model stores them, or with ``stacked`` as if every ×N group were stacked."""
+    return _arrays(root, "", (), _Apart("", ()) if not stacked else None)
 
 
 _Stack = tuple[tuple[Expr, str], ...]  # the counts and roles of the ×N groups around a box
 
 
-def _arrays(insts: list[Inst], prefix: str, stack: _Stack) -> Iterator[Array]:
+@dataclass(frozen=True)
+class _Apart:
+    """Where the stacked view of a box is, for the arrays of copies kept apart."""
+
+    prefix: str  # the stacked view's prefix
+    copy: tuple[int, ...]  # the copy numbers, within their runs, of the groups kept apart
+
+
+def _arrays(insts: list[Inst], prefix: str, stack: _Stack, apart: _Apart | None) -> Iterator[Array]:
     # At module level, not nested in `arrays`: a nested function that calls itself is a
     # reference cycle that keeps what it captures alive until the cycle collector runs.
     for inst in insts:
         here = f"{prefix}{inst.id}"
         counts, roles = tuple(c for c, _ in stack), tuple(r for _, r in stack)
+        view = f"{apart.prefix}{inst.id}" if apart else here
         for name, spec in inst.params.items():
-            yield Array(f"{here}/{name}", spec, counts, inst, True, roles)
+            yield _array(f"{here}/{name}", spec, counts, inst, True, roles, view, apart)
         for name, spec in inst.state.items():
-            yield Array(f"{here}/{name}", spec, counts, inst, False, roles)
-        yield from _arrays(inst.body, f"{here}/", stack)
-        yield from _arrays(inst.shortcut, f"{here}/shortcut/", stack)
+            yield _array(f"{here}/{name}", spec, counts, inst, False, roles, view, apart)
+        inner = apart and _Apart(f"{view}/", apart.copy)
+        yield from _arrays(inst.body, f"{here}/", stack, inner)
+        inner = apart and _Apart(f"{view}/shortcut/", apart.copy)
+        yield from _arrays(inst.shortcut, f"{here}/shortcut/", stack, inner)
+        if apart is not None and not stack and storage.per_copy(inst):
+            steps = dict((id(cp), step) for step, cp in inst.copy_prefixes())
+            for first, count, cp in storage.numbered(inst):
+                for k in range(count):
+                    at = _Apart(f"{view}/{steps[id(cp)]}", (*apart.copy, k))
+                    yield from _arrays(cp.body, f"{here}/{first + k}/", stack, at)
+            continue
         for step, copies in inst.copy_prefixes():
-            yield from _arrays(copies.body, f"{here}/{step}", (*stack, (copies.count, copies.role)))
+            grown = (*stack, (copies.count, copies.role))
+            inner = apart and _Apart(f"{view}/{step}", apart.copy)
+            yield from _arrays(copies.body, f"{here}/{step}", grown, inner)
+
+
+def _array(
+    path: str,
+    spec: PSpec,
+    counts: tuple[Expr, ...],
+    inst: Inst,
+    trainable: bool,
+    roles: tuple[str, ...],
+    view: str,
+    apart: _Apart | None,
+) -> Array:
+    if apart is None or not apart.copy:
+        return Array(path, spec, counts, inst, trainable, roles)
+    name = path.rsplit("/", 1)[1]
+    return Array(path, spec, counts, inst, trainable, roles, f"{view}/{name}", apart.copy)

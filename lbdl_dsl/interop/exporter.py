@@ -240,7 +240,9 @@ def failure(model: Any, exc: BaseException, converter: str) -> LbdlError:
 def _culprit(model: Any, exc: BaseException) -> tuple[str | None, Span | None, str | None]:
     """The JAX primitive, and the span and text of the box, where a conversion failed: the
     equation in the innermost frame of the traceback that holds one, or else the first
-    equation of the primitive the message names."""
+    equation of the primitive the message names. A frame's equation that holds others (a
+    ``jax.checkpoint`` whose body the converter translates inline) gives way to the first
+    equation inside it of the primitive the message names."""
     eqn = None
     tb = exc.__traceback__
     while tb is not None:
@@ -248,10 +250,12 @@ def _culprit(model: Any, exc: BaseException) -> tuple[str | None, Span | None, s
         if hasattr(candidate, "primitive") and hasattr(candidate, "source_info"):
             eqn = candidate
         tb = tb.tb_next
-    if eqn is None:
-        named = re.search(r"primitive '([\w-]+)'", str(exc))
-        if named:
-            eqn = _find_equation(model, named.group(1))
+    named = re.search(r"primitive '([\w-]+)'", str(exc))
+    if eqn is None and named:
+        eqn = _find_equation(model, named.group(1))
+    elif eqn is not None and named and eqn.primitive.name != named.group(1):
+        inside = (e for e in _equations_in(eqn) if e.primitive.name == named.group(1))
+        eqn = next(inside, eqn)
     if eqn is None:
         return None, None, None
     span, box = _box_of(model, eqn)
@@ -272,11 +276,16 @@ def _find_equation(model: Any, primitive: str) -> Any:
 def _equations(jaxpr: Any):
     for eqn in jaxpr.eqns:
         yield eqn
-        for v in eqn.params.values():
-            for sub in v if isinstance(v, (list, tuple)) else [v]:
-                inner = getattr(sub, "jaxpr", None)
-                if inner is not None:
-                    yield from _equations(getattr(inner, "jaxpr", inner))
+        yield from _equations_in(eqn)
+
+
+def _equations_in(eqn: Any):
+    """The equations of the jaxprs an equation holds (a scan's or a checkpoint's body)."""
+    for v in eqn.params.values():
+        for sub in v if isinstance(v, (list, tuple)) else [v]:
+            inner = sub if hasattr(sub, "eqns") else getattr(sub, "jaxpr", None)  # open, closed
+            if inner is not None:
+                yield from _equations(getattr(inner, "jaxpr", inner))
 
 
 # the comment above each statement of a generated module: ``# gpt2.lbdl:17: tlayer ×N ...``

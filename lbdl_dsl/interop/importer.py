@@ -5,6 +5,10 @@ Everything is checked before any tensor is read, and every problem is reported a
 the spec line of the box that owns the parameter, with both shapes. Then tensors are read one
 at a time and written as they are made (see `writer`), a stacked parameter copy by copy, in the
 layout `Model.save` writes, so that `Model.load` reads the result.
+
+Maps are written against the stacked view of a spec's table (`paths.arrays(stacked=True)`),
+where every ×N group stacks its copies, so that one map serves a spec at any depth. A short
+group whose copies keep their arrays apart (`storage`) gets each copy cut from the view's array.
 """
 
 from __future__ import annotations
@@ -65,21 +69,68 @@ class Imported:
 # -- reading and writing ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Copy:
+    """A stored array that is one copy of an array of the stacked view."""
+
+    view: str  # its path in the stacked view
+    index: tuple[int, ...]  # which copy along the view's leading axes
+    shape: Shape  # the view's shape
+
+
+def copies(model: Any) -> dict[str, Copy]:
+    """Each stored array of ``model`` that is a copy cut from the stacked view, by its path."""
+    from lbdl_dsl.compiler import paths
+
+    root = model.checked.root
+    shapes = {a.path: _ints(a.shape) for a in paths.arrays(root, stacked=True)}
+    return {a.path: Copy(a.view, a.copy, shapes[a.view]) for a in paths.arrays(root) if a.view}
+
+
+def view_table(model: Any) -> dict[str, Shape]:
+    """The stacked view's path → shape of every array (what maps are written against)."""
+    from lbdl_dsl.compiler import paths
+
+    return {a.path: _ints(a.shape) for a in paths.arrays(model.checked.root, stacked=True)}
+
+
+def _ints(shape: Any) -> Shape:
+    return tuple(d if isinstance(d, int) else int(d.as_int()) for d in shape)
+
+
 def arrays(
     plan: Plan,
     ckpt: Checkpoint,
     order: list[tuple[str, str, Shape]],
     computed: Mapping[str, Any] | None = None,
+    cut: Mapping[str, Copy] | None = None,
 ) -> Iterator[tuple[str, np.ndarray]]:
     """``(key, array)`` for each ``(key, path, shape)`` of ``order``, the array whole or copy
     by copy (see `pieces`), reading each reference tensor once; the paths of ``computed``
-    (path → its row of the state table) get their initial value."""
+    (path → its row of the state table) get their initial value, and those of ``cut`` (see
+    `copies`) their copy of the view's array, read copy by copy too (a split's view is made
+    whole once, as its targets are, and dropped after its last copy)."""
     from lbdl_dsl.backends.jax.runtime import init_arrays
 
     ready: dict[str, np.ndarray] = {}
+    views: dict[str, np.ndarray] = {}
+    left: dict[str, int] = {}
+    for c in (cut or {}).values():
+        left[c.view] = left.get(c.view, 0) + 1
     for key, path, shape in order:
         if computed and path in computed:
             yield key, init_arrays((0,), {path: computed[path]})[0]
+        elif cut and path in cut:
+            c = cut[path]
+            b, _ = plan.targets[c.view]
+            if len(b.rule.targets) == 1 and len(b.rule.letters) >= len(c.index):
+                yield from ((key, piece) for piece in pieces(b, ckpt, c.shape, c.index))
+                continue
+            if c.view not in views:  # a split: every target made whole at once
+                views[c.view] = _whole(plan, ckpt, c.view, c.shape, ready)
+            left[c.view] -= 1
+            whole = views[c.view] if left[c.view] else views.pop(c.view)
+            yield key, whole[c.index]
         elif path in ready:
             yield key, ready.pop(path)
         else:
@@ -91,14 +142,31 @@ def arrays(
                 yield from ((key, piece) for piece in pieces(b, ckpt, shape))
 
 
-def pieces(b: Binding, ckpt: Checkpoint, shape: Shape) -> Iterator[np.ndarray]:
+def _whole(
+    plan: Plan, ckpt: Checkpoint, path: str, shape: Shape, ready: dict[str, np.ndarray]
+) -> np.ndarray:
+    """The view's array at ``path``, whole; a split's other targets are kept in ``ready``."""
+    if path in ready:
+        return ready.pop(path)
+    b, _ = plan.targets[path]
+    if len(b.rule.targets) > 1:
+        ready |= _make(b, ckpt, shape)
+        return ready.pop(path)
+    return np.stack(list(pieces(b, ckpt, shape))).reshape(shape)
+
+
+def pieces(
+    b: Binding, ckpt: Checkpoint, shape: Shape, within: tuple[int, ...] = ()
+) -> Iterator[np.ndarray]:
     """The copies of a rule of one target, in the order of their indices (layer, then
-    expert), each read when it is wanted: together, in that order, the stacked ``shape``."""
-    dims = shape[: len(b.rule.letters)]
+    expert), each read when it is wanted: together, in that order, the stacked ``shape``;
+    or only those whose indices start with ``within`` (one copy kept apart, see `copies`)."""
+    dims = shape[len(within) : len(b.rule.letters)]
     if 0 in dims:
-        yield np.zeros(shape, np.float32)
+        yield np.zeros(shape[len(within) :], np.float32)
         return
-    for index in itertools.product(*map(range, dims)):
+    for rest in itertools.product(*map(range, dims)):
+        index = (*within, *rest)
         (part,) = b.rule.apply(ckpt.read(b.names[index]))
         yield part
 
@@ -151,11 +219,13 @@ def plan_import(
     problem, and the state paths the model computes rather than reads (→ their rows of the
     state table). A checkpoint's header, or a list of names and shapes, is enough."""
     variants = resolve_family(family)
-    params, state = model.module["PARAMS"], model.module["STATE"]
-    tables = {k: tuple(v[0]) for k, v in (params | state).items()}
+    state = model.module["STATE"]
+    tables = view_table(model)
     fam = choose_variant(variants, tables, shapes)
-    computed = {k: v for k, v in state.items() if fam.computes(k)}
-    tables = {k: v for k, v in tables.items() if k not in computed}
+    cut = copies(model)
+    computed = {k: v for k, v in state.items() if fam.computes(cut[k].view if k in cut else k)}
+    skip = {cut[k].view if k in cut else k for k in computed}
+    tables = {k: v for k, v in tables.items() if k not in skip}
     plan = bind(fam, shapes)
     return plan, check(plan, shapes, tables), computed
 
@@ -213,11 +283,11 @@ def import_weights(
             from lbdl_dsl.interop.writer import StreamWriter
 
             with StreamWriter(output, {key: s for key, _, s in order}) as w:
-                w.write_all(arrays(plan, ckpt, order, computed))
+                w.write_all(arrays(plan, ckpt, order, computed, copies(model)))
             result.path = Path(output)
         else:
             made: dict[str, list[np.ndarray]] = {}
-            for key, array in arrays(plan, ckpt, order, computed):
+            for key, array in arrays(plan, ckpt, order, computed, copies(model)):
                 made.setdefault(key, []).append(array)
             for key, path, shape in order:
                 whole = np.stack(made.pop(key)).reshape(shape)

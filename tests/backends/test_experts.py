@@ -4,7 +4,9 @@ counts by hand; the stacked parameters and their roles; gradients through a trai
 the generated module, pinned by a golden file.
 
 The fixture (tests/fixtures/experts/experts.lbdl) holds a plain `fc; relu; fc` mixture and, in
-a ×2 frame, a mixture whose expert is a block call with a residual inside.
+a ×2 frame, a mixture whose expert is a block call with a residual inside. The frame is short,
+so its copies keep their arrays apart (`storage`); the ``stacked`` models force it stacked, a
+scan over the vmapped experts, as a longer frame would be.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax.codegen import generate
+from lbdl_dsl.compiler import storage
 from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.compiler.paths import arrays
 from lbdl_dsl.compiler.roles import logical_roles
@@ -61,9 +64,21 @@ def _mixture(x: np.ndarray, p: dict, k: int, cap: float, body: Any) -> np.ndarra
     return out.reshape(x.shape)
 
 
-@pytest.fixture(scope="module")
-def model() -> Any:
-    return lbdl_dsl.compile(str(SPEC), T=6)
+@pytest.fixture(scope="module", params=["apart", "stacked"])
+def model(request: pytest.FixtureRequest) -> Any:
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "stacked":
+            patch.setattr(storage, "PER_COPY_MAX", 0)
+        built = lbdl_dsl.compile(str(SPEC), T=6)
+    assert ("scan_group(" in built.source) == (request.param == "stacked")
+    return built
+
+
+def _copy(tree: Any, layer: int, model: Any) -> Any:
+    """Copy ``layer`` of the ×2 frame: its own arrays, or its index of the stacked ones."""
+    if "scan_group(" in model.source:
+        return jax.tree.map(lambda a: a[layer], tree["repeat_0"])
+    return tree["repeat_0"][str(layer)]
 
 
 def test_the_lowering_matches_a_dense_loop_over_experts(model: Any) -> None:
@@ -72,12 +87,12 @@ def test_the_lowering_matches_a_dense_loop_over_experts(model: Any) -> None:
     y, new_state = model.apply(params, state, x)
     p = _np(params)
     want = _mixture(np.asarray(x, np.float64), p["experts_0"], 2, 1.5, _mlp)
-    for layer in range(2):  # the ×2 frame: its copies' arrays stacked on a leading axis
-        copy = jax.tree.map(lambda a, i=layer: a[i], p["repeat_0"]["experts_0"])
-        want = _mixture(want, copy, 1, 1.25, _ffn)
+    for layer in range(2):
+        want = _mixture(want, _copy(p, layer, model)["experts_0"], 1, 1.25, _ffn)
     np.testing.assert_allclose(np.asarray(y), want, rtol=2e-4, atol=2e-5)
     assert new_state["experts_0"]["aux"].shape == ()
-    assert new_state["repeat_0"]["experts_0"]["aux"].shape == (2,)
+    for layer in range(2):
+        assert _copy(new_state, layer, model)["experts_0"]["aux"].shape == ()
 
 
 def test_a_full_expert_drops_the_tokens_beyond_its_capacity(model: Any) -> None:
@@ -93,8 +108,8 @@ def test_a_full_expert_drops_the_tokens_beyond_its_capacity(model: Any) -> None:
     first = _mixture(x.astype(np.float64), p["experts_0"], 2, 1.5, _mlp)
     jitted = jax.jit(lambda pr, s, a: model.apply(pr, s, a))
     y, _ = jitted(params, state, x)
-    out = _mixture(first, jax.tree.map(lambda a: a[0], p["repeat_0"]["experts_0"]), 1, 1.25, _ffn)
-    out = _mixture(out, jax.tree.map(lambda a: a[1], p["repeat_0"]["experts_0"]), 1, 1.25, _ffn)
+    out = _mixture(first, _copy(p, 0, model)["experts_0"], 1, 1.25, _ffn)
+    out = _mixture(out, _copy(p, 1, model)["experts_0"], 1, 1.25, _ffn)
     np.testing.assert_allclose(np.asarray(y), out, rtol=2e-4, atol=2e-5)
 
 
@@ -116,8 +131,10 @@ def test_the_counts_are_all_experts_parameters_and_k_experts_macs() -> None:
 
 
 def test_the_experts_arrays_are_stacked_with_an_experts_axis() -> None:
+    """In the stacked view (what maps and the ×N frame's longer variants see)."""
     checked = lbdl_dsl.check(str(SPEC), T=6)
-    shapes = {a.path: tuple(int(d.as_int() or 0) for d in a.shape) for a in arrays(checked.root)}
+    view = arrays(checked.root, stacked=True)
+    shapes = {a.path: tuple(int(d.as_int() or 0) for d in a.shape) for a in view}
     assert shapes["experts_0/router"] == (8, 4)
     assert shapes["experts_0/expert/fc_0/w"] == (4, 8, 16)
     assert shapes["repeat_0/experts_0/router"] == (2, 8, 3)
@@ -125,7 +142,8 @@ def test_the_experts_arrays_are_stacked_with_an_experts_axis() -> None:
     roles = logical_roles(checked.root)
     assert roles["experts_0/router"] == ("embed", "experts")
     assert roles["experts_0/expert/fc_0/w"] == ("experts", "in", "mlp")
-    assert roles["repeat_0/experts_0/expert/ffn_0/residual_0/fc_1/w"][:2] == ("layers", "experts")
+    # stored, the frame's copies are apart: no `layers` axis, the experts' axis first
+    assert roles["repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_1/w"][:2] == ("experts", "mlp")
 
 
 def test_a_training_step_reaches_the_router_and_every_expert(model: Any) -> None:
@@ -151,7 +169,7 @@ def test_a_training_step_reaches_the_router_and_every_expert(model: Any) -> None
 
 def test_the_generated_module_matches_its_golden() -> None:
     text = generate(compile_spec(SPEC, overrides={"T": 6}))
-    assert "jax.vmap(expert_experts_0)" in text and "scan_group" in text
+    assert "jax.vmap(expert_experts_0)" in text and "each_copy" in text
     assert "import lbdl" not in text
     if ACCEPT:
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)

@@ -15,10 +15,36 @@ import pytest
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax import weights
+from lbdl_dsl.backends.jax.runtime import unflatten
 from lbdl_dsl.cli import main
+from lbdl_dsl.compiler import paths, storage
 from lbdl_dsl.core.errors import LbdlError
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _compiled(spec: str, *, stacked: bool = False, **kwargs):
+    """The model, or with ``stacked`` the model as if every ×N group were too long to keep its
+    copies apart (`storage`): a scan over stacked arrays."""
+    with pytest.MonkeyPatch.context() as patch:
+        if stacked:
+            patch.setattr(storage, "PER_COPY_MAX", 0)
+        return lbdl_dsl.compile(spec, **kwargs)
+
+
+def _apart(model, tree: dict) -> dict:
+    """A stacked model's ``params`` or ``state`` as ``model`` (copies apart) stores them: each
+    stored array cut from its stacked array (the stacked view is the stacked model's layout)."""
+    flat = weights.flatten(tree)
+    stored = {}
+    for arr in paths.arrays(model.checked.root):
+        if arr.path in model.module["PARAMS"] or arr.path in model.module["STATE"]:
+            whole = flat.get(arr.view or arr.path)
+            if whole is not None:
+                stored[arr.path] = whole[arr.copy] if arr.copy else whole
+    return unflatten(stored)
+
+
 SPECS = sorted((REPO / "specs").glob("*.lbdl"))
 
 # Reduced sizes, so that every spec traces in a blink; shapes are checked, nothing is run.
@@ -134,8 +160,8 @@ def test_sgd_steps_reduce_the_loss(name, overrides, key):
 def test_scan_and_unrolled_loops_give_the_same_numbers():
     spec = str(REPO / "specs" / "gpt.lbdl")
     small = dict(N=3, D=32, H=4, V=50, T=8)
-    scanned = lbdl_dsl.compile(spec, **small)
-    unrolled = lbdl_dsl.compile(spec, unroll=True, **small)
+    scanned = _compiled(spec, stacked=True, **small)
+    unrolled = _compiled(spec, stacked=True, unroll=True, **small)
     assert "= scan_group(" in scanned.source and "= unrolled(" in unrolled.source
     assert "scan_group" not in unrolled.source
     params, state = scanned.init(jax.random.key(0))
@@ -159,15 +185,50 @@ def test_scan_and_unrolled_loops_give_the_same_numbers():
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
 
 
-def test_batchnorm_state_is_updated_through_scanned_groups():
-    model = lbdl_dsl.compile(str(REPO / "specs" / "resnet50.lbdl"), H=32, W=32)
+def test_copies_kept_apart_give_the_scans_numbers():
+    """GPT's 3 blocks kept apart (`each_copy`) against the same blocks scanned over stacked
+    arrays: the same outputs and gradients, copy for copy, dropout's keys included."""
+    spec = str(REPO / "specs" / "gpt.lbdl")
+    small = dict(N=3, D=32, H=4, V=50, T=8)
+    apart, scanned = _compiled(spec, **small), _compiled(spec, stacked=True, **small)
+    assert "= each_copy(" in apart.source and "scan_group" not in apart.source
+    params, state = scanned.init(jax.random.key(0))
+    mine, my_state = _apart(apart, params), _apart(apart, state)
+    assert jax.tree.structure((mine, my_state)) == jax.tree.structure(apart.init(jax.random.key(0)))
+    (ids,) = scanned.example_inputs(jax.random.key(1))
+    key = jax.random.key(2)
+
+    def loss(model, p, s):
+        out, _ = model.apply(p, s, ids, train=True, key=key)
+        return jnp.mean(out**2)
+
+    a = jax.jit(lambda p: loss(scanned, p, state))
+    b = jax.jit(lambda p: loss(apart, p, my_state))
+    np.testing.assert_allclose(float(a(params)), float(b(mine)), rtol=1e-5)
+    ga, gb = jax.jit(jax.grad(a))(params), jax.jit(jax.grad(b))(mine)
+    flat_a, flat_b = weights.flatten(_apart(apart, ga)), weights.flatten(gb)
+    assert flat_a.keys() == flat_b.keys() and any("/2/" in k for k in flat_b)
+    for path, g in flat_b.items():
+        np.testing.assert_allclose(np.asarray(g), np.asarray(flat_a[path]), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["apart", "stacked"])
+def test_batchnorm_state_is_updated_through_groups(stacked: bool):
+    model = _compiled(str(REPO / "specs" / "resnet50.lbdl"), stacked=stacked, H=32, W=32)
     params, state = model.init(jax.random.key(0))
     (x,) = model.example_inputs(jax.random.key(1))
     _, new_state = model.jit_apply(params, state, x, train=True, key=jax.random.key(2))
-    before = state["repeat_0"]["resblock_0"]["residual_0"]["batchnorm_0"]["mean"]
-    after = new_state["repeat_0"]["resblock_0"]["residual_0"]["batchnorm_0"]["mean"]
-    assert before.shape == after.shape == (2, 64)  # stacked: one row per copy
-    assert not np.allclose(before, after)
+    if stacked:  # one row per copy
+        before = state["repeat_0"]["resblock_0"]["residual_0"]["batchnorm_0"]["mean"]
+        after = new_state["repeat_0"]["resblock_0"]["residual_0"]["batchnorm_0"]["mean"]
+        assert before.shape == after.shape == (2, 64)
+        assert not np.allclose(before[0], after[0]) and not np.allclose(before[1], after[1])
+    else:  # each copy its own
+        for k in ("0", "1"):
+            before = state["repeat_0"][k]["resblock_0"]["residual_0"]["batchnorm_0"]["mean"]
+            after = new_state["repeat_0"][k]["resblock_0"]["residual_0"]["batchnorm_0"]["mean"]
+            assert before.shape == after.shape == (64,)
+            assert not np.allclose(before, after)
     _, same = model.jit_apply(params, state, x)
     np.testing.assert_array_equal(
         np.asarray(same["batchnorm_0"]["var"]), np.asarray(state["batchnorm_0"]["var"])
@@ -220,7 +281,9 @@ def test_generated_code_mirrors_the_spec():
     assert "\ndef dresblock(" in src and "\ndef dresblock_v(" in src  # strides 1 and 2
     assert "# resnet50.lbdl:10: conv-2d k=7 s=2 p=3 bias=false" in src
     assert "stride=(2, 2), padding=((3, 3), (3, 3))" in src
-    assert "jax.lax.scan" in src and "= scan_group(" in src
+    assert '= each_copy(step_repeat_2, x, (params["repeat_2"], state["repeat_2"]), 0, 5)' in src
+    longer = lbdl_dsl.compile(str(REPO / "specs" / "resnet101.lbdl"))
+    assert "jax.lax.scan" in longer.source and "= scan_group(" in longer.source  # 22 blocks
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".npz"])
@@ -239,6 +302,33 @@ def test_parameters_round_trip_through_a_file(tmp_path, suffix):
     with pytest.raises(LbdlError, match="do not fit this model") as err:
         other.load(path)
     assert "missing parameter `fc_1/w` (25, 10)" in str(err.value)
+
+
+def test_a_file_of_the_stacked_layout_loads_copy_by_copy(tmp_path):
+    """A file whose short ×N groups are stacked (what lbdl wrote before they kept their copies
+    apart, or a stacked model's) loads into the model that keeps them apart, each copy cut
+    from its stack: a group of two runs (`×3` whose first copy changes the shape) included."""
+    text = "model m:\n  input X: 4\n  ×3:\n    fc 8\n    batchnorm\n  fc 2\n  output Y\n"
+    spec = tmp_path / "m.lbdl"
+    spec.write_text(text, encoding="utf-8")
+    apart, stacked = _compiled(str(spec)), _compiled(str(spec), stacked=True)
+    params, state = stacked.init(jax.random.key(0))
+    assert params["repeat_0"]["0"]["fc_0"]["w"].shape == (1, 4, 8)  # the runs, stacked
+    path = stacked.save(tmp_path / "old.safetensors", params, state)
+    loaded, loaded_state = apart.load(path)
+    want, want_state = _apart(apart, params), _apart(apart, state)
+    assert loaded["repeat_0"]["2"]["fc_0"]["w"].shape == (8, 8)
+    for a, b in zip(jax.tree.leaves((want, want_state)), jax.tree.leaves((loaded, loaded_state))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(
+        np.asarray(loaded["repeat_0"]["2"]["fc_0"]["w"]),
+        np.asarray(params["repeat_0"]["1"]["fc_0"]["w"][1]),
+    )
+    # a stacked file of other sizes is still refused, with the stored layout's differences
+    bad = {**weights.flatten(params), "repeat_0/1/fc_0/w": np.zeros((2, 8, 9), np.float32)}
+    path = weights.save(tmp_path / "bad.safetensors", unflatten(bad), state)
+    with pytest.raises(LbdlError, match="do not fit this model"):
+        apart.load(path)
 
 
 def test_safetensors_files_are_plain_safetensors(tmp_path):

@@ -115,7 +115,13 @@ def test_two_processes_of_two_devices(tmp_path: Path) -> None:
     flat = _flat(restored["params"])
     assert sorted(flat) == sorted(saved.files)
     for path, value in flat.items():  # Adam's steps amplify rounding: 1e-5 of weights ~0.05
-        np.testing.assert_allclose(np.asarray(value), saved[path], rtol=1e-4, atol=2e-5)
+        got, want = np.asarray(value), saved[path]
+        off = ~np.isclose(got, want, rtol=1e-4, atol=2e-5)
+        # Adam moves a weight by about its rate whatever the gradient's size, so a gradient
+        # within rounding of zero that takes the other sign in the other layout moves its
+        # weight the other way: a few such weights, by at most 2 · rate · steps (3 of 1e-2)
+        assert off.mean() <= 1e-3, (path, int(off.sum()))
+        assert np.abs(got - want)[off].max(initial=0.0) <= 2 * 1e-2 * 3, path
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:

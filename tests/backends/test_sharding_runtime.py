@@ -22,6 +22,7 @@ from lbdl_dsl.backends.jax import distributed, shard_init
 from lbdl_dsl.backends.jax.runtime import init_arrays
 from lbdl_dsl.backends.jax.sharding import Sharded, make_mesh
 from lbdl_dsl.commands.launch import environments
+from lbdl_dsl.compiler import storage
 from lbdl_dsl.compiler.sharding import parse_mesh
 from lbdl_dsl.core.errors import LbdlError
 
@@ -67,8 +68,8 @@ def test_a_one_device_mesh_gives_model_init_and_the_layouts_shardings() -> None:
     ref, _ = model.init(jax.random.PRNGKey(5))
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(ref), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    wq = params["repeat_0"]["tlayer_0"]["self_att_0"]["att"]["wq"]
-    assert tuple(wq.sharding.spec) == (None, "fsdp", "tensor")
+    wq = params["repeat_0"]["1"]["tlayer_0"]["self_att_0"]["att"]["wq"]  # the second block's
+    assert tuple(wq.sharding.spec) == ("fsdp", "tensor")
     assert tuple(sharded.batch(2).spec) == (("data", "fsdp"), None)
     (x,) = sharded.put_batch([np.zeros((4, 16), np.int32)])
     assert x.shape == (4, 16) and tuple(x.sharding.spec)[0] == ("data", "fsdp")
@@ -84,7 +85,8 @@ def test_a_mesh_needs_as_many_devices_as_its_sizes_multiply_to() -> None:
 
 @pytest.mark.parametrize("spec", ["gpt.lbdl", "resnet18.lbdl"])
 def test_the_generated_module_names_each_axis_role(spec: str) -> None:
-    overrides = GPT if spec == "gpt.lbdl" else {}
+    # GPT deep enough that its blocks stay stacked (`storage`): their axis is `layers`
+    overrides = {**GPT, "N": storage.PER_COPY_MAX + 1} if spec == "gpt.lbdl" else {}
     module = lbdl_dsl.compile(REPO / "specs" / spec, **overrides).module
     tables = {**module["PARAMS"], **module["STATE"]}
     assert list(module["ROLES"]) == list(tables)

@@ -86,8 +86,10 @@ def test_dit_s_modulations_and_output_layer_start_at_zero():
     params, state = model.init(jax.random.key(0))
     table = model.module["PARAMS"]
     zeros = [path for path, (_, how, value) in table.items() if how == "const" and value == 0]
-    assert {"repeat_0/dit_0/ada/w", "final_ada/w", "fc_1/w"} <= set(zeros)
-    assert params["repeat_0"]["dit_0"]["ada"]["w"].shape == (2, 48, 6 * 48)  # 2 stacked blocks
+    assert {"repeat_0/0/dit_0/ada/w", "repeat_0/1/dit_0/ada/w", "final_ada/w", "fc_1/w"} <= set(
+        zeros
+    )
+    assert params["repeat_0"]["1"]["dit_0"]["ada"]["w"].shape == (48, 6 * 48)  # 2 blocks apart
     assert table["t_emb/w"][1] == "std" and table["conv_2d_0/w"][1] == "std"  # 0.02, xavier
     assert "positions" not in params and state == {}  # the sin-cos table is a constant
 

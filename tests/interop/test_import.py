@@ -81,9 +81,9 @@ def test_batchnorm_running_averages_go_into_the_state() -> None:
     np.testing.assert_array_equal(
         result.state["dbasicblock_0/residual_0/shortcut/batchnorm_0/mean"], mean
     )
-    # copy 1 of the first stage's ×N group, its weight from OIHW to HWIO
+    # copy 1 of the first stage's ×N group (kept apart: `storage`), from OIHW to HWIO
     np.testing.assert_array_equal(
-        result.params["repeat_0/basicblock_0/residual_0/conv_2d_1/w"][1],
+        result.params["repeat_0/1/basicblock_0/residual_0/conv_2d_1/w"],
         conv.transpose(2, 3, 1, 0),
     )
     assert "layer1.0.bn1.num_batches_tracked" in result.ignored
@@ -310,14 +310,16 @@ def test_transformers_5_s_fused_experts_import_as_the_hub_s_experts_apart() -> N
     assert apart.params.keys() == fused.params.keys() == model.module["PARAMS"].keys()
     for k, v in apart.params.items():
         np.testing.assert_array_equal(fused.params[k], v)
-    # layer 1's expert 2, its w1 transposed, at [1, 2] of the stacked (N, E, D, F) gate
+    # layer 1's expert 2, its w1 transposed, at [2] of layer 1's (E, D, F) gate (the 2 layers
+    # keep their arrays apart: `storage`)
     with safe_open(str(FIXTURES / "mixtral.safetensors"), "numpy") as f:
         w1 = f.get_tensor("model.layers.1.block_sparse_moe.experts.2.w1.weight")
         router = f.get_tensor("model.layers.0.block_sparse_moe.gate.weight")
-    np.testing.assert_array_equal(apart.params["repeat_0/residual_0/moe/gate"][1, 2], w1.T)
-    np.testing.assert_array_equal(apart.params["repeat_0/residual_0/moe/router"][0], router.T)
+    np.testing.assert_array_equal(apart.params["repeat_0/1/residual_0/moe/gate"][2], w1.T)
+    np.testing.assert_array_equal(apart.params["repeat_0/0/residual_0/moe/router"], router.T)
     # the load-balancing losses are the model's to compute: they start at 0
-    np.testing.assert_array_equal(apart.state["repeat_0/residual_0/moe/aux"], np.zeros(2))
+    for layer in (0, 1):
+        np.testing.assert_array_equal(apart.state[f"repeat_0/{layer}/residual_0/moe/aux"], 0.0)
 
 
 def test_the_mixtral_map_fills_the_released_spec_whose_experts_drop_tokens() -> None:
@@ -377,7 +379,8 @@ def test_a_released_mixtral_checkpoint_fits_the_spec_from_its_names(layout, tens
 
 def test_mixtral_s_experts_are_read_once_each_and_written_one_by_one(tmp_path, monkeypatch) -> None:
     """Each expert's tensor is read when its copy of the stacked parameter is written, and
-    written alone: an import holds one expert at a time, not a layer's (N, E, D, F)."""
+    written alone: an import holds one expert at a time, not a layer's (E, D, F), nor, for
+    layers kept apart (`storage`), the stacked view's (N, E, D, F)."""
     from lbdl_dsl.interop import readers, writer
 
     reads: list[str] = []

@@ -121,7 +121,7 @@ def _parts(node: ast.expr) -> tuple[list | None, str, str]:
         items += [(f"{k.arg}=", k.value) for k in node.keywords]
         return items, _flat(node.func) + "(", ")"
     if isinstance(node, ast.Dict):
-        return [(f"{_flat(k)}: ", v) for k, v in zip(node.keys, node.values)], "{", "}"
+        return [(_key(k), v) for k, v in zip(node.keys, node.values)], "{", "}"
     if isinstance(node, ast.Tuple):
         return list(node.elts), "(", ")"
     if isinstance(node, ast.List):
@@ -142,14 +142,17 @@ def _flat(node: ast.AST | str | None) -> str:
         args = [_flat(a) for a in node.args] + [f"{k.arg}={_flat(k.value)}" for k in node.keywords]
         return f"{_flat(node.func)}({', '.join(args)})"
     if isinstance(node, ast.Dict):
-        return (
-            "{" + ", ".join(f"{_flat(k)}: {_flat(v)}" for k, v in zip(node.keys, node.values)) + "}"
-        )
+        return "{" + ", ".join(_key(k) + _flat(v) for k, v in zip(node.keys, node.values)) + "}"
     if isinstance(node, ast.List):
         return "[" + ", ".join(_flat(e) for e in node.elts) + "]"
     if isinstance(node, ast.Subscript):
         return f"{_flat(node.value)}[{_flat(node.slice)}]"
     return requote(ast.unparse(node))  # names, attributes, numbers, operators
+
+
+def _key(key: ast.expr | None) -> str:
+    """A dictionary entry's start: ``"k": ``, or ``**`` where a dictionary is unpacked."""
+    return "**" if key is None else f"{_flat(key)}: "
 
 
 def requote(code: str) -> str:

@@ -5,8 +5,9 @@ lowering (`lowering.LOWERINGS`, one per registry entry) for its expression throu
 protocol, and keeps track of where each value lives (its identifier and its layout: the spec's
 channels-first, or channels-last where convolutions and pools want it). Block calls become calls
 of one function per block definition and distinct body, residual groups are written inline, and
-×N groups become ``jax.lax.scan`` over stacked parameters (``scan_group``), and a mixture of
-experts one function for its body, ``jax.vmap``-ed over the stacked experts and their buffers.
+×N groups become ``jax.lax.scan`` over stacked parameters (``scan_group``), or for a short group
+that keeps each copy's arrays apart (`storage`), one call per copy (``each_copy``), and a mixture
+of experts one function for its body, ``jax.vmap``-ed over the stacked experts and their buffers.
 
 Functions take only what their body reads: parameters and state only where there are some,
 ``train`` and ``key`` only where a box needs them, and a size that is only known when the model
@@ -25,7 +26,7 @@ from lbdl_dsl.backends.jax import layout
 from lbdl_dsl.backends.jax.lowering import LOWERINGS
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, size_code
 from lbdl_dsl.backends.jax.runtime_source import defaults
-from lbdl_dsl.compiler import composite
+from lbdl_dsl.compiler import composite, storage
 from lbdl_dsl.compiler.graph import (
     CallNode,
     ExpertsNode,
@@ -244,6 +245,7 @@ class Lowerer:
         self.runtime: set[str] = set()
         self.functions: list[str] = []
         self.blocks: dict[tuple, BlockFn] = {}
+        self.stacked = 0  # stacked groups and mixtures of experts around what is lowered now
 
     # -- values ---------------------------------------------------------------------------------
     def convert(self, fn: Fn, var: Var, layout: str, reuse: bool) -> Var:
@@ -441,19 +443,26 @@ class Lowerer:
 
     # -- ×N groups ------------------------------------------------------------------------------
     def repeat(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+        """A ×N group: one step function per run of identical copies, scanned over its
+        stacked arrays, or, for a short group kept apart (`storage`), called once per copy
+        with that copy's arrays."""
         body = inst.node.body
         x = ins[0]
         outer = d.sub(inst.id, has_params(inst), has_state(inst))
+        apart = not self.stacked and storage.per_copy(inst)
         several = len(inst.copies) > 1
         collected = []
-        for ci, copies in enumerate(inst.copies):
-            count = copies.count.as_int()
-            if several:
+        for ci, (first, count, copies) in enumerate(storage.numbered(inst)):
+            if apart or not several:
+                group = Dicts(
+                    outer.p if _any(copies.body, has_params) else None,
+                    outer.s if _any(copies.body, has_state) else None,
+                    outer.ns,
+                )
+            else:
                 group = outer.sub(
                     str(ci), _any(copies.body, has_params), _any(copies.body, has_state)
                 )
-            else:
-                group = outer
             step = fn.names.fresh(f"step_{inst.id}")
             carry = fn.names.fresh("x")
             sub = Fn(fn.names, depth=fn.depth + 1, shapes=fn.shapes, owner=fn.owner or fn)
@@ -463,7 +472,9 @@ class Lowerer:
             if group.s:
                 sub.line("ns = {}")
             env = dict(zip(body.inputs, [Var(carry, x.layout, x.rank), *ins[1:]]))
+            self.stacked += not apart
             result = self.scope(sub, copies.body, body, env, inner, fn.names.fresh("h"))
+            self.stacked -= not apart
             result = self.convert(sub, result, x.layout, reuse=False)
             sub.line(f"return {result.name}, {'ns' if group.s else 'None'}")
             parts = [
@@ -488,14 +499,21 @@ class Lowerer:
                 xs = f"({', '.join(e for _, e in parts)})" if parts else "None"
             fn.lines += sub.lines
             out = fn.names.fresh(f"ns_{inst.id}") if group.s else "_"
-            # a copy that changes the shape (always counted once) cannot be a scan's body
-            loop = "unrolled" if self.unroll or count == 1 else "scan_group"
-            self.runtime.add(loop)
-            fn.line(f"{target}, {out} = {loop}({step}, {x.name}, {xs}, {count})")
+            if apart:
+                self.runtime.add("each_copy")
+                fn.line(f"{target}, {out} = each_copy({step}, {x.name}, {xs}, {first}, {count})")
+            else:
+                # a copy that changes the shape (always counted once) cannot be a scan's body
+                loop = "unrolled" if self.unroll or count == 1 else "scan_group"
+                self.runtime.add(loop)
+                fn.line(f"{target}, {out} = {loop}({step}, {x.name}, {xs}, {count})")
             collected.append(out)
             x = Var(target, x.layout, x.rank)
         if has_state(inst):
-            if several:
+            news = [r for r in collected if r != "_"]
+            if apart:  # each run's new states by copy number: one dict of them all
+                value = news[0] if len(news) == 1 else "{" + ", ".join(f"**{r}" for r in news) + "}"
+            elif several:
                 items = [f'"{i}": {r}' for i, r in enumerate(collected) if r != "_"]
                 value = "{" + ", ".join(items) + "}"
             else:
@@ -524,7 +542,9 @@ class Lowerer:
         params = _any(cp.body, has_params)
         inner = Dicts("p" if params else None, None, None)
         env = {node.body.inputs[0]: Var(token, "cf", 1)}
+        self.stacked += 1
         result = self.scope(sub, cp.body, node.body, env, inner, token)
+        self.stacked -= 1
         sub.line(f"return {result.name}")
         args = [("p", f'{outer.p}["expert"]')] if params else []
         args.append((token, buffers))

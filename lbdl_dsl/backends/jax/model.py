@@ -19,6 +19,7 @@ from lbdl_dsl.backends.jax import weights
 from lbdl_dsl.backends.jax.checks import InputSpec, check_inputs, check_tokens, check_tree
 from lbdl_dsl.backends.jax.codegen import generate
 from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.core.errors import ArgumentError
 from lbdl_dsl.core.symbolic import Expr, fmt_count
@@ -161,9 +162,13 @@ class Model:
         """(params, state) from a file written by `save`, `lbdl train` or `lbdl import`.
 
         Every path and shape is checked against the model first; a file of another model (or of
-        this one with other ``--set`` values) is refused with the list of differences.
+        this one with other ``--set`` values) is refused with the list of differences. A file
+        whose short ×N groups are stacked (lbdl's layout before they kept their copies apart,
+        `storage`) is read too, each copy cut from its stack.
         """
-        params, state = weights.load_checked(path, self.module["PARAMS"], self.module["STATE"])
+        copies = {a.path: (a.view, a.copy) for a in paths.arrays(self.checked.root) if a.view}
+        tables = self.module["PARAMS"], self.module["STATE"]
+        params, state = weights.load_checked(path, *tables, copies)
         as_jax = {k: jnp.asarray(v) for k, v in params.items()}
         return unflatten(as_jax), unflatten({k: jnp.asarray(v) for k, v in state.items()})
 

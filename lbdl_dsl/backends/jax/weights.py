@@ -104,6 +104,21 @@ def split(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return params, state
 
 
+def _cut(
+    flat: dict[str, np.ndarray], copies: Mapping[str, tuple[str, tuple[int, ...]]]
+) -> dict[str, np.ndarray]:
+    """``flat`` with each copy kept apart cut from its stacked array (the views' arrays the
+    file has replaced by the copies: a view's path can be a copy's, ``repeat_0/0/...``)."""
+    views = {view for view, _ in copies.values() if view in flat}
+    out = {k: v for k, v in flat.items() if k not in views}
+    for p, (view, index) in copies.items():
+        if view in views:
+            whole = np.asarray(flat[view])
+            if whole.ndim >= len(index) and all(i < n for i, n in zip(index, whole.shape)):
+                out[p] = whole[index]
+    return out
+
+
 def mismatches(
     got: Mapping[str, Any], want: Mapping[str, tuple[tuple[int, ...], Any, Any]], what: str
 ) -> list[str]:
@@ -118,12 +133,24 @@ def mismatches(
 
 
 def load_checked(
-    path: str | Path, params_table: Mapping[str, Any], state_table: Mapping[str, Any]
+    path: str | Path,
+    params_table: Mapping[str, Any],
+    state_table: Mapping[str, Any],
+    copies: Mapping[str, tuple[str, tuple[int, ...]]] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Flat (params, state) from ``path``, refused unless they fit the tables exactly."""
+    """Flat (params, state) from ``path``, refused unless they fit the tables exactly.
+
+    ``copies`` (a stored path → its array in the stacked view and its index there) reads a
+    file written with every ×N group stacked, as lbdl wrote all of them before short groups
+    kept their copies apart: each copy is cut from its stacked array."""
     params, state = split(read(path))
     problems = mismatches(params, params_table, "parameter")
     problems += mismatches(state, state_table, "state array")
+    if problems and copies:  # perhaps the stacked layout: the copies cut, all must fit
+        params_cut, state_cut = _cut(params, copies), _cut(state, copies)
+        fits = not mismatches(params_cut, params_table, "")
+        if fits and not mismatches(state_cut, state_table, ""):
+            params, state, problems = params_cut, state_cut, []
     if problems:
         more = [f"... and {len(problems) - 12} more"] if len(problems) > 12 else []
         raise LbdlError(

@@ -26,20 +26,28 @@ PARAMS = {
     "experts_0/expert/fc_0/b": ((4, 16), "const", 0.0),
     "experts_0/expert/fc_1/w": ((4, 16, 8), "fan_in", 16.0),
     "experts_0/expert/fc_1/b": ((4, 8), "const", 0.0),
-    "repeat_0/experts_0/router": ((2, 8, 3), "fan_in", 8.0),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/layernorm_0/scale": ((2, 3, 8), "const", 1.0),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/layernorm_0/bias": ((2, 3, 8), "const", 0.0),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/fc_0/w": ((2, 3, 8, 12), "fan_in", 8.0),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/fc_0/b": ((2, 3, 12), "const", 0.0),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/fc_1/w": ((2, 3, 12, 8), "fan_in", 12.0),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/fc_1/b": ((2, 3, 8), "const", 0.0),
+    "repeat_0/0/experts_0/router": ((8, 3), "fan_in", 8.0),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/layernorm_0/scale": ((3, 8), "const", 1.0),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/layernorm_0/bias": ((3, 8), "const", 0.0),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/fc_0/w": ((3, 8, 12), "fan_in", 8.0),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/fc_0/b": ((3, 12), "const", 0.0),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/fc_1/w": ((3, 12, 8), "fan_in", 12.0),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/fc_1/b": ((3, 8), "const", 0.0),
+    "repeat_0/1/experts_0/router": ((8, 3), "fan_in", 8.0),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/layernorm_0/scale": ((3, 8), "const", 1.0),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/layernorm_0/bias": ((3, 8), "const", 0.0),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_0/w": ((3, 8, 12), "fan_in", 8.0),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_0/b": ((3, 12), "const", 0.0),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_1/w": ((3, 12, 8), "fan_in", 12.0),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_1/b": ((3, 8), "const", 0.0),
 }
 
 
 # path: (shape, initialiser, its value)
 STATE = {
     "experts_0/aux": ((), "const", 0.0),
-    "repeat_0/experts_0/aux": ((2,), "const", 0.0),
+    "repeat_0/0/experts_0/aux": ((), "const", 0.0),
+    "repeat_0/1/experts_0/aux": ((), "const", 0.0),
 }
 
 
@@ -50,15 +58,23 @@ ROLES = {
     "experts_0/expert/fc_0/b": ("experts", "mlp"),
     "experts_0/expert/fc_1/w": ("experts", "mlp", "out"),
     "experts_0/expert/fc_1/b": ("experts", "out"),
-    "repeat_0/experts_0/router": ("layers", "embed", "experts"),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/layernorm_0/scale": ("layers", "experts", "norm"),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/layernorm_0/bias": ("layers", "experts", "norm"),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/fc_0/w": ("layers", "experts", "in", "mlp"),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/fc_0/b": ("layers", "experts", "mlp"),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/fc_1/w": ("layers", "experts", "mlp", "out"),
-    "repeat_0/experts_0/expert/ffn_0/residual_0/fc_1/b": ("layers", "experts", "out"),
+    "repeat_0/0/experts_0/router": ("embed", "experts"),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/layernorm_0/scale": ("experts", "norm"),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/layernorm_0/bias": ("experts", "norm"),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/fc_0/w": ("experts", "in", "mlp"),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/fc_0/b": ("experts", "mlp"),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/fc_1/w": ("experts", "mlp", "out"),
+    "repeat_0/0/experts_0/expert/ffn_0/residual_0/fc_1/b": ("experts", "out"),
+    "repeat_0/1/experts_0/router": ("embed", "experts"),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/layernorm_0/scale": ("experts", "norm"),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/layernorm_0/bias": ("experts", "norm"),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_0/w": ("experts", "in", "mlp"),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_0/b": ("experts", "mlp"),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_1/w": ("experts", "mlp", "out"),
+    "repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_1/b": ("experts", "out"),
     "experts_0/aux": (),
-    "repeat_0/experts_0/aux": ("layers",),
+    "repeat_0/0/experts_0/aux": (),
+    "repeat_0/1/experts_0/aux": (),
 }
 
 
@@ -123,7 +139,7 @@ def apply(params, state, X, *, train=False, key=None):
         ns["experts_0"] = {"aux": aux1}
         return h, ns
 
-    Y, ns_repeat_0 = scan_group(step_repeat_0, x, (params["repeat_0"], state["repeat_0"]), 2)
+    Y, ns_repeat_0 = each_copy(step_repeat_0, x, (params["repeat_0"], state["repeat_0"]), 0, 2)
     new_state["repeat_0"] = ns_repeat_0
     return Y, new_state
 
@@ -264,10 +280,28 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def scan_group(step, x, xs, length: int):
-    """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
-    whatever N), its backward pass keeping only what ``keep_products`` names."""
-    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
+def each_copy(step, x, xs, first: int, length: int):
+    """A short ×N group whose copies keep arrays of their own (``storage`` in the compiler):
+    copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key,
+    their backward passes keeping what ``keep_products`` names, as a scanned group's do. XLA
+    sees straight-line code, with no stack to slice in either pass (ResNet-50's training step
+    compiled in 5.7 s against 9.9 s scanned, on a 2-core CPU). Returns the output and the
+    copies' new states by copy number."""
+    news = {}
+    for k in range(first, first + length):
+        kept = jax.checkpoint(lambda x, xs: step(x, xs), policy=keep_products)
+        x, news[str(k)] = kept(x, copy_of(xs, k, first))
+    return x, news
+
+
+def copy_of(xs, k: int, first: int):
+    """Copy ``k``'s part of what a step reads: its arrays out of a dict by copy number, its key
+    out of the keys split for the run that starts at copy ``first``."""
+    if isinstance(xs, tuple):
+        return tuple(copy_of(x, k, first) for x in xs)
+    if isinstance(xs, dict):
+        return xs[str(k)]
+    return None if xs is None else xs[k - first]
 
 
 def init_table(key, table: dict) -> dict:

@@ -24,42 +24,42 @@ PARAMS = {
     "conv_2d_0/w": ((7, 7, 3, 64), "fan_in", 147.0),
     "batchnorm_0/scale": ((64,), "const", 1.0),
     "batchnorm_0/bias": ((64,), "const", 0.0),
-    "repeat_0/0/denselayer_0/batchnorm_0/scale": ((1, 64), "const", 1.0),
-    "repeat_0/0/denselayer_0/batchnorm_0/bias": ((1, 64), "const", 0.0),
-    "repeat_0/0/denselayer_0/conv_2d_0/w": ((1, 1, 1, 64, 128), "fan_in", 64.0),
-    "repeat_0/0/denselayer_0/batchnorm_1/scale": ((1, 128), "const", 1.0),
-    "repeat_0/0/denselayer_0/batchnorm_1/bias": ((1, 128), "const", 0.0),
-    "repeat_0/0/denselayer_0/conv_2d_1/w": ((1, 3, 3, 128, 32), "fan_in", 1152.0),
-    "repeat_0/1/denselayer_0/batchnorm_0/scale": ((1, 96), "const", 1.0),
-    "repeat_0/1/denselayer_0/batchnorm_0/bias": ((1, 96), "const", 0.0),
-    "repeat_0/1/denselayer_0/conv_2d_0/w": ((1, 1, 1, 96, 128), "fan_in", 96.0),
-    "repeat_0/1/denselayer_0/batchnorm_1/scale": ((1, 128), "const", 1.0),
-    "repeat_0/1/denselayer_0/batchnorm_1/bias": ((1, 128), "const", 0.0),
-    "repeat_0/1/denselayer_0/conv_2d_1/w": ((1, 3, 3, 128, 32), "fan_in", 1152.0),
-    "repeat_0/2/denselayer_0/batchnorm_0/scale": ((1, 128), "const", 1.0),
-    "repeat_0/2/denselayer_0/batchnorm_0/bias": ((1, 128), "const", 0.0),
-    "repeat_0/2/denselayer_0/conv_2d_0/w": ((1, 1, 1, 128, 128), "fan_in", 128.0),
-    "repeat_0/2/denselayer_0/batchnorm_1/scale": ((1, 128), "const", 1.0),
-    "repeat_0/2/denselayer_0/batchnorm_1/bias": ((1, 128), "const", 0.0),
-    "repeat_0/2/denselayer_0/conv_2d_1/w": ((1, 3, 3, 128, 32), "fan_in", 1152.0),
-    "repeat_0/3/denselayer_0/batchnorm_0/scale": ((1, 160), "const", 1.0),
-    "repeat_0/3/denselayer_0/batchnorm_0/bias": ((1, 160), "const", 0.0),
-    "repeat_0/3/denselayer_0/conv_2d_0/w": ((1, 1, 1, 160, 128), "fan_in", 160.0),
-    "repeat_0/3/denselayer_0/batchnorm_1/scale": ((1, 128), "const", 1.0),
-    "repeat_0/3/denselayer_0/batchnorm_1/bias": ((1, 128), "const", 0.0),
-    "repeat_0/3/denselayer_0/conv_2d_1/w": ((1, 3, 3, 128, 32), "fan_in", 1152.0),
-    "repeat_0/4/denselayer_0/batchnorm_0/scale": ((1, 192), "const", 1.0),
-    "repeat_0/4/denselayer_0/batchnorm_0/bias": ((1, 192), "const", 0.0),
-    "repeat_0/4/denselayer_0/conv_2d_0/w": ((1, 1, 1, 192, 128), "fan_in", 192.0),
-    "repeat_0/4/denselayer_0/batchnorm_1/scale": ((1, 128), "const", 1.0),
-    "repeat_0/4/denselayer_0/batchnorm_1/bias": ((1, 128), "const", 0.0),
-    "repeat_0/4/denselayer_0/conv_2d_1/w": ((1, 3, 3, 128, 32), "fan_in", 1152.0),
-    "repeat_0/5/denselayer_0/batchnorm_0/scale": ((1, 224), "const", 1.0),
-    "repeat_0/5/denselayer_0/batchnorm_0/bias": ((1, 224), "const", 0.0),
-    "repeat_0/5/denselayer_0/conv_2d_0/w": ((1, 1, 1, 224, 128), "fan_in", 224.0),
-    "repeat_0/5/denselayer_0/batchnorm_1/scale": ((1, 128), "const", 1.0),
-    "repeat_0/5/denselayer_0/batchnorm_1/bias": ((1, 128), "const", 0.0),
-    "repeat_0/5/denselayer_0/conv_2d_1/w": ((1, 3, 3, 128, 32), "fan_in", 1152.0),
+    "repeat_0/0/denselayer_0/batchnorm_0/scale": ((64,), "const", 1.0),
+    "repeat_0/0/denselayer_0/batchnorm_0/bias": ((64,), "const", 0.0),
+    "repeat_0/0/denselayer_0/conv_2d_0/w": ((1, 1, 64, 128), "fan_in", 64.0),
+    "repeat_0/0/denselayer_0/batchnorm_1/scale": ((128,), "const", 1.0),
+    "repeat_0/0/denselayer_0/batchnorm_1/bias": ((128,), "const", 0.0),
+    "repeat_0/0/denselayer_0/conv_2d_1/w": ((3, 3, 128, 32), "fan_in", 1152.0),
+    "repeat_0/1/denselayer_0/batchnorm_0/scale": ((96,), "const", 1.0),
+    "repeat_0/1/denselayer_0/batchnorm_0/bias": ((96,), "const", 0.0),
+    "repeat_0/1/denselayer_0/conv_2d_0/w": ((1, 1, 96, 128), "fan_in", 96.0),
+    "repeat_0/1/denselayer_0/batchnorm_1/scale": ((128,), "const", 1.0),
+    "repeat_0/1/denselayer_0/batchnorm_1/bias": ((128,), "const", 0.0),
+    "repeat_0/1/denselayer_0/conv_2d_1/w": ((3, 3, 128, 32), "fan_in", 1152.0),
+    "repeat_0/2/denselayer_0/batchnorm_0/scale": ((128,), "const", 1.0),
+    "repeat_0/2/denselayer_0/batchnorm_0/bias": ((128,), "const", 0.0),
+    "repeat_0/2/denselayer_0/conv_2d_0/w": ((1, 1, 128, 128), "fan_in", 128.0),
+    "repeat_0/2/denselayer_0/batchnorm_1/scale": ((128,), "const", 1.0),
+    "repeat_0/2/denselayer_0/batchnorm_1/bias": ((128,), "const", 0.0),
+    "repeat_0/2/denselayer_0/conv_2d_1/w": ((3, 3, 128, 32), "fan_in", 1152.0),
+    "repeat_0/3/denselayer_0/batchnorm_0/scale": ((160,), "const", 1.0),
+    "repeat_0/3/denselayer_0/batchnorm_0/bias": ((160,), "const", 0.0),
+    "repeat_0/3/denselayer_0/conv_2d_0/w": ((1, 1, 160, 128), "fan_in", 160.0),
+    "repeat_0/3/denselayer_0/batchnorm_1/scale": ((128,), "const", 1.0),
+    "repeat_0/3/denselayer_0/batchnorm_1/bias": ((128,), "const", 0.0),
+    "repeat_0/3/denselayer_0/conv_2d_1/w": ((3, 3, 128, 32), "fan_in", 1152.0),
+    "repeat_0/4/denselayer_0/batchnorm_0/scale": ((192,), "const", 1.0),
+    "repeat_0/4/denselayer_0/batchnorm_0/bias": ((192,), "const", 0.0),
+    "repeat_0/4/denselayer_0/conv_2d_0/w": ((1, 1, 192, 128), "fan_in", 192.0),
+    "repeat_0/4/denselayer_0/batchnorm_1/scale": ((128,), "const", 1.0),
+    "repeat_0/4/denselayer_0/batchnorm_1/bias": ((128,), "const", 0.0),
+    "repeat_0/4/denselayer_0/conv_2d_1/w": ((3, 3, 128, 32), "fan_in", 1152.0),
+    "repeat_0/5/denselayer_0/batchnorm_0/scale": ((224,), "const", 1.0),
+    "repeat_0/5/denselayer_0/batchnorm_0/bias": ((224,), "const", 0.0),
+    "repeat_0/5/denselayer_0/conv_2d_0/w": ((1, 1, 224, 128), "fan_in", 224.0),
+    "repeat_0/5/denselayer_0/batchnorm_1/scale": ((128,), "const", 1.0),
+    "repeat_0/5/denselayer_0/batchnorm_1/bias": ((128,), "const", 0.0),
+    "repeat_0/5/denselayer_0/conv_2d_1/w": ((3, 3, 128, 32), "fan_in", 1152.0),
     "transition_0/batchnorm_0/scale": ((256,), "const", 1.0),
     "transition_0/batchnorm_0/bias": ((256,), "const", 0.0),
     "transition_0/conv_2d_0/w": ((1, 1, 256, 128), "fan_in", 256.0),
@@ -392,30 +392,30 @@ PARAMS = {
 STATE = {
     "batchnorm_0/mean": ((64,), "const", 0.0),
     "batchnorm_0/var": ((64,), "const", 1.0),
-    "repeat_0/0/denselayer_0/batchnorm_0/mean": ((1, 64), "const", 0.0),
-    "repeat_0/0/denselayer_0/batchnorm_0/var": ((1, 64), "const", 1.0),
-    "repeat_0/0/denselayer_0/batchnorm_1/mean": ((1, 128), "const", 0.0),
-    "repeat_0/0/denselayer_0/batchnorm_1/var": ((1, 128), "const", 1.0),
-    "repeat_0/1/denselayer_0/batchnorm_0/mean": ((1, 96), "const", 0.0),
-    "repeat_0/1/denselayer_0/batchnorm_0/var": ((1, 96), "const", 1.0),
-    "repeat_0/1/denselayer_0/batchnorm_1/mean": ((1, 128), "const", 0.0),
-    "repeat_0/1/denselayer_0/batchnorm_1/var": ((1, 128), "const", 1.0),
-    "repeat_0/2/denselayer_0/batchnorm_0/mean": ((1, 128), "const", 0.0),
-    "repeat_0/2/denselayer_0/batchnorm_0/var": ((1, 128), "const", 1.0),
-    "repeat_0/2/denselayer_0/batchnorm_1/mean": ((1, 128), "const", 0.0),
-    "repeat_0/2/denselayer_0/batchnorm_1/var": ((1, 128), "const", 1.0),
-    "repeat_0/3/denselayer_0/batchnorm_0/mean": ((1, 160), "const", 0.0),
-    "repeat_0/3/denselayer_0/batchnorm_0/var": ((1, 160), "const", 1.0),
-    "repeat_0/3/denselayer_0/batchnorm_1/mean": ((1, 128), "const", 0.0),
-    "repeat_0/3/denselayer_0/batchnorm_1/var": ((1, 128), "const", 1.0),
-    "repeat_0/4/denselayer_0/batchnorm_0/mean": ((1, 192), "const", 0.0),
-    "repeat_0/4/denselayer_0/batchnorm_0/var": ((1, 192), "const", 1.0),
-    "repeat_0/4/denselayer_0/batchnorm_1/mean": ((1, 128), "const", 0.0),
-    "repeat_0/4/denselayer_0/batchnorm_1/var": ((1, 128), "const", 1.0),
-    "repeat_0/5/denselayer_0/batchnorm_0/mean": ((1, 224), "const", 0.0),
-    "repeat_0/5/denselayer_0/batchnorm_0/var": ((1, 224), "const", 1.0),
-    "repeat_0/5/denselayer_0/batchnorm_1/mean": ((1, 128), "const", 0.0),
-    "repeat_0/5/denselayer_0/batchnorm_1/var": ((1, 128), "const", 1.0),
+    "repeat_0/0/denselayer_0/batchnorm_0/mean": ((64,), "const", 0.0),
+    "repeat_0/0/denselayer_0/batchnorm_0/var": ((64,), "const", 1.0),
+    "repeat_0/0/denselayer_0/batchnorm_1/mean": ((128,), "const", 0.0),
+    "repeat_0/0/denselayer_0/batchnorm_1/var": ((128,), "const", 1.0),
+    "repeat_0/1/denselayer_0/batchnorm_0/mean": ((96,), "const", 0.0),
+    "repeat_0/1/denselayer_0/batchnorm_0/var": ((96,), "const", 1.0),
+    "repeat_0/1/denselayer_0/batchnorm_1/mean": ((128,), "const", 0.0),
+    "repeat_0/1/denselayer_0/batchnorm_1/var": ((128,), "const", 1.0),
+    "repeat_0/2/denselayer_0/batchnorm_0/mean": ((128,), "const", 0.0),
+    "repeat_0/2/denselayer_0/batchnorm_0/var": ((128,), "const", 1.0),
+    "repeat_0/2/denselayer_0/batchnorm_1/mean": ((128,), "const", 0.0),
+    "repeat_0/2/denselayer_0/batchnorm_1/var": ((128,), "const", 1.0),
+    "repeat_0/3/denselayer_0/batchnorm_0/mean": ((160,), "const", 0.0),
+    "repeat_0/3/denselayer_0/batchnorm_0/var": ((160,), "const", 1.0),
+    "repeat_0/3/denselayer_0/batchnorm_1/mean": ((128,), "const", 0.0),
+    "repeat_0/3/denselayer_0/batchnorm_1/var": ((128,), "const", 1.0),
+    "repeat_0/4/denselayer_0/batchnorm_0/mean": ((192,), "const", 0.0),
+    "repeat_0/4/denselayer_0/batchnorm_0/var": ((192,), "const", 1.0),
+    "repeat_0/4/denselayer_0/batchnorm_1/mean": ((128,), "const", 0.0),
+    "repeat_0/4/denselayer_0/batchnorm_1/var": ((128,), "const", 1.0),
+    "repeat_0/5/denselayer_0/batchnorm_0/mean": ((224,), "const", 0.0),
+    "repeat_0/5/denselayer_0/batchnorm_0/var": ((224,), "const", 1.0),
+    "repeat_0/5/denselayer_0/batchnorm_1/mean": ((128,), "const", 0.0),
+    "repeat_0/5/denselayer_0/batchnorm_1/var": ((128,), "const", 1.0),
     "transition_0/batchnorm_0/mean": ((256,), "const", 0.0),
     "transition_0/batchnorm_0/var": ((256,), "const", 1.0),
     "repeat_1/0/denselayer_0/batchnorm_0/mean": ((1, 128), "const", 0.0),
@@ -640,42 +640,42 @@ ROLES = {
     "conv_2d_0/w": ("kernel", "kernel", "in", "out"),
     "batchnorm_0/scale": ("norm",),
     "batchnorm_0/bias": ("norm",),
-    "repeat_0/0/denselayer_0/batchnorm_0/scale": ("layers", "norm"),
-    "repeat_0/0/denselayer_0/batchnorm_0/bias": ("layers", "norm"),
-    "repeat_0/0/denselayer_0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/0/denselayer_0/batchnorm_1/scale": ("layers", "norm"),
-    "repeat_0/0/denselayer_0/batchnorm_1/bias": ("layers", "norm"),
-    "repeat_0/0/denselayer_0/conv_2d_1/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/1/denselayer_0/batchnorm_0/scale": ("layers", "norm"),
-    "repeat_0/1/denselayer_0/batchnorm_0/bias": ("layers", "norm"),
-    "repeat_0/1/denselayer_0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/1/denselayer_0/batchnorm_1/scale": ("layers", "norm"),
-    "repeat_0/1/denselayer_0/batchnorm_1/bias": ("layers", "norm"),
-    "repeat_0/1/denselayer_0/conv_2d_1/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/2/denselayer_0/batchnorm_0/scale": ("layers", "norm"),
-    "repeat_0/2/denselayer_0/batchnorm_0/bias": ("layers", "norm"),
-    "repeat_0/2/denselayer_0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/2/denselayer_0/batchnorm_1/scale": ("layers", "norm"),
-    "repeat_0/2/denselayer_0/batchnorm_1/bias": ("layers", "norm"),
-    "repeat_0/2/denselayer_0/conv_2d_1/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/3/denselayer_0/batchnorm_0/scale": ("layers", "norm"),
-    "repeat_0/3/denselayer_0/batchnorm_0/bias": ("layers", "norm"),
-    "repeat_0/3/denselayer_0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/3/denselayer_0/batchnorm_1/scale": ("layers", "norm"),
-    "repeat_0/3/denselayer_0/batchnorm_1/bias": ("layers", "norm"),
-    "repeat_0/3/denselayer_0/conv_2d_1/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/4/denselayer_0/batchnorm_0/scale": ("layers", "norm"),
-    "repeat_0/4/denselayer_0/batchnorm_0/bias": ("layers", "norm"),
-    "repeat_0/4/denselayer_0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/4/denselayer_0/batchnorm_1/scale": ("layers", "norm"),
-    "repeat_0/4/denselayer_0/batchnorm_1/bias": ("layers", "norm"),
-    "repeat_0/4/denselayer_0/conv_2d_1/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/5/denselayer_0/batchnorm_0/scale": ("layers", "norm"),
-    "repeat_0/5/denselayer_0/batchnorm_0/bias": ("layers", "norm"),
-    "repeat_0/5/denselayer_0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/5/denselayer_0/batchnorm_1/scale": ("layers", "norm"),
-    "repeat_0/5/denselayer_0/batchnorm_1/bias": ("layers", "norm"),
-    "repeat_0/5/denselayer_0/conv_2d_1/w": ("layers", "kernel", "kernel", "in", "out"),
+    "repeat_0/0/denselayer_0/batchnorm_0/scale": ("norm",),
+    "repeat_0/0/denselayer_0/batchnorm_0/bias": ("norm",),
+    "repeat_0/0/denselayer_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/0/denselayer_0/batchnorm_1/scale": ("norm",),
+    "repeat_0/0/denselayer_0/batchnorm_1/bias": ("norm",),
+    "repeat_0/0/denselayer_0/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/1/denselayer_0/batchnorm_0/scale": ("norm",),
+    "repeat_0/1/denselayer_0/batchnorm_0/bias": ("norm",),
+    "repeat_0/1/denselayer_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/1/denselayer_0/batchnorm_1/scale": ("norm",),
+    "repeat_0/1/denselayer_0/batchnorm_1/bias": ("norm",),
+    "repeat_0/1/denselayer_0/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/2/denselayer_0/batchnorm_0/scale": ("norm",),
+    "repeat_0/2/denselayer_0/batchnorm_0/bias": ("norm",),
+    "repeat_0/2/denselayer_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/2/denselayer_0/batchnorm_1/scale": ("norm",),
+    "repeat_0/2/denselayer_0/batchnorm_1/bias": ("norm",),
+    "repeat_0/2/denselayer_0/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/3/denselayer_0/batchnorm_0/scale": ("norm",),
+    "repeat_0/3/denselayer_0/batchnorm_0/bias": ("norm",),
+    "repeat_0/3/denselayer_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/3/denselayer_0/batchnorm_1/scale": ("norm",),
+    "repeat_0/3/denselayer_0/batchnorm_1/bias": ("norm",),
+    "repeat_0/3/denselayer_0/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/4/denselayer_0/batchnorm_0/scale": ("norm",),
+    "repeat_0/4/denselayer_0/batchnorm_0/bias": ("norm",),
+    "repeat_0/4/denselayer_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/4/denselayer_0/batchnorm_1/scale": ("norm",),
+    "repeat_0/4/denselayer_0/batchnorm_1/bias": ("norm",),
+    "repeat_0/4/denselayer_0/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/5/denselayer_0/batchnorm_0/scale": ("norm",),
+    "repeat_0/5/denselayer_0/batchnorm_0/bias": ("norm",),
+    "repeat_0/5/denselayer_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/5/denselayer_0/batchnorm_1/scale": ("norm",),
+    "repeat_0/5/denselayer_0/batchnorm_1/bias": ("norm",),
+    "repeat_0/5/denselayer_0/conv_2d_1/w": ("kernel", "kernel", "in", "out"),
     "transition_0/batchnorm_0/scale": ("norm",),
     "transition_0/batchnorm_0/bias": ("norm",),
     "transition_0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
@@ -1003,30 +1003,30 @@ ROLES = {
     "fc_0/b": ("out",),
     "batchnorm_0/mean": ("norm",),
     "batchnorm_0/var": ("norm",),
-    "repeat_0/0/denselayer_0/batchnorm_0/mean": ("layers", "norm"),
-    "repeat_0/0/denselayer_0/batchnorm_0/var": ("layers", "norm"),
-    "repeat_0/0/denselayer_0/batchnorm_1/mean": ("layers", "norm"),
-    "repeat_0/0/denselayer_0/batchnorm_1/var": ("layers", "norm"),
-    "repeat_0/1/denselayer_0/batchnorm_0/mean": ("layers", "norm"),
-    "repeat_0/1/denselayer_0/batchnorm_0/var": ("layers", "norm"),
-    "repeat_0/1/denselayer_0/batchnorm_1/mean": ("layers", "norm"),
-    "repeat_0/1/denselayer_0/batchnorm_1/var": ("layers", "norm"),
-    "repeat_0/2/denselayer_0/batchnorm_0/mean": ("layers", "norm"),
-    "repeat_0/2/denselayer_0/batchnorm_0/var": ("layers", "norm"),
-    "repeat_0/2/denselayer_0/batchnorm_1/mean": ("layers", "norm"),
-    "repeat_0/2/denselayer_0/batchnorm_1/var": ("layers", "norm"),
-    "repeat_0/3/denselayer_0/batchnorm_0/mean": ("layers", "norm"),
-    "repeat_0/3/denselayer_0/batchnorm_0/var": ("layers", "norm"),
-    "repeat_0/3/denselayer_0/batchnorm_1/mean": ("layers", "norm"),
-    "repeat_0/3/denselayer_0/batchnorm_1/var": ("layers", "norm"),
-    "repeat_0/4/denselayer_0/batchnorm_0/mean": ("layers", "norm"),
-    "repeat_0/4/denselayer_0/batchnorm_0/var": ("layers", "norm"),
-    "repeat_0/4/denselayer_0/batchnorm_1/mean": ("layers", "norm"),
-    "repeat_0/4/denselayer_0/batchnorm_1/var": ("layers", "norm"),
-    "repeat_0/5/denselayer_0/batchnorm_0/mean": ("layers", "norm"),
-    "repeat_0/5/denselayer_0/batchnorm_0/var": ("layers", "norm"),
-    "repeat_0/5/denselayer_0/batchnorm_1/mean": ("layers", "norm"),
-    "repeat_0/5/denselayer_0/batchnorm_1/var": ("layers", "norm"),
+    "repeat_0/0/denselayer_0/batchnorm_0/mean": ("norm",),
+    "repeat_0/0/denselayer_0/batchnorm_0/var": ("norm",),
+    "repeat_0/0/denselayer_0/batchnorm_1/mean": ("norm",),
+    "repeat_0/0/denselayer_0/batchnorm_1/var": ("norm",),
+    "repeat_0/1/denselayer_0/batchnorm_0/mean": ("norm",),
+    "repeat_0/1/denselayer_0/batchnorm_0/var": ("norm",),
+    "repeat_0/1/denselayer_0/batchnorm_1/mean": ("norm",),
+    "repeat_0/1/denselayer_0/batchnorm_1/var": ("norm",),
+    "repeat_0/2/denselayer_0/batchnorm_0/mean": ("norm",),
+    "repeat_0/2/denselayer_0/batchnorm_0/var": ("norm",),
+    "repeat_0/2/denselayer_0/batchnorm_1/mean": ("norm",),
+    "repeat_0/2/denselayer_0/batchnorm_1/var": ("norm",),
+    "repeat_0/3/denselayer_0/batchnorm_0/mean": ("norm",),
+    "repeat_0/3/denselayer_0/batchnorm_0/var": ("norm",),
+    "repeat_0/3/denselayer_0/batchnorm_1/mean": ("norm",),
+    "repeat_0/3/denselayer_0/batchnorm_1/var": ("norm",),
+    "repeat_0/4/denselayer_0/batchnorm_0/mean": ("norm",),
+    "repeat_0/4/denselayer_0/batchnorm_0/var": ("norm",),
+    "repeat_0/4/denselayer_0/batchnorm_1/mean": ("norm",),
+    "repeat_0/4/denselayer_0/batchnorm_1/var": ("norm",),
+    "repeat_0/5/denselayer_0/batchnorm_0/mean": ("norm",),
+    "repeat_0/5/denselayer_0/batchnorm_0/var": ("norm",),
+    "repeat_0/5/denselayer_0/batchnorm_1/mean": ("norm",),
+    "repeat_0/5/denselayer_0/batchnorm_1/var": ("norm",),
     "transition_0/batchnorm_0/mean": ("norm",),
     "transition_0/batchnorm_0/var": ("norm",),
     "repeat_1/0/denselayer_0/batchnorm_0/mean": ("layers", "norm"),
@@ -1341,12 +1341,7 @@ def apply(params, state, X, *, train=False, key=None):
         h_cl = to_channels_last(h)
         return h_cl, ns
 
-    (x, ns_repeat_0) = unrolled(
-        step_repeat_0,
-        x,
-        (params["repeat_0"]["0"], state["repeat_0"]["0"]),
-        1,
-    )
+    x, ns_repeat_0 = each_copy(step_repeat_0, x, (params["repeat_0"], state["repeat_0"]), 0, 1)
 
     def step_repeat_01(x2, xs):
         p, s = xs
@@ -1356,12 +1351,7 @@ def apply(params, state, X, *, train=False, key=None):
         h1_cl = to_channels_last(h1)
         return h1_cl, ns
 
-    (x, ns_repeat_01) = unrolled(
-        step_repeat_01,
-        x,
-        (params["repeat_0"]["1"], state["repeat_0"]["1"]),
-        1,
-    )
+    x, ns_repeat_01 = each_copy(step_repeat_01, x, (params["repeat_0"], state["repeat_0"]), 1, 1)
 
     def step_repeat_02(x3, xs):
         p, s = xs
@@ -1371,12 +1361,7 @@ def apply(params, state, X, *, train=False, key=None):
         h2_cl = to_channels_last(h2)
         return h2_cl, ns
 
-    (x, ns_repeat_02) = unrolled(
-        step_repeat_02,
-        x,
-        (params["repeat_0"]["2"], state["repeat_0"]["2"]),
-        1,
-    )
+    x, ns_repeat_02 = each_copy(step_repeat_02, x, (params["repeat_0"], state["repeat_0"]), 2, 1)
 
     def step_repeat_03(x4, xs):
         p, s = xs
@@ -1386,12 +1371,7 @@ def apply(params, state, X, *, train=False, key=None):
         h3_cl = to_channels_last(h3)
         return h3_cl, ns
 
-    (x, ns_repeat_03) = unrolled(
-        step_repeat_03,
-        x,
-        (params["repeat_0"]["3"], state["repeat_0"]["3"]),
-        1,
-    )
+    x, ns_repeat_03 = each_copy(step_repeat_03, x, (params["repeat_0"], state["repeat_0"]), 3, 1)
 
     def step_repeat_04(x5, xs):
         p, s = xs
@@ -1401,12 +1381,7 @@ def apply(params, state, X, *, train=False, key=None):
         h4_cl = to_channels_last(h4)
         return h4_cl, ns
 
-    (x, ns_repeat_04) = unrolled(
-        step_repeat_04,
-        x,
-        (params["repeat_0"]["4"], state["repeat_0"]["4"]),
-        1,
-    )
+    x, ns_repeat_04 = each_copy(step_repeat_04, x, (params["repeat_0"], state["repeat_0"]), 4, 1)
 
     def step_repeat_05(x6, xs):
         p, s = xs
@@ -1416,19 +1391,14 @@ def apply(params, state, X, *, train=False, key=None):
         h5_cl = to_channels_last(h5)
         return h5_cl, ns
 
-    (x, ns_repeat_05) = unrolled(
-        step_repeat_05,
-        x,
-        (params["repeat_0"]["5"], state["repeat_0"]["5"]),
-        1,
-    )
+    x, ns_repeat_05 = each_copy(step_repeat_05, x, (params["repeat_0"], state["repeat_0"]), 5, 1)
     new_state["repeat_0"] = {
-        "0": ns_repeat_0,
-        "1": ns_repeat_01,
-        "2": ns_repeat_02,
-        "3": ns_repeat_03,
-        "4": ns_repeat_04,
-        "5": ns_repeat_05,
+        **ns_repeat_0,
+        **ns_repeat_01,
+        **ns_repeat_02,
+        **ns_repeat_03,
+        **ns_repeat_04,
+        **ns_repeat_05,
     }
     # densenet121.lbdl:17: transition  ->  128×28×28
     (x, new_state["transition_0"]) = transition(
@@ -2697,6 +2667,47 @@ def batch_norm(
 def relu(x: jax.Array) -> jax.Array:
     """max(x, 0)."""
     return jax.nn.relu(x)
+
+
+def keep_products(prim, *_, **params) -> bool:
+    """What the backward pass of a ×N group keeps from its forward pass: the outputs of
+    convolutions and of matrix products with no batch axes; everything else (norms,
+    activations, softmax, attention's batched products) it computes again.
+
+    Values that cross the loop's boundary are written into stacked buffers and read back;
+    recomputing the cheap ones from the kept products costs less than storing them (GPT-2's
+    ×12 training step: 2.23 to 2.01 s on a 2-core CPU, and its compile 1.4 to 1.3 s).
+    """
+    if prim.name == "conv_general_dilated":
+        return True
+    if prim.name == "dot_general":
+        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+        return not lhs_batch and not rhs_batch
+    return False
+
+
+def each_copy(step, x, xs, first: int, length: int):
+    """A short ×N group whose copies keep arrays of their own (``storage`` in the compiler):
+    copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key,
+    their backward passes keeping what ``keep_products`` names, as a scanned group's do. XLA
+    sees straight-line code, with no stack to slice in either pass (ResNet-50's training step
+    compiled in 5.7 s against 9.9 s scanned, on a 2-core CPU). Returns the output and the
+    copies' new states by copy number."""
+    news = {}
+    for k in range(first, first + length):
+        kept = jax.checkpoint(lambda x, xs: step(x, xs), policy=keep_products)
+        x, news[str(k)] = kept(x, copy_of(xs, k, first))
+    return x, news
+
+
+def copy_of(xs, k: int, first: int):
+    """Copy ``k``'s part of what a step reads: its arrays out of a dict by copy number, its key
+    out of the keys split for the run that starts at copy ``first``."""
+    if isinstance(xs, tuple):
+        return tuple(copy_of(x, k, first) for x in xs)
+    if isinstance(xs, dict):
+        return xs[str(k)]
+    return None if xs is None else xs[k - first]
 
 
 def unrolled(step, x, xs, length: int):

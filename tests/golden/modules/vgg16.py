@@ -21,24 +21,32 @@ COMPUTE = jnp.float32
 
 # path: (shape, initialiser, its fan-in, std or value)
 PARAMS = {
-    "repeat_0/0/conv_2d_0/w": ((1, 3, 3, 3, 64), "fan_in", 27.0),
-    "repeat_0/0/conv_2d_0/b": ((1, 64), "const", 0.0),
-    "repeat_0/1/conv_2d_0/w": ((1, 3, 3, 64, 64), "fan_in", 576.0),
-    "repeat_0/1/conv_2d_0/b": ((1, 64), "const", 0.0),
-    "repeat_1/0/conv_2d_0/w": ((1, 3, 3, 64, 128), "fan_in", 576.0),
-    "repeat_1/0/conv_2d_0/b": ((1, 128), "const", 0.0),
-    "repeat_1/1/conv_2d_0/w": ((1, 3, 3, 128, 128), "fan_in", 1152.0),
-    "repeat_1/1/conv_2d_0/b": ((1, 128), "const", 0.0),
-    "repeat_2/0/conv_2d_0/w": ((1, 3, 3, 128, 256), "fan_in", 1152.0),
-    "repeat_2/0/conv_2d_0/b": ((1, 256), "const", 0.0),
-    "repeat_2/1/conv_2d_0/w": ((2, 3, 3, 256, 256), "fan_in", 2304.0),
-    "repeat_2/1/conv_2d_0/b": ((2, 256), "const", 0.0),
-    "repeat_3/0/conv_2d_0/w": ((1, 3, 3, 256, 512), "fan_in", 2304.0),
-    "repeat_3/0/conv_2d_0/b": ((1, 512), "const", 0.0),
-    "repeat_3/1/conv_2d_0/w": ((2, 3, 3, 512, 512), "fan_in", 4608.0),
-    "repeat_3/1/conv_2d_0/b": ((2, 512), "const", 0.0),
-    "repeat_4/conv_2d_0/w": ((3, 3, 3, 512, 512), "fan_in", 4608.0),
-    "repeat_4/conv_2d_0/b": ((3, 512), "const", 0.0),
+    "repeat_0/0/conv_2d_0/w": ((3, 3, 3, 64), "fan_in", 27.0),
+    "repeat_0/0/conv_2d_0/b": ((64,), "const", 0.0),
+    "repeat_0/1/conv_2d_0/w": ((3, 3, 64, 64), "fan_in", 576.0),
+    "repeat_0/1/conv_2d_0/b": ((64,), "const", 0.0),
+    "repeat_1/0/conv_2d_0/w": ((3, 3, 64, 128), "fan_in", 576.0),
+    "repeat_1/0/conv_2d_0/b": ((128,), "const", 0.0),
+    "repeat_1/1/conv_2d_0/w": ((3, 3, 128, 128), "fan_in", 1152.0),
+    "repeat_1/1/conv_2d_0/b": ((128,), "const", 0.0),
+    "repeat_2/0/conv_2d_0/w": ((3, 3, 128, 256), "fan_in", 1152.0),
+    "repeat_2/0/conv_2d_0/b": ((256,), "const", 0.0),
+    "repeat_2/1/conv_2d_0/w": ((3, 3, 256, 256), "fan_in", 2304.0),
+    "repeat_2/1/conv_2d_0/b": ((256,), "const", 0.0),
+    "repeat_2/2/conv_2d_0/w": ((3, 3, 256, 256), "fan_in", 2304.0),
+    "repeat_2/2/conv_2d_0/b": ((256,), "const", 0.0),
+    "repeat_3/0/conv_2d_0/w": ((3, 3, 256, 512), "fan_in", 2304.0),
+    "repeat_3/0/conv_2d_0/b": ((512,), "const", 0.0),
+    "repeat_3/1/conv_2d_0/w": ((3, 3, 512, 512), "fan_in", 4608.0),
+    "repeat_3/1/conv_2d_0/b": ((512,), "const", 0.0),
+    "repeat_3/2/conv_2d_0/w": ((3, 3, 512, 512), "fan_in", 4608.0),
+    "repeat_3/2/conv_2d_0/b": ((512,), "const", 0.0),
+    "repeat_4/0/conv_2d_0/w": ((3, 3, 512, 512), "fan_in", 4608.0),
+    "repeat_4/0/conv_2d_0/b": ((512,), "const", 0.0),
+    "repeat_4/1/conv_2d_0/w": ((3, 3, 512, 512), "fan_in", 4608.0),
+    "repeat_4/1/conv_2d_0/b": ((512,), "const", 0.0),
+    "repeat_4/2/conv_2d_0/w": ((3, 3, 512, 512), "fan_in", 4608.0),
+    "repeat_4/2/conv_2d_0/b": ((512,), "const", 0.0),
     "fc_0/w": ((25088, 4096), "fan_in", 25088.0),
     "fc_0/b": ((4096,), "const", 0.0),
     "fc_1/w": ((4096, 4096), "fan_in", 4096.0),
@@ -54,24 +62,32 @@ STATE = {}
 
 # path: the logical role of each axis, which sharding rules map to mesh axes
 ROLES = {
-    "repeat_0/0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/0/conv_2d_0/b": ("layers", "out"),
-    "repeat_0/1/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_0/1/conv_2d_0/b": ("layers", "out"),
-    "repeat_1/0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_1/0/conv_2d_0/b": ("layers", "out"),
-    "repeat_1/1/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_1/1/conv_2d_0/b": ("layers", "out"),
-    "repeat_2/0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_2/0/conv_2d_0/b": ("layers", "out"),
-    "repeat_2/1/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_2/1/conv_2d_0/b": ("layers", "out"),
-    "repeat_3/0/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_3/0/conv_2d_0/b": ("layers", "out"),
-    "repeat_3/1/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_3/1/conv_2d_0/b": ("layers", "out"),
-    "repeat_4/conv_2d_0/w": ("layers", "kernel", "kernel", "in", "out"),
-    "repeat_4/conv_2d_0/b": ("layers", "out"),
+    "repeat_0/0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/0/conv_2d_0/b": ("out",),
+    "repeat_0/1/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_0/1/conv_2d_0/b": ("out",),
+    "repeat_1/0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_1/0/conv_2d_0/b": ("out",),
+    "repeat_1/1/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_1/1/conv_2d_0/b": ("out",),
+    "repeat_2/0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_2/0/conv_2d_0/b": ("out",),
+    "repeat_2/1/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_2/1/conv_2d_0/b": ("out",),
+    "repeat_2/2/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_2/2/conv_2d_0/b": ("out",),
+    "repeat_3/0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_3/0/conv_2d_0/b": ("out",),
+    "repeat_3/1/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_3/1/conv_2d_0/b": ("out",),
+    "repeat_3/2/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_3/2/conv_2d_0/b": ("out",),
+    "repeat_4/0/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_4/0/conv_2d_0/b": ("out",),
+    "repeat_4/1/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_4/1/conv_2d_0/b": ("out",),
+    "repeat_4/2/conv_2d_0/w": ("kernel", "kernel", "in", "out"),
+    "repeat_4/2/conv_2d_0/b": ("out",),
     "fc_0/w": ("in", "mlp"),
     "fc_0/b": ("mlp",),
     "fc_1/w": ("mlp", "out"),
@@ -99,7 +115,7 @@ def apply(params, state, X, *, train=False, key=None):
         h_cf = to_channels_first(h)
         return h_cf, None
 
-    x, _ = unrolled(step_repeat_0, X, params["repeat_0"]["0"], 1)
+    x, _ = each_copy(step_repeat_0, X, params["repeat_0"], 0, 1)
 
     def step_repeat_01(x2, p):
         # vgg16.lbdl:9: conv-2d k=3 p=1   64×224×224
@@ -110,7 +126,7 @@ def apply(params, state, X, *, train=False, key=None):
         h1_cf = to_channels_first(h1)
         return h1_cf, None
 
-    x, _ = unrolled(step_repeat_01, x, params["repeat_0"]["1"], 1)
+    x, _ = each_copy(step_repeat_01, x, params["repeat_0"], 1, 1)
     # vgg16.lbdl:11: maxpool k=2         64×112×112
     x = to_channels_last(x)
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
@@ -123,7 +139,7 @@ def apply(params, state, X, *, train=False, key=None):
         h2 = relu(h2)
         return h2, None
 
-    x, _ = unrolled(step_repeat_1, x, params["repeat_1"]["0"], 1)
+    x, _ = each_copy(step_repeat_1, x, params["repeat_1"], 0, 1)
 
     def step_repeat_11(x4, p):
         # vgg16.lbdl:13: conv-2d k=3 p=1   128×112×112
@@ -132,7 +148,7 @@ def apply(params, state, X, *, train=False, key=None):
         h3 = relu(h3)
         return h3, None
 
-    x, _ = unrolled(step_repeat_11, x, params["repeat_1"]["1"], 1)
+    x, _ = each_copy(step_repeat_11, x, params["repeat_1"], 1, 1)
     # vgg16.lbdl:15: maxpool k=2         128×56×56
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
 
@@ -144,7 +160,7 @@ def apply(params, state, X, *, train=False, key=None):
         h4 = relu(h4)
         return h4, None
 
-    x, _ = unrolled(step_repeat_2, x, params["repeat_2"]["0"], 1)
+    x, _ = each_copy(step_repeat_2, x, params["repeat_2"], 0, 1)
 
     def step_repeat_21(x6, p):
         # vgg16.lbdl:17: conv-2d k=3 p=1   256×56×56
@@ -153,7 +169,7 @@ def apply(params, state, X, *, train=False, key=None):
         h5 = relu(h5)
         return h5, None
 
-    x, _ = scan_group(step_repeat_21, x, params["repeat_2"]["1"], 2)
+    x, _ = each_copy(step_repeat_21, x, params["repeat_2"], 1, 2)
     # vgg16.lbdl:19: maxpool k=2         256×28×28
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
 
@@ -165,7 +181,7 @@ def apply(params, state, X, *, train=False, key=None):
         h6 = relu(h6)
         return h6, None
 
-    x, _ = unrolled(step_repeat_3, x, params["repeat_3"]["0"], 1)
+    x, _ = each_copy(step_repeat_3, x, params["repeat_3"], 0, 1)
 
     def step_repeat_31(x8, p):
         # vgg16.lbdl:21: conv-2d k=3 p=1   512×28×28
@@ -174,7 +190,7 @@ def apply(params, state, X, *, train=False, key=None):
         h7 = relu(h7)
         return h7, None
 
-    x, _ = scan_group(step_repeat_31, x, params["repeat_3"]["1"], 2)
+    x, _ = each_copy(step_repeat_31, x, params["repeat_3"], 1, 2)
     # vgg16.lbdl:23: maxpool k=2         512×14×14
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
 
@@ -186,7 +202,7 @@ def apply(params, state, X, *, train=False, key=None):
         h8 = relu(h8)
         return h8, None
 
-    x, _ = scan_group(step_repeat_4, x, params["repeat_4"], 3)
+    x, _ = each_copy(step_repeat_4, x, params["repeat_4"], 0, 3)
     # vgg16.lbdl:27: maxpool k=2         512×7×7
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
     # vgg16.lbdl:28: reshape             25088
@@ -579,19 +595,28 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def scan_group(step, x, xs, length: int):
-    """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
-    whatever N), its backward pass keeping only what ``keep_products`` names."""
-    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
+def each_copy(step, x, xs, first: int, length: int):
+    """A short ×N group whose copies keep arrays of their own (``storage`` in the compiler):
+    copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key,
+    their backward passes keeping what ``keep_products`` names, as a scanned group's do. XLA
+    sees straight-line code, with no stack to slice in either pass (ResNet-50's training step
+    compiled in 5.7 s against 9.9 s scanned, on a 2-core CPU). Returns the output and the
+    copies' new states by copy number."""
+    news = {}
+    for k in range(first, first + length):
+        kept = jax.checkpoint(lambda x, xs: step(x, xs), policy=keep_products)
+        x, news[str(k)] = kept(x, copy_of(xs, k, first))
+    return x, news
 
 
-def unrolled(step, x, xs, length: int):
-    """``jax.lax.scan``'s result, computed by a Python loop: ``--unroll``'s lowering of ×N."""
-    ys = []
-    for i in range(length):
-        x, y = step(x, jax.tree.map(lambda a, i=i: a[i], xs))
-        ys.append(y)
-    return x, jax.tree.map(lambda *a: jnp.stack(a), *ys)
+def copy_of(xs, k: int, first: int):
+    """Copy ``k``'s part of what a step reads: its arrays out of a dict by copy number, its key
+    out of the keys split for the run that starts at copy ``first``."""
+    if isinstance(xs, tuple):
+        return tuple(copy_of(x, k, first) for x in xs)
+    if isinstance(xs, dict):
+        return xs[str(k)]
+    return None if xs is None else xs[k - first]
 
 
 def init_table(key, table: dict) -> dict:
