@@ -4,11 +4,14 @@ A stacked group is compiled once whatever N (``jax.lax.scan`` over the stack): G
 blocks cost what one does. But on XLA:CPU the loop is not free: every weight is sliced out of
 its stack in the forward pass and again in the backward pass, and the stacked gradients are
 written back slice by slice, each a kernel of its own. For a short group those kernels cost more
-to compile and to run than the copies themselves: ResNet-50's stages (1 + 2, 3, 5 and 2
-bottlenecks) compiled 1.2 to 1.4 times as long as Flax's unrolled model, stacked, and about as
-long with each copy's arrays apart. So a group of at most `PER_COPY_MAX` copies in all keeps
-one set of arrays per copy, under the copy's number (``repeat_0/2/...``), and its copies are
-called in turn; longer groups stay stacked.
+to compile and to run than the copies themselves: ResNet-50 (its stages' 3, 4, 6 and 3
+bottlenecks, the first of each written apart) compiled 1.2 to 1.4 times as long as Flax's
+unrolled model, stacked, and about as long with each copy's arrays apart. So a short group
+keeps one set of arrays per copy, under the copy's number (``repeat_0/2/...``), and its copies
+are called in turn; longer groups stay stacked. Short depends on the body, as measured: up to
+`PER_COPY_MAX` copies of convolutions, whose loops cost most (each stage's stacks are shapes of
+their own), up to `PER_COPY_ANY` of anything else (a transformer's blocks, whose copies cost
+more to compile apart than their loop does).
 
 Only groups of role ``layers`` outside every stack: inside a stacked group (or a mixture of
 experts) every array has that group's axis already, and a copy cannot be called apart from the
@@ -22,10 +25,16 @@ from collections.abc import Iterator
 from lbdl_dsl.compiler.instance import Copies, Inst
 
 PER_COPY_MAX = 6
-"""The most copies a ×N group may have, all its runs together, and keep its arrays apart.
+"""The most copies a ×N group of convolutions may have, all its runs together, and keep its
+arrays apart: ResNet-50's longest has 5 (its third stage: 6 bottlenecks, the first written
+apart). Its training step compiled in 9.9 s stacked against 5.7 s apart, and apart in 5.2 s
+against the Flax peer's 5.4 s, in two runs on a 2-core CPU."""
 
-ResNet-50's longest group has 5 (its third stage: 6 bottlenecks, the first written apart); GPT-2
-small's 12 blocks stay stacked, whose compile must not grow with the depth."""
+PER_COPY_ANY = 2
+"""The most copies any other group may have and keep them apart. A transformer block's loop
+costs little against its copies: GPT-2 small's training step at 2, 4, 6 and 8 blocks compiled
+in 1.38, 1.92, 2.87 and 4.09 s apart against 1.44, 1.52, 1.48 and 1.48 s stacked (2-core CPU),
+so its groups stack from 3 copies on."""
 
 
 def per_copy(inst: Inst) -> bool:
@@ -33,7 +42,24 @@ def per_copy(inst: Inst) -> bool:
     if not inst.copies or any(cp.role != "layers" for cp in inst.copies):
         return False
     counts = [cp.count.as_int() for cp in inst.copies]
-    return None not in counts and sum(c for c in counts if c is not None) <= PER_COPY_MAX
+    if None in counts:
+        return False
+    total = sum(c for c in counts if c is not None)
+    if total <= PER_COPY_ANY:
+        return True
+    return total <= PER_COPY_MAX and any(_convolves(cp.body) for cp in inst.copies)
+
+
+def _convolves(insts: list[Inst]) -> bool:
+    """Whether a box of ``insts``, or inside them, has a convolution's kernel (an array with
+    spatial axes of role ``kernel``)."""
+    for inst in insts:
+        if any("kernel" in spec.roles for spec in inst.params.values()):
+            return True
+        inner = [inst.body, inst.shortcut, *(cp.body for cp in inst.copies)]
+        if any(_convolves(part) for part in inner):
+            return True
+    return False
 
 
 def numbered(inst: Inst) -> Iterator[tuple[int, int, Copies]]:

@@ -1,6 +1,6 @@
-"""Two runtime functions written again for the ONNX converter, with the same numbers.
+"""Three runtime functions written again for the ONNX converter, with the same numbers.
 
-jax2onnx (0.13) mistranslates two primitives our runtime uses:
+jax2onnx (0.13) mistranslates two primitives our runtime uses, and one of its uses of a third:
 
 - ``reduce_window`` max becomes an ONNX ``MaxPool`` over *every* axis of its operand; on a
   channels-last image (B, H, W, C) that is a 4-D pooling, which onnxruntime refuses
@@ -9,6 +9,10 @@ jax2onnx (0.13) mistranslates two primitives our runtime uses:
 - ``conv_general_dilated`` with ``lhs_dilation`` (the transposed convolution) becomes an ONNX
   ``ConvTranspose`` without its strides, so every output is too small. Here the input is
   dilated by reshapes (zeros between the values), and a plain convolution follows.
+- ``checkpoint`` (``remat``) of one traced body called several times, as `each_copy` calls
+  its copies, is written inline each time under the same value names, which ONNX refuses
+  ("cannot have a producer"). An export converts the forward pass only, where a checkpoint
+  changes nothing: here the copies are called plainly.
 
 Only the ONNX export uses them (`export` swaps them into the executed module); XLA keeps the
 runtime's own, which it runs faster. Each takes the arguments of the runtime's function of the
@@ -101,4 +105,14 @@ def conv_transpose(
     return y
 
 
-REPLACEMENTS = {"max_pool": max_pool, "conv_transpose": conv_transpose}
+def each_copy(step, x, xs, first: int, length: int):
+    """The runtime's `each_copy` without its checkpoint (see the module)."""
+    from lbdl_dsl.backends.jax.runtime import copy_of
+
+    news = {}
+    for k in range(first, first + length):
+        x, news[str(k)] = step(x, copy_of(xs, k, first))
+    return x, news
+
+
+REPLACEMENTS = {"max_pool": max_pool, "conv_transpose": conv_transpose, "each_copy": each_copy}

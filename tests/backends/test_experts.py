@@ -68,7 +68,7 @@ def _mixture(x: np.ndarray, p: dict, k: int, cap: float, body: Any) -> np.ndarra
 def model(request: pytest.FixtureRequest) -> Any:
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "stacked":
-            patch.setattr(storage, "PER_COPY_MAX", 0)
+            patch.setattr(storage, "per_copy", lambda inst: False)
         built = lbdl_dsl.compile(str(SPEC), T=6)
     assert ("scan_group(" in built.source) == (request.param == "stacked")
     return built

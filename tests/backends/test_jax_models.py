@@ -28,7 +28,7 @@ def _compiled(spec: str, *, stacked: bool = False, **kwargs):
     copies apart (`storage`): a scan over stacked arrays."""
     with pytest.MonkeyPatch.context() as patch:
         if stacked:
-            patch.setattr(storage, "PER_COPY_MAX", 0)
+            patch.setattr(storage, "per_copy", lambda inst: False)
         return lbdl_dsl.compile(spec, **kwargs)
 
 
@@ -186,10 +186,10 @@ def test_scan_and_unrolled_loops_give_the_same_numbers():
 
 
 def test_copies_kept_apart_give_the_scans_numbers():
-    """GPT's 3 blocks kept apart (`each_copy`) against the same blocks scanned over stacked
+    """GPT's 2 blocks kept apart (`each_copy`) against the same blocks scanned over stacked
     arrays: the same outputs and gradients, copy for copy, dropout's keys included."""
     spec = str(REPO / "specs" / "gpt.lbdl")
-    small = dict(N=3, D=32, H=4, V=50, T=8)
+    small = dict(N=2, D=32, H=4, V=50, T=8)
     apart, scanned = _compiled(spec, **small), _compiled(spec, stacked=True, **small)
     assert "= each_copy(" in apart.source and "scan_group" not in apart.source
     params, state = scanned.init(jax.random.key(0))
@@ -207,7 +207,7 @@ def test_copies_kept_apart_give_the_scans_numbers():
     np.testing.assert_allclose(float(a(params)), float(b(mine)), rtol=1e-5)
     ga, gb = jax.jit(jax.grad(a))(params), jax.jit(jax.grad(b))(mine)
     flat_a, flat_b = weights.flatten(_apart(apart, ga)), weights.flatten(gb)
-    assert flat_a.keys() == flat_b.keys() and any("/2/" in k for k in flat_b)
+    assert flat_a.keys() == flat_b.keys() and any("/1/" in k for k in flat_b)
     for path, g in flat_b.items():
         np.testing.assert_allclose(np.asarray(g), np.asarray(flat_a[path]), rtol=1e-4, atol=1e-6)
 
@@ -308,24 +308,28 @@ def test_a_file_of_the_stacked_layout_loads_copy_by_copy(tmp_path):
     """A file whose short ×N groups are stacked (what lbdl wrote before they kept their copies
     apart, or a stacked model's) loads into the model that keeps them apart, each copy cut
     from its stack: a group of two runs (`×3` whose first copy changes the shape) included."""
-    text = "model m:\n  input X: 4\n  ×3:\n    fc 8\n    batchnorm\n  fc 2\n  output Y\n"
+    text = "model m:\n  input X: 3×4×4\n  ×3:\n    conv-2d k=3 p=1  8×4×4\n    batchnorm\n"
+    text += "  flatten\n  fc 2\n  output Y\n"
     spec = tmp_path / "m.lbdl"
     spec.write_text(text, encoding="utf-8")
     apart, stacked = _compiled(str(spec)), _compiled(str(spec), stacked=True)
     params, state = stacked.init(jax.random.key(0))
-    assert params["repeat_0"]["0"]["fc_0"]["w"].shape == (1, 4, 8)  # the runs, stacked
+    assert params["repeat_0"]["0"]["conv_2d_0"]["w"].shape == (1, 3, 3, 3, 8)  # runs, stacked
     path = stacked.save(tmp_path / "old.safetensors", params, state)
     loaded, loaded_state = apart.load(path)
     want, want_state = _apart(apart, params), _apart(apart, state)
-    assert loaded["repeat_0"]["2"]["fc_0"]["w"].shape == (8, 8)
+    assert loaded["repeat_0"]["2"]["conv_2d_0"]["w"].shape == (3, 3, 8, 8)
     for a, b in zip(jax.tree.leaves((want, want_state)), jax.tree.leaves((loaded, loaded_state))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(
-        np.asarray(loaded["repeat_0"]["2"]["fc_0"]["w"]),
-        np.asarray(params["repeat_0"]["1"]["fc_0"]["w"][1]),
+        np.asarray(loaded["repeat_0"]["2"]["conv_2d_0"]["w"]),
+        np.asarray(params["repeat_0"]["1"]["conv_2d_0"]["w"][1]),
     )
     # a stacked file of other sizes is still refused, with the stored layout's differences
-    bad = {**weights.flatten(params), "repeat_0/1/fc_0/w": np.zeros((2, 8, 9), np.float32)}
+    bad = {
+        **weights.flatten(params),
+        "repeat_0/1/conv_2d_0/w": np.zeros((2, 3, 3, 8, 9), np.float32),
+    }
     path = weights.save(tmp_path / "bad.safetensors", unflatten(bad), state)
     with pytest.raises(LbdlError, match="do not fit this model"):
         apart.load(path)

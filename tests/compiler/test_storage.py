@@ -66,8 +66,9 @@ def test_gpt2s_twelve_blocks_stay_stacked() -> None:
 def test_every_stored_array_is_one_copy_of_the_view(
     compile_text: Callable[..., Compiled], stacked: bool
 ) -> None:
-    """Per copy outside, stacked inside; or stacked outside, and then inside too."""
-    outer = storage.PER_COPY_MAX + 1 if stacked else 3
+    """Apart outside and inside; or stacked outside, and then inside too. Groups of fully
+    connected layers keep at most `PER_COPY_ANY` copies apart."""
+    outer = storage.PER_COPY_ANY + 1 if stacked else storage.PER_COPY_ANY
     compiled = compile_text(STACKS.format(outer=outer, inner=2))
     stored, view = _arrays(compiled), _arrays(compiled, stacked=True)
     total = sum(_numel(a.shape) for a in stored.values())
@@ -79,10 +80,10 @@ def test_every_stored_array_is_one_copy_of_the_view(
     if stacked:  # one array of both stacks
         assert inner == ["repeat_0/repeat_0/fc_0/w"]
         assert _ints(stored[inner[0]].shape) == (outer, 2, 8, 8)
-    else:  # the inner group is short and outside every stack too: each of the 3 × 2 apart
-        assert len(inner) == 6
-        arr = stored["repeat_0/2/repeat_0/1/fc_0/w"]
-        assert arr.copy == (2, 1) and _ints(arr.shape) == (8, 8)
+    else:  # the inner group is short and outside every stack too: each of the 2 × 2 apart
+        assert len(inner) == 4
+        arr = stored["repeat_0/1/repeat_0/1/fc_0/w"]
+        assert arr.copy == (1, 1) and _ints(arr.shape) == (8, 8)
         assert arr.view == "repeat_0/repeat_0/fc_0/w"
 
 
@@ -101,28 +102,51 @@ def _numel(shape: tuple) -> int:
 def test_a_group_whose_first_copy_differs_numbers_its_copies_across_runs(
     compile_text: Callable[..., Compiled],
 ) -> None:
-    """A group whose first copy changes the shape has two runs; kept apart, its copies are
-    numbered 0, 1, 2 across both, each mapped to its run's array in the view."""
+    """A group whose first copy changes the shape has two runs; kept apart (convolutions, 3
+    copies), its copies are numbered 0, 1, 2 across both, each mapped to its run's array."""
     text = """\
 model m:
-  input X: 4
+  input X: 3×8×8
   ×3:
-    fc 8
+    conv-2d k=3 p=1   4×8×8
+  flatten
   fc 2
   output Y
 """
     compiled = compile_text(text)
     stored, view = _arrays(compiled), _arrays(compiled, stacked=True)
     assert [(p, a.view, a.copy) for p, a in stored.items() if p.startswith("repeat_0")] == [
-        ("repeat_0/0/fc_0/w", "repeat_0/0/fc_0/w", (0,)),
-        ("repeat_0/0/fc_0/b", "repeat_0/0/fc_0/b", (0,)),
-        ("repeat_0/1/fc_0/w", "repeat_0/1/fc_0/w", (0,)),
-        ("repeat_0/1/fc_0/b", "repeat_0/1/fc_0/b", (0,)),
-        ("repeat_0/2/fc_0/w", "repeat_0/1/fc_0/w", (1,)),
-        ("repeat_0/2/fc_0/b", "repeat_0/1/fc_0/b", (1,)),
+        ("repeat_0/0/conv_2d_0/w", "repeat_0/0/conv_2d_0/w", (0,)),
+        ("repeat_0/0/conv_2d_0/b", "repeat_0/0/conv_2d_0/b", (0,)),
+        ("repeat_0/1/conv_2d_0/w", "repeat_0/1/conv_2d_0/w", (0,)),
+        ("repeat_0/1/conv_2d_0/b", "repeat_0/1/conv_2d_0/b", (0,)),
+        ("repeat_0/2/conv_2d_0/w", "repeat_0/1/conv_2d_0/w", (1,)),
+        ("repeat_0/2/conv_2d_0/b", "repeat_0/1/conv_2d_0/b", (1,)),
     ]
-    assert _ints(view["repeat_0/0/fc_0/w"].shape) == (1, 4, 8)
-    assert _ints(view["repeat_0/1/fc_0/w"].shape) == (2, 8, 8)
+    assert _ints(view["repeat_0/0/conv_2d_0/w"].shape) == (1, 3, 3, 3, 4)
+    assert _ints(view["repeat_0/1/conv_2d_0/w"].shape) == (2, 3, 3, 4, 4)
+
+
+@pytest.mark.parametrize(
+    ("body", "count", "apart"),
+    [
+        ("conv-2d k=3 p=1 c=8", storage.PER_COPY_MAX, True),
+        ("conv-2d k=3 p=1 c=8", storage.PER_COPY_MAX + 1, False),
+        ("fc 8", storage.PER_COPY_ANY, True),
+        ("fc 8", storage.PER_COPY_ANY + 1, False),
+    ],
+)
+def test_what_is_short_depends_on_the_body(
+    compile_text: Callable[..., Compiled], body: str, count: int, apart: bool
+) -> None:
+    shape = "8×8×8" if body.startswith("conv") else "8"
+    text = f"model m:\n  input X: {shape}\n  ×{count}:\n    {body}\n  output Y\n"
+    compiled = compile_text(text)
+    assert compiled.checked is not None
+    (group,) = [i for i in compiled.checked.root if i.copies]
+    assert storage.per_copy(group) is apart
+    stacks = {_ints(a.stack) for a in _arrays(compiled).values()}
+    assert stacks == ({()} if apart else {(count,)})
 
 
 def test_experts_stay_stacked_and_so_does_what_is_inside_them() -> None:

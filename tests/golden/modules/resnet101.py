@@ -1158,8 +1158,8 @@ def each_copy(step, x, xs, first: int, length: int):
     compiled in 5.7 s against 9.9 s scanned, on a 2-core CPU). Returns the output and the
     copies' new states by copy number."""
     news = {}
+    kept = jax.checkpoint(step, policy=keep_products)  # traced once for all the copies
     for k in range(first, first + length):
-        kept = jax.checkpoint(lambda x, xs: step(x, xs), policy=keep_products)
         x, news[str(k)] = kept(x, copy_of(xs, k, first))
     return x, news
 
