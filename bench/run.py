@@ -613,9 +613,11 @@ the runtime (`lbdl_dsl/backends/jax/runtime.py`), each measured on this machine:
    (`b01f_01oi`, `f01b_i01o->01bf`). Outside loops XLA:CPU canonicalises them; inside a
    `while` loop it runs them on a slow generic path (jax-ml/jax#12868, open). The body of a
    ×N group is a loop (`jax.lax.scan`), so ResNet-50's training step took 45 to 60 s against
-   the peer's 4.5 s; four 3×3 convolutions in a scan took 20 s to differentiate against
-   0.28 s unrolled. `conv` is now a custom VJP whose backward pass is written with
-   `NHWC`/`HWIO` convolutions only (`conv_input_grad`, `conv_weight_grad`; exact: the same
+   the peer's 4.5 s when its stages were loops; four 3×3 convolutions in a scan took 20 s to
+   differentiate against 0.28 s unrolled. ResNet-50's stages now keep their copies apart
+   (below), but a longer stack of convolutions (ResNet-101's 22 bottlenecks) still loops.
+   `conv` is now a custom VJP whose backward pass is written with `NHWC`/`HWIO` convolutions
+   only (`conv_input_grad`, `conv_weight_grad`; exact: the same
    numbers as JAX's rule on every case of stride, padding, dilation and groups tried). The cost:
    forward-mode differentiation (`jax.jvp`) does not go through a custom VJP.
 2. *Pointwise convolutions as matrix products.* 36 of ResNet-50's 53 convolutions are 1×1
@@ -666,29 +668,26 @@ residuals and gradients, the loop itself. Split into tracing, lowering and XLA's
 Our programs are smaller (5,284 and 1,250 lines of StableHLO against 7,762 and 5,897) but
 XLA spends longer on ResNet-50's loops.
 
-- ResNet-50 has four short loops (2, 3, 5, 2 copies) and the peer's bottlenecks are already
-  deduplicated, so the loops cost more than they save. `python bench/kernels.py` counts the
-  kernels in XLA's optimised programs: forward, 100 kernels of which 77 distinct for ours
-  against the peer's 145 of which 48; training step, 922 / 512 against 1,427 / 325; and
-  XLA's compile follows the distinct ones (1.01 against 0.62 s, 6.17 against 4.76 s). Forty
-  small kernels of one shape compile in 0.07 s, of forty shapes in 0.50 s. The stacks make
-  the extra shapes: every loop body reads its 15 parameters out of their stacks, and each
-  read is a kernel of its own shape (the weights) or is fused into a norm that then differs
-  from group to group; in the training step, the stacked gradients are written back, the
-  saved values are stacked, and the optimiser's updates run over stacked shapes that are
-  all different ((2, 64), (3, 128), (5, 256)... where the peer's 161 parameters share a few
-  shapes: of our 55 distinct products-and-sums the peer has no twin of, most update the
-  optimiser's state or batchnorm's running averages). Fed one copy's parameters unstacked
-  (an experiment: same loops, no slices), XLA's compile of our forward pass drops from 0.94
-  to 0.59 s, the peer's being 0.61 s. Per-copy parameters without loops (an experiment:
-  each copy its own subtree) tie with the peer, 1.02 forward and 0.94 training step in one
-  run, at the price of the scan and of a pytree whose shape depends on N. Unrolling over the
-  stacks is worse (static slices are kernels too, one per copy: 1.63 s forward and 9.5 s
-  training step against the peer's 0.79 and 5.8 s), and so is splitting each stack once
-  (`jnp.unstack`) before a Python loop over the copies, which might have let XLA make one
-  kernel of the slices: 1.54 s forward against the scan's 0.83 s and the peer's 0.77 s
-  (medians of three, in turn, in one process). The forward pass's ratio moves most
-  from run to run (the peer's compile took 0.45 to 1.09 s on this machine).
+- ResNet-50 has four short groups (2, 3, 5, 2 copies) and the peer's bottlenecks are already
+  deduplicated, so loops cost more than they save. When its groups were loops,
+  `python bench/kernels.py` counted 77 distinct kernels in the optimised forward pass against
+  the peer's 48, and 512 against 325 in the training step, and XLA's compile followed the
+  distinct ones: each loop body read its 15 parameters out of their stacks, each read a kernel
+  of its own shape or fused into a norm that then differed from group to group, and the
+  stacked gradients, saved values and optimiser updates had shapes the peer's do not
+  ((2, 64), (3, 128), (5, 256)...). Splitting the stacks at run time does not help (static
+  slices, dynamic slices and `jnp.unstack` are kernels too: unrolling over the stacks took
+  1.63 s forward against the peer's 0.79 s, `jnp.unstack` before a Python loop 1.54 s). So a
+  short group of convolutions now keeps each copy's arrays apart (`compiler/storage.py`,
+  `each_copy`): no stacks and no slices, the copies called in turn. In one process (medians
+  of three, in turn), the training step compiled in 9.9 s stacked and 5.7 s apart, the forward
+  pass in 1.37 s and 0.93 s; with the checkpointed copy traced once for all copies, 5.16 s
+  against the peer's 5.36 s (tracing 0.57 s against 0.80 s). What is left is XLA's compile
+  of our own kernels, within this machine's noise of the peer's. Tried: plain convolutions for
+  the 1×1 ones, which the steady rows gain from (forward 0.65 s against 0.73 s, training step
+  5.44 s against 5.31 s: within the spread); the copies without `jax.checkpoint` (training
+  step 4.39 s against 5.16 s, the peer's 5.36 s), not kept: the checkpoint keeps the memory
+  of a stage's activations at its products and inputs (docs/performance-memory.md).
 - GPT's one loop of twelve saves XLA's passes over eleven blocks: the forward pass is at the
   0.5 target, the training step is not, because the target assumed a compile time
   proportional to the number of blocks. The rows "GPT, train step vs blocks" compile the
@@ -709,8 +708,10 @@ XLA spends longer on ResNet-50's loops.
   needs for one. Tried for the growth (the 12-block training step's compile, medians of three
   in one process): the loop's body without `jax.checkpoint` 1.76 s against `keep_products`'
   1.37 s; `nothing_saveable` 1.52 s and `dots_with_no_batch_dims_saveable` 1.49 s, within the
-  spread. The remedy the figures point to is the one ResNet-50's rows point to: parameters
-  stored per copy, with no slices and no stacked gradients.
+  spread. Keeping the blocks' arrays apart, as ResNet-50's now are, does not help a
+  transformer: GPT-2 small's training step at 2, 4, 6 and 8 blocks compiled in 1.38, 1.92,
+  2.87 and 4.09 s apart against 1.44, 1.52, 1.48 and 1.48 s stacked, so groups of anything
+  but convolutions keep their copies apart only up to two.
 
 ### Time to first output
 

@@ -44,7 +44,8 @@ def init_row(init: Init) -> tuple[str, float]:
 
 
 def param_table(compiled: Compiled) -> tuple[list[tuple], list[tuple]]:
-    """(path, shape, how, arg) for every parameter and state array, stacked for ×N groups."""
+    """(path, shape, how, arg) for every parameter and state array, as `paths.arrays` stores
+    them: stacked for long ×N groups, one set per copy for short ones (`storage`)."""
     params: list[tuple] = []
     state: list[tuple] = []
     for array in arrays(compiled.checked.root):
