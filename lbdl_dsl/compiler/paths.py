@@ -107,3 +107,16 @@ def _array(
         return Array(path, spec, counts, inst, trainable, roles)
     name = path.rsplit("/", 1)[1]
     return Array(path, spec, counts, inst, trainable, roles, f"{view}/{name}", apart.copy)
+
+
+Cut = dict[str, tuple[str, tuple[int, ...], Sizes]]
+"""A stored path → the stacked view's path of its array, its index there, the view's shape."""
+
+
+def cut(root: list[Inst]) -> Cut:
+    """Each stored array that is one copy of an array of the stacked view: where it comes from.
+
+    What reads the stacked layout (an importer's map, a file or checkpoint written before short
+    groups kept their copies apart) cuts each copy out with it."""
+    view = {a.path: a.shape for a in arrays(root, stacked=True)}
+    return {a.path: (a.view, a.copy, view[a.view]) for a in arrays(root) if a.view}

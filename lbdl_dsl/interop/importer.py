@@ -82,9 +82,7 @@ def copies(model: Any) -> dict[str, Copy]:
     """Each stored array of ``model`` that is a copy cut from the stacked view, by its path."""
     from lbdl_dsl.compiler import paths
 
-    root = model.checked.root
-    shapes = {a.path: _ints(a.shape) for a in paths.arrays(root, stacked=True)}
-    return {a.path: Copy(a.view, a.copy, shapes[a.view]) for a in paths.arrays(root) if a.view}
+    return {p: Copy(v, i, _ints(s)) for p, (v, i, s) in paths.cut(model.checked.root).items()}
 
 
 def view_table(model: Any) -> dict[str, Shape]:

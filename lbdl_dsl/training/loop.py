@@ -214,7 +214,7 @@ class _Loop:
                 hint=f"ask for more: --steps {latest + self.total}",
             )
         meta = self.ckpts.read_meta(latest)
-        ts = self.ckpts.restore(latest, ts)
+        ts = self.ckpts.restore(latest, ts, self.model.cut())
         self.position = Position.from_json(meta["position"])
         self.time_offset = float(meta.get("time", 0.0))
         main = self.devices.is_main

@@ -15,6 +15,7 @@ from train_helpers import TINY_BN, TINY_CNN, TINY_MLP, assert_golden
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax.weights import flatten
+from lbdl_dsl.compiler import storage
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.training.loop import TrainingInterrupted
 from lbdl_dsl.training.signature import signature
@@ -123,6 +124,49 @@ def test_resume_after_an_interrupt_is_bitwise(spec_file, quiet_train) -> None:
     assert_bitwise(resumed.state, whole.state)
     assert losses(resumed.run_dir) == losses(whole.run_dir)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+TINY_STACK = """\
+model tiny_stack(C=3):
+  input X: 4×4×4
+  ×3:
+    conv-2d k=3 p=1   4×4×4
+    batchnorm
+    relu
+  reshape           64
+  fc                C
+  output Y
+"""
+
+
+def test_a_checkpoint_of_the_stacked_layout_resumes(spec_file, quiet_train, monkeypatch) -> None:
+    """A run checkpointed while short ×N groups were stacked (lbdl before they kept their
+    copies apart) resumes: parameters, running averages and Adam's moments cut copy by copy."""
+    spec = spec_file(TINY_STACK)
+    options = dict(log_every=1, optimizer="adam", **SMALL)
+    with monkeypatch.context() as patch:
+        patch.setattr(storage, "per_copy", lambda inst: False)
+        stacked = quiet_train(spec, "synthetic", "stacked", steps=4, **options)
+        quiet_train(spec, "synthetic", "old", steps=2, **options)
+    assert stacked.params["repeat_0"]["conv_2d_0"]["w"].shape == (3, 3, 3, 4, 4)
+    resumed = quiet_train(spec, "synthetic", "old", steps=4, resume=True, **options)
+    assert resumed.params["repeat_0"]["2"]["conv_2d_0"]["w"].shape == (3, 3, 4, 4)
+    for tree, old, name in (
+        (resumed.params, stacked.params, "conv_2d_0/w"),
+        (resumed.state, stacked.state, "batchnorm_0/mean"),
+    ):
+        flat, stacks = flatten(tree), flatten(old)
+        for k in range(3):  # the same run, rounding apart (a scan against straight-line code)
+            np.testing.assert_allclose(
+                np.asarray(flat[f"repeat_0/{k}/{name}"]),
+                np.asarray(stacks[f"repeat_0/{name}"][k]),
+                rtol=1e-4,
+                atol=1e-6,
+            )
+    train = [
+        [loss for kind, _, loss in losses(r.run_dir) if kind == "train"] for r in (resumed, stacked)
+    ]
+    np.testing.assert_allclose(*train, rtol=1e-4)
 
 
 def test_steps_then_more_steps_with_the_cli(spec_file, tmp_path: Path, capsys) -> None:

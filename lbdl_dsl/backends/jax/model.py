@@ -158,6 +158,11 @@ class Model:
         """Parameters (and state) to ``.safetensors`` (or ``.npz``), keyed by their paths."""
         return weights.save(path, params, state)
 
+    def cut(self) -> dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]]:
+        """Each stored array that is one copy of the stacked view's (`paths.cut`), sizes known."""
+        cut = paths.cut(self.checked.root)
+        return {p: (v, i, tuple(_int(d, v) for d in s)) for p, (v, i, s) in cut.items()}
+
     def load(self, path: str | Path) -> tuple[Any, Any]:
         """(params, state) from a file written by `save`, `lbdl train` or `lbdl import`.
 
@@ -166,7 +171,7 @@ class Model:
         whose short ×N groups are stacked (lbdl's layout before they kept their copies apart,
         `storage`) is read too, each copy cut from its stack.
         """
-        copies = {a.path: (a.view, a.copy) for a in paths.arrays(self.checked.root) if a.view}
+        copies = {p: (view, index) for p, (view, index, _) in self.cut().items()}
         tables = self.module["PARAMS"], self.module["STATE"]
         params, state = weights.load_checked(path, *tables, copies)
         as_jax = {k: jnp.asarray(v) for k, v in params.items()}
