@@ -463,6 +463,12 @@ def resolve(checked: Checked, mesh: MeshSpec, rules: Rules) -> Layout:
     )
 
 
+_LAYERS_APART = (
+    " (a short ×N group keeps each copy's arrays apart, with no `layers` axis: "
+    "docs/architecture.md, parameter storage)"
+)
+
+
 def _unmatched(
     res: _Resolver, model: str, header: Span, placed: dict[str, Placement]
 ) -> list[Diagnostic]:
@@ -477,7 +483,8 @@ def _unmatched(
                 f"--shard {rule.source}: no parameter of `{model}` has an axis "
                 + (f"of size {rule.target}" if rule.is_symbol else f"with the role {rule.target}"),
                 header,
-                f"the roles of its parameters' axes: {', '.join(seen) or 'none'}",
+                f"the roles of its parameters' axes: {', '.join(seen) or 'none'}"
+                + (_LAYERS_APART if rule.target == "layers" else ""),
             )
         )
     for preset in res.rules.presets:

@@ -202,6 +202,7 @@ def test_a_symbolic_size_is_assumed_to_divide() -> None:
         ("gpt.H", "gpt.lbdl", "data=2,tensor=2", ["H=tensor"]),
         ("gpt.F", "gpt.lbdl", "data=2,tensor=2", ["F=tensor"]),
         ("resnet18.tp", "resnet18.lbdl", "data=2,tensor=2", ["tp"]),
+        ("resnet18.layers", "resnet18.lbdl", "data=2,fsdp=2", ["layers=fsdp"]),
         ("gpt.heads5", "gpt.lbdl", "tensor=5", ["heads=tensor"]),
     ],
 )
