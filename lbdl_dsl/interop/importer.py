@@ -80,9 +80,7 @@ class Copy:
 
 def copies(model: Any) -> dict[str, Copy]:
     """Each stored array of ``model`` that is a copy cut from the stacked view, by its path."""
-    from lbdl_dsl.compiler import paths
-
-    return {p: Copy(v, i, _ints(s)) for p, (v, i, s) in paths.cut(model.checked.root).items()}
+    return {p: Copy(*entry) for p, entry in model.cut().items()}
 
 
 def view_table(model: Any) -> dict[str, Shape]:

@@ -51,7 +51,7 @@ class Checkpoints:
         restored = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(restored.meta)
 
-    def restore(self, step: int, like: TrainState, cut: Cut | None = None) -> TrainState:
+    def restore(self, step: int, like: TrainState, cut: weights.Cut | None = None) -> TrainState:
         """The state of checkpoint ``step``, with the structure, shapes and types of ``like``.
 
         With ``cut`` (the model's `Model.cut`), a checkpoint written in the stacked layout (by
@@ -66,7 +66,8 @@ class Checkpoints:
                 except (ValueError, KeyError, TypeError):
                     pass
                 else:
-                    return jax.tree.map(_placed, _trees(older, lambda f: _cut(f, cut)), like)
+                    cut_out = _trees(older, lambda f: weights.cut_copies(f, cut))
+                    return jax.tree.map(_placed, cut_out, like)
             raise LbdlError(
                 f"{self.directory}/{step}: the checkpoint does not fit this model and optimiser "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]})",
@@ -77,7 +78,7 @@ class Checkpoints:
     def _abstract(self, leaf: Any) -> Any:
         return self._ocp.utils.to_shape_dtype_struct(leaf)
 
-    def _restore(self, step: int, like: Any, cut: Cut | None = None) -> TrainState:
+    def _restore(self, step: int, like: Any, cut: weights.Cut | None = None) -> TrainState:
         ocp = self._ocp
         abstract = jax.tree.map(self._abstract, like)
         if cut:  # the params-like trees in the stacked layout
@@ -87,9 +88,6 @@ class Checkpoints:
 
     def close(self) -> None:
         self.manager.close()
-
-
-Cut = dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]]  # see `paths.cut`
 
 
 def _trees(tree: Any, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
@@ -107,8 +105,9 @@ def _trees(tree: Any, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Any
     return tree
 
 
-def _stacked(flat: dict[str, Any], cut: Cut) -> dict[str, Any]:
-    """Shapes of the stacked layout for the copies kept apart in ``flat``."""
+def _stacked(flat: dict[str, Any], cut: weights.Cut) -> dict[str, Any]:
+    """Shapes of the stacked layout for the copies kept apart in ``flat`` (the inverse of
+    `weights.cut_copies`)."""
     if not any(k in cut for k in flat):
         return flat
     out = {k: v for k, v in flat.items() if k not in cut}
@@ -120,18 +119,6 @@ def _stacked(flat: dict[str, Any], cut: Cut) -> dict[str, Any]:
                 spec = jax.sharding.PartitionSpec(*(None,) * len(index), *sharding.spec)
                 sharding = jax.sharding.NamedSharding(sharding.mesh, spec)
             out[view] = jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=sharding)
-    return out
-
-
-def _cut(flat: dict[str, Any], cut: Cut) -> dict[str, Any]:
-    """Each copy cut out of its stacked array (the inverse of `_stacked`)."""
-    views = {view for view, _, _ in cut.values() if view in flat}
-    if not views:
-        return flat
-    out = {k: v for k, v in flat.items() if k not in views}
-    for path, (view, index, _) in cut.items():
-        if view in views:
-            out[path] = flat[view][index]
     return out
 
 

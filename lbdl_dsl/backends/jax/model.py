@@ -158,7 +158,7 @@ class Model:
         """Parameters (and state) to ``.safetensors`` (or ``.npz``), keyed by their paths."""
         return weights.save(path, params, state)
 
-    def cut(self) -> dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    def cut(self) -> weights.Cut:
         """Each stored array that is one copy of the stacked view's (`paths.cut`), sizes known."""
         cut = paths.cut(self.checked.root)
         return {p: (v, i, tuple(_int(d, v) for d in s)) for p, (v, i, s) in cut.items()}
@@ -171,9 +171,8 @@ class Model:
         whose short ×N groups are stacked (lbdl's layout before they kept their copies apart,
         `storage`) is read too, each copy cut from its stack.
         """
-        copies = {p: (view, index) for p, (view, index, _) in self.cut().items()}
         tables = self.module["PARAMS"], self.module["STATE"]
-        params, state = weights.load_checked(path, *tables, copies)
+        params, state = weights.load_checked(path, *tables, self.cut())
         as_jax = {k: jnp.asarray(v) for k, v in params.items()}
         return unflatten(as_jax), unflatten({k: jnp.asarray(v) for k, v in state.items()})
 

@@ -104,16 +104,23 @@ def split(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return params, state
 
 
-def _cut(
-    flat: dict[str, np.ndarray], copies: Mapping[str, tuple[str, tuple[int, ...]]]
-) -> dict[str, np.ndarray]:
-    """``flat`` with each copy kept apart cut from its stacked array (the views' arrays the
-    file has replaced by the copies: a view's path can be a copy's, ``repeat_0/0/...``)."""
-    views = {view for view, _ in copies.values() if view in flat}
+Cut = dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]]
+"""A stored path → its array's path in the stacked view, its index there, the view's shape
+(`Model.cut`, from `paths.cut`)."""
+
+
+def cut_copies(flat: dict[str, Any], cut: Mapping[str, tuple[str, tuple[int, ...], Any]]) -> dict:
+    """``flat`` (arrays by path) with each copy kept apart cut from its stacked array, the
+    stacked arrays dropped (a view's path can be a copy's, ``repeat_0/0/...``); ``flat``
+    itself when it holds none of them. A stack too short for an index leaves that copy out,
+    for the caller's check to report."""
+    views = {view for view, _, _ in cut.values() if view in flat}
+    if not views:
+        return flat
     out = {k: v for k, v in flat.items() if k not in views}
-    for p, (view, index) in copies.items():
+    for p, (view, index, _) in cut.items():
         if view in views:
-            whole = np.asarray(flat[view])
+            whole = flat[view]
             if whole.ndim >= len(index) and all(i < n for i, n in zip(index, whole.shape)):
                 out[p] = whole[index]
     return out
@@ -136,18 +143,18 @@ def load_checked(
     path: str | Path,
     params_table: Mapping[str, Any],
     state_table: Mapping[str, Any],
-    copies: Mapping[str, tuple[str, tuple[int, ...]]] | None = None,
+    cut: Cut | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Flat (params, state) from ``path``, refused unless they fit the tables exactly.
 
-    ``copies`` (a stored path → its array in the stacked view and its index there) reads a
-    file written with every ×N group stacked, as lbdl wrote all of them before short groups
+    ``cut`` (`Model.cut`: a stored path → its array in the stacked view and its index there)
+    reads a file written with every ×N group stacked, as lbdl wrote all of them before short groups
     kept their copies apart: each copy is cut from its stacked array."""
     params, state = split(read(path))
     problems = mismatches(params, params_table, "parameter")
     problems += mismatches(state, state_table, "state array")
-    if problems and copies:  # perhaps the stacked layout: the copies cut, all must fit
-        params_cut, state_cut = _cut(params, copies), _cut(state, copies)
+    if problems and cut:  # perhaps the stacked layout: the copies cut, all must fit
+        params_cut, state_cut = cut_copies(params, cut), cut_copies(state, cut)
         fits = not mismatches(params_cut, params_table, "")
         if fits and not mismatches(state_cut, state_table, ""):
             params, state, problems = params_cut, state_cut, []
