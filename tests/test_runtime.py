@@ -572,6 +572,47 @@ def test_attention_dropout():
     assert not np.allclose(np.asarray(y1), np.asarray(base))
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_takes_heads_last_and_agrees(causal):
+    # XLA's implementation of the call stands in for cuDNN's, which needs a GPU: what is
+    # checked is the layout (B, T, H, D) in and out and the causal mask handed over
+    rng = np.random.default_rng(23)
+    q, k, v = (rand(rng, 2, 5, 3, 4) for _ in range(3))
+    fused = partial(rt.fused_attention, causal=causal, implementation="xla")
+    y = call(fused, q, k, v)
+    heads_first = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
+    expected = ref.attention_ref(*heads_first, None, causal).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)  # its softmax is float32
+
+
+def test_fused_attention_runs_only_where_cudnn_does():
+    rng = np.random.default_rng(24)
+    q = jnp.asarray(rand(rng, 1, 8, 2, 8), dtype=jnp.bfloat16)
+    if jax.default_backend() != "gpu":  # no cuDNN here: the caller computes it itself
+        assert rt.fused_attention(q, q, q, causal=True) is None
+    wide = jnp.asarray(rand(rng, 1, 8, 2, 8))  # float32: never the half-precision kernel
+    assert rt.fused_attention(wide, wide, wide, causal=False) is None
+    cross = partial(rt.fused_attention, causal=True, implementation="xla")
+    assert cross(q, q[:, :4], q[:, :4]) is None  # a causal mask over unequal lengths
+    assert cross(q, q, q[..., :4]) is None  # values of another head size
+
+
+def test_mha_without_the_fused_kernel_keeps_its_dropout_and_mask(monkeypatch):
+    # the fused call is asked only where it computes the same: no mask, no active dropout
+    asked = []
+    monkeypatch.setattr(rt, "fused_attention", lambda *a, **k: asked.append(k) or None)
+    rng = np.random.default_rng(25)
+    x = jnp.asarray(rand(rng, 1, 4, 8))
+    p = mha_params(rng, 8, 8, 2, 4, 4, 8, True)
+    key = jax.random.PRNGKey(1)
+    rt.mha(x, x, p, heads=2, causal=True)
+    rt.mha(x, x, p, heads=2, dropout=0.5, train=False, key=key)
+    assert asked == [{"causal": True}, {"causal": False}]
+    rt.mha(x, x, p, heads=2, dropout=0.5, train=True, key=key)
+    rt.mha(x, x, p, heads=2, mask=np.ones((1, 1, 4, 4), bool))
+    assert len(asked) == 2
+
+
 def mha_params(rng, d, dkv, heads, dqk, dv, dout, bias):
     p = {
         "wq": rand(rng, d, heads * dqk),

@@ -362,12 +362,37 @@ def mha(
     v = dense(z, p["wv"], p.get("bv"))
     dqk = q.shape[-1] // heads
     dv = v.shape[-1] // heads
-    q = q.reshape(b, tq, heads, dqk).transpose(0, 2, 1, 3)
-    k = k.reshape(b, tk, heads, dqk).transpose(0, 2, 1, 3)
-    v = v.reshape(b, tk, heads, dv).transpose(0, 2, 1, 3)
-    out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
-    out = out.transpose(0, 2, 1, 3).reshape(b, tq, heads * dv)
-    return dense(out, p["wo"], p.get("bo"))
+    q = q.reshape(b, tq, heads, dqk)
+    k = k.reshape(b, tk, heads, dqk)
+    v = v.reshape(b, tk, heads, dv)
+    out = None
+    if mask is None and not (train and dropout > 0.0):
+        out = fused_attention(q, k, v, causal=causal)
+    if out is None:
+        q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+        out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
+        out = out.transpose(0, 2, 1, 3)
+    return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
+
+
+def fused_attention(q, k, v, *, causal: bool, implementation: str = "cudnn"):
+    """Attention by ``jax.nn.dot_product_attention``'s cuDNN kernel, which never holds the
+    T×T scores in memory (flash attention): q (B, Tq, H, Dqk), k (B, Tk, H, Dqk), v (B, Tk, H,
+    Dv) in, (B, Tq, H, Dv) out. None where that kernel does not run: off an NVIDIA GPU, in
+    float32, or where cuDNN's own checks refuse the head size or lengths; the caller then
+    computes ``attention``. On a CPU, XLA's version of the same call compiled slower and ran
+    no faster than ``attention``, so it is not used there."""
+    half = q.dtype in (jnp.bfloat16, jnp.float16)
+    if implementation == "cudnn" and (jax.default_backend() != "gpu" or not half):
+        return None
+    if v.shape != k.shape or (causal and q.shape[1] != k.shape[1]):
+        return None  # the call takes one head size; cuDNN aligns a causal mask its own way
+    try:
+        return jax.nn.dot_product_attention(
+            q, k, v, is_causal=causal, implementation=implementation
+        )
+    except (NotImplementedError, RuntimeError):  # cuDNN's checks, made while tracing
+        return None
 
 
 def patches(x: jax.Array, size: int) -> jax.Array:
@@ -392,14 +417,15 @@ def fold(key, i: int):
 
 def keep_products(prim, *_, **params) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
-    convolutions and of matrix products with no batch axes; everything else (norms,
+    convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
+    output and softmax statistics, which its backward kernel reads); everything else (norms,
     activations, softmax, attention's batched products) it computes again.
 
     Values that cross the loop's boundary are written into stacked buffers and read back;
     recomputing the cheap ones from the kept products costs less than storing them (GPT-2's
     ×12 training step: 2.23 to 2.01 s on a 2-core CPU, and its compile 1.4 to 1.3 s).
     """
-    if prim.name == "conv_general_dilated":
+    if prim.name == "conv_general_dilated" or prim.name.startswith("dot_product_attention_fwd"):
         return True
     if prim.name == "dot_general":
         (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
