@@ -57,6 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--seed", type=int, default=0, help="initialisation, order, dropout (0)")
     g.add_argument("--dtype", choices=DTYPES, default="float32", help="compute type")
+    g.add_argument(
+        "--unroll",
+        action="store_true",
+        help="×N groups as straight-line code, not a scan: slower to compile, faster steps "
+        "on a GPU (docs/performance-gpu.md)",
+    )
     g = p.add_argument_group("run folder")
     g.add_argument("-o", "--output", metavar="RUN", help="the run folder (default runs/SPECNAME)")
     g.add_argument("--resume", action="store_true", help="continue the run in the folder")
@@ -107,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             log_every=args.log_every,
             seed=args.seed,
             dtype=args.dtype,
+            unroll=args.unroll,
             resume=args.resume,
             mesh=args.mesh,
             shard=tuple(args.shard or ()),

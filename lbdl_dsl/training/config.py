@@ -36,6 +36,7 @@ RESUMABLE_CHANGES = frozenset(
         "output_dir",
         "resume",
         "mesh",  # a checkpoint restores onto any mesh (docs/scaling.md)
+        "unroll",  # the same function and parameters, lowered without the scan
         "shard",
     }
 )
@@ -67,6 +68,7 @@ class TrainConfig:
     log_every: int = 10
     seed: int = 0
     dtype: str = "float32"
+    unroll: bool = False  # ×N groups as straight-line code (faster steps on a GPU)
     resume: bool = False
     mesh: str | None = None  # a device mesh, data=2,fsdp=2 (None: one device)
     shard: tuple[str, ...] = ()  # --shard's presets and rules (default dp)

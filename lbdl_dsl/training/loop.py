@@ -139,7 +139,9 @@ def run(
         display = progress.QuietDisplay()
     display = display or progress.display_for()
     run_dir = Path(config.output_dir)
-    model = lbdl_dsl.compile(config.spec, dtype=config.dtype, **dict(config.overrides))
+    model = lbdl_dsl.compile(
+        config.spec, dtype=config.dtype, unroll=config.unroll, **dict(config.overrides)
+    )
     devices = devices.place(model)
     devices.check_batch(config.batch)
     digest = rundir.spec_hash(model.compiled.sources)

@@ -170,6 +170,43 @@ def test_a_checkpoint_of_the_stacked_layout_resumes(spec_file, quiet_train, monk
     np.testing.assert_allclose(*train, rtol=1e-4)
 
 
+TINY_DEEP = """\
+model tiny_deep(C=3):
+  input X: 8
+  ×3:
+    fc              8
+    relu
+  fc                C
+  output Y
+"""
+
+
+def test_unroll_trains_the_same_model_and_resumes_a_scanned_run(
+    spec_file, quiet_train, monkeypatch
+) -> None:
+    """``--unroll`` (faster steps on a GPU) lowers the ×3 group as straight-line code over the
+    same stacked parameters: a scanned run resumes unrolled, rounding apart the same run."""
+    spec = spec_file(TINY_DEEP)
+    options = dict(log_every=1, optimizer="adam", **SMALL)
+    asked: list[bool] = []
+    compile_ = lbdl_dsl.compile
+    monkeypatch.setattr(
+        lbdl_dsl, "compile", lambda *a, **k: asked.append(k["unroll"]) or compile_(*a, **k)
+    )
+    scanned = quiet_train(spec, "synthetic", "scanned", steps=4, **options)
+    quiet_train(spec, "synthetic", "mixed", steps=2, **options)
+    mixed = quiet_train(spec, "synthetic", "mixed", steps=4, resume=True, unroll=True, **options)
+    assert asked == [False, False, True]
+    a, b = flatten(mixed.params), flatten(scanned.params)
+    assert a.keys() == b.keys() and a["repeat_0/fc_0/w"].shape == (3, 8, 8)
+    for k in a:
+        np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=1e-4, atol=1e-6)
+    train = [[x for kind, _, x in losses(r.run_dir) if kind == "train"] for r in (mixed, scanned)]
+    np.testing.assert_allclose(*train, rtol=1e-4)
+    record = json.loads((mixed.run_dir / "run.json").read_text(encoding="utf-8"))
+    assert record["config"]["unroll"] is True
+
+
 def test_steps_then_more_steps_with_the_cli(spec_file, tmp_path: Path, capsys) -> None:
     from lbdl_dsl import main
 
