@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup system gallery bench fuzz fuzz-nightly lint docs clean
+.PHONY: demo test setup system gallery bench bench-gpu fuzz fuzz-nightly lint docs clean
 
 # The demo needs the package alone (lark, networkx, rich: about 60 MB of virtual environment);
 # `make setup` adds JAX, training, benchmarks and the test tools (about 1.1 GB).
@@ -47,6 +47,11 @@ bench: setup
 	$(PY) bench/memory.py
 	$(PY) bench/kernels.py
 	$(PY) bench/diagrams.py
+
+# On a machine with a GPU (docs/performance-gpu.md): bf16, larger batches, MFU.
+bench-gpu: setup
+	$(PY) bench/accelerator.py
+	$(PY) bench/accelerator_variants.py --out docs/performance-gpu-variants.json
 
 fuzz: setup
 	$(PY) bench/fuzz.py --cases 100000

@@ -135,6 +135,7 @@ class CausalSelfAttention(nn.Module):
     heads: int
     n_layer: int
     dtype: Any = jnp.float32
+    attention: str | None = None  # jax.nn.dot_product_attention's implementation
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -144,7 +145,10 @@ class CausalSelfAttention(nn.Module):
         q, k, v = jnp.split(qkv.reshape(b, t, 3, self.heads, head_dim), 3, axis=2)
         # jax.nn.dot_product_attention is the library's own fused path; a hand-written
         # softmax(QK^T)V would be slower than what a real Flax user gets.
-        y = jax.nn.dot_product_attention(q[:, :, 0], k[:, :, 0], v[:, :, 0], is_causal=True)
+        # (on a GPU, "cudnn" is its flash-attention kernel).
+        y = jax.nn.dot_product_attention(
+            q[:, :, 0], k[:, :, 0], v[:, :, 0], is_causal=True, implementation=self.attention
+        )
         y = y.reshape(b, t, self.d)
         return nn.Dense(
             self.d, dtype=self.dtype, kernel_init=_residual_init(self.n_layer), name="proj"
@@ -167,11 +171,15 @@ class Block(nn.Module):
     heads: int
     n_layer: int
     dtype: Any = jnp.float32
+    attention: str | None = None
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         h = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype, name="ln_1")(x)
-        x = x + CausalSelfAttention(self.d, self.heads, self.n_layer, self.dtype, name="attn")(h)
+        attn = CausalSelfAttention(
+            self.d, self.heads, self.n_layer, self.dtype, self.attention, name="attn"
+        )
+        x = x + attn(h)
         h = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype, name="ln_2")(x)
         h = nn.Dense(4 * self.d, dtype=self.dtype, kernel_init=_gpt_init, name="fc")(h)
         # GPT-2 uses the tanh approximation of GELU, which is also flax's default.
@@ -191,6 +199,7 @@ class GPT(nn.Module):
     vocab: int = 50257
     ctx: int = 1024
     dtype: Any = jnp.float32
+    attention: str | None = None
 
     @nn.compact
     def __call__(self, tokens: Array) -> Array:
@@ -201,7 +210,9 @@ class GPT(nn.Module):
         wpe = self.param("wpe", nn.initializers.normal(0.01), (self.ctx, self.d))
         x = wte(tokens) + wpe[None, :t].astype(self.dtype)
         for i in range(self.n_layer):
-            x = Block(self.d, self.heads, self.n_layer, self.dtype, name=f"h_{i}")(x)
+            x = Block(self.d, self.heads, self.n_layer, self.dtype, self.attention, name=f"h_{i}")(
+                x
+            )
         x = nn.LayerNorm(epsilon=1e-5, dtype=self.dtype, name="ln_f")(x)
         # Tied output layer: logits = h @ wte.T, no bias; float32 for a stable loss.
         return wte.attend(x.astype(jnp.float32)).astype(jnp.float32)
@@ -289,11 +300,15 @@ def make_gpt(
     vocab: int = 50257,
     ctx: int = 1024,
     dtype: Any = jnp.float32,
+    attention: str | None = None,
 ) -> Peer:
-    """GPT peer on (batch, T) int32 tokens with next-token targets."""
+    """GPT peer on (batch, T) int32 tokens with next-token targets; ``attention`` names
+    ``jax.nn.dot_product_attention``'s implementation (None: the library's choice)."""
     if d % heads:
         raise ValueError(f"d={d} is not divisible by heads={heads}")
-    model = GPT(n_layer=n_layer, d=d, heads=heads, vocab=vocab, ctx=ctx, dtype=dtype)
+    model = GPT(
+        n_layer=n_layer, d=d, heads=heads, vocab=vocab, ctx=ctx, dtype=dtype, attention=attention
+    )
     tx = _optimizer()
 
     def init(key: Array) -> Variables:

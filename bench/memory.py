@@ -33,7 +33,12 @@ FIELDS = ("argument", "output", "temp", "total")
 
 def analysed(fn: Any, args: tuple) -> dict[str, int]:
     """XLA's memory plan of ``fn(*args)``, jitted, in bytes."""
-    stats = jax.jit(fn).lower(*args).compile().memory_analysis()
+    return planned(jax.jit(fn).lower(*args).compile())
+
+
+def planned(compiled: Any) -> dict[str, int]:
+    """XLA's memory plan of a compiled program, in bytes."""
+    stats = compiled.memory_analysis()
     argument = int(stats.argument_size_in_bytes)
     output = int(stats.output_size_in_bytes)
     temp = int(stats.temp_size_in_bytes)

@@ -126,13 +126,15 @@ def cases(quick: bool) -> list[Case]:
     return [resnet, gpt]
 
 
-def resnet_peer(batch: int, image: int, stages: tuple[int, ...] = (3, 4, 6, 3)) -> Any:
+def resnet_peer(
+    batch: int, image: int, stages: tuple[int, ...] = (3, 4, 6, 3), dtype: Any = jnp.float32
+) -> Any:
     """`flax_peers.make_resnet50`, with fewer bottlenecks per stage for --quick."""
     full = flax_peers.ResNet50
     if tuple(stages) != tuple(full.stages):
         flax_peers.ResNet50 = functools.partial(full, stages=stages)  # type: ignore[misc]
     try:
-        return flax_peers.make_resnet50(batch, image)
+        return flax_peers.make_resnet50(batch, image, dtype)
     finally:
         flax_peers.ResNet50 = full
 

@@ -108,3 +108,90 @@ def test_a_growth_the_peer_did_not_have_is_no_ratio() -> None:
     assert "no ratio, the peer's compile did not grow (-0.48 s)" in lines[0]
     assert lines[0].endswith("(target ≤ 0.25: **not met**)")
     assert lines[1].endswith(": 0.25 (target ≤ 0.25: met)")
+
+
+def test_accelerator_quick_gives_every_row_and_renders_again(tmp_path: Path) -> None:
+    from bench import accelerator
+
+    out = tmp_path / "performance-gpu.md"
+    record = accelerator.main(["--quick", "--only", "gpt,gpt-unrolled", "--out", str(out)])
+    tiny, unrolled = (c.name for c in accelerator.cases(True)[:2])
+    metrics = {name: [r["metric"] for r in case["rows"]] for name, case in record["cases"].items()}
+    train = ["compile: training step (s)", "steady: training step (s)"]
+    assert metrics == {
+        tiny: [
+            "compile: forward (s)",
+            "steady: forward (s)",
+            *train,
+            "memory: training step (GiB)",
+        ],
+        unrolled: [*train, "memory: training step (GiB)"],
+    }
+    for case in record["cases"].values():
+        assert all(r["ours"] > 0 and r["peer"] > 0 for r in case["rows"]), case["rows"]
+        flops = 6 * case["macs_per_sample"] * case["batch"]
+        assert case["train_flops"] == flops and case["mfu"]["ours"]["of_peak"] is None  # a CPU
+        step = next(r for r in case["rows"] if r["metric"] == "steady: training step (s)")
+        assert case["mfu"]["ours"]["tflops"] == pytest.approx(flops / step["ours"] / 1e12)
+    # the peer's compile is measured once for both cases: they have the same Flax model
+    compiles = [
+        next(r for r in case["rows"] if r["metric"] == "compile: training step (s)")
+        for case in record["cases"].values()
+    ]
+    assert compiles[0]["peer"] == compiles[1]["peer"]
+    text = out.read_text(encoding="utf-8")
+    assert "| model | FLOPs per step |" in text and "python bench/accelerator.py --quick" in text
+    assert f"- {tiny}, MFU: no data-sheet peak for this device" in text
+    assert "each in a fresh process" not in text  # said only for rows measured otherwise
+    again = tmp_path / "again.md"
+    accelerator.main(["--render", str(out.with_suffix(".json")), "--out", str(again)])
+    assert again.read_text(encoding="utf-8") == text
+
+
+def test_accelerator_takes_compile_rows_from_another_run() -> None:
+    from bench import accelerator
+
+    def case(name: str, compile_: float) -> dict:
+        rows = [
+            {"model": name, "metric": "compile: training step (s)", "ours": compile_, "peer": 2.0},
+            {"model": name, "metric": "steady: training step (s)", "ours": 0.5, "peer": 0.4},
+        ]
+        return {"rows": rows, "kind": "gpt", "mfu_target": False}
+
+    record = {"cases": {"a": case("a", 9.0), "b": case("b", 8.0)}, "compile_method": "in one go"}
+    fresh = {"command": "python bench/accelerator.py --compile-only", "kind": "GPU"}
+    fresh["cases"] = {"a": {"rows": case("a", 1.0)["rows"][:1]}}
+    merged = accelerator.with_compiles(record, fresh)
+    assert [r["ours"] for r in merged["cases"]["a"]["rows"]] == [1.0, 0.5]
+    assert [r["ours"] for r in merged["cases"]["b"]["rows"]] == [8.0, 0.5]
+    note = merged["compile_note"]
+    assert note.startswith("compile rows of a: `python bench/accelerator.py --compile-only`")
+    assert note.endswith("; of b: this run's, in one go")
+
+
+def test_accelerator_peaks_and_kernels_are_read_as_written() -> None:
+    from bench import accelerator
+
+    assert accelerator.peak("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert accelerator.peak("NVIDIA H100 PCIe") == 756e12
+    assert accelerator.peak("cpu") is None
+    found = {"__cudnn$fmhaSoftmaxBackward": 1, "__cudnn$fmhaSoftmax": 2}
+    assert accelerator.kernels_said(found) == "fmhaSoftmax ×2, fmhaSoftmaxBackward ×1"
+    assert accelerator.kernels_said({}) == "none"
+
+
+def test_accelerator_variants_compute_the_same_model() -> None:
+    # each way of lowering the step is the same function: the same loss after one step
+    import jax
+
+    from bench import accelerator, accelerator_variants
+
+    case = accelerator.cases(True)[0]
+    ours, peer = accelerator.sides(case)
+    x, y = peer.train_args[2:]
+    loss = jax.jit(ours.train_step)(*ours.train_args)[-1]
+    for name in accelerator_variants.VARIANTS["gpt"]:
+        side = accelerator_variants.variant(case, name, x, y)
+        assert float(jax.jit(side.train_step)(*side.train_args)[-1]) == pytest.approx(
+            float(loss), rel=2e-2
+        ), name
