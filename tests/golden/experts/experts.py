@@ -265,14 +265,15 @@ def gelu(x: jax.Array, approximate: bool = False) -> jax.Array:
 
 def keep_products(prim, *_, **params) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
-    convolutions and of matrix products with no batch axes; everything else (norms,
+    convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
+    output and softmax statistics, which its backward kernel reads); everything else (norms,
     activations, softmax, attention's batched products) it computes again.
 
     Values that cross the loop's boundary are written into stacked buffers and read back;
     recomputing the cheap ones from the kept products costs less than storing them (GPT-2's
     ×12 training step: 2.23 to 2.01 s on a 2-core CPU, and its compile 1.4 to 1.3 s).
     """
-    if prim.name == "conv_general_dilated":
+    if prim.name == "conv_general_dilated" or prim.name.startswith("dot_product_attention_fwd"):
         return True
     if prim.name == "dot_general":
         (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
