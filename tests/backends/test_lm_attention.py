@@ -63,6 +63,34 @@ def test_grouped_query_attention_is_mha_with_copied_key_value_heads() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("window", [0, 3])
+def test_the_fused_path_computes_what_the_einsum_does(monkeypatch, window: int) -> None:
+    # XLA's implementation of jax.nn.dot_product_attention stands in for cuDNN's (a GPU's):
+    # the heads handed over in its layout, after the rotation and the groups' copies; a
+    # window is a mask, which the fused call is not asked for
+    from functools import partial
+
+    from lbdl_dsl.backends.jax import runtime
+    from lbdl_dsl.backends.jax.runtime_extra import lm_attention
+
+    heads, kv, d, dh = 4, 2, 16, 4
+    x = _rand(11, 2, 6, d)
+    p = {"wq": _rand(12, d, heads * dh), "wk": _rand(13, d, kv * dh), "wv": _rand(14, d, kv * dh)}
+    p["wo"] = _rand(15, heads * dh, d)
+    options = dict(heads=heads, kv=kv, causal=True, theta=10000.0, window=window)
+    want = mha_lm(x, x, p, **options)
+    asked: list[int] = []
+
+    def fused(*a, **k):
+        asked.append(1)
+        return partial(runtime.fused_attention, implementation="xla")(*a, **k)
+
+    monkeypatch.setattr(lm_attention, "fused_attention", fused)
+    got = mha_lm(x, x, p, **options)
+    assert asked == ([] if window else [1])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_sliding_window_is_an_explicit_band_mask() -> None:
     q, k, v = _rand(8, 1, 2, 9, 4), _rand(9, 1, 2, 9, 4), _rand(10, 1, 2, 9, 4)
     np.testing.assert_array_equal(window_mask(9, 9, 3), band_ref(9, 9, 3))

@@ -309,6 +309,26 @@ def attention(
     return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
 
 
+def fused_attention(q, k, v, *, causal: bool, implementation: str = "cudnn"):
+    """Attention by ``jax.nn.dot_product_attention``'s cuDNN kernel, which never holds the
+    T×T scores in memory (flash attention): q (B, Tq, H, Dqk), k (B, Tk, H, Dqk), v (B, Tk, H,
+    Dv) in, (B, Tq, H, Dv) out. None where that kernel does not run: off an NVIDIA GPU, in
+    float32, or where cuDNN's own checks refuse the head size or lengths; the caller then
+    computes ``attention``. On a CPU, XLA's version of the same call compiled slower and ran
+    no faster than ``attention``, so it is not used there."""
+    half = q.dtype in (jnp.bfloat16, jnp.float16)
+    if implementation == "cudnn" and (jax.default_backend() != "gpu" or not half):
+        return None
+    if v.shape != k.shape or (causal and q.shape[1] != k.shape[1]):
+        return None  # the call takes one head size; cuDNN aligns a causal mask its own way
+    try:
+        return jax.nn.dot_product_attention(
+            q, k, v, is_causal=causal, implementation=implementation
+        )
+    except (NotImplementedError, RuntimeError):  # cuDNN's checks, made while tracing
+        return None
+
+
 def keep_products(prim, *_, **params) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
     convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
@@ -433,9 +453,14 @@ def mha_lm(
     if window:
         band = window_mask(tq, tk, window).reshape(1, 1, tq, tk)
         mask = band if mask is None else jnp.logical_and(mask, band)
-    out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
-    out = out.transpose(0, 2, 1, 3).reshape(b, tq, heads * dv)
-    return dense(out, p["wo"], p.get("bo"))
+    out = None
+    if mask is None and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
+        heads_last = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
+        out = fused_attention(*heads_last, causal=causal)
+    if out is None:
+        out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
+        out = out.transpose(0, 2, 1, 3)
+    return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
 
 
 def moe_dispatch(x: jax.Array, router: jax.Array, *, k: int, capacity: float) -> tuple:

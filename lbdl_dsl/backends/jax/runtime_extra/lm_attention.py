@@ -10,7 +10,7 @@ Hugging Face's ``repeat_kv``.
 import jax
 import jax.numpy as jnp
 
-from lbdl_dsl.backends.jax.runtime import attention, dense
+from lbdl_dsl.backends.jax.runtime import attention, dense, fused_attention
 
 
 def rope(x: jax.Array, *, theta: float = 10000.0, fraction: float = 1.0) -> jax.Array:
@@ -94,6 +94,11 @@ def mha_lm(
     if window:
         band = window_mask(tq, tk, window).reshape(1, 1, tq, tk)
         mask = band if mask is None else jnp.logical_and(mask, band)
-    out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
-    out = out.transpose(0, 2, 1, 3).reshape(b, tq, heads * dv)
-    return dense(out, p["wo"], p.get("bo"))
+    out = None
+    if mask is None and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
+        heads_last = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
+        out = fused_attention(*heads_last, causal=causal)
+    if out is None:
+        out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
+        out = out.transpose(0, 2, 1, 3)
+    return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
