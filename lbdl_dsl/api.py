@@ -89,7 +89,9 @@ def compile(  # noqa: A001 - the verb users expect, as in jax.jit(...).lower(...
     """A runnable `Model` for a spec; model parameters are keyword arguments (``N=24``).
 
     ``dtype`` is the compute type (``"float32"`` or ``"bfloat16"``, or the NumPy/JAX type);
-    parameters stay float32. ``unroll`` lowers ×N groups as Python loops instead of a scan.
+    parameters stay float32. ``unroll`` lowers ×N groups as Python loops instead of a scan,
+    over the same parameters: on a GPU the steps are faster and the compile longer
+    (docs/performance-gpu.md); on a CPU the scan is as fast.
     """
     if not isinstance(unroll, bool):
         raise ArgumentError(f"unroll must be True or False, got {unroll!r}")
