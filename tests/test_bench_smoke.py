@@ -195,3 +195,18 @@ def test_accelerator_variants_compute_the_same_model() -> None:
         assert float(jax.jit(side.train_step)(*side.train_args)[-1]) == pytest.approx(
             float(loss), rel=2e-2
         ), name
+
+
+def test_accelerator_says_where_the_mfu_stops_from_the_figures() -> None:
+    from bench import accelerator
+
+    def mfu(of_peak: float, of_matmul: float) -> dict:
+        return {"of_peak": of_peak, "of_matmul": of_matmul, "tflops": 1.0}
+
+    case = {"mfu_target": True, "mfu": {"ours": mfu(0.52, 0.7), "peer": mfu(0.3, 0.4)}}
+    record = {"kind": "NVIDIA H100 80GB HBM3", "matmul_tflops": 742.05, "cases": {"a": case}}
+    [said] = accelerator.mfu_said(record)
+    assert "reaches 70% of the rate" in said and "reaches 75% of the data sheet's peak" in said
+    assert said.endswith("not met (at best 30.0%) for Flax.")
+    assert "met (at best 52.0%) for lbdl" in said
+    assert accelerator.mfu_said({**record, "kind": "cpu"}) == []
