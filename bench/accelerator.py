@@ -168,7 +168,8 @@ def sides(case: Case, shapes: bool = False) -> tuple[run.Side, run.Side]:
     variables = jax.eval_shape(peer.init, jax.random.key(run.KEY))
     x, y = peer.example_inputs(jax.random.key(run.KEY + 1))
     variables = variables if shapes else run.filled(variables)
-    opt = (jax.eval_shape if shapes else lambda f, v: f(v))(peer.opt_init, variables)
+    call = jax.eval_shape if shapes else (lambda f, *a: f(*a))
+    opt = call(peer.opt_init, variables)
     theirs = run.Side(
         peer.forward,
         (variables, x),
@@ -177,9 +178,7 @@ def sides(case: Case, shapes: bool = False) -> tuple[run.Side, run.Side]:
         flax_peers.param_count(variables),
     )
     model = our_model(case)
-    params, state = (jax.eval_shape if shapes else lambda f, k: f(k))(
-        model.init, jax.random.key(run.KEY)
-    )
+    params, state = call(model.init, jax.random.key(run.KEY))
     ours = run.our_side_of(model, c, image_as_declared(x), y, params, state)
     if ours.params != theirs.params:
         raise RuntimeError(f"{c.name}: not the same model ({ours.params:,} parameters here)")
@@ -187,8 +186,8 @@ def sides(case: Case, shapes: bool = False) -> tuple[run.Side, run.Side]:
 
 
 def image_as_declared(x: Any) -> Any:
-    """An image in float32, the type our spec declares (the model converts it to bf16 itself,
-    as the Flax model converts its bf16 image to nothing); tokens as they are."""
+    """An image in float32, the type our spec declares (the model converts it to bf16 itself;
+    the Flax peer takes the bf16 image as made); tokens as they are."""
     return x.astype(jnp.float32) if x.ndim == 4 else x
 
 
@@ -219,8 +218,8 @@ class FreshCompiles:
     The peer's compile is shared by the cases that have the same peer (scanned and unrolled).
     """
 
-    def __init__(self, quick: bool, log: Callable[[str], None]) -> None:
-        self.quick, self.log = quick, log
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
         self.peers: dict[tuple, float] = {}
 
     def one(self, case: Case, what: str, side: str) -> float:
@@ -304,7 +303,7 @@ def measure(
 def attention_check() -> dict[str, Any]:
     """lbdl's fused path against its own einsum attention, GPT-2 small's shapes in bf16:
     the largest difference of the outputs and of the gradients, each over the largest value.
-    None where the fused kernel does not run (no cuDNN)."""
+    Only ``{"fused": False}`` where the fused kernel does not run (no cuDNN)."""
     keys = jax.random.split(jax.random.key(0), 4)
     shape = (4, 1024, 12, 64) if on_gpu() else (1, 16, 2, 8)
     q, k, v, w = (jax.random.normal(kk, shape, jnp.bfloat16) for kk in keys)
@@ -405,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    fresh = FreshCompiles(args.quick, log)
+    fresh = FreshCompiles(args.quick)
     if args.compile_only:
         return compile_rows(chosen, fresh, record, out, log)
 
