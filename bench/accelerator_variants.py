@@ -21,6 +21,7 @@ docs/performance-gpu-variants.json holds them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -40,7 +41,7 @@ VARIANTS = {"gpt": ("no-remat", "unroll", "no-fused"), "resnet50": ("no-remat",)
 
 def variant(case: accelerator.Case, name: str, x: Any, y: Any) -> run.Side:
     """Our side of ``case``, lowered the way ``name`` says."""
-    model = accelerator.our_model(accelerator.dataclasses.replace(case, unroll=name == "unroll"))
+    model = accelerator.our_model(dataclasses.replace(case, unroll=name == "unroll"))
     if name == "no-fused":  # the module's mha looks the function up when it runs
         model.module["fused_attention"] = lambda *a, **k: None
     if name == "no-remat":
