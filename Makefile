@@ -46,6 +46,7 @@ bench: setup
 	$(PY) bench/run.py
 	$(PY) bench/memory.py
 	$(PY) bench/kernels.py
+	$(PY) bench/step_profile.py
 	$(PY) bench/diagrams.py
 
 # On a machine with a GPU (docs/performance-gpu.md): bf16, larger batches, MFU.

@@ -645,16 +645,37 @@ gradient, timed within a few per cent). The spec uses GPT-2's tanh GELU, as the 
   outputs of matrix products without batch axes and of convolutions, and recomputes the norms,
   activations and attention in the backward pass: that removed six of the stacked buffers
   (4×128×3,072 values each per block) and brought the training step from 2.23 to 2.01 s
-  (interleaved, same machine), its compile from 1.4 to 1.3 s. What is left is the weights'
-  traffic: about 1 GB of copies per step, 5 to 10 % of it.
+  (interleaved, same machine), its compile from 1.4 to 1.3 s.
+- *What is left is the loop's own work.* `python bench/step_profile.py` adds up XLA:CPU's trace
+  of one step's kernels by what they do (milliseconds per step, ours against the peer's, with
+  huge pages as below): the products take the same time (2,012 against 1,994 ms), and so do
+  the norms, activations, softmax, loss and optimiser (238 against 233); the peer has none of
+  the loop's kernels: 65 ms copying each block's weights out of their stacks (a product does
+  not read a slice in place on XLA:CPU), 36 ms writing the gradients and saved values into
+  theirs, 28 ms more of zero-fills (a loop's stacked outputs start as zeros) and 14 ms of loop
+  control. That is about 145 ms of a 2.6 s step, the whole of the difference.
+- *Page faults cost both sides more than the loop.* XLA:CPU takes each step's buffers afresh
+  and Linux maps them page by page: 172,000 minor faults per step for the peer and 250,000 for
+  ours (the stacks are memory the peer does not use), 0.54 and 0.60 s of system CPU per step.
+  With glibc's allocator asking for transparent huge pages
+  (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`; glibc 2.35 or later, THP in `madvise` mode) they
+  fall to about 10,000 and the system time to 0.2 s on both sides: the traced steps went from
+  3.06 to 2.74 s (ours) and 2.97 to 2.62 s (the peer's), the ratio within the noise of where
+  it was. ResNet-50's step (ours) did not change. The table is measured without it, as a
+  process runs by default; `docs/training.md` gives the setting and what it did to `lbdl
+  train` (steps 4 to 6 % faster, its start slower).
 - Tried and not kept: unrolling the scan (`unroll=2`: 2.67 s against 2.40 s; `unroll=12`:
   3.3 s and 9 s to compile), `--unroll` (slices the stacks per block: 20 s to compile, and
   slower), `dots_saveable` as the policy (the same within noise), `prevent_cse=False` (the
   same), attention on (B, T, H, D) without transposes (within noise), q, k and v fused by
   concatenating the weights at run time (the copies cost what the fused product saves),
   `jax.nn.dot_product_attention` (no gain, slower to compile), layer norm with the scale
-  folded (no gain). Causal attention no longer zeroes masked weights a second time after the
-  softmax (only a user's mask can empty a row).
+  folded (no gain), the scan's transpose split in two (`_split_transpose=True`: 2.82 s
+  against 2.80 s), the layer norms' statistics kept by name so that the backward pass does
+  not recompute them (the compile went from 1.34 to 1.54 s), and q, k and v as one (D, 3D)
+  weight, timed on the products alone with their gradients (37.3 ms against 36.0 ms
+  separate: no gain to store them so). Causal attention no longer zeroes masked weights a
+  second time after the softmax (only a user's mask can empty a row).
 
 ### Compile time
 

@@ -210,3 +210,40 @@ def test_accelerator_says_where_the_mfu_stops_from_the_figures() -> None:
     assert said.endswith("not met (at best 30.0%) for Flax.")
     assert "met (at best 52.0%) for lbdl" in said
     assert accelerator.mfu_said({**record, "kind": "cpu"}) == []
+
+
+def test_step_profile_sorts_a_loops_kernels_from_its_optimised_hlo() -> None:
+    """A scanned product's gradient on XLA:CPU: its kernels fall in the loop's categories."""
+    import jax
+    import jax.numpy as jnp
+
+    from bench import step_profile
+
+    def loss(ws: jax.Array, x: jax.Array) -> jax.Array:
+        def body(h: jax.Array, w: jax.Array) -> tuple[jax.Array, None]:
+            return jnp.tanh(h @ w), None
+
+        return jnp.sum(jax.lax.scan(body, x, ws)[0])
+
+    ws, x = jnp.ones((3, 16, 16)) / 16, jnp.ones((4, 16))
+    hlo = jax.jit(jax.grad(loss)).lower(ws, x).compile().as_text()
+    kinds = step_profile.instructions(hlo)
+    found = set(kinds.values())
+    assert {"products", "stack reads", "stack writes", "loop control"} <= found, kinds
+    assert found <= set(step_profile.CATEGORIES)
+    assert step_profile.category("wrapped_broadcast.3", "fusion", None) == "fills"
+    assert step_profile.category("copy.7", "copy", None) == "copies and transposes"
+    reduce_body = ["  %r = f32[4] reduce(%p, %c), dimensions={1}, to_apply=%add"]
+    assert step_profile.category("ynn_fusion.2", "fusion", reduce_body) == "reductions"
+
+
+def test_step_profile_quick_tables_both_sides(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import step_profile
+
+    text = step_profile.main(["--quick", "--steps", "1"])
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
+    for name in (*step_profile.CATEGORIES, "all kernels", "minor page faults"):
+        assert name in rows, name
+    products = [float(v) for v in rows["products"].strip(" |").split(" | ")[1:3]]
+    assert all(v > 0 for v in products), rows["products"]
+    assert text in capsys.readouterr().out
