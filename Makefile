@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup system gallery bench bench-gpu fuzz fuzz-nightly lint docs clean
+.PHONY: demo test setup system gallery bench bench-gpu bench-gpu-sweep fuzz fuzz-nightly lint docs clean
 
 # The demo needs the package alone (lark, networkx, rich: about 60 MB of virtual environment);
 # `make setup` adds JAX, training, benchmarks and the test tools (about 1.1 GB).
@@ -53,6 +53,10 @@ bench: setup
 bench-gpu: setup
 	$(PY) bench/accelerator.py
 	$(PY) bench/accelerator_variants.py --out docs/performance-gpu-variants.json
+
+# Which settings move GPT-2 medium's MFU (issue 19's 50 % target), each in a fresh process.
+bench-gpu-sweep: setup
+	$(PY) bench/accelerator_sweep.py --out docs/performance-gpu-sweep.json
 
 fuzz: setup
 	$(PY) bench/fuzz.py --cases 100000

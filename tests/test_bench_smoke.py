@@ -247,3 +247,38 @@ def test_step_profile_quick_tables_both_sides(capsys: pytest.CaptureFixture[str]
     products = [float(v) for v in rows["products"].strip(" |").split(" | ")[1:3]]
     assert all(v > 0 for v in products), rows["products"]
     assert text in capsys.readouterr().out
+
+
+def test_accelerator_sweep_runs_each_setting_in_a_process_with_its_flags(tmp_path: Path) -> None:
+    import json
+
+    from bench import accelerator_sweep as sweep
+
+    out = tmp_path / "sweep.json"
+    results = sweep.main(["--quick", "--out", str(out)])
+    assert list(results) == [s.name for s in sweep.QUICK]
+    for setting in sweep.QUICK:
+        got = results[setting.name]
+        assert "error" not in got, got
+        assert got["compile"] > 0 and got["step"] > 0 and got["tflops"] > 0
+        assert setting.flags in got["xla_flags"]
+    assert json.loads(out.read_text("utf-8"))["results"] == results
+    assert sweep.table(results).count("\n") == 1 + len(sweep.QUICK)
+
+
+def test_accelerator_sweep_settings_are_gpt2_medium_at_their_sizes() -> None:
+    from bench import accelerator
+    from bench import accelerator_sweep as sweep
+
+    assert len({s.key for s in sweep.SETTINGS}) == len(sweep.SETTINGS)
+    for setting in sweep.SETTINGS:
+        case = setting.case(quick=False)
+        assert case.base.overrides["N"] == 24 and case.base.overrides["D"] == 1024
+        assert case.base.overrides["V"] == case.base.peer_args["vocab"] == setting.vocab
+        assert case.base.batch == setting.batch and case.unroll == setting.unroll
+    plain, padded = (accelerator.macs_per_sample(s.case(False)) for s in sweep.SETTINGS[1:5:3])
+    assert padded > plain
+    with pytest.raises(SystemExit):
+        sweep.main(["--only", "no-such-setting"])
+    failed = {"x": {"error": "Traceback ...\nRuntimeError: out of memory"}}
+    assert "out of memory" in sweep.table(failed)
