@@ -85,8 +85,8 @@ def instructions(hlo: str) -> dict[str, str]:
             m = _INSTRUCTION.match(line)
             if m:
                 called = _CALLS.search(line)
-                body = bodies.get(called.group(1)) if called else None
-                out[m.group(1)] = category(m.group(1), m.group(2), body)
+                fused = bodies.get(called.group(1)) if called else None
+                out[m.group(1)] = category(m.group(1), m.group(2), fused)
     return out
 
 
@@ -132,8 +132,8 @@ def profile(fn: Callable[..., Any], args: tuple, steps: int) -> Profile:
         with jax.profiler.trace(folder, create_perfetto_trace=True):
             for _ in range(steps):
                 jax.block_until_ready(executable(*args))
-        wall = time.perf_counter() - start
-        after = resource.getrusage(resource.RUSAGE_SELF)
+            wall = time.perf_counter() - start  # before the trace is written out
+            after = resource.getrusage(resource.RUSAGE_SELF)
         traces = sorted(Path(folder).rglob("perfetto_trace.json.gz"))
         if not traces:
             raise RuntimeError("jax.profiler wrote no perfetto trace")
