@@ -163,26 +163,40 @@ def our_model(case: Case) -> Any:
 def sides(case: Case, shapes: bool = False) -> tuple[run.Side, run.Side]:
     """Ours and the peer, both computing in bf16, on the same data; with ``shapes``, every
     argument a shape (all that compiling needs)."""
-    c = case.base
+    theirs = peer_side(case, shapes)
+    ours = our_side(case, *theirs.train_args[2:], shapes=shapes)
+    if ours.params != theirs.params:
+        raise RuntimeError(f"{case.name}: not the same model ({ours.params:,} parameters here)")
+    return ours, theirs
+
+
+def _call(shapes: bool) -> Callable[..., Any]:
+    """How a side's initialisers run: for real, or as shapes only (`jax.eval_shape`)."""
+    return jax.eval_shape if shapes else (lambda f, *a: f(*a))
+
+
+def peer_side(case: Case, shapes: bool = False) -> run.Side:
+    """The Flax peer in bf16, its parameters from `run.filled`, on `run.KEY`'s data; its
+    training arguments end with that data (x, y)."""
     peer = peer_model(case)
     variables = jax.eval_shape(peer.init, jax.random.key(run.KEY))
     x, y = peer.example_inputs(jax.random.key(run.KEY + 1))
     variables = variables if shapes else run.filled(variables)
-    call = jax.eval_shape if shapes else (lambda f, *a: f(*a))
-    opt = call(peer.opt_init, variables)
-    theirs = run.Side(
+    opt = _call(shapes)(peer.opt_init, variables)
+    return run.Side(
         peer.forward,
         (variables, x),
         peer.train_step,
         (variables, opt, x, y),
         flax_peers.param_count(variables),
     )
+
+
+def our_side(case: Case, x: Any, y: Any, shapes: bool = False) -> run.Side:
+    """lbdl's model in bf16 on the peer's data (an image as our spec declares it)."""
     model = our_model(case)
-    params, state = call(model.init, jax.random.key(run.KEY))
-    ours = run.our_side_of(model, c, image_as_declared(x), y, params, state)
-    if ours.params != theirs.params:
-        raise RuntimeError(f"{c.name}: not the same model ({ours.params:,} parameters here)")
-    return ours, theirs
+    params, state = _call(shapes)(model.init, jax.random.key(run.KEY))
+    return run.our_side_of(model, case.base, image_as_declared(x), y, params, state)
 
 
 def image_as_declared(x: Any) -> Any:

@@ -104,15 +104,11 @@ QUICK = (
 
 def side_of(case: accelerator.Case, side: str) -> run.Side:
     """One side only (the other's arrays would take the device's memory for nothing)."""
+    if side == "peer":
+        return accelerator.peer_side(case)
     peer = accelerator.peer_model(case)
     x, y = peer.example_inputs(jax.random.key(run.KEY + 1))
-    if side == "peer":
-        variables = run.filled(jax.eval_shape(peer.init, jax.random.key(run.KEY)))
-        args = (variables, peer.opt_init(variables), x, y)
-        return run.Side(peer.forward, (variables, x), peer.train_step, args, 0)
-    model = accelerator.our_model(case)
-    params, state = model.init(jax.random.key(run.KEY))
-    return run.our_side_of(model, case.base, x, y, params, state)
+    return accelerator.our_side(case, x, y)
 
 
 def child(setting: Setting, quick: bool) -> dict[str, Any]:
