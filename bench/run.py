@@ -654,16 +654,30 @@ gradient, timed within a few per cent). The spec uses GPT-2's tanh GELU, as the 
   not read a slice in place on XLA:CPU), 36 ms writing the gradients and saved values into
   theirs, 28 ms more of zero-fills (a loop's stacked outputs start as zeros) and 14 ms of loop
   control. That is about 145 ms of a 2.6 s step, the whole of the difference.
-- *Page faults cost both sides more than the loop.* XLA:CPU takes each step's buffers afresh
-  and Linux maps them page by page: 172,000 minor faults per step for the peer and 250,000 for
-  ours (the stacks are memory the peer does not use), 0.54 and 0.60 s of system CPU per step.
+- *Page faults cost both sides more than the loop.* XLA:CPU takes a step's working memory
+  afresh (the temporaries in one block, each new parameter and optimiser state in its own) and
+  frees it when the step ends; glibc hands blocks over 32 MB straight back to the kernel, so
+  the next step maps them again and Linux fills them page by page on first touch. `strace` of
+  three steady steps: ours mapped 1.1 GB per step (about nine blocks of 64 to 147 MB: the stacked
+  parameters, moments and gradients), the peer 0.68 GB (its per-block arrays are small
+  enough for the heap to reuse). That is 250,000 minor faults per step for ours and 172,000
+  for the peer, 0.60 and 0.54 s of system CPU per step.
   With glibc's allocator asking for transparent huge pages
   (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`; glibc 2.35 or later, THP in `madvise` mode) they
   fall to about 10,000 and the system time to 0.2 s on both sides: the traced steps went from
   3.06 to 2.74 s (ours) and 2.97 to 2.62 s (the peer's), the ratio within the noise of where
   it was. ResNet-50's step (ours) did not change. The table is measured without it, as a
-  process runs by default; `docs/training.md` gives the setting and what it did to `lbdl
-  train` (steps 4 to 6 % faster, its start slower).
+  process runs by default; `docs/training.md` gives the setting and what it does to `lbdl
+  train` (`python bench/allocator.py`: steps 0.89× as long, the same peak memory).
+- *Donating the training state* (its buffers given to the step, as `lbdl train` gives them;
+  `python bench/step_profile.py --donate`) leaves each side one block of temporaries to map
+  per step, 0.84 GB ours and 0.90 GB the peer's, and about 225,000 faults each. Traced steps
+  in two runs: ours 2.64 and 2.72 s against the peer's 2.54 and 2.64 s donated (1.04, 1.03),
+  2.73 and 2.74 s against 2.57 and 2.48 s not (1.06, 1.10). Donated and with huge pages, four
+  runs: 2.46, 2.32, 2.31 and 2.33 s against 2.49, 2.29, 2.24 and 2.23 s (0.99, 1.01, 1.03,
+  1.04). That is the step as `lbdl train` runs it with the setting docs/training.md gives: at
+  the peer's speed within this machine's noise, not below it; the table's row keeps both sides
+  undonated, as the harness times a function called on the same arguments again.
 - Tried and not kept: unrolling the scan (`unroll=2`: 2.67 s against 2.40 s; `unroll=12`:
   3.3 s and 9 s to compile), `--unroll` (slices the stacks per block: 20 s to compile, and
   slower), `dots_saveable` as the policy (the same within noise), `prevent_cse=False` (the

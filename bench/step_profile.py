@@ -1,10 +1,12 @@
 """Where one steady training step spends its time, ours against the Flax peer's, by XLA:CPU's
 own trace of the kernels it ran.
 
-``python bench/step_profile.py [--case gpt|resnet50] [--quick] [--steps 3]`` builds
-`run.py`'s two sides of one case, compiles both training steps, warms them up, then runs each
-``--steps`` times under ``jax.profiler.trace`` and adds up the time of every kernel (a "thunk"
-of XLA:CPU's runtime: a fused loop, a YNNPACK product, a loop's control) by what it does:
+``python bench/step_profile.py [--case gpt|resnet50] [--quick] [--steps 3] [--donate]
+[--side both|ours|peer]`` builds `run.py`'s two sides of one case, compiles both training steps
+(or one side's, ``--side``), warms them up, then runs each ``--steps`` times under
+``jax.profiler.trace`` (with ``--donate``, each step updating its state in place, as `lbdl
+train` runs it) and adds up the time of every kernel (a "thunk" of XLA:CPU's runtime: a fused
+loop, a YNNPACK product, a loop's control) by what it does:
 
 * **products**: matrix products and convolutions (YNNPACK's, XLA's own, oneDNN's);
 * **reductions**: the sums and maxima YNNPACK runs (norms' statistics, bias gradients);
@@ -21,6 +23,11 @@ system) and minor page faults per step, from ``getrusage``. Kernels overlap on a
 several cores, so the categories add up to more than the wall time; their differences are what
 the table is for. Run it with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` in the environment to
 see the page faults (and the system time) that transparent huge pages save both sides.
+`bench/allocator.py`'s ``KEPT`` tunables (glibc keeps freed memory for the next step) remove
+faults only where the heap's free blocks happen to fit what the step asks for next: with them,
+``--donate`` and one ``--side`` per process, ours took 112,000 to 168,000 faults per step
+after two warm-up steps (``--warmup``) and 56,000 after six, the peer's none after two and
+115,000 after six.
 """
 
 from __future__ import annotations
@@ -121,17 +128,36 @@ class Profile:
     faults: float
 
 
-def profile(fn: Callable[..., Any], args: tuple, steps: int) -> Profile:
-    """``fn``'s steady step: compiled, warmed up twice, then ``steps`` runs traced."""
-    executable = jax.jit(fn).lower(*args).compile()
+def profile(
+    fn: Callable[..., Any], args: tuple, steps: int, donate: bool = False, warmup: int = 2
+) -> Profile:
+    """``fn``'s steady step: compiled, run ``warmup`` times, then ``steps`` runs traced.
+
+    Both sides' training steps take their state first and the batch last (``x, y``) and return
+    the new state before the loss. With ``donate`` the state's buffers are given to the step,
+    as `lbdl train` gives them, and each step runs on the state the previous one returned.
+    """
+    held = len(args) - 2
+    if donate:  # the caller's arrays stay alive: the steps consume copies
+        args = (*jax.tree.map(lambda a: a.copy(), args[:held]), *args[held:])
+    executable = (
+        jax.jit(fn, donate_argnums=tuple(range(held)) if donate else ()).lower(*args).compile()
+    )
     kinds = instructions(executable.as_text())
-    for _ in range(2):
-        jax.block_until_ready(executable(*args))
+
+    def step() -> None:
+        nonlocal args
+        out = jax.block_until_ready(executable(*args))
+        if donate:
+            args = (*out[:held], *args[held:])
+
+    for _ in range(warmup):
+        step()
     with tempfile.TemporaryDirectory() as folder:
         before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         with jax.profiler.trace(folder, create_perfetto_trace=True):
             for _ in range(steps):
-                jax.block_until_ready(executable(*args))
+                step()
             wall = time.perf_counter() - start  # before the trace is written out
             after = resource.getrusage(resource.RUSAGE_SELF)
         traces = sorted(Path(folder).rglob("perfetto_trace.json.gz"))
@@ -152,29 +178,34 @@ def profile(fn: Callable[..., Any], args: tuple, steps: int) -> Profile:
     )
 
 
-def table(name: str, ours: Profile, peer: Profile) -> str:
-    """Markdown: each category's milliseconds per step on both sides, then the process's."""
+def table(name: str, sides: dict[str, Profile]) -> str:
+    """Markdown: each category's milliseconds per step on each side (and the difference when
+    there are both), then the process's costs per step."""
+    names = list(sides)
+    both = names == ["ours", "Flax"]
+    head = " | ".join(f"{n} (ms)" for n in names) + (" | ours − Flax (ms)" if both else "")
     lines = [
         f"{name}: one training step, milliseconds of kernels by what they do",
         "",
-        "| kernels | ours (ms) | Flax (ms) | ours − Flax (ms) |",
-        "|---|---:|---:|---:|",
+        f"| kernels | {head} |",
+        "|---|" + "---:|" * (len(names) + both),
     ]
-    sums = [(c, ours.ms[c], peer.ms[c]) for c in CATEGORIES]
-    sums.append(("all kernels", sum(ours.ms.values()), sum(peer.ms.values())))
-    for label, a, b in sums:
-        lines.append(f"| {label} | {a:.1f} | {b:.1f} | {a - b:+.1f} |")
+    rows = [(c, [sides[n].ms[c] for n in names]) for c in CATEGORIES]
+    rows.append(("all kernels", [sum(sides[n].ms.values()) for n in names]))
+    for label, values in rows:
+        cells = [f"{v:.1f}" for v in values] + ([f"{values[0] - values[1]:+.1f}"] if both else [])
+        lines.append(f"| {label} | {' | '.join(cells)} |")
     lines.append("")
-    lines.append("| per step | ours | Flax |")
-    lines.append("|---|---:|---:|")
+    lines.append("| per step | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---:|" * len(names))
     for label, attr, fmt in (
         ("wall time, traced (s)", "wall", "{:.3f}"),
         ("user CPU (s)", "user", "{:.3f}"),
         ("system CPU (s)", "system", "{:.3f}"),
         ("minor page faults", "faults", "{:,.0f}"),
     ):
-        a, b = getattr(ours, attr), getattr(peer, attr)
-        lines.append(f"| {label} | {fmt.format(a)} | {fmt.format(b)} |")
+        cells = [fmt.format(getattr(sides[n], attr)) for n in names]
+        lines.append(f"| {label} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -183,15 +214,32 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser.add_argument("--case", choices=("gpt", "resnet50"), default="gpt")
     parser.add_argument("--quick", action="store_true", help="run.py's tiny models")
     parser.add_argument("--steps", type=int, default=3, help="traced steps per side (3)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before them (2)")
+    parser.add_argument(
+        "--donate", action="store_true", help="both steps update their state in place"
+    )
+    parser.add_argument(
+        "--side",
+        choices=("both", "ours", "peer"),
+        default="both",
+        help="profile one side only, in a process that holds one model as a user's does",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be at least 0")
     case = next(c for c in run.cases(args.quick) if c.kind == args.case)
-    peer = run.peer_side(case)
-    ours = run.our_side(case, peer)
-    theirs = profile(*peer.of("train"), args.steps)
-    mine = profile(*ours.of("train"), args.steps)
-    text = table(case.name, mine, theirs)
+    peer: run.Side | None = run.peer_side(case)
+    ours = run.our_side(case, peer) if args.side != "peer" else None
+    if args.side == "ours":
+        peer = None  # its arrays go: this process holds one model, as a user's does
+    profiles = {}
+    for name, side in (("Flax", peer), ("ours", ours)):  # the peer first
+        if side is not None:
+            profiles[name] = profile(*side.of("train"), args.steps, args.donate, args.warmup)
+    profiles = {n: profiles[n] for n in ("ours", "Flax") if n in profiles}
+    text = table(case.name, profiles)
     print(text)
     return text
 

@@ -249,6 +249,77 @@ def test_step_profile_quick_tables_both_sides(capsys: pytest.CaptureFixture[str]
     assert text in capsys.readouterr().out
 
 
+def test_step_profile_donates_copies_and_threads_the_state() -> None:
+    """--donate gives the step copies of the caller's state and feeds each step the last one's
+    output: the caller's arrays survive, and a step that adds to its state runs on its output."""
+    import jax
+    import jax.numpy as jnp
+
+    from bench import step_profile
+
+    seen: list[float] = []
+
+    def step(state: jax.Array, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+        jax.debug.callback(lambda s: seen.append(float(s)), state[0])
+        new = state + x
+        return new, jnp.sum(new * y)
+
+    args = (jnp.zeros(4), jnp.ones(4), jnp.ones(4))
+    result = step_profile.profile(step, args, steps=2, donate=True, warmup=3)
+    assert not args[0].is_deleted()
+    assert float(args[0][0]) == 0.0
+    assert seen == [float(i) for i in range(5)], seen  # three warm-ups, two traced steps
+    assert result.wall > 0 and set(result.ms) == set(step_profile.CATEGORIES)
+
+
+def test_step_profile_one_side_tables_that_side_alone() -> None:
+    from bench import step_profile
+
+    text = step_profile.main(["--quick", "--steps", "1", "--side", "peer", "--donate"])
+    header = next(line for line in text.splitlines() if line.startswith("| kernels"))
+    assert header == "| kernels | Flax (ms) |", header
+    assert "| per step | Flax |" in text
+    products = next(line for line in text.splitlines() if line.startswith("| products"))
+    assert float(products.strip(" |").split(" | ")[1]) > 0, products
+
+
+def test_allocator_runs_lbdl_train_in_a_child_per_setting(tmp_path: Path) -> None:
+    """One quick run of the tiny GPT under the kept allocator: figures from the child's own
+    metrics and rusage, and the JSON record equal to what main returns."""
+    import json
+
+    from bench import allocator
+
+    out = tmp_path / "allocator.json"
+    results = allocator.main(["--quick", "--rounds", "1", "--only", "kept", "--out", str(out)])
+    got = results["freed memory kept"]
+    assert "error" not in got, got
+    assert 0 < got["step"] < got["start"] < got["wall"], got
+    assert got["peak_rss_mb"] > 100 and got["user"] > 0, got
+    record = json.loads(out.read_text("utf-8"))
+    assert record["results"] == results
+    assert record["tunables"] == {"freed memory kept": allocator.KEPT}
+    assert record["job"].startswith("lbdl train specs/gpt2.lbdl --data synthetic --steps 6")
+
+
+def test_allocator_settings_environment_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import allocator
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")
+    by_key = {s.key: s for s in allocator.SETTINGS}
+    assert "GLIBC_TUNABLES" not in allocator.environment(by_key["default"])
+    assert allocator.environment(by_key["kept"])["GLIBC_TUNABLES"] == allocator.KEPT
+    both = allocator.environment(by_key["kept-huge-pages"])["GLIBC_TUNABLES"]
+    assert both.split(":") == allocator.KEPT.split(":") + [allocator.HUGE]
+    with pytest.raises(SystemExit):
+        allocator.main(["--only", "kept,nope"])
+    failed = allocator.summary([{"error": "Traceback\nMemoryError: out of memory"}])
+    row = allocator.table({"freed memory kept": failed}, allocator.FULL).splitlines()[-1]
+    assert row.startswith("| freed memory kept | failed: MemoryError: out of memory")
+    ran = allocator.summary([{"error": "x"}, dict.fromkeys(allocator.FIGURES, 1.0)])
+    assert ran["rounds"] == 1 and ran["step"] == 1.0
+
+
 def test_accelerator_sweep_runs_each_setting_in_a_process_with_its_flags(tmp_path: Path) -> None:
     import json
 
