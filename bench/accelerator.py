@@ -634,6 +634,7 @@ VARIANT_NAMES = {
     "no-remat": "lbdl, keeping every residual",
     "unroll": "lbdl, --unroll",
     "no-fused": "lbdl, einsum attention",
+    "plain-conv": "lbdl, plain convolutions and JAX's gradient rules",
 }
 
 
@@ -728,7 +729,11 @@ GPU_FINDINGS = (
     "",
     "ResNet-50's short groups are straight-line code already; the checkpoint around each "
     "copy is most of its gap in the training step (the variant that keeps every residual, "
-    "above), and it buys back memory.",
+    "above), and it buys back memory. Its compile (1.46 to 1.63× the peer's) has a variant "
+    "of its own, not yet run on a GPU: `plain-conv` in `bench/accelerator_variants.py` "
+    "computes every convolution as one `jax.lax.conv_general_dilated` with JAX's gradient "
+    "rules, where the runtime's `conv` makes 1×1 kernels matrix products and writes its "
+    "gradients as channels-last convolutions, both chosen for XLA:CPU.",
     "",
     "Which of the usual levers moves GPT-2 medium's MFU is what `python "
     "bench/accelerator_sweep.py` measures, each setting in a fresh process: batch 32, a "

@@ -10,7 +10,12 @@ GPT-2 medium (batch 16) and ResNet-50 (batch 128) and times one training step of
 * ``no-remat``: the same, keeping everything (``jax.checkpoint_policies.everything_saveable``);
 * ``unroll``: ``--unroll``, a Python loop of copies with no checkpoint (GPT only: ResNet-50's
   groups are short and already straight-line code);
-* ``no-fused``: attention by lbdl's einsum instead of cuDNN's fused kernel (GPT only).
+* ``no-fused``: attention by lbdl's einsum instead of cuDNN's fused kernel (GPT only);
+* ``plain-conv``: every convolution as ``jax.lax.conv_general_dilated`` with JAX's own
+  gradient rules (ResNet-50 only). The runtime's ``conv`` computes 1×1 convolutions as matrix
+  products and writes its gradients as channels-last convolutions, both measured on XLA:CPU
+  (docs/performance.md); on a GPU cuDNN may do better with the plain ones, and ResNet-50's
+  GPU compile (1.46 to 1.63× the peer's) and training step (1.13×) are where to look.
 
 Each figure: compile seconds (in one process, so later compiles skip autotuning: only a
 rough guide), the median of 10 steps, XLA's planned memory (GiB) and TFLOP/s. The figures are
@@ -35,8 +40,37 @@ if str(ROOT) not in sys.path:
 import jax  # noqa: E402
 
 from bench import accelerator, harness, memory, run  # noqa: E402
+from lbdl_dsl.backends.jax import runtime  # noqa: E402
 
-VARIANTS = {"gpt": ("no-remat", "unroll", "no-fused"), "resnet50": ("no-remat",)}
+VARIANTS = {"gpt": ("no-remat", "unroll", "no-fused"), "resnet50": ("no-remat", "plain-conv")}
+
+
+def plain_conv(
+    x: Any,
+    w: Any,
+    b: Any = None,
+    *,
+    stride: tuple | None = None,
+    padding: Any = None,
+    dilation: tuple | None = None,
+    groups: int = 1,
+) -> Any:
+    """The runtime's ``conv`` (same arguments, same function) as one plain convolution."""
+    n = x.ndim - 2
+    stride, dilation = tuple(stride or (1,) * n), tuple(dilation or (1,) * n)
+    padding = ((0, 0),) * n if padding is None else padding
+    if not isinstance(padding, str):
+        padding = tuple((int(lo), int(hi)) for lo, hi in padding)
+    y = jax.lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=stride,
+        padding=padding,
+        rhs_dilation=dilation,
+        dimension_numbers=runtime.conv_dimension_numbers(n),
+        feature_group_count=groups,
+    )
+    return y if b is None else y + runtime.trailing(b, y.ndim)
 
 
 def variant(case: accelerator.Case, name: str, x: Any, y: Any) -> run.Side:
@@ -46,6 +80,8 @@ def variant(case: accelerator.Case, name: str, x: Any, y: Any) -> run.Side:
         model.module["fused_attention"] = lambda *a, **k: None
     if name == "no-remat":
         model.module["keep_products"] = jax.checkpoint_policies.everything_saveable
+    if name == "plain-conv":
+        model.module["conv"] = plain_conv
     params, state = model.init(jax.random.key(run.KEY))
     return run.our_side_of(model, case.base, x, y, params, state)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,6 +196,37 @@ def test_accelerator_variants_compute_the_same_model() -> None:
         assert float(jax.jit(side.train_step)(*side.train_args)[-1]) == pytest.approx(
             float(loss), rel=2e-2
         ), name
+
+
+@pytest.mark.parametrize(
+    ("kernel", "options"),
+    [
+        ((1, 1, 4, 6), {"stride": (2, 2)}),
+        ((7, 7, 4, 6), {"padding": ((3, 3), (3, 3)), "stride": (2, 2)}),
+        ((3, 3, 2, 6), {"padding": "SAME", "groups": 2}),
+    ],
+)
+def test_plain_conv_variant_is_the_runtime_conv(kernel: tuple, options: dict) -> None:
+    """The variant swaps how a convolution is computed, never what: the runtime's values and
+    both gradients, in float32, for pointwise, strided, padded and grouped kernels."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from bench.accelerator_variants import plain_conv
+    from lbdl_dsl.backends.jax import runtime
+
+    x = jax.random.normal(jax.random.key(0), (2, 8, 8, 4))
+    w = jax.random.normal(jax.random.key(1), kernel) / 4
+
+    def grads(conv: Any) -> Any:
+        return jax.grad(lambda x, w: jnp.sum(conv(x, w, **options) ** 2), argnums=(0, 1))
+
+    np.testing.assert_allclose(
+        plain_conv(x, w, **options), runtime.conv(x, w, **options), atol=1e-5
+    )
+    for got, want in zip(grads(plain_conv)(x, w), grads(runtime.conv)(x, w), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
 def test_accelerator_says_where_the_mfu_stops_from_the_figures() -> None:
