@@ -658,10 +658,10 @@ gradient, timed within a few per cent). The spec uses GPT-2's tanh GELU, as the 
   afresh (the temporaries in one block, each new parameter and optimiser state in its own) and
   frees it when the step ends; glibc hands blocks over 32 MB straight back to the kernel, so
   the next step maps them again and Linux fills them page by page on first touch. `strace` of
-  three steady steps: ours mapped 1.1 GB per step (about nine blocks of 64 to 147 MB: the stacked
-  parameters, moments and gradients), the peer 0.68 GB (its per-block arrays are small
-  enough for the heap to reuse). That is 250,000 minor faults per step for ours and 172,000
-  for the peer, 0.60 and 0.54 s of system CPU per step.
+  three steady steps: ours mapped 1.1 GB per step (about nine blocks of 64 to 147 MB: the new
+  stacked parameters and moments, the temporaries), the peer 0.68 GB (its per-block arrays
+  are small enough for the heap to reuse). That is 250,000 minor faults per step for ours and
+  172,000 for the peer, 0.60 and 0.54 s of system CPU per step.
   With glibc's allocator asking for transparent huge pages
   (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`; glibc 2.35 or later, THP in `madvise` mode) they
   fall to about 10,000 and the system time to 0.2 s on both sides: the traced steps went from
@@ -671,7 +671,7 @@ gradient, timed within a few per cent). The spec uses GPT-2's tanh GELU, as the 
   train` (`python bench/allocator.py`: steps 0.89× as long, the same peak memory).
 - *Donating the training state* (its buffers given to the step, as `lbdl train` gives them;
   `python bench/step_profile.py --donate`) leaves each side one block of temporaries to map
-  per step, 0.84 GB ours and 0.90 GB the peer's, and about 225,000 faults each. Traced steps
+  per step, 836 MiB ours and 904 MiB the peer's, and about 225,000 faults each. Traced steps
   in two runs: ours 2.64 and 2.72 s against the peer's 2.54 and 2.64 s donated (1.04, 1.03),
   2.73 and 2.74 s against 2.57 and 2.48 s not (1.06, 1.10). Donated and with huge pages, four
   runs: 2.46, 2.32, 2.31 and 2.33 s against 2.49, 2.29, 2.24 and 2.23 s (0.99, 1.01, 1.03,
@@ -741,8 +741,8 @@ XLA spends longer on ResNet-50's loops.
   do not read a slice in place), the dynamic-update-slices that write each copy's weight
   gradient and saved activations into their stacks, and the norms fused with those slices.
   The backward loop runs its index down (`11 − i`), and XLA fuses that subtraction into each
-  of its slices, so they are kernels apart from the forward loop's. `perf record` of the two
-  compiles (the XLA compile alone) puts the growth in code generation: 0.53 s more CPU in
+  of its slices, so they are kernels apart from the forward loop's. `perf record` of a process
+  compiling each (XLA's functions' own share) puts the growth in code generation: 0.53 s more CPU in
   LLVM's machine code and 0.23 s more in XLA's fusion emitters at 12 blocks than at one, and
   the same 0.09 s in XLA's HLO passes; on two cores that is the growth's wall time.
   XLA's options for the compile, given per compile (`xla_backend_optimization_level=1`,

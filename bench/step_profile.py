@@ -1,12 +1,12 @@
 """Where one steady training step spends its time, ours against the Flax peer's, by XLA:CPU's
 own trace of the kernels it ran.
 
-``python bench/step_profile.py [--case gpt|resnet50] [--quick] [--steps 3] [--donate]
-[--side both|ours|peer]`` builds `run.py`'s two sides of one case, compiles both training steps
-(or one side's, ``--side``), warms them up, then runs each ``--steps`` times under
-``jax.profiler.trace`` (with ``--donate``, each step updating its state in place, as `lbdl
-train` runs it) and adds up the time of every kernel (a "thunk" of XLA:CPU's runtime: a fused
-loop, a YNNPACK product, a loop's control) by what it does:
+``python bench/step_profile.py [--case gpt|resnet50] [--quick] [--steps 3] [--warmup 2]
+[--donate] [--side both|ours|peer]`` builds `run.py`'s two sides of one case, compiles both
+training steps (or one side's, ``--side``), runs each ``--warmup`` times, then ``--steps``
+times under ``jax.profiler.trace`` (with ``--donate``, each step updating its state in place,
+as `lbdl train` runs it) and adds up the time of every kernel (a "thunk" of XLA:CPU's
+runtime: a fused loop, a YNNPACK product, a loop's control) by what it does:
 
 * **products**: matrix products and convolutions (YNNPACK's, XLA's own, oneDNN's);
 * **reductions**: the sums and maxima YNNPACK runs (norms' statistics, bias gradients);
