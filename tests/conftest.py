@@ -2,7 +2,8 @@
 and strict JAX for the session.
 
 Nothing else lives here on purpose: markers are declared in pyproject.toml, and each test file
-keeps its own helpers, so that files written by different people never fight over a name.
+keeps its own helpers, so that files written by different people never fight over a name. The
+one hook orders the run (heaviest first) and changes nothing a test sees.
 """
 
 from __future__ import annotations
@@ -53,3 +54,17 @@ def strict_jax() -> None:
     except ImportError:  # the compiler itself needs no JAX
         return
     jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The benchmarks' smoke tests first, then the other ``slow`` ones, then the rest, each
+    group in collection order: pytest-xdist hands tests out in that order as workers come free,
+    so the longest go out while there is other work to balance them, rather than last, with
+    one worker busy for a minute while the other waits."""
+
+    def weight(item: pytest.Item) -> int:
+        return (
+            0 if item.get_closest_marker("bench") else 1 if item.get_closest_marker("slow") else 2
+        )
+
+    items.sort(key=weight)  # stable: the collection order within each group

@@ -315,23 +315,60 @@ def test_step_profile_one_side_tables_that_side_alone() -> None:
     assert float(products.strip(" |").split(" | ")[1]) > 0, products
 
 
-def test_allocator_runs_lbdl_train_in_a_child_per_setting(tmp_path: Path) -> None:
-    """One quick run of the tiny GPT under the kept allocator: figures from the child's own
-    metrics and rusage, and the JSON record equal to what main returns."""
+_FAKE_TRAIN = """
+import json, os, sys
+from pathlib import Path
+tunables = os.environ.get("GLIBC_TUNABLES", "")
+per_step = 2.0 if "arena_max=1" in tunables else 1.0  # what the child saw, in its step times
+held = bytearray(64 << 20)  # 64 MiB touched: a peak RSS to find
+held[:: 4096] = b"x" * len(held[:: 4096])
+out = Path(sys.argv[1])
+out.mkdir(parents=True)
+rows = [{"kind": "train", "step": s, "time": 10.0 + s * per_step} for s in range(1, 7)]
+rows.insert(3, {"kind": "eval", "step": 3, "time": 99.0})
+(out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\\n" for r in rows))
+"""
+
+
+def test_allocator_measures_each_child_with_its_tunables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in for `lbdl train` that writes step times from the GLIBC_TUNABLES it was given:
+    each setting's figures come from its own child's metrics and rusage, rounds interleaved,
+    and the JSON record is what main returns."""
     import json
 
     from bench import allocator
 
+    class FakeJob(allocator.Job):
+        def command(self, folder: Path) -> list[str]:
+            return [sys.executable, "-c", _FAKE_TRAIN, str(folder)]
+
+    monkeypatch.setattr(allocator, "QUICK", FakeJob("fake.lbdl", ("N=1",), 6, 4))
     out = tmp_path / "allocator.json"
-    results = allocator.main(["--quick", "--rounds", "1", "--only", "kept", "--out", str(out)])
-    got = results["freed memory kept"]
-    assert "error" not in got, got
-    assert 0 < got["step"] < got["start"] < got["wall"], got
-    assert got["peak_rss_mb"] > 100 and got["user"] > 0, got
+    results = allocator.main(["--quick", "--rounds", "2", "--out", str(out)])
+    kept, default = results["freed memory kept"], results["glibc's defaults"]
+    assert kept["step"] == pytest.approx(2.0) and default["step"] == pytest.approx(1.0)
+    assert default["start"] == pytest.approx(12.0)  # the train row of step 2, not the eval row
+    assert kept["rounds"] == default["rounds"] == 2
+    assert 64 < kept["peak_rss_mb"] < 1024 and kept["wall"] > 0
     record = json.loads(out.read_text("utf-8"))
-    assert record["results"] == results
-    assert record["tunables"] == {"freed memory kept": allocator.KEPT}
-    assert record["job"].startswith("lbdl train specs/gpt2.lbdl --data synthetic --steps 6")
+    assert record["results"] == results and len(record["runs"]["glibc's defaults"]) == 2
+    assert record["tunables"] == {"glibc's defaults": "", "freed memory kept": allocator.KEPT}
+    assert record["job"] == "lbdl train fake.lbdl --data synthetic --steps 6 --batch 4 --set N=1"
+    table = allocator.table(results, allocator.QUICK)
+    assert "| freed memory kept | 2.000 | 2.000 |" in table
+
+
+def test_allocator_runs_lbdl_train_as_the_docs_say(tmp_path: Path) -> None:
+    from bench import allocator
+
+    cmd = allocator.FULL.command(tmp_path / "run")
+    assert cmd[3:5] == ["train", str(allocator.ROOT / "specs/gpt2.lbdl")]
+    said = " ".join(cmd[3:])
+    for part in ("--data synthetic", "--steps 12", "--batch 4", "--set T=128", "--log-every 1"):
+        assert part in said, part
+    assert allocator.FULL.warm == 4 and cmd[-2:] == ["-o", str(tmp_path / "run")]
 
 
 def test_allocator_settings_environment_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
