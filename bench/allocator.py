@@ -115,7 +115,10 @@ def measure(setting: Setting, job: Job) -> dict[str, Any]:
         )
         assert child.stderr is not None
         errors = child.stderr.read().decode("utf-8", "replace")
-        _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage, not all children's
+        # This child's own rusage, not all children's. Linux carries a parent's peak RSS into
+        # a child it forks and execs, so ru_maxrss is at least this process's own peak: small,
+        # since nothing here imports JAX.
+        _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
         child.returncode = os.waitstatus_to_exitcode(status)
         child.stderr.close()

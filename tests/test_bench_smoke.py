@@ -351,7 +351,8 @@ def test_allocator_measures_each_child_with_its_tunables(
     assert kept["step"] == pytest.approx(2.0) and default["step"] == pytest.approx(1.0)
     assert default["start"] == pytest.approx(12.0)  # the train row of step 2, not the eval row
     assert kept["rounds"] == default["rounds"] == 2
-    assert 64 < kept["peak_rss_mb"] < 1024 and kept["wall"] > 0
+    # at least the child's 64 MiB (Linux counts the parent's own peak too: see measure)
+    assert kept["peak_rss_mb"] > 64 and kept["wall"] > 0
     record = json.loads(out.read_text("utf-8"))
     assert record["results"] == results and len(record["runs"]["glibc's defaults"]) == 2
     assert record["tunables"] == {"glibc's defaults": "", "freed memory kept": allocator.KEPT}
