@@ -9,7 +9,7 @@ starts, so nothing can set it from inside). Each child's step times come from it
 ``metrics.jsonl``; its peak resident memory and CPU times from ``os.wait4``.
 
 Why it is worth a table: XLA:CPU takes a step's working memory with one allocation per buffer
-(the temporaries as one block, 0.8 GB for GPT-2 small's step with its state donated) and frees
+(the temporaries as one block, 836 MiB for GPT-2 small's step with its state donated) and frees
 it when the step ends. Blocks that large are mapped afresh from the kernel at every step, and
 Linux fills them one 4 KiB page at a time on first touch: 220,000 page faults per step here.
 Two ways out, both glibc's own settings:
