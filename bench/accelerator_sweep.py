@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 import jax  # noqa: E402
 
-from bench import accelerator, harness, run  # noqa: E402
+from bench import accelerator, choose, harness, run  # noqa: E402
 
 VOCAB, PADDED = 50257, 50304  # GPT-2's, and the next multiple of 64
 
@@ -154,7 +154,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     ]
     for name, got in results.items():
         if "error" in got:
-            lines.append(f"| {name} | failed: {got['error'].strip().splitlines()[-1][:80]} |||||")
+            lines.append(choose.failed_row(name, got["error"], 4))
             continue
         mfu = got["mfu"]
         said = "—" if mfu is None else ("met" if mfu >= accelerator.MFU_TARGET else "not met")
@@ -176,13 +176,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.child:
         print(json.dumps(child(settings[args.child], args.quick)))
         return {}
-    chosen = list(settings.values())
-    if args.only:
-        keys = [k.strip() for k in args.only.split(",")]
-        unknown = [k for k in keys if k not in settings]
-        if unknown:
-            parser.error(f"--only: no setting {unknown[0]!r} (there are {', '.join(settings)})")
-        chosen = [settings[k] for k in keys]
+    chosen = choose.chosen(parser, settings, args.only, list(settings))
     results: dict[str, dict[str, Any]] = {}
     command = "python bench/accelerator_sweep.py" + (" --quick" if args.quick else "")
     for setting in chosen:

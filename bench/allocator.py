@@ -40,6 +40,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import choose  # noqa: E402
 
 KEPT = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
 HUGE = "glibc.malloc.hugetlb=1"
@@ -168,7 +172,7 @@ def table(results: dict[str, dict[str, Any]], job: Job) -> str:
     ]
     for name, got in results.items():
         if "error" in got:
-            lines.append(f"| {name} | failed: {got['error'].strip().splitlines()[-1][:80]} ||||||")
+            lines.append(choose.failed_row(name, got["error"], 5))
             continue
         ratio = f"{got['step'] / base:.3f}" if base else "—"
         lines.append(
@@ -188,11 +192,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     settings = {s.key: s for s in SETTINGS}
-    keys = args.only.split(",") if args.only else list(QUICK_KEYS if args.quick else settings)
-    unknown = [k for k in keys if k.strip() not in settings]
-    if unknown:
-        parser.error(f"--only: no setting {unknown[0]!r} (there are {', '.join(settings)})")
-    chosen = [settings[k.strip()] for k in keys]
+    chosen = choose.chosen(parser, settings, args.only, QUICK_KEYS if args.quick else settings)
     job = QUICK if args.quick else FULL
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in chosen}
     for round_ in range(args.rounds):
