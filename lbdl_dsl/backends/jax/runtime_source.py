@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+from typing import NamedTuple
 
 _RUNTIME = Path(__file__).with_name("runtime.py")
 
@@ -25,13 +26,26 @@ def _text() -> str:
     return "\n\n".join(f.read_text(encoding="utf-8") for f in _files())
 
 
-@functools.cache
-def _parsed() -> tuple[dict[str, tuple[int, str, frozenset[str]]], frozenset[str]]:
-    """name → (position, source, runtime functions it calls); and every name a function binds.
+class _Runtime(NamedTuple):
+    """What one parse of the runtime's files gives (see ``_parsed``)."""
 
-    The second part is every argument and local of the runtime's functions: a block function of
-    the same name at module level would be shadowed inside them (harmless today, as none calls
-    a block, but a trap), so block functions keep clear of these names.
+    table: dict[str, tuple[int, str, frozenset[str]]]
+    bound: frozenset[str]
+    defaults: dict[str, dict[str, object]]
+
+
+@functools.cache
+def _parsed() -> _Runtime:
+    """name → (position, source, runtime functions it calls); every name a function binds;
+    and name → its keyword defaults that are plain literals.
+
+    One parse for all three: parsing the runtime's text costs tens of milliseconds, and a
+    fresh process building GPT-2 once spent 0.2 s parsing it again per function it asked the
+    defaults of.
+
+    The names bound are every argument and local of the runtime's functions: a block function
+    of the same name at module level would be shadowed inside them (harmless today, as none
+    calls a block, but a trap), so block functions keep clear of these names.
     """
     text = _text()
     defs = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)]
@@ -52,26 +66,25 @@ def _parsed() -> tuple[dict[str, tuple[int, str, frozenset[str]]], frozenset[str
             elif isinstance(n, ast.arg):
                 bound.add(n.arg)
         table[d.name] = (i, src, frozenset(called - {d.name}))
-    return table, frozenset(bound)
+    return _Runtime(table, frozenset(bound), {d.name: _literal_defaults(d.args) for d in defs})
 
 
-@functools.cache
 def defaults(name: str) -> dict[str, object]:
     """The keyword defaults of runtime function ``name`` that are plain literals: a call need
     not write an argument equal to its default (``stride=(1, 1)``, ``eps=1e-05``)."""
-    for node in ast.parse(_text()).body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            args = node.args
-            out: dict[str, object] = {}
-            positional = args.posonlyargs + args.args
-            with_defaults = positional[len(positional) - len(args.defaults) :]
-            for arg, default in zip(with_defaults, args.defaults):
-                out[arg.arg] = _literal(default)
-            for arg, default in zip(args.kwonlyargs, args.kw_defaults):
-                if default is not None:
-                    out[arg.arg] = _literal(default)
-            return {k: v for k, v in out.items() if v is not _NOT_LITERAL}
-    return {}
+    return dict(_parsed().defaults.get(name, {}))
+
+
+def _literal_defaults(args: ast.arguments) -> dict[str, object]:
+    out: dict[str, object] = {}
+    positional = args.posonlyargs + args.args
+    with_defaults = positional[len(positional) - len(args.defaults) :]
+    for arg, default in zip(with_defaults, args.defaults):
+        out[arg.arg] = _literal(default)
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults):
+        if kw_default is not None:
+            out[arg.arg] = _literal(kw_default)
+    return {k: v for k, v in out.items() if v is not _NOT_LITERAL}
 
 
 _NOT_LITERAL = object()
@@ -85,7 +98,7 @@ def _literal(node: ast.expr) -> object:
 
 
 def _functions() -> dict[str, tuple[int, str, frozenset[str]]]:
-    return _parsed()[0]
+    return _parsed().table
 
 
 def available() -> frozenset[str]:
@@ -94,7 +107,7 @@ def available() -> frozenset[str]:
 
 def bound_names() -> frozenset[str]:
     """Every argument and local of the runtime's functions (see ``_parsed``)."""
-    return _parsed()[1]
+    return _parsed().bound
 
 
 def source_for(used: set[str]) -> str:
