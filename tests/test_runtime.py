@@ -6,6 +6,7 @@ with every non-array argument static, as generated code does. Every test runs wi
 floats enabled (scoped to this module by an autouse fixture) so comparisons can be tight.
 """
 
+import mmap
 import sys
 from functools import cache, partial
 from pathlib import Path
@@ -183,6 +184,23 @@ def test_init_arrays_uses_threads_by_itself_for_big_tables(monkeypatch):
     for a, b in zip(got, _one_stream(key, table), strict=True):
         np.testing.assert_array_equal(a, b)
     assert rt.init_arrays(key, {"small": ((5,), "std", 1.0)}) and counts == [2]  # no pool
+
+
+@pytest.mark.parametrize("n", [0, 5, 1 << 23])
+def test_init_buffer_is_aligned_writable_and_shared_with_the_device(n):
+    # from 32 MiB on the buffer is its own mapping of plain pages, not NumPy's heap
+    buf = rt.float32_buffer(n)
+    assert buf.shape == (n,) and buf.dtype == np.float32 and buf.flags.writeable
+    assert buf.ctypes.data % 64 == 0 or not n
+    mapped = isinstance(buf.base, memoryview) and isinstance(buf.base.obj, mmap.mmap)
+    assert mapped == (n >= 1 << 23 and hasattr(mmap, "MAP_PRIVATE"))
+    if n:
+        buf[:] = np.arange(n, dtype=np.float32)
+        piece = buf[:5]
+        on_device = jax.device_put(piece)
+        assert on_device.unsafe_buffer_pointer() == piece.ctypes.data  # no copy
+        del buf, piece
+        np.testing.assert_array_equal(np.asarray(on_device), np.arange(5, dtype=np.float32))
 
 
 @pytest.mark.parametrize("bias", [True, False])

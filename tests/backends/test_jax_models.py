@@ -260,8 +260,8 @@ def test_emitted_module_is_the_model(tmp_path):
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in node.names
     }
-    # JAX and NumPy, and from the standard library what init_arrays' threads need
-    assert imported == {"jax", "jax.numpy", "numpy", "os", "concurrent.futures"}
+    # JAX and NumPy, and from the standard library what init_arrays' threads and memory need
+    assert imported == {"jax", "jax.numpy", "numpy", "os", "concurrent.futures", "mmap"}
     standard = imported - {"jax", "jax.numpy", "numpy"}
     assert all(name.split(".")[0] in sys.stdlib_module_names for name in standard)
     module_spec = importlib.util.spec_from_file_location("lenet_generated", path)

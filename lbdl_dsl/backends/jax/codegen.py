@@ -1,7 +1,8 @@
 """The standalone JAX module of a checked model, as source text.
 
-It imports only ``jax``, ``jax.numpy`` and ``numpy`` (and, from Python's standard library, ``os``
-and ``concurrent.futures`` for the threads that draw the initial parameters) and reads like
+It imports only ``jax``, ``jax.numpy`` and ``numpy`` (and, from Python's standard library, ``os``,
+``concurrent.futures`` and ``mmap`` for the threads that draw the initial parameters and the
+memory they draw into) and reads like
 hand-written code: a header
 naming the spec, a table of parameter shapes with an ``init(key)`` that splits its key once, one
 function per block definition, a pure ``apply``, then the runtime functions it uses (copied from
@@ -160,6 +161,7 @@ Edit the spec, not this file.
 {wrapped}
 """
 
+import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 
