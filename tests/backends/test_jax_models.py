@@ -408,3 +408,35 @@ def test_words_and_flags_given_to_a_block_reach_its_code():
     np.testing.assert_allclose(written_out, via_block, rtol=1e-6)
     _, _, swapped = run("  b act=gelu-tanh bias=false\n  b act=relu\n", params)
     assert not np.allclose(swapped, via_block)
+
+
+def test_example_inputs_are_drawn_on_the_host_and_the_same_under_jit_and_vmap() -> None:
+    text = (
+        "model m:\n  input M: 5 bool\n  input X: 5×8\n  input I: 5 int<7>\n"
+        "  embed d=8\n  +(X)\n  self-att(M) h=2\n  output Y\n"
+    )
+    model = lbdl_dsl.compile("m.lbdl", text=text)
+    key = jax.random.key(3)
+    eager = model.example_inputs(key, batch=4)
+    assert [(a.shape, a.dtype) for a in eager] == [
+        ((4, 5), jnp.bool_),
+        ((4, 5, 8), jnp.float32),
+        ((4, 5), jnp.int32),
+    ]
+    mask, x, tokens = (np.asarray(a) for a in eager)
+    assert tokens.min() >= 0 and tokens.max() < 7 and 0 < mask.sum() < mask.size
+    assert np.unique(x).size == x.size and abs(x.mean()) < 0.5 and 0.6 < x.std() < 1.4
+    # NumPy's stream for the key's words and the input's position: nothing for XLA to compile
+    words = [int(w) for w in np.asarray(jax.random.key_data(key), np.uint32)]
+    stream = np.random.Generator(np.random.PCG64(np.random.SeedSequence([*words, 1])))
+    assert np.array_equal(x, stream.standard_normal((4, 5, 8), dtype=np.float32))
+    other = model.example_inputs(jax.random.key(4), 4)[1]
+    assert not np.array_equal(x, np.asarray(other))  # a function of the key
+    jitted = jax.jit(model.example_inputs, static_argnums=1)(key, 4)
+    assert all(np.array_equal(a, b) for a, b in zip(eager, jitted, strict=True))
+    keys = jax.random.split(key, 2)
+    batched = jax.vmap(lambda k: model.example_inputs(k, 4))(keys)
+    assert np.array_equal(batched[1][1], np.asarray(model.example_inputs(keys[1], 4)[1]))
+    model.apply(*model.init(jax.random.key(0)), *eager)  # inputs the model takes
+    with pytest.raises(LbdlError, match="batch must be a whole number"):
+        model.example_inputs(key, 0)
