@@ -76,7 +76,9 @@ def test_every_lowering_matches_its_entry_s_reference(layer, shape, line):
     model = lbdl_dsl.compile("case.lbdl", text=example_spec(shape, line), **_sizes(shape))
     params, state = model.init(jax.random.key(0))
     arrays = model.example_inputs(jax.random.key(1), batch=2)
-    y, _ = model.apply(params, state, *arrays)
+    # jitted: one program to compile, where running op by op compiled each operation apart
+    # (the eager run is the next test's)
+    y, _ = jax.jit(model.apply)(params, state, *arrays)
     y = y["Y"] if isinstance(y, dict) else y  # a constant's model passes its input X through
     graph = model.checked.program.model.body
     (inst,) = [i for i in model.checked.root if i.node.kind == "layer"]
@@ -155,5 +157,5 @@ def test_every_entry_lowers_runs_and_differentiates(layer):
         out, _ = model.apply(p, state, *inputs, train=True, key=jax.random.key(2))
         return sum(jnp.sum(o.astype(jnp.float32) ** 2) for o in jax.tree.leaves(out))
 
-    grads = jax.grad(loss)(params)
+    grads = jax.jit(jax.grad(loss))(params)
     assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
