@@ -773,24 +773,41 @@ loaded module (parse, check, generate, format with ruff, load),
   it is in the cache (uniform laws with the variance of the LeCun or the stated normal), and
   `jax.device_put` hands the pieces to the CPU device without a copy. GPT-2's 124M numbers
   take 0.3 s of drawing (PCG64 is NumPy's fastest generator here: SFC64 0.36 s, Philox
-  0.42 s) and 0.5 to 0.7 s in a fresh process (the first touch of 500 MB; on this virtual
-  machine one touch of 500 MB took 0.3 to 1.2 s), against 1.8 s with JAX's threefry normal;
-  scaling in cache saved 0.03 to 0.14 s of that. The stream is now cut into one span per
-  usable core (at least 4M numbers each, at most 8), each drawn by a thread that jumps to
-  its span's first number (NumPy lets go of the GIL while it draws): the same numbers, and
-  the draw and the first touch shared out. GPT-2's `init_arrays` in fresh processes, four
-  each, in turn: 0.46 to 0.70 s with one thread, 0.24 to 0.39 s with two. Under
+  0.42 s), against 1.8 s with JAX's threefry normal; scaling in cache saved 0.03 to 0.14 s.
+  The stream is cut into one span per usable core (at least 4M numbers each, at most 8),
+  each drawn by a thread that jumps to its span's first number (NumPy lets go of the GIL
+  while it draws): the same numbers, and the draw and the first touch shared out. Under
   `jax.jit`, `vmap` or `eval_shape` the same function runs as a host callback, so a jitted
   `init` gives the same numbers (tested).
-- What is left of GPT's first output is the first forward pass (0.3 s to compile, 0.6 s to
-  run a batch of 4×128 through 124M parameters, as the peer's) and the draw: against the
-  jitted peer the ratio sits at the 0.3 line, run to run.
+- *The buffer's pages.* The rest of `init` was the first touch of 500 MB, and it was slow
+  and erratic because of where the buffer came from: NumPy asks the kernel for transparent
+  huge pages on every large array, and on this virtual machine a fresh 2 MiB page costs far
+  more to fault in than 512 small ones do. Drawing GPT-2's 124M numbers on one thread, six
+  fresh processes each, in turn: 0.35 to 1.9 s (median about 1.0 s) into a NumPy array,
+  0.45 to 0.78 s (about 0.6 s) into an anonymous private mapping of ordinary pages, 0.38 to
+  1.3 s into the same mapping with huge pages asked for. So from 32 MiB on the buffer is
+  now such a mapping (`float32_buffer`; the generated module imports `mmap`). The
+  parameters' pages change nothing measurable later: the same jitted forward pass on
+  parameters in the mapping and in a NumPy array, interleaved in one process, 0.866 against
+  0.859 s and 0.820 against 0.803 s.
+- *Building* (the spec to a loaded module) spent most of its time parsing the runtime's
+  source: the generator copies the runtime functions a model uses, and asked each one's
+  default arguments by parsing the whole runtime again (seven times for GPT-2). One parse
+  now gives the functions, their callees and their defaults.
+- Both changes, GPT-2's first output (ours) before and after, six fresh processes each, in
+  turn: total 2.22 to 3.02 s (median 2.80) against 1.65 to 2.01 s (1.79); build 0.43 s
+  against 0.13 s and `init` 0.97 s against 0.40 s (medians). What is left is the first
+  forward pass: about 0.3 s to compile and 0.8 s to run a batch of 4×128 through 124M
+  parameters, as the peer's does.
+- `model.example_inputs` (not timed here: the inputs are made before the clock starts, but
+  `lbdl-compile --run` and a user's first script call it) draws with NumPy too, from the
+  key's words and each input's position, where `jax.random.normal` compiled a program for
+  each new shape (0.3 to 0.5 s each).
 - The user's cache folder (`~/.cache/lbdl`, `lbdl_dsl/core/cache.py`) keeps what every
   process used to make again: the lark parser's tables (50 ms; `lbdl-compile --check
   specs/resnet50.lbdl` 0.30 s instead of 0.45 s) and ruff's formatting of a generated module
-  (40 ms, a subprocess), by the hash of the text and ruff's version. Building GPT-2 from its
-  spec takes 0.07 s with both cached, 0.2 s without; the first sample of each run pays the
-  formatting, the median does not.
+  (40 ms, a subprocess), by the hash of the text and ruff's version; the first sample of
+  each run pays the formatting, the median does not.
 
 ### On a GPU
 
