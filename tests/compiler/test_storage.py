@@ -149,6 +149,27 @@ def test_what_is_short_depends_on_the_body(
     assert stacks == ({()} if apart else {(count,)})
 
 
+@pytest.mark.parametrize(
+    ("body", "checkpointed"),
+    [("conv-2d k=3 p=1 c=8\n    relu", False), ("fc 8\n    relu", True)],
+)
+def test_copies_of_convolutions_run_without_the_checkpoint(
+    compile_text: Callable[..., Compiled], body: str, checkpointed: bool
+) -> None:
+    # XLA:CPU planned the same memory for a convolution group's copies either way, and the
+    # checkpoint cost compile and step time; a transformer's copies keep it
+    shape = "8×8×8" if body.startswith("conv") else "8"
+    text = f"model m:\n  input X: {shape}\n  ×2:\n    {body}\n  output Y\n"
+    compiled = compile_text(text)
+    assert compiled.checked is not None
+    (group,) = [i for i in compiled.checked.root if i.copies]
+    assert storage.per_copy(group) and storage.checkpointed(group) is checkpointed
+    from lbdl_dsl.backends.jax.codegen import generate  # the call the generator writes
+
+    call = next(line for line in generate(compiled).splitlines() if "= each_copy(" in line)
+    assert call.endswith(", 0, 2)" if checkpointed else ", 0, 2, remat=False)"), call
+
+
 def test_experts_stay_stacked_and_so_does_what_is_inside_them() -> None:
     """The fixture's second mixture sits in a ×2 frame: the frame keeps its two copies apart,
     each copy's experts stay stacked."""

@@ -501,7 +501,9 @@ class Lowerer:
             out = fn.names.fresh(f"ns_{inst.id}") if group.s else "_"
             if apart:
                 self.runtime.add("each_copy")
-                fn.line(f"{target}, {out} = each_copy({step}, {x.name}, {xs}, {first}, {count})")
+                remat = "" if storage.checkpointed(inst) else ", remat=False"
+                call = f"each_copy({step}, {x.name}, {xs}, {first}, {count}{remat})"
+                fn.line(f"{target}, {out} = {call}")
             else:
                 # a copy that changes the shape (always counted once) cannot be a scan's body
                 loop = "unrolled" if self.unroll or count == 1 else "scan_group"
