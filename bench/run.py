@@ -719,12 +719,21 @@ XLA spends longer on ResNet-50's loops.
   `each_copy`): no stacks and no slices, the copies called in turn. In one process (medians
   of three, in turn), the training step compiled in 9.9 s stacked and 5.7 s apart, the forward
   pass in 1.37 s and 0.93 s; with the checkpointed copy traced once for all copies, 5.16 s
-  against the peer's 5.36 s (tracing 0.57 s against 0.80 s). What is left is XLA's compile
-  of our own kernels, within this machine's noise of the peer's. Tried: plain convolutions for
-  the 1×1 ones, which the steady rows gain from (forward 0.65 s against 0.73 s, training step
-  5.44 s against 5.31 s: within the spread); the copies without `jax.checkpoint` (training
-  step 4.39 s against 5.16 s, the peer's 5.36 s), not kept: the checkpoint keeps the memory
-  of a stage's activations at its products and inputs (docs/performance-memory.md).
+  against the peer's 5.36 s (tracing 0.57 s against 0.80 s).
+- *The copies of a group of convolutions no longer run under `jax.checkpoint`*
+  (`storage.checkpointed`). The checkpoint was there to keep only each copy's products and
+  convolutions for the backward pass, but in straight-line copies XLA:CPU planned the same
+  temporaries without it: ResNet-50's training step at batch 8, 880 MiB with it and 878 MiB
+  without; at batch 32, ResNet-50 (3,718 MiB), ResNet-101 (4,380) and MobileNetV2 (2,472)
+  the same to the MiB; VGG-16 at 8, 1,429 against 1,356 MiB. What it did cost was the
+  recomputation and its kernels: in one process, in turn, the training step compiled in 4.42
+  and 4.45 s checkpointed, 3.56 and 3.68 s without, and 3.37 and 3.52 s with each copy a
+  jitted function (`jax.jit(step)`, which XLA inlines: traced once for all the copies, as
+  the checkpointed one was), which is what `each_copy` now does; its steady step went from
+  1.78 to 1.89 s to 1.63 to 1.65 s. A transformer's copies keep the checkpoint: what it saves
+  there is attention's and the activations' memory. Tried before: plain convolutions for the
+  1×1 ones, which the steady rows gain from (forward 0.65 s against 0.73 s, training step
+  5.44 s against 5.31 s: within the spread).
 - GPT's one loop of twelve saves XLA's passes over eleven blocks: the forward pass is at the
   0.5 target, the training step is not, because the target assumed a compile time
   proportional to the number of blocks. The rows "GPT, train step vs blocks" compile the
