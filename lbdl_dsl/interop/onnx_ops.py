@@ -9,10 +9,10 @@ jax2onnx (0.13) mistranslates two primitives our runtime uses, and one of its us
 - ``conv_general_dilated`` with ``lhs_dilation`` (the transposed convolution) becomes an ONNX
   ``ConvTranspose`` without its strides, so every output is too small. Here the input is
   dilated by reshapes (zeros between the values), and a plain convolution follows.
-- ``checkpoint`` (``remat``) of one traced body called several times, as `each_copy` calls
-  its copies, is written inline each time under the same value names, which ONNX refuses
-  ("cannot have a producer"). An export converts the forward pass only, where a checkpoint
-  changes nothing: here the copies are called plainly.
+- ``checkpoint`` (``remat``) or ``jit`` of one traced body called several times, as
+  `each_copy` calls its copies, is written inline each time under the same value names, which
+  ONNX refuses ("cannot have a producer"). An export converts the forward pass only, where
+  neither changes anything: here the copies are called plainly.
 
 Only the ONNX export uses them (`export` swaps them into the executed module); XLA keeps the
 runtime's own, which it runs faster. Each takes the arguments of the runtime's function of the
@@ -105,8 +105,9 @@ def conv_transpose(
     return y
 
 
-def each_copy(step, x, xs, first: int, length: int):
-    """The runtime's `each_copy` without its checkpoint (see the module)."""
+def each_copy(step, x, xs, first: int, length: int, remat: bool = True):  # noqa: ARG001
+    """The runtime's `each_copy` without its checkpoint or its jitted copy (see the module):
+    ``remat`` changes nothing in a forward pass."""
     from lbdl_dsl.backends.jax.runtime import copy_of
 
     news = {}
