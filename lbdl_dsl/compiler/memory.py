@@ -12,12 +12,11 @@ without JAX. Per device, for each box and in total:
   over the mesh axes that split it), float32: every primitive box's output (a composite's are
   those of its inside: a feed-forward block's hidden layer is its ``fc1``'s output) and the Q,
   K and V attention keeps; inside a ×N group, whose copies compute the rest again in the
-  backward pass (the runtime's ``keep_products``, stacked or kept apart alike), only matrix
-  products' and convolutions' outputs, Q, K and V, and each copy's input; but a group of
-  convolutions kept apart runs without that policy (`storage.checkpointed`) and keeps what
-  straight-line code does. Split like their
-  inner width where tensor parallelism splits it; symbolic in ``B`` and in the spec's free
-  sizes (a sequence's ``T``);
+  backward pass (the runtime's ``keep_products``), only matrix products' and convolutions'
+  outputs, Q, K and V, and each copy's input; a group of convolutions kept apart runs without
+  that policy (`storage.checkpointed`) and keeps what straight-line code does. Split like
+  their inner width where tensor parallelism splits it; symbolic in ``B`` and in the spec's
+  free sizes (a sequence's ``T``);
 - inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks).
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step

@@ -963,8 +963,9 @@ def float32_buffer(n: int) -> np.ndarray:
     From 32 MiB on, an anonymous private mapping of the kernel's own pages rather than NumPy's
     heap: NumPy asks for transparent huge pages on large arrays, and a 2 MiB page is zeroed
     (and, on a virtual machine, often backed by the host) at its first touch. On the 2-core
-    virtual machine of docs/performance.md, GPT-2's 500 MB took 0.7 to 1.9 s to draw in
-    NumPy's memory and 0.45 to 0.8 s in these pages (one thread, fresh processes, in turn).
+    virtual machine of docs/performance.md, GPT-2's 500 MB took 0.35 to 1.9 s (about 1 s) to
+    draw in NumPy's memory and 0.45 to 0.8 s (about 0.6 s) in these pages (one thread, fresh
+    processes, in turn).
     """
     if n * 4 >= 1 << 25 and hasattr(mmap, "MAP_PRIVATE"):  # MAP_PRIVATE: not on Windows
         pages = mmap.mmap(-1, n * 4, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
