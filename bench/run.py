@@ -720,8 +720,10 @@ XLA spends longer on ResNet-50's loops.
   of three, in turn), the training step compiled in 9.9 s stacked and 5.7 s apart, the forward
   pass in 1.37 s and 0.93 s; with the checkpointed copy traced once for all copies, 5.16 s
   against the peer's 5.36 s (tracing 0.57 s against 0.80 s).
-- *The copies of a group of convolutions no longer run under `jax.checkpoint`*
-  (`storage.checkpointed`). The checkpoint was there to keep only each copy's products and
+- *On a CPU the copies of a group of convolutions no longer run under `jax.checkpoint`*
+  (`storage.checkpointed_on_cpu`; an accelerator keeps it, where it saves memory: on an
+  H100, ResNet-50 keeping every residual needed 7.3 GiB against 4.6 GiB,
+  docs/performance-gpu.md). The checkpoint was there to keep only each copy's products and
   convolutions for the backward pass, but in straight-line copies XLA:CPU planned the same
   temporaries without it: ResNet-50's training step at batch 8, 880 MiB with it and 878 MiB
   without; at batch 32, ResNet-50 (3,718 MiB), ResNet-101 (4,380) and MobileNetV2 (2,472)

@@ -186,6 +186,32 @@ def test_init_arrays_uses_threads_by_itself_for_big_tables(monkeypatch):
     assert rt.init_arrays(key, {"small": ((5,), "std", 1.0)}) and counts == [2]  # no pool
 
 
+def test_each_copy_drops_the_checkpoint_only_on_a_cpu_and_only_when_told(monkeypatch):
+    w = jnp.ones((3, 3))
+    xs = {"0": w, "1": 2 * w}
+
+    def step(x, w):
+        return jnp.tanh(x @ w), None
+
+    def primitives(remat_on_cpu: bool) -> set[str]:
+        def f(x):
+            return rt.each_copy(step, x, xs, 0, 2, remat_on_cpu=remat_on_cpu)[0].sum()
+
+        jaxpr = jax.make_jaxpr(jax.value_and_grad(f))(jnp.ones((2, 3)))
+        return {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}
+
+    assert "remat2" in primitives(True)  # the checkpoint, everywhere by default
+    assert "remat2" not in primitives(False) and "jit" in primitives(False)  # on this CPU
+    monkeypatch.setattr(rt.jax, "default_backend", lambda: "gpu")
+    assert "remat2" in primitives(False)  # an accelerator keeps it: it saves memory there
+    # the same numbers either way
+    x = jnp.arange(6.0).reshape(2, 3) / 6
+    monkeypatch.undo()
+    a = jax.grad(lambda x: rt.each_copy(step, x, xs, 0, 2)[0].sum())(x)
+    b = jax.grad(lambda x: rt.each_copy(step, x, xs, 0, 2, remat_on_cpu=False)[0].sum())(x)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+
+
 @pytest.mark.parametrize("n", [0, 5, 1 << 23])
 def test_init_buffer_is_aligned_writable_and_shared_with_the_device(n):
     # from 32 MiB on the buffer is its own mapping of plain pages, not NumPy's heap

@@ -12,11 +12,10 @@ without JAX. Per device, for each box and in total:
   over the mesh axes that split it), float32: every primitive box's output (a composite's are
   those of its inside: a feed-forward block's hidden layer is its ``fc1``'s output) and the Q,
   K and V attention keeps; inside a ×N group, whose copies compute the rest again in the
-  backward pass (the runtime's ``keep_products``), only matrix products' and convolutions'
-  outputs, Q, K and V, and each copy's input; a group of convolutions kept apart runs without
-  that policy (`storage.checkpointed`) and keeps what straight-line code does. Split like
-  their inner width where tensor parallelism splits it; symbolic in ``B`` and in the spec's
-  free sizes (a sequence's ``T``);
+  backward pass (the runtime's ``keep_products``, stacked or kept apart alike), only matrix
+  products' and convolutions' outputs, Q, K and V, and each copy's input. Split like their
+  inner width where tensor parallelism splits it; symbolic in ``B`` and in the spec's free
+  sizes (a sequence's ``T``);
 - inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks).
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step
@@ -31,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lbdl_dsl.compiler import paths, storage
+from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.instance import Checked, Inst
 from lbdl_dsl.core.layers.attention import HeadsAttrs
 from lbdl_dsl.core.symbolic import Expr, sym, total
@@ -181,25 +180,15 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     out = _attention_inside(inst) / splits.inside.get(id(inst), 1)
     out = out + _scope(inst.body, memo, splits, looped)
     out = out + _scope(inst.shortcut, memo, splits, looped)
-    inside = looped or _recomputes(inst)
     for cp in inst.copies:
-        # a loop keeps each copy's input; straight-line copies read the box before's output
-        carry = _numel(inst.inputs[0].shape) if inst.inputs and inside else Expr()
+        carry = _numel(inst.inputs[0].shape) if inst.inputs else Expr()
         if cp.work is not None:  # a mixture's experts: each run keeps its token, no loop
             token = Expr.lift(inst.inputs[0].shape[-1]) if inst.inputs else Expr()
             out = out + (_scope(cp.body, memo, splits, looped) + token) * cp.runs
             continue
-        out = out + (_scope(cp.body, memo, splits, inside) + carry) * cp.runs
+        out = out + (_scope(cp.body, memo, splits, True) + carry) * cp.runs
     memo[key] = out
     return out
-
-
-def _recomputes(inst: Inst) -> bool:
-    """Whether a ×N group's copies compute all but their products again in the backward pass:
-    a stacked group's loop and a transformer's copies kept apart do; a group of convolutions
-    kept apart runs straight-line copies without the checkpoint (`storage.checkpointed`) and
-    keeps every box's output, as outside a group."""
-    return not (storage.per_copy(inst) and not storage.checkpointed(inst))
 
 
 def _box_kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool) -> Expr:
@@ -263,9 +252,7 @@ def per_device(
         _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
     )
     whole = Bytes(params, params, params * moments + counters * COUNTER, state, acts, inputs)
-    groups = {
-        "/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat" and _recomputes(inst)
-    }
+    groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
     views = {a.path: a.view or a.path for a in paths.arrays(checked.root)}
     boxes = [
         BoxBytes(

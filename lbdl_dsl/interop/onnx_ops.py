@@ -105,9 +105,9 @@ def conv_transpose(
     return y
 
 
-def each_copy(step, x, xs, first: int, length: int, remat: bool = True):  # noqa: ARG001
+def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):  # noqa: ARG001
     """The runtime's `each_copy` without its checkpoint or its jitted copy (see the module):
-    ``remat`` changes nothing in a forward pass."""
+    ``remat_on_cpu`` changes nothing in a forward pass."""
     from lbdl_dsl.backends.jax.runtime import copy_of
 
     news = {}

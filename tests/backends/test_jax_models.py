@@ -281,8 +281,9 @@ def test_generated_code_mirrors_the_spec():
     assert "\ndef dresblock(" in src and "\ndef dresblock_v(" in src  # strides 1 and 2
     assert "# resnet50.lbdl:10: conv-2d k=7 s=2 p=3 bias=false" in src
     assert "stride=(2, 2), padding=((3, 3), (3, 3))" in src
-    # the third stage's five copies called in turn, without the checkpoint (convolutions)
-    call = 'each_copy( step_repeat_2, x, (params["repeat_2"], state["repeat_2"]), 0, 5, remat=False'
+    # the third stage's five copies called in turn, without the checkpoint on a CPU
+    call = 'each_copy( step_repeat_2, x, (params["repeat_2"], state["repeat_2"]), 0, 5, '
+    call += "remat_on_cpu=False"
     assert call in " ".join(src.split())
     longer = lbdl_dsl.compile(str(REPO / "specs" / "resnet101.lbdl"))
     assert "jax.lax.scan" in longer.source and "= scan_group(" in longer.source  # 22 blocks

@@ -287,28 +287,3 @@ def test_a_box_inside_a_group_counts_all_its_copies() -> None:
     )
     t = sym("T")
     assert one.activations == 96 * (t * 12288 + t * 3 * 12288 / 8) * 4 * sym("B")
-
-
-@pytest.mark.parametrize(("body", "as_written"), [("conv-2d k=3 p=1 c=8", True), ("fc 8", False)])
-def test_activations_follow_how_a_group_kept_apart_runs(body: str, as_written: bool) -> None:
-    # copies of convolutions kept apart run without the checkpoint (`storage.checkpointed`):
-    # they keep what the same boxes written out one after the other keep; a transformer-like
-    # group's copies keep only their products and their input, the relus computed again
-    shape = "8×8×8" if body.startswith("conv") else "8"
-    head = f"model m:\n  input X: {shape}\n"
-
-    def activations(text: str) -> int:
-        checked = compile_spec(text).checked
-        assert checked is not None
-        mesh = parse_mesh("data=1")
-        lay = resolve(checked, mesh, parse_rules([], mesh))
-        kept = memory.per_device(checked, lay, [], batch=1)[0].activations.as_int()
-        assert kept is not None
-        return kept
-
-    copy = [body, "relu", body, "relu"]
-    grouped = activations(head + "  ×2:\n" + "".join(f"    {b}\n" for b in copy) + "  output Y\n")
-    written = activations(head + "".join(f"  {b}\n" for b in copy * 2) + "  output Y\n")
-    assert (grouped == written) is as_written
-    if not as_written:
-        assert grouped < written

@@ -153,21 +153,22 @@ def test_what_is_short_depends_on_the_body(
     ("body", "checkpointed"),
     [("conv-2d k=3 p=1 c=8\n    relu", False), ("fc 8\n    relu", True)],
 )
-def test_copies_of_convolutions_run_without_the_checkpoint(
+def test_copies_of_convolutions_run_without_the_checkpoint_on_a_cpu(
     compile_text: Callable[..., Compiled], body: str, checkpointed: bool
 ) -> None:
     # XLA:CPU planned the same memory for a convolution group's copies either way, and the
-    # checkpoint cost compile and step time; a transformer's copies keep it
+    # checkpoint cost compile and step time; a transformer's copies keep it (and accelerators
+    # keep it for every group: the runtime's each_copy)
     shape = "8×8×8" if body.startswith("conv") else "8"
     text = f"model m:\n  input X: {shape}\n  ×2:\n    {body}\n  output Y\n"
     compiled = compile_text(text)
     assert compiled.checked is not None
     (group,) = [i for i in compiled.checked.root if i.copies]
-    assert storage.per_copy(group) and storage.checkpointed(group) is checkpointed
+    assert storage.per_copy(group) and storage.checkpointed_on_cpu(group) is checkpointed
     from lbdl_dsl.backends.jax.codegen import generate  # the call the generator writes
 
     call = next(line for line in generate(compiled).splitlines() if "= each_copy(" in line)
-    assert call.endswith(", 0, 2)" if checkpointed else ", 0, 2, remat=False)"), call
+    assert call.endswith(", 0, 2)" if checkpointed else ", 0, 2, remat_on_cpu=False)"), call
 
 
 def test_experts_stay_stacked_and_so_does_what_is_inside_them() -> None:

@@ -501,7 +501,7 @@ class Lowerer:
             out = fn.names.fresh(f"ns_{inst.id}") if group.s else "_"
             if apart:
                 self.runtime.add("each_copy")
-                remat = "" if storage.checkpointed(inst) else ", remat=False"
+                remat = "" if storage.checkpointed_on_cpu(inst) else ", remat_on_cpu=False"
                 call = f"each_copy({step}, {x.name}, {xs}, {first}, {count}{remat})"
                 fn.line(f"{target}, {out} = {call}")
             else:

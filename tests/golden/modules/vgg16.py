@@ -116,7 +116,7 @@ def apply(params, state, X, *, train=False, key=None):
         h_cf = to_channels_first(h)
         return h_cf, None
 
-    x, _ = each_copy(step_repeat_0, X, params["repeat_0"], 0, 1, remat=False)
+    x, _ = each_copy(step_repeat_0, X, params["repeat_0"], 0, 1, remat_on_cpu=False)
 
     def step_repeat_01(x2, p):
         # vgg16.lbdl:9: conv-2d k=3 p=1   64×224×224
@@ -127,7 +127,7 @@ def apply(params, state, X, *, train=False, key=None):
         h1_cf = to_channels_first(h1)
         return h1_cf, None
 
-    x, _ = each_copy(step_repeat_01, x, params["repeat_0"], 1, 1, remat=False)
+    x, _ = each_copy(step_repeat_01, x, params["repeat_0"], 1, 1, remat_on_cpu=False)
     # vgg16.lbdl:11: maxpool k=2         64×112×112
     x = to_channels_last(x)
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
@@ -140,7 +140,7 @@ def apply(params, state, X, *, train=False, key=None):
         h2 = relu(h2)
         return h2, None
 
-    x, _ = each_copy(step_repeat_1, x, params["repeat_1"], 0, 1, remat=False)
+    x, _ = each_copy(step_repeat_1, x, params["repeat_1"], 0, 1, remat_on_cpu=False)
 
     def step_repeat_11(x4, p):
         # vgg16.lbdl:13: conv-2d k=3 p=1   128×112×112
@@ -149,7 +149,7 @@ def apply(params, state, X, *, train=False, key=None):
         h3 = relu(h3)
         return h3, None
 
-    x, _ = each_copy(step_repeat_11, x, params["repeat_1"], 1, 1, remat=False)
+    x, _ = each_copy(step_repeat_11, x, params["repeat_1"], 1, 1, remat_on_cpu=False)
     # vgg16.lbdl:15: maxpool k=2         128×56×56
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
 
@@ -161,7 +161,7 @@ def apply(params, state, X, *, train=False, key=None):
         h4 = relu(h4)
         return h4, None
 
-    x, _ = each_copy(step_repeat_2, x, params["repeat_2"], 0, 1, remat=False)
+    x, _ = each_copy(step_repeat_2, x, params["repeat_2"], 0, 1, remat_on_cpu=False)
 
     def step_repeat_21(x6, p):
         # vgg16.lbdl:17: conv-2d k=3 p=1   256×56×56
@@ -170,7 +170,7 @@ def apply(params, state, X, *, train=False, key=None):
         h5 = relu(h5)
         return h5, None
 
-    x, _ = each_copy(step_repeat_21, x, params["repeat_2"], 1, 2, remat=False)
+    x, _ = each_copy(step_repeat_21, x, params["repeat_2"], 1, 2, remat_on_cpu=False)
     # vgg16.lbdl:19: maxpool k=2         256×28×28
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
 
@@ -182,7 +182,7 @@ def apply(params, state, X, *, train=False, key=None):
         h6 = relu(h6)
         return h6, None
 
-    x, _ = each_copy(step_repeat_3, x, params["repeat_3"], 0, 1, remat=False)
+    x, _ = each_copy(step_repeat_3, x, params["repeat_3"], 0, 1, remat_on_cpu=False)
 
     def step_repeat_31(x8, p):
         # vgg16.lbdl:21: conv-2d k=3 p=1   512×28×28
@@ -191,7 +191,7 @@ def apply(params, state, X, *, train=False, key=None):
         h7 = relu(h7)
         return h7, None
 
-    x, _ = each_copy(step_repeat_31, x, params["repeat_3"], 1, 2, remat=False)
+    x, _ = each_copy(step_repeat_31, x, params["repeat_3"], 1, 2, remat_on_cpu=False)
     # vgg16.lbdl:23: maxpool k=2         512×14×14
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
 
@@ -203,7 +203,7 @@ def apply(params, state, X, *, train=False, key=None):
         h8 = relu(h8)
         return h8, None
 
-    x, _ = each_copy(step_repeat_4, x, params["repeat_4"], 0, 3, remat=False)
+    x, _ = each_copy(step_repeat_4, x, params["repeat_4"], 0, 3, remat_on_cpu=False)
     # vgg16.lbdl:27: maxpool k=2         512×7×7
     x = max_pool(x, window=(2, 2), stride=(2, 2), padding=((0, 0), (0, 0)))
     # vgg16.lbdl:28: reshape             25088
@@ -613,18 +613,24 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def each_copy(step, x, xs, first: int, length: int, remat: bool = True):
+def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
     """A short ×N group whose copies keep arrays of their own (``storage`` in the compiler):
-    copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key.
-    XLA sees straight-line code, with no stack to slice in either pass (ResNet-50's training
-    step compiled in 5.7 s against 9.9 s scanned, on a 2-core CPU). With ``remat`` their
-    backward passes keep what ``keep_products`` names, as a scanned group's do; groups of
-    convolutions go without (``storage.checkpointed``), their copy a jitted function, traced
-    once for all the copies as the checkpointed one is (ResNet-50's training step compiled in
-    3.4 to 3.5 s so, 3.6 to 3.7 s traced copy by copy, 4.4 s checkpointed). Returns the output
-    and the copies' new states by copy number."""
+    copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key,
+    their backward passes keeping what ``keep_products`` names, as a scanned group's do. XLA
+    sees straight-line code, with no stack to slice in either pass (ResNet-50's training step
+    compiled in 5.7 s against 9.9 s scanned, on a 2-core CPU).
+
+    Without ``remat_on_cpu`` (a group of convolutions: ``storage.checkpointed_on_cpu``), on a
+    CPU the copies run without the checkpoint, as one jitted function traced once for all of
+    them: XLA:CPU planned the same memory either way, and ResNet-50's training step compiled
+    in 3.4 to 3.5 s so against 4.4 s checkpointed. On an accelerator the checkpoint stays: on
+    an H100, ResNet-50 keeping every residual needed 7.3 GiB against 4.6 GiB checkpointed and
+    the Flax peer's 5.0. Returns the output and the copies' new states by copy number."""
     news = {}
-    kept = jax.checkpoint(step, policy=keep_products) if remat else jax.jit(step)
+    if remat_on_cpu or jax.default_backend() != "cpu":
+        kept = jax.checkpoint(step, policy=keep_products)  # traced once for all the copies
+    else:
+        kept = jax.jit(step)
     for k in range(first, first + length):
         x, news[str(k)] = kept(x, copy_of(xs, k, first))
     return x, news
