@@ -635,6 +635,7 @@ VARIANT_NAMES = {
     "unroll": "lbdl, --unroll",
     "no-fused": "lbdl, einsum attention",
     "plain-conv": "lbdl, plain convolutions and JAX's gradient rules",
+    "cpu-copies": "lbdl, copies without the checkpoint, as on a CPU",
 }
 
 

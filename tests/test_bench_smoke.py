@@ -198,6 +198,17 @@ def test_accelerator_variants_compute_the_same_model() -> None:
         ), name
 
 
+def test_cpu_copies_variant_replaces_the_function_the_module_asks() -> None:
+    # the variant swaps `checkpoint_copies` in the module: ResNet-50's module must call it
+    import lbdl_dsl
+    from bench import accelerator_variants
+
+    model = lbdl_dsl.compile(str(run.ROOT / "specs" / "resnet50.lbdl"))
+    assert "checkpoint_copies" in model.module
+    assert "if checkpoint_copies(remat_on_cpu):" in model.source
+    assert "cpu-copies" in accelerator_variants.VARIANTS["resnet50"]
+
+
 @pytest.mark.parametrize(
     ("kernel", "options"),
     [

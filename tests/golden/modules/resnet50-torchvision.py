@@ -1310,6 +1310,12 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
+def checkpoint_copies(remat_on_cpu: bool) -> bool:
+    """Whether `each_copy` runs its copies under the checkpoint: off a CPU always, on a CPU when
+    the group asks (the module looks this up when it runs: a benchmark may replace it)."""
+    return remat_on_cpu or jax.default_backend() != "cpu"
+
+
 def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
     """A short ×N group whose copies keep arrays of their own (``storage`` in the compiler):
     copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key,
@@ -1324,7 +1330,7 @@ def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
     an H100, ResNet-50 keeping every residual needed 7.3 GiB against 4.6 GiB checkpointed and
     the Flax peer's 5.0. Returns the output and the copies' new states by copy number."""
     news = {}
-    if remat_on_cpu or jax.default_backend() != "cpu":
+    if checkpoint_copies(remat_on_cpu):
         kept = jax.checkpoint(step, policy=keep_products)  # traced once for all the copies
     else:
         kept = jax.jit(step)
