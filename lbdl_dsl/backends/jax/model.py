@@ -19,7 +19,7 @@ import numpy as np
 from lbdl_dsl.backends.jax import weights
 from lbdl_dsl.backends.jax.checks import InputSpec, check_inputs, check_tokens, check_tree
 from lbdl_dsl.backends.jax.codegen import generate
-from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.backends.jax.runtime import on_host, unflatten
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.core.errors import ArgumentError
@@ -125,20 +125,11 @@ class Model:
             shape = (batch, *self.inputs[name][0])
             kind = t.dtype if t.dtype in ("int", "bool") else "float"
             wanted.append((shape, kind, _int(t.vocab, name) if kind == "int" else 0))
-        if not isinstance(key, jax.core.Tracer):
-            data = jax.random.key_data(key)
-            if data.ndim != 1:
-                raise ArgumentError(f"example_inputs takes one key, not {data.shape[:-1]} of them")
-            return [jnp.asarray(a) for a in example_arrays(data, wanted)]
+        data = None if isinstance(key, jax.core.Tracer) else jax.random.key_data(key)
+        if data is not None and data.ndim != 1:
+            raise ArgumentError(f"example_inputs takes one key, not {data.shape[:-1]} of them")
         out = [jax.ShapeDtypeStruct(shape, _EXAMPLE_DTYPES[kind]) for shape, kind, _ in wanted]
-        return list(
-            jax.pure_callback(
-                lambda data: example_arrays(data, wanted),
-                out,
-                jax.random.key_data(key),
-                vmap_method="sequential",
-            )
-        )
+        return on_host(key, lambda data: example_arrays(data, wanted), out, "example_inputs")
 
     def summary(self, depth: int | None = 1) -> str:
         from lbdl_dsl import report

@@ -439,20 +439,20 @@ def init_table(key, table: dict) -> dict:
     ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
     numbers of an eager one.
     """
-    if not isinstance(key, jax.core.Tracer):
-        data = jax.random.key_data(key)
-        if data.ndim != 1:
-            raise ValueError(f"init takes one key, not {data.shape[:-1]} of them: vmap it")
-        arrays = [jax.device_put(a) for a in init_arrays(data, table)]
-    else:
-        shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
-        arrays = jax.pure_callback(
-            lambda data: init_arrays(data, table),
-            shapes,
-            jax.random.key_data(key),
-            vmap_method="sequential",
-        )
+    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
+    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
     return dict(zip(table, arrays))
+
+
+def on_host(key, draw, shapes: list, what: str) -> list:
+    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
+    concrete key, by a host callback for a traced one, so that both give the same numbers."""
+    data = jax.random.key_data(key)
+    if isinstance(key, jax.core.Tracer):
+        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
+    if data.ndim != 1:
+        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
+    return [jax.device_put(a) for a in draw(data)]
 
 
 def unflatten(flat: dict) -> dict:
