@@ -50,7 +50,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lbdl_dsl  # noqa: E402
-from bench import flax_peers, harness, memory, run  # noqa: E402
+from bench import choose, flax_peers, harness, memory, run  # noqa: E402
 from lbdl_dsl.backends.jax import runtime  # noqa: E402
 
 MFU_TARGET = 0.5  # the issue's: GPT-2 medium's training step, attention fused
@@ -484,10 +484,15 @@ COMPILE_METHOD = "each in a fresh process"
 
 def write(out: Path, record: dict) -> None:
     """The report, and beside it the figures it was written from (``.json``); the variants'
-    figures are read from ``performance-gpu-variants.json`` beside it, where there is one."""
-    beside = out.with_name("performance-gpu-variants.json")
-    variants = json.loads(beside.read_text(encoding="utf-8")) if beside.is_file() else None
-    out.write_text(report(record, variants), encoding="utf-8")
+    figures are read from every ``performance-gpu-variants*.json`` beside it (one per run, each
+    on its own device), the sweep's from ``performance-gpu-sweep.json``, where they are."""
+    variants = [
+        json.loads(path.read_text(encoding="utf-8"))
+        for path in sorted(out.parent.glob("performance-gpu-variants*.json"))
+    ]
+    sweep_file = out.with_name("performance-gpu-sweep.json")
+    sweep = json.loads(sweep_file.read_text(encoding="utf-8")) if sweep_file.is_file() else None
+    out.write_text(report(record, variants, sweep), encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}", file=sys.stderr)
 
@@ -539,9 +544,10 @@ def mfu_table(record: dict) -> list[str]:
     return lines
 
 
-def report(record: dict, variants: dict | None = None) -> str:
+def report(record: dict, variants: Sequence[dict] = (), sweep: dict | None = None) -> str:
     """docs/performance-gpu.md: the table, MFU, targets, checks, bench/accelerator_variants.py's
-    figures where given, what they say, the machine and the command."""
+    and bench/accelerator_sweep.py's figures where given, what they say, the machine and the
+    command."""
     rows = [harness.Row(**r) for case in record["cases"].values() for r in case["rows"]]
     check = record["attention_check"]
     if check.get("fused"):
@@ -585,8 +591,9 @@ def report(record: dict, variants: dict | None = None) -> str:
             if "fused" in case and case["kind"] == "gpt"
         ),
         "",
-        *variants_table(variants),
-        *analysis(record, variants),
+        *(line for found in variants for line in variants_table(found)),
+        *sweep_section(sweep),
+        *analysis(record, variants, sweep),
         "## Machine and command",
         "",
         *record["machine"],
@@ -603,29 +610,88 @@ def report(record: dict, variants: dict | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def variants_table(variants: dict | None) -> list[str]:
-    """bench/accelerator_variants.py's figures: one training step lowered other ways."""
-    if not variants:
-        return []
+def variants_table(variants: dict) -> list[str]:
+    """One run of bench/accelerator_variants.py: one training step lowered other ways, with
+    the compile in a fresh process where the run measured it."""
+    fresh = all("fresh_compile" in f for c in variants["cases"].values() for f in c.values())
     lines = [
-        "## Where the training step's time goes",
+        f"## Where the training step's time goes ({variants['kind']})",
         "",
-        f"`{variants['command']}` on {variants['kind']}, in one process (its compile times skip "
-        "the autotuning an earlier compile paid for, so they are only a guide): our training "
-        "step lowered other ways, against the peer's.",
+        f"`{variants['command']}` on {variants['kind']}: our training step lowered other ways, "
+        "against the peer's, in one process (its compile column skips the autotuning an earlier "
+        "compile paid for, so it is only a guide"
+        + (
+            "; the fresh-process compile is each side's in a process of its own)."
+            if fresh
+            else ")."
+        )
+        + (f" {variants['note'][0].upper()}{variants['note'][1:]}." if "note" in variants else ""),
         "",
-        "| model | variant | step (ms) | vs Flax | TFLOP/s | memory (GiB) | compile (s) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| model | variant | step (ms) | vs Flax | TFLOP/s | memory (GiB) | vs Flax | compile (s) "
+        + ("| fresh-process compile (s) | vs Flax |" if fresh else "|"),
+        "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if fresh else ""),
     ]
     for name, found in variants["cases"].items():
-        peer = found["peer"]["steady"]
+        peer = found["peer"]
         for variant, f in found.items():
-            lines.append(
+            row = (
                 f"| {name} | {VARIANT_NAMES.get(variant, variant)} | {f['steady'] * 1e3:.1f} "
-                f"| {f['steady'] / peer:.2f} | {f['tflops']:.0f} | {f['GiB']:.1f} "
-                f"| {f['compile']:.1f} |"
+                f"| {f['steady'] / peer['steady']:.2f} | {f['tflops']:.0f} | {f['GiB']:.2f} "
+                f"| {f['GiB'] / peer['GiB']:.3f} | {f['compile']:.1f} |"
             )
+            if fresh:
+                ratio = f["fresh_compile"] / peer["fresh_compile"]
+                row += f" {f['fresh_compile']:.1f} | {ratio:.2f} |"
+            lines.append(row)
     return [*lines, ""]
+
+
+def sweep_table(results: dict[str, dict[str, Any]]) -> str:
+    """bench/accelerator_sweep.py's settings: one row each, its MFU against the target."""
+    lines = [
+        "| setting | compile (s) | step (s) | TFLOP/s | MFU | target 50 % |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, got in results.items():
+        if "error" in got:
+            lines.append(choose.failed_row(name, got["error"], 4))
+            continue
+        mfu = got["mfu"]
+        said = "—" if mfu is None else ("met" if mfu >= MFU_TARGET else "not met")
+        lines.append(
+            f"| {name} | {got['compile']:.1f} | {got['step']:.4g} | {got['tflops']:.1f} "
+            f"| {'—' if mfu is None else f'{100 * mfu:.1f} %'} | {said} |"
+        )
+    return "\n".join(lines)
+
+
+def sweep_section(sweep: dict | None) -> list[str]:
+    """bench/accelerator_sweep.py's table, and the best MFU each side reached in it."""
+    if not sweep:
+        return []
+    done = {n: r for n, r in sweep["results"].items() if r.get("mfu") is not None}
+    kinds = sorted({r["kind"] for r in sweep["results"].values() if "kind" in r})
+    lines = [
+        f"## GPT-2 medium's MFU, setting by setting ({', '.join(kinds)})",
+        "",
+        f"`{sweep['command']}`, each setting in a fresh process (compile included autotuning)"
+        + (f"; {sweep['note']}" if "note" in sweep else "")
+        + ".",
+        "",
+        sweep_table(sweep["results"]),
+        "",
+    ]
+    best = {}
+    for side, who in (("peer", "Flax"), ("ours", "lbdl")):
+        mine = {n: r for n, r in done.items() if ("Flax" in n) == (side == "peer")}
+        if mine:
+            name = max(mine, key=lambda n: mine[n]["mfu"])
+            best[who] = f"{who} {mine[name]['mfu']:.1%} ({name})"
+    if best:
+        top = max(r["mfu"] for r in done.values())
+        said = "met" if top >= MFU_TARGET else "not met"
+        lines += [f"Best MFU: {'; '.join(best.values())}. The {MFU_TARGET:.0%} target: {said}.", ""]
+    return lines
 
 
 VARIANT_NAMES = {
@@ -634,12 +700,13 @@ VARIANT_NAMES = {
     "no-remat": "lbdl, keeping every residual",
     "unroll": "lbdl, --unroll",
     "no-fused": "lbdl, einsum attention",
-    "plain-conv": "lbdl, plain convolutions and JAX's gradient rules",
+    "cpu-conv": "lbdl, convolutions as on a CPU (1×1 as products, our gradient rules)",
     "cpu-copies": "lbdl, copies without the checkpoint, as on a CPU",
+    "cpu-conv-copies": "lbdl, both of the last two, as on a CPU",
 }
 
 
-def analysis(record: dict, variants: dict | None) -> list[str]:
+def analysis(record: dict, variants: Sequence[dict], sweep: dict | None) -> list[str]:
     """What the figures say: each case's training step against the peer, --unroll against
     the scan, and the variants; every number read from the figures."""
     cases_ = {n: c for n, c in record["cases"].items() if "error" not in c}
@@ -675,8 +742,66 @@ def analysis(record: dict, variants: dict | None) -> list[str]:
                     f"  - `--unroll` against the scan: {a[0] / b[0]:.2f}× the step time, "  # type: ignore[operator]
                     f"{a[1] / b[1]:.2f}× the memory."  # type: ignore[operator]
                 )
-    lines += ["", *GPU_FINDINGS, "", *mfu_said(record), ""]
-    return lines
+    lines += ["", *GPU_FINDINGS, "", *resnet_said(variants), *sweep_said(sweep)]
+    return [*lines, *mfu_said(record), ""]
+
+
+def resnet_said(variants: Sequence[dict]) -> list[str]:
+    """ResNet-50's convolutions and copies: what the run with fresh-process compiles showed."""
+    found = next(
+        (
+            (v["kind"], c)
+            for v in variants
+            for n, c in v["cases"].items()
+            if n.startswith("ResNet-50") and "cpu-conv" in c and "fresh_compile" in c["peer"]
+        ),
+        None,
+    )
+    if found is None:
+        return []
+    kind, c = found
+
+    def vs(side: str, figure: str) -> str:
+        return f"{c[side][figure] / c['peer'][figure]:.2f}"
+
+    return [
+        f"ResNet-50 on the {kind}: off a CPU the runtime leaves every convolution to XLA as one "
+        "`conv_general_dilated` with JAX's own gradient rules (`runtime.plain_convolutions`). "
+        "Computed as on a CPU (1×1 kernels as matrix products, our channels-last gradient "
+        f"convolutions), the training step compiled in {vs('cpu-conv', 'fresh_compile')}× the "
+        f"peer's time in a fresh process and ran in {vs('cpu-conv', 'steady')}× its step; the "
+        f"plain way compiles in {vs('ours', 'fresh_compile')}× and runs in {vs('ours', 'steady')}"
+        f"×, at {vs('ours', 'GiB')}× the peer's memory. The copies without their checkpoint, as "
+        f"on a CPU, run faster ({vs('cpu-copies', 'steady')}× the peer's step with plain "
+        f"convolutions, {vs('cpu-conv-copies', 'steady')}× with the CPU's) but plan more memory "
+        f"than the peer ({vs('cpu-copies', 'GiB')}× and {vs('cpu-conv-copies', 'GiB')}×), so "
+        "an accelerator keeps the checkpoint: the memory target holds, and most of the step's "
+        "gap is the checkpoint's recomputation.",
+        "",
+    ]
+
+
+def sweep_said(sweep: dict | None) -> list[str]:
+    """What moved GPT-2 medium's MFU in the sweep: each lever against the plain --unroll step."""
+    if not sweep:
+        return []
+    r = sweep["results"]
+    base = r.get("--unroll, batch 16", {}).get("mfu")
+    if base is None:
+        return []
+    moves = [
+        f"{name.removeprefix('--unroll, batch 16, ')} {got['mfu'] - base:+.1%}"
+        for name, got in r.items()
+        if name.startswith("--unroll, batch 16, ") and got.get("mfu") is not None
+    ]
+    return [
+        f"In the sweep, against `--unroll` at batch 16 ({base:.1%} MFU), the levers moved "
+        f"lbdl's MFU by: {'; '.join(moves)}. Padding the vocabulary to a multiple of 64 is "
+        "the lever that counts (`--set V=50304` when training from scratch: pretrained GPT-2 "
+        "weights have 50,257 rows); it helps the peer as much, and neither side reaches the "
+        "target.",
+        "",
+    ]
 
 
 def mfu_said(record: dict) -> list[str]:
@@ -701,7 +826,8 @@ def mfu_said(record: dict) -> list[str]:
         return f"{'met' if top >= MFU_TARGET else 'not met'} (at best {top:.1%})"
 
     return [
-        f"MFU stops near {max(best) * product:.0%}: the fastest training step of GPT-2 medium "
+        f"On the {record['kind']}, MFU stops near {max(best) * product:.0%}: the fastest "
+        "training step of GPT-2 medium "
         f"reaches {max(best):.0%} of the rate of one large bf16 matrix product measured in the "
         f"same run, which itself reaches {product:.0%} of the data sheet's peak. The rest of the "
         "step (layer norms, GELU, the residual adds, the 50,257-way softmax in float32) is "
@@ -729,18 +855,9 @@ GPU_FINDINGS = (
     "the step about twice as slow.",
     "",
     "ResNet-50's short groups are straight-line code already; the checkpoint around each "
-    "copy is most of its gap in the training step (the variant that keeps every residual, "
-    "above), and it buys back memory. Its compile (1.46 to 1.63× the peer's) has a variant "
-    "of its own, not yet run on a GPU: `plain-conv` in `bench/accelerator_variants.py` "
-    "computes every convolution as one `jax.lax.conv_general_dilated` with JAX's gradient "
-    "rules, where the runtime's `conv` makes 1×1 kernels matrix products and writes its "
-    "gradients as channels-last convolutions, both chosen for XLA:CPU.",
-    "",
-    "Which of the usual levers moves GPT-2 medium's MFU is what `python "
-    "bench/accelerator_sweep.py` measures, each setting in a fresh process: batch 32, a "
-    "vocabulary padded to 50,304 (a multiple of 64), cuBLAS instead of Triton for the "
-    "products, XLA's latency-hiding scheduler, CUDA graphs off, and the scan, against the "
-    "peer at batch 16.",
+    "copy is most of its gap in the training step (the variants that keep every residual or "
+    "drop the checkpoint), and it buys back memory. The table's ResNet-50 rows were measured "
+    "before its convolutions went plain off a CPU (below).",
 )
 
 

@@ -89,6 +89,31 @@ SETTINGS = (
         flags="--xla_gpu_enable_command_buffer=",
     ),
     Setting(
+        "unroll-v64-cublas",
+        "--unroll, batch 16, V=50,304, cuBLAS products",
+        vocab=PADDED,
+        flags=CUBLAS,
+    ),
+    Setting("unroll-32-v64", "--unroll, batch 32, V=50,304", batch=32, vocab=PADDED),
+    Setting(
+        "scan-v64-cublas",
+        "scanned, batch 16, V=50,304, cuBLAS products",
+        unroll=False,
+        vocab=PADDED,
+        flags=CUBLAS,
+    ),
+    Setting(
+        "peer-v64", "the Flax peer, batch 16, V=50,304", unroll=False, side="peer", vocab=PADDED
+    ),
+    Setting(
+        "peer-v64-cublas",
+        "the Flax peer, batch 16, V=50,304, cuBLAS products",
+        unroll=False,
+        side="peer",
+        vocab=PADDED,
+        flags=CUBLAS,
+    ),
+    Setting(
         "unroll-32-v64-cublas",
         "--unroll, batch 32, V=50,304, cuBLAS products",
         batch=32,
@@ -146,25 +171,6 @@ def start(setting: Setting, quick: bool) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def table(results: dict[str, dict[str, Any]]) -> str:
-    """Markdown: one row per setting, its MFU against the target."""
-    lines = [
-        "| setting | compile (s) | step (s) | TFLOP/s | MFU | target 50 % |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    for name, got in results.items():
-        if "error" in got:
-            lines.append(choose.failed_row(name, got["error"], 4))
-            continue
-        mfu = got["mfu"]
-        said = "—" if mfu is None else ("met" if mfu >= accelerator.MFU_TARGET else "not met")
-        lines.append(
-            f"| {name} | {got['compile']:.1f} | {got['step']:.4g} | {got['tflops']:.1f} "
-            f"| {'—' if mfu is None else f'{100 * mfu:.1f} %'} | {said} |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two settings of a tiny GPT")
@@ -179,13 +185,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     chosen = choose.chosen(parser, settings, args.only, list(settings))
     results: dict[str, dict[str, Any]] = {}
     command = "python bench/accelerator_sweep.py" + (" --quick" if args.quick else "")
+    command += f" --only {args.only}" if args.only else ""
     for setting in chosen:
         results[setting.name] = start(setting, args.quick)
         print(setting.name, results[setting.name], file=sys.stderr, flush=True)
         if args.out:  # after every setting: a run cut short keeps what it measured
             record = {"command": command, "results": results}
             args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    print(table(results))
+    print(accelerator.sweep_table(results))
     return results
 
 

@@ -627,6 +627,9 @@ the runtime (`lbdl_dsl/backends/jax/runtime.py`), each measured on this machine:
    (after a strided slice when the stride is 2), which XLA:CPU runs faster than its
    convolution: the training step went from 2.83 to 2.21 s and the forward pass from 0.32 to
    0.26 s in interleaved runs. The peer's `nn.Conv` does not do this, hence ratios below 1.
+   Items 1 and 2 are for XLA:CPU alone: off a CPU (`runtime.plain_convolutions`) every
+   convolution stays one `conv_general_dilated` with JAX's rules, which on an H200 compiled
+   ResNet-50's training step in 0.97× the peer's time against 1.42× (docs/performance-gpu.md).
 3. *Batchnorm* folds its scale into the per-channel factor (one multiplication per value
    fewer; within the noise). The peer's one-pass variance E[x²] − E[x]² was not copied: it
    is less accurate when the mean is large against the spread.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -198,46 +197,34 @@ def test_accelerator_variants_compute_the_same_model() -> None:
         ), name
 
 
-def test_cpu_copies_variant_replaces_the_function_the_module_asks() -> None:
-    # the variant swaps `checkpoint_copies` in the module: ResNet-50's module must call it
+def test_cpu_variants_replace_the_functions_the_module_asks() -> None:
+    # cpu-copies swaps `checkpoint_copies` in the module and cpu-conv `plain_convolutions`:
+    # ResNet-50's module must call both, and the swap must reach the traced program
+    import jax
+
     import lbdl_dsl
-    from bench import accelerator_variants
+    from bench import accelerator, accelerator_variants
 
     model = lbdl_dsl.compile(str(run.ROOT / "specs" / "resnet50.lbdl"))
-    assert "checkpoint_copies" in model.module
     assert "if checkpoint_copies(remat_on_cpu):" in model.source
-    assert "cpu-copies" in accelerator_variants.VARIANTS["resnet50"]
+    assert "if plain_convolutions():" in model.source
+    assert {"cpu-copies", "cpu-conv"} <= set(accelerator_variants.VARIANTS["resnet50"])
+    case = next(c for c in accelerator.cases(True) if c.key == "resnet50")
+    theirs = accelerator.peer_side(case, shapes=True)
+    x, y = theirs.train_args[2:]
+    x = accelerator.image_as_declared(x)
 
+    def convolutions(name: str) -> int:
+        side = accelerator_variants.variant(case, name, x, y, shapes=True)
+        text = str(jax.make_jaxpr(side.forward)(*side.forward_args))
+        return text.count("conv_general_dilated")
 
-@pytest.mark.parametrize(
-    ("kernel", "options"),
-    [
-        ((1, 1, 4, 6), {"stride": (2, 2)}),
-        ((7, 7, 4, 6), {"padding": ((3, 3), (3, 3)), "stride": (2, 2)}),
-        ((3, 3, 2, 6), {"padding": "SAME", "groups": 2}),
-    ],
-)
-def test_plain_conv_variant_is_the_runtime_conv(kernel: tuple, options: dict) -> None:
-    """The variant swaps how a convolution is computed, never what: the runtime's values and
-    both gradients, in float32, for pointwise, strided, padded and grouped kernels."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from bench.accelerator_variants import plain_conv
-    from lbdl_dsl.backends.jax import runtime
-
-    x = jax.random.normal(jax.random.key(0), (2, 8, 8, 4))
-    w = jax.random.normal(jax.random.key(1), kernel) / 4
-
-    def grads(conv: Any) -> Any:
-        return jax.grad(lambda x, w: jnp.sum(conv(x, w, **options) ** 2), argnums=(0, 1))
-
-    np.testing.assert_allclose(
-        plain_conv(x, w, **options), runtime.conv(x, w, **options), atol=1e-5
-    )
-    for got, want in zip(grads(plain_conv)(x, w), grads(runtime.conv)(x, w), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    # on this CPU ours is the CPU's way already; the plain way (an accelerator's) convolves
+    # where the CPU's multiplies 1×1 kernels
+    assert convolutions("ours") == convolutions("cpu-conv")
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(jax, "default_backend", lambda: "gpu")
+        assert convolutions("ours") > convolutions("cpu-conv")
 
 
 def test_accelerator_says_where_the_mfu_stops_from_the_figures() -> None:
@@ -253,6 +240,31 @@ def test_accelerator_says_where_the_mfu_stops_from_the_figures() -> None:
     assert said.endswith("not met (at best 30.0%) for Flax.")
     assert "met (at best 52.0%) for lbdl" in said
     assert accelerator.mfu_said({**record, "kind": "cpu"}) == []
+
+
+def test_gpu_report_is_rendered_from_every_run_beside_it(tmp_path: Path) -> None:
+    """docs/performance-gpu.md is what bench/accelerator.py writes from the figures beside it:
+    the main run, each variants run under its own device, and the sweep, with what they say."""
+    import json
+    import shutil
+
+    from bench import accelerator
+
+    docs = run.ROOT / "docs"
+    for found in docs.glob("performance-gpu*.json"):
+        shutil.copy(found, tmp_path)
+    accelerator.write(
+        tmp_path / "performance-gpu.md",
+        json.loads((docs / "performance-gpu.json").read_text("utf-8")),
+    )
+    text = (tmp_path / "performance-gpu.md").read_text("utf-8")
+    assert text == (docs / "performance-gpu.md").read_text("utf-8")
+    assert "## Where the training step's time goes (NVIDIA H200)" in text
+    assert "## Where the training step's time goes (NVIDIA H100 80GB HBM3)" in text
+    assert "| fresh-process compile (s) | vs Flax |" in text
+    assert "the plain way compiles in 0.97× and runs in 1.25×" in text
+    assert "V=50,304 +4.2%" in text
+    assert "Best MFU: Flax 46.2%" in text and "The 50% target: not met." in text
 
 
 def test_step_profile_sorts_a_loops_kernels_from_its_optimised_hlo() -> None:
@@ -404,6 +416,7 @@ def test_allocator_settings_environment_and_errors(monkeypatch: pytest.MonkeyPat
 def test_accelerator_sweep_runs_each_setting_in_a_process_with_its_flags(tmp_path: Path) -> None:
     import json
 
+    from bench import accelerator
     from bench import accelerator_sweep as sweep
 
     out = tmp_path / "sweep.json"
@@ -415,7 +428,7 @@ def test_accelerator_sweep_runs_each_setting_in_a_process_with_its_flags(tmp_pat
         assert got["compile"] > 0 and got["step"] > 0 and got["tflops"] > 0
         assert setting.flags in got["xla_flags"]
     assert json.loads(out.read_text("utf-8"))["results"] == results
-    assert sweep.table(results).count("\n") == 1 + len(sweep.QUICK)
+    assert accelerator.sweep_table(results).count("\n") == 1 + len(sweep.QUICK)
 
 
 def test_accelerator_sweep_settings_are_gpt2_medium_at_their_sizes() -> None:
@@ -433,4 +446,4 @@ def test_accelerator_sweep_settings_are_gpt2_medium_at_their_sizes() -> None:
     with pytest.raises(SystemExit):
         sweep.main(["--only", "no-such-setting"])
     failed = {"x": {"error": "Traceback ...\nRuntimeError: out of memory"}}
-    assert "out of memory" in sweep.table(failed)
+    assert "out of memory" in accelerator.sweep_table(failed)

@@ -216,6 +216,40 @@ def test_each_copy_drops_the_checkpoint_only_on_a_cpu_and_only_when_told(monkeyp
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("kernel", "options"),
+    [
+        ((1, 1, 4, 6), {"stride": (2, 2)}),
+        ((7, 7, 4, 6), {"padding": ((3, 3), (3, 3)), "stride": (2, 2)}),
+        ((3, 3, 2, 6), {"padding": "SAME", "groups": 2}),
+    ],
+)
+def test_conv_off_a_cpu_is_one_plain_convolution_with_the_same_values(monkeypatch, kernel, options):
+    # off a CPU `conv` leaves the convolution and its gradients to XLA: one conv_general_dilated
+    # per pass, no rule of ours, no matrix product for a 1×1 kernel; the values and both
+    # gradients are the CPU path's, for pointwise, strided, padded and grouped kernels
+    x = jax.random.normal(jax.random.key(0), (2, 8, 8, 4))
+    w = jax.random.normal(jax.random.key(1), kernel) / 4
+
+    def grads(x, w):
+        return jax.grad(lambda x, w: jnp.sum(rt.conv(x, w, **options) ** 2), argnums=(0, 1))(x, w)
+
+    def program() -> str:  # a new function each time: JAX caches a traced one by identity
+        return str(jax.make_jaxpr(lambda x, w: grads(x, w))(x, w))
+
+    on_cpu = rt.conv(x, w, **options), grads(x, w)
+    cpu = program()
+    monkeypatch.setattr(rt.jax, "default_backend", lambda: "gpu")
+    assert rt.plain_convolutions()
+    plain = program()
+    assert plain != cpu
+    assert plain.count("conv_general_dilated[") == 3  # forward, input and weight gradients
+    assert "dot_general[" not in plain  # a 1×1 kernel too stays a convolution
+    np.testing.assert_allclose(rt.conv(x, w, **options), on_cpu[0], atol=1e-5)
+    for got, want in zip(grads(x, w), on_cpu[1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("n", [0, 5, 1 << 23])
 def test_init_buffer_is_aligned_writable_and_shared_with_the_device(n):
     # from 32 MiB on the buffer is its own mapping of plain pages, not NumPy's heap
