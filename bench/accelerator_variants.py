@@ -13,8 +13,9 @@ GPT-2 medium (batch 16) and ResNet-50 (batch 128) and times one training step of
 * ``no-fused``: attention by lbdl's einsum instead of cuDNN's fused kernel (GPT only);
 * ``cpu-copies``: a group of convolutions' copies as a CPU runs them (``remat_on_cpu``): one
   jitted function, no checkpoint (ResNet-50 only). On XLA:CPU that planned the same memory
-  and compiled and ran faster; on an H200 it ran ResNet-50's step in 26.5 ms against 31.4
-  but planned 5.06 GiB against the peer's 4.96, so the runtime keeps the checkpoint there;
+  and compiled and ran faster; on an H200 it ran ResNet-50's step in 29.4 ms against 31.1
+  (26.5 against 31.4 with the CPU's convolutions) but planned 5.02 GiB (5.06) against the
+  peer's 4.96, so the runtime keeps the checkpoint there;
 * ``cpu-conv``: every convolution as the runtime computes it on a CPU (1×1 kernels as matrix
   products, the gradients as channels-last convolutions, `runtime.conv`) rather than as one
   ``jax.lax.conv_general_dilated`` with JAX's own rules, which the runtime does off a CPU
@@ -29,8 +30,8 @@ rough guide), the median of 10 steps, XLA's planned memory (GiB) and TFLOP/s. Wi
 (``fresh_compile``), the figure to set against the peer's. ``--only`` picks the models by key
 and ``--variants`` the sides (``peer``, ``ours`` and the variants' names), so that a short
 device session measures what it came for. The figures are written as JSON after each side;
-bench/accelerator.py puts them in docs/performance-gpu.md when
-docs/performance-gpu-variants.json holds them.
+bench/accelerator.py puts every ``docs/performance-gpu-variants*.json`` in
+docs/performance-gpu.md, each run under its device's name.
 """
 
 from __future__ import annotations
