@@ -443,3 +443,39 @@ def test_example_inputs_are_drawn_on_the_host_and_the_same_under_jit_and_vmap() 
     model.apply(*model.init(jax.random.key(0)), *eager)  # inputs the model takes
     with pytest.raises(LbdlError, match="batch must be a whole number"):
         model.example_inputs(key, 0)
+
+
+def test_a_model_trains_the_same_with_an_accelerators_plain_convolutions() -> None:
+    # off a CPU the module's `conv` is one conv_general_dilated with JAX's gradient rules
+    # (runtime.plain_convolutions); a ×N group of pointwise, strided, grouped and padded
+    # convolutions gives the loss and gradients of the CPU's way
+    text = """\
+block unit(C) on C×H×W:
+  conv-2d k=1 bias=false        2C×H×W
+  relu
+  conv-2d k=3 p=1 g=2C          2C×H×W
+  conv-2d k=1                   C×H×W
+
+model m:
+  input X: 4×12×12
+  conv-2d k=1 s=2               8×6×6
+  unit ×3 C=8                   8×6×6
+  conv-2d k=3 p=2 d=2           6×6×6
+  output Y
+"""
+    model = lbdl_dsl.compile("m.lbdl", text=text)
+    assert "if plain_convolutions():" in model.source
+    params, state = model.init(jax.random.key(0))
+    (x,) = model.example_inputs(jax.random.key(1), batch=2)
+
+    def loss(p, x):
+        return jnp.mean(jnp.square(model.apply(p, state, x)[0]))
+
+    on_cpu = jax.jit(jax.value_and_grad(loss))(params, x)
+    model.module["plain_convolutions"] = lambda: True
+    plain = jax.jit(jax.value_and_grad(loss))(params, x)
+    np.testing.assert_allclose(plain[0], on_cpu[0], rtol=1e-5)
+    for got, want in zip(jax.tree.leaves(plain[1]), jax.tree.leaves(on_cpu[1]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    hlo = jax.jit(jax.grad(loss)).lower(params, x).as_text()
+    assert "dot_general" not in hlo  # the 1×1 kernels too stay convolutions
