@@ -263,8 +263,9 @@ def test_gpu_report_is_rendered_from_every_run_beside_it(tmp_path: Path) -> None
     assert "## Where the training step's time goes (NVIDIA H100 80GB HBM3)" in text
     assert "| fresh-process compile (s) | vs Flax |" in text
     assert "the plain way compiles in 0.97× and runs in 1.25×" in text
-    assert "V=50,304 +4.2%" in text
-    assert "Best MFU: Flax 46.2%" in text and "The 50% target: not met." in text
+    assert "V=50,304 +4.2 points" in text and "moved the peer's by +5.0 points" in text
+    assert "over the peer's, so an accelerator keeps the checkpoint" in text
+    assert "Best MFU: Flax 46.2%" in text and "not met by either side (at best 46.5%)" in text
 
 
 def test_step_profile_sorts_a_loops_kernels_from_its_optimised_hlo() -> None:
