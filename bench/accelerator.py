@@ -522,6 +522,8 @@ def verdicts(record: dict) -> list[str]:
             said = kernels_said(fused)
             met = "met" if fused else "**not met**"
             lines.append(f"- {name}, attention through cuDNN's fused kernel: {said} ({met})")
+        if "note" in case:  # figures that later code changed, say: read with it
+            lines.append(f"  - {name}: {case['note']}")
     return lines
 
 

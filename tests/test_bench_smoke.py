@@ -265,6 +265,7 @@ def test_gpu_report_is_rendered_from_every_run_beside_it(tmp_path: Path) -> None
     assert "the plain way compiles in 0.97× and runs in 1.25×" in text
     assert "V=50,304 +4.2 points" in text and "moved the peer's by +5.0 points" in text
     assert "over the peer's, so an accelerator keeps the checkpoint" in text
+    assert "  - ResNet-50, 224², batch 128: measured on the H100 before the runtime's" in text
     assert "Best MFU: Flax 46.2%" in text and "not met by either side (at best 46.5%)" in text
 
 
