@@ -548,11 +548,7 @@ def report(
 ) -> str:
     """docs/performance.md: the table, the targets, the machine and command, `spread.py`'s
     runs when there are some (``spread``, its record), the analysis."""
-    across = (
-        spreads([[harness.Row(**r) for r in rows] for rows in spread["runs"]], spread["kinds"])
-        if spread
-        else []
-    )
+    across = saved_spreads(spread) if spread else []
     lines = [
         "# Performance: lbdl against hand-written Flax",
         "",
@@ -1007,11 +1003,16 @@ def spreads(runs: Sequence[Sequence[harness.Row]], kinds: dict[str, str]) -> lis
     return out
 
 
+def saved_spreads(record: dict) -> list[Spread]:
+    """`spreads` of the runs `spread.py` saved (``record``, its JSON)."""
+    runs = [[harness.Row(**r) for r in rows] for rows in record["runs"]]
+    return spreads(runs, record["kinds"])
+
+
 def spread_section(record: dict) -> list[str]:
     """docs/performance.md's "Across runs": every row's ratio in each of `spread.py`'s fresh
     processes, and how many met the target."""
-    runs = [[harness.Row(**r) for r in rows] for rows in record["runs"]]
-    n = len(runs)
+    n = len(record["runs"])
     lines = [
         "## Across runs",
         "",
@@ -1022,7 +1023,7 @@ def spread_section(record: dict) -> list[str]:
         "| model | metric | least | median | greatest | target | runs that met it |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for s in spreads(runs, record["kinds"]):
+    for s in saved_spreads(record):
         target = "—" if s.target is None else f"≤ {s.target:g}"
         met = "—" if s.target is None else f"{s.met} of {len(s.ratios)}"
         name = s.metric.removesuffix(" (s)")
