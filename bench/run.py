@@ -788,8 +788,8 @@ XLA spends longer on ResNet-50's loops.
   {growth_over_flax}), but from one block (no loop) to two, the loop's machinery costs
   what the table's growth row shows ({growth_grown_ours} against the peer's
   {growth_grown_flax} for eleven more blocks: {growth_grown}, target ≤ 0.25). The optimised
-  program says where: at 12 blocks it has 213 kernels, 117 distinct, against 159 and 95 at
-  one block. The 22 new distinct ones are the loop's: dynamic slices that copy each weight
+  program says where: at 12 blocks it has 204 kernels, 114 distinct, against 153 and 90 at
+  one block. The 24 new distinct ones are the loop's: dynamic slices that copy each weight
   out of its stack, in the forward body and again in the backward one (XLA:CPU's products
   do not read a slice in place), the dynamic-update-slices that write each copy's weight
   gradient and saved activations into their stacks, and the norms fused with those slices.
@@ -821,6 +821,20 @@ XLA spends longer on ResNet-50's loops.
   stacks again) and whose backward loop calls the pullback, 1.74 and 1.86 s; the stacks read
   with an index carried by the loop inside the checkpoint, so that both passes would slice
   them with the same kernel instead of the backward one's `11 − i`, 1.70 and 1.80 s.
+- *The norms' derivative, written out* (`runtime.normalized`, under layer, RMS and group
+  norm). JAX differentiated a norm through its mean, its variance and `rsqrt` one operation
+  at a time, and transposed each; the tangent written as r·(c − y·mean(c·y)) (r the inverse
+  deviation, c the tangent less its mean, y the output) transposes to two reductions and a
+  few products. GPT-2 small's training step then has 114 distinct kernels against 117 at
+  12 blocks and 90 against 96 at one, with 1,027 operations in them against 1,248 (at one
+  block 914 against 1,481). XLA's part of its compile, both versions in one process in
+  turn, medians of nine: 1.56 s against 1.64 s at 12 blocks, 1.11 s against 1.25 s at one;
+  the step itself the same (2.758 s against 2.752 s, medians of eleven). Kept, though it
+  raises the growth row: the block without a loop gains most, so the growth from one block
+  to twelve went from 0.39 to 0.45 s in that process while every depth compiled faster. The
+  same written-out derivative for batch norm in training mode made ResNet-50's training
+  step slower to compile (5.20 s against 4.52 s) and to run (1.91 s against 1.73 s), so
+  batch norm keeps JAX's rule.
 
 ### Time to first output
 

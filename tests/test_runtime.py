@@ -25,6 +25,7 @@ for _p in (_TESTS, _TESTS.parent):
 import numpy_ref as ref  # noqa: E402
 
 from lbdl_dsl.backends.jax import runtime as rt  # noqa: E402
+from lbdl_dsl.backends.jax.runtime_extra import norm_axis  # noqa: E402
 
 TOL = {"rtol": 1e-9, "atol": 1e-10}
 
@@ -848,6 +849,55 @@ def test_grad_layer_norm():
     x, s, b = rand(rng, 2, 3, 4), rand(rng, 3, 4), rand(rng, 3, 4)
     f = jax.jit(lambda x, s, b: rt.layer_norm(x, s, b, axes=2))
     check_grads(f, (x, s, b), order=1, modes=["rev"])
+
+
+def textbook_normalized(x, axes, eps, centred):
+    """What `rt.normalized` computes, in plain JAX operations, for JAX to differentiate."""
+    if centred:
+        return (x - jnp.mean(x, axis=axes, keepdims=True)) * jax.lax.rsqrt(
+            jnp.var(x, axis=axes, keepdims=True) + eps
+        )
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=axes, keepdims=True) + eps)
+
+
+@pytest.mark.parametrize("axes,centred", [((2,), True), ((1, 2), True), ((-1,), False)])
+def test_normalized_derivatives_are_jax_own(axes, centred):
+    """The written-out tangent gives JAX's derivatives of the textbook formula, both ways."""
+    rng = np.random.default_rng(34)
+    x, dx, ct = (rand(rng, 2, 3, 5) * 3 + 1 for _ in range(3))
+
+    def ours(x):
+        return rt.normalized(x, axes, 1e-5, centred)
+
+    def theirs(x):
+        return textbook_normalized(x, axes, 1e-5, centred)
+
+    for f_ours, f_theirs in [(ours, theirs), (jax.jit(ours), jax.jit(theirs))]:
+        y, t = jax.jvp(f_ours, (x,), (dx,))
+        y_ref, t_ref = jax.jvp(f_theirs, (x,), (dx,))
+        np.testing.assert_allclose(y, y_ref, **TOL)
+        np.testing.assert_allclose(t, t_ref, rtol=1e-9, atol=1e-9)
+        grad = jax.vjp(f_ours, x)[1](ct)[0]
+        grad_ref = jax.vjp(f_theirs, x)[1](ct)[0]
+        np.testing.assert_allclose(grad, grad_ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "norm",
+    [
+        lambda x, s, b: rt.layer_norm(x, s, b, axes=1),
+        lambda x, s, b: rt.group_norm(x, s, b, groups=2),
+        lambda x, s, b: rt.rms_norm(x, s) + b.reshape(1, 1, -1),
+        lambda x, s, b: norm_axis.layer_norm_at(x, s, b, axis=-1),
+        lambda x, s, b: norm_axis.rms_norm_at(x, s, axis=-1) + b.reshape(1, 1, -1),
+    ],
+    ids=["layer_norm", "group_norm", "rms_norm", "layer_norm_at", "rms_norm_at"],
+)
+def test_grad_norms_both_modes_second_order(norm):
+    """Every norm built on `rt.normalized` differentiates forward and in reverse, twice."""
+    rng = np.random.default_rng(35)
+    x, s, b = rand(rng, 2, 3, 4) * 2 + 0.5, rand(rng, 4), rand(rng, 4)
+    check_grads(jax.jit(norm), (x, s, b), order=2, modes=["fwd", "rev"])
 
 
 def test_grad_mha():

@@ -227,12 +227,48 @@ def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
     return y
 
 
+def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
+    """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
+    part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
+
+    Its tangent is written out, r·(c − y·mean(c·y)) with r = 1 / sqrt(var + eps) and c the
+    tangent less its mean (itself when not centred), where JAX's own rule steps through the
+    mean, the variance and ``rsqrt`` and transposes each: GPT-2 small's training step on a
+    CPU then has 114 distinct kernels against 117 and 18 % fewer operations in them, and
+    compiles 5 % faster at 12 blocks and 11 % at one, for the same step time
+    (docs/performance.md). Forward mode, vmap and higher orders go through it as through
+    any JAX function.
+    """
+
+    def value(x):
+        return standardised(x, axes, eps, centred)[0]
+
+    def tangent(primals, tangents):
+        (x,), (dx,) = primals, tangents
+        y, r = standardised(x, axes, eps, centred)
+        if centred:
+            dx = dx - jnp.mean(dx, axis=axes, keepdims=True)
+        return y, r * (dx - y * jnp.mean(dx * y, axis=axes, keepdims=True))
+
+    rule = jax.custom_jvp(value)
+    rule.defjvp(tangent)
+    return rule(x)
+
+
+def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
+    """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
+    have: the mean, then the biased variance of what is left, then ``rsqrt``."""
+    if centred:
+        x = x - jnp.mean(x, axis=axes, keepdims=True)
+    r = jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=axes, keepdims=True) + eps)
+    return x * r, r
+
+
 def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
     """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm),
     normalised in at least float32 and scaled in x's type, as LLaMA's is under bfloat16."""
     xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # at least float32
-    y = xf * jax.lax.rsqrt(jnp.mean(jnp.square(xf), axis=-1, keepdims=True) + eps)
-    y = y.astype(x.dtype)
+    y = normalized(xf, (-1,), eps, centred=False).astype(x.dtype)
     if scale is not None:
         y = y * trailing(scale, y.ndim)
     return y

@@ -242,15 +242,49 @@ def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -
 
     ``scale`` and ``bias`` have the normalised shape ``x.shape[-axes:]``; either may be None.
     """
-    axes = tuple(range(x.ndim - axes, x.ndim))
-    mu = jnp.mean(x, axis=axes, keepdims=True)
-    var = jnp.var(x, axis=axes, keepdims=True)
-    y = (x - mu) * jax.lax.rsqrt(var + eps)
+    y = normalized(x, tuple(range(x.ndim - axes, x.ndim)), eps)
     if scale is not None:
         y = y * trailing(scale, y.ndim)
     if bias is not None:
         y = y + trailing(bias, y.ndim)
     return y
+
+
+def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
+    """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
+    part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
+
+    Its tangent is written out, r·(c − y·mean(c·y)) with r = 1 / sqrt(var + eps) and c the
+    tangent less its mean (itself when not centred), where JAX's own rule steps through the
+    mean, the variance and ``rsqrt`` and transposes each: GPT-2 small's training step on a
+    CPU then has 114 distinct kernels against 117 and 18 % fewer operations in them, and
+    compiles 5 % faster at 12 blocks and 11 % at one, for the same step time
+    (docs/performance.md). Forward mode, vmap and higher orders go through it as through
+    any JAX function.
+    """
+
+    def value(x):
+        return standardised(x, axes, eps, centred)[0]
+
+    def tangent(primals, tangents):
+        (x,), (dx,) = primals, tangents
+        y, r = standardised(x, axes, eps, centred)
+        if centred:
+            dx = dx - jnp.mean(dx, axis=axes, keepdims=True)
+        return y, r * (dx - y * jnp.mean(dx * y, axis=axes, keepdims=True))
+
+    rule = jax.custom_jvp(value)
+    rule.defjvp(tangent)
+    return rule(x)
+
+
+def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
+    """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
+    have: the mean, then the biased variance of what is left, then ``rsqrt``."""
+    if centred:
+        x = x - jnp.mean(x, axis=axes, keepdims=True)
+    r = jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=axes, keepdims=True) + eps)
+    return x * r, r
 
 
 def gelu(x: jax.Array, approximate: bool = False) -> jax.Array:

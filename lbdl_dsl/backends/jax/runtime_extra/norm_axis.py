@@ -5,6 +5,8 @@ runtime do on the last axes, on any one axis, with the scale and shift along tha
 import jax
 import jax.numpy as jnp
 
+from lbdl_dsl.backends.jax.runtime import normalized
+
 
 def along(v, axis: int, ndim: int):
     """A vector shaped to broadcast along ``axis`` of an ndim array, or None for None."""
@@ -18,9 +20,7 @@ def along(v, axis: int, ndim: int):
 def layer_norm_at(x: jax.Array, scale, bias, *, axis: int, eps: float = 1e-5) -> jax.Array:
     """Layer norm of ``x`` over ``axis`` alone (biased variance, as PyTorch's LayerNorm);
     ``scale`` and ``bias`` are vectors along that axis, or None."""
-    mu = jnp.mean(x, axis=axis, keepdims=True)
-    var = jnp.var(x, axis=axis, keepdims=True)
-    y = (x - mu) * jax.lax.rsqrt(var + eps)
+    y = normalized(x, (axis,), eps)
     if scale is not None:
         y = y * along(scale, axis, x.ndim)
     if bias is not None:
@@ -30,7 +30,7 @@ def layer_norm_at(x: jax.Array, scale, bias, *, axis: int, eps: float = 1e-5) ->
 
 def rms_norm_at(x: jax.Array, scale, *, axis: int, eps: float = 1e-6) -> jax.Array:
     """RMS norm of ``x`` over ``axis`` alone: x / sqrt(mean(x**2) + eps) * scale."""
-    y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=axis, keepdims=True) + eps)
+    y = normalized(x, (axis,), eps, centred=False)
     if scale is not None:
         y = y * along(scale, axis, x.ndim)
     return y
