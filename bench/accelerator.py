@@ -485,14 +485,21 @@ COMPILE_METHOD = "each in a fresh process"
 def write(out: Path, record: dict) -> None:
     """The report, and beside it the figures it was written from (``.json``); the variants'
     figures are read from every ``performance-gpu-variants*.json`` beside it (one per run, each
-    on its own device), the sweep's from ``performance-gpu-sweep.json``, where they are."""
+    on its own device), the sweeps' from every ``performance-gpu-sweep*.json`` (one per code
+    state) and bench/gpu_profile.py's from ``performance-gpu-profile.json``, where they are."""
     variants = [
         json.loads(path.read_text(encoding="utf-8"))
         for path in sorted(out.parent.glob("performance-gpu-variants*.json"))
     ]
-    sweep_file = out.with_name("performance-gpu-sweep.json")
-    sweep = json.loads(sweep_file.read_text(encoding="utf-8")) if sweep_file.is_file() else None
-    out.write_text(report(record, variants, sweep), encoding="utf-8")
+    sweeps = [
+        json.loads(path.read_text(encoding="utf-8"))
+        for path in sorted(out.parent.glob("performance-gpu-sweep*.json"))
+    ]
+    profile_file = out.with_name("performance-gpu-profile.json")
+    profile = (
+        json.loads(profile_file.read_text(encoding="utf-8")) if profile_file.is_file() else None
+    )
+    out.write_text(report(record, variants, sweeps, profile), encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {out}", file=sys.stderr)
 
@@ -546,10 +553,15 @@ def mfu_table(record: dict) -> list[str]:
     return lines
 
 
-def report(record: dict, variants: Sequence[dict] = (), sweep: dict | None = None) -> str:
-    """docs/performance-gpu.md: the table, MFU, targets, checks, bench/accelerator_variants.py's
-    and bench/accelerator_sweep.py's figures where given, what they say, the machine and the
-    command."""
+def report(
+    record: dict,
+    variants: Sequence[dict] = (),
+    sweeps: Sequence[dict] = (),
+    profile: dict | None = None,
+) -> str:
+    """docs/performance-gpu.md: the table, MFU, targets, checks, bench/accelerator_variants.py's,
+    bench/accelerator_sweep.py's and bench/gpu_profile.py's figures where given, what they say,
+    the machine and the command."""
     rows = [harness.Row(**r) for case in record["cases"].values() for r in case["rows"]]
     check = record["attention_check"]
     if check.get("fused"):
@@ -594,8 +606,9 @@ def report(record: dict, variants: Sequence[dict] = (), sweep: dict | None = Non
         ),
         "",
         *(line for found in variants for line in variants_table(found)),
-        *sweep_section(sweep),
-        *analysis(record, variants, sweep),
+        *(line for sweep in sweeps for line in sweep_section(sweep)),
+        *profile_section(profile),
+        *analysis(record, variants, sweeps),
         "## Machine and command",
         "",
         *record["machine"],
@@ -674,7 +687,8 @@ def sweep_section(sweep: dict | None) -> list[str]:
     done = {n: r for n, r in sweep["results"].items() if r.get("mfu") is not None}
     kinds = sorted({r["kind"] for r in sweep["results"].values() if "kind" in r})
     lines = [
-        f"## GPT-2 medium's MFU, setting by setting ({', '.join(kinds)})",
+        f"## GPT-2 medium's MFU, setting by setting ({', '.join(kinds)}"
+        + (f"; {sweep['label']})" if "label" in sweep else ")"),
         "",
         f"`{sweep['command']}`, each setting in a fresh process (compile included autotuning)"
         + (f"; {sweep['note']}" if "note" in sweep else "")
@@ -696,6 +710,48 @@ def sweep_section(sweep: dict | None) -> list[str]:
     return lines
 
 
+def profile_section(profile: dict | None) -> list[str]:
+    """bench/gpu_profile.py's runs: each side's kernels by kind, and what stands between each
+    GPT step and the MFU target, read from the figures."""
+    if not profile:
+        return []
+    from bench import gpu_profile
+
+    runs = profile["runs"]
+    kinds = sorted({r["kind"] for r in runs})
+    lines = [
+        f"## Where the GPU's time goes, kernel by kind ({', '.join(kinds)})",
+        "",
+        f"`{profile['command']}`"
+        + (f"; {profile['note']}" if "note" in profile else "")
+        + ". Milliseconds per training step (kernels per step in brackets); one stream runs "
+        "the kernels in turn, so the wall time less their sum is the time the device waited.",
+        "",
+        gpu_profile.table(runs),
+        "",
+    ]
+    for r in runs:
+        products = r["ms"][gpu_profile.KINDS[0]] + r["ms"][gpu_profile.KINDS[1]]
+        attention = r["ms"][gpu_profile.KINDS[2]]
+        rest = r["busy_ms"] - products - attention
+        who = "lbdl" if r["side"] == "ours" else "Flax"
+        said = (
+            f"- {r['name']} ({who}): step {1000 * r['step']:.1f} ms; products "
+            f"{products:.1f} ms, "
+            + (f"attention {attention:.1f} ms, " if attention else "")
+            + f"the rest (reductions, elementwise, memsets) {rest:.1f} ms, "
+            f"{rest / r['busy_ms']:.0%} of the kernels' time"
+        )
+        if r.get("mfu") and r["setting"] != "resnet50":
+            needed = 1000 * r["step"] * r["mfu"] / MFU_TARGET
+            said += (
+                f"; at {r['mfu']:.1%} MFU, {MFU_TARGET:.0%} needs a {needed:.1f} ms step, "
+                f"{1000 * r['step'] - needed:.1f} ms less"
+            )
+        lines.append(said + ".")
+    return [*lines, ""]
+
+
 VARIANT_NAMES = {
     "peer": "Flax",
     "ours": "lbdl, as generated",
@@ -705,10 +761,11 @@ VARIANT_NAMES = {
     "cpu-conv": "lbdl, convolutions as on a CPU (1×1 as products, our gradient rules)",
     "cpu-copies": "lbdl, copies without the checkpoint, as on a CPU",
     "cpu-conv-copies": "lbdl, both of the last two, as on a CPU",
+    "two-pass": "lbdl, batch norms' statistics in two passes, as on a CPU",
 }
 
 
-def analysis(record: dict, variants: Sequence[dict], sweep: dict | None) -> list[str]:
+def analysis(record: dict, variants: Sequence[dict], sweeps: Sequence[dict]) -> list[str]:
     """What the figures say: each case's training step against the peer, --unroll against
     the scan, and the variants; every number read from the figures."""
     cases_ = {n: c for n, c in record["cases"].items() if "error" not in c}
@@ -744,7 +801,8 @@ def analysis(record: dict, variants: Sequence[dict], sweep: dict | None) -> list
                     f"  - `--unroll` against the scan: {a[0] / b[0]:.2f}× the step time, "  # type: ignore[operator]
                     f"{a[1] / b[1]:.2f}× the memory."  # type: ignore[operator]
                 )
-    lines += ["", *GPU_FINDINGS, "", *resnet_said(variants), *sweep_said(sweep)]
+    lines += ["", *GPU_FINDINGS, "", *resnet_said(variants)]
+    lines += [line for sweep in sweeps for line in sweep_said(sweep)]
     return [*lines, *mfu_said(record), ""]
 
 
@@ -792,12 +850,15 @@ def sweep_said(sweep: dict | None) -> list[str]:
     if not sweep:
         return []
     mfu = {n: r["mfu"] for n, r in sweep["results"].items() if r.get("mfu") is not None}
-    base, prefix = mfu.get("--unroll, batch 16"), "--unroll, batch 16, "
+    plain = next(
+        (n for n in ("--unroll, batch 16", "--unroll, batch 16, V=50,304") if n in mfu), ""
+    )
+    base, prefix = mfu.get(plain), plain + ", "
     moves = {n.removeprefix(prefix): v - base for n, v in mfu.items() if n.startswith(prefix)}
     if base is None or not moves:
         return []
     lever = max(moves, key=lambda n: moves[n])
-    peer = "the Flax peer, batch 16"
+    peer = plain.replace("--unroll", "the Flax peer")
     for_peer = (
         f"; it moved the peer's by {100 * (mfu[f'{peer}, {lever}'] - mfu[peer]):+.1f} points"
         if peer in mfu and f"{peer}, {lever}" in mfu
@@ -806,12 +867,16 @@ def sweep_said(sweep: dict | None) -> list[str]:
     top = max(mfu.values())
     said = "met" if top >= MFU_TARGET else f"not met by either side (at best {top:.1%})"
     padded = " (`--set V=50304`, for training from scratch: GPT-2's weights have 50,257 rows)"
+    largest = (
+        f"The largest is {lever}{padded if 'V=50,304' in lever else ''}{for_peer}."
+        if moves[lever] > 0
+        else "None raised it."
+    )
     return [
-        f"In the sweep, against `--unroll` at batch 16 ({base:.1%} MFU), the levers moved "
+        f"In the sweep ({sweep.get('label', 'above')}), against `{plain}` ({base:.1%} MFU), "
+        "the levers moved "
         f"lbdl's MFU by: {'; '.join(f'{n} {100 * v:+.1f} points' for n, v in moves.items())}. "
-        "The largest "
-        f"is {lever}{padded if 'V=50,304' in lever else ''}{for_peer}. The {MFU_TARGET:.0%} "
-        f"target: {said}.",
+        f"{largest} The {MFU_TARGET:.0%} target: {said}.",
         "",
     ]
 
@@ -869,7 +934,8 @@ GPU_FINDINGS = (
     "ResNet-50's short groups are straight-line code already; the checkpoint around each "
     "copy is most of its gap in the training step (the variants that keep every residual or "
     "drop the checkpoint), and it buys back memory. The table's ResNet-50 rows were measured "
-    "before its convolutions went plain off a CPU (below).",
+    "with its convolutions plain off a CPU (below) and each batch norm's statistics in one "
+    "pass (the note under the targets).",
 )
 
 

@@ -12,7 +12,8 @@ both the MACs and the peer's vocabulary are the padded ones (0.012 % more work t
 Where bench/accelerator.py measured 40 % (``--unroll``, batch 16) and the peer 39 % on an
 H100, this is the next device session's first call: one command whose table says which of the
 usual levers (bigger batches, a vocabulary that is a multiple of 64, cuBLAS instead of Triton
-for the products, the latency-hiding scheduler, CUDA graphs off) moves the figure, and how far.
+for the products, the latency-hiding scheduler, CUDA graphs off, cuBLASLt's fused epilogues,
+cuDNN's layer norm) moves the figure, and how far.
 ``--quick`` runs two settings of bench/run.py's tiny GPT on whatever device JAX has (CI's
 smoke test, on a CPU, where the flags are read and do nothing).
 """
@@ -71,6 +72,7 @@ class Setting:
 
 
 CUBLAS = "--xla_gpu_enable_triton_gemm=false"
+LT = "--xla_gpu_enable_cublaslt=true"  # bias and GELU fused into the products' epilogues
 SETTINGS = (
     Setting("peer", "the Flax peer, batch 16", unroll=False, side="peer"),
     Setting("unroll", "--unroll, batch 16"),
@@ -119,6 +121,22 @@ SETTINGS = (
         batch=32,
         vocab=PADDED,
         flags=CUBLAS,
+    ),
+    Setting("scan-v64", "scanned, batch 16, V=50,304", unroll=False, vocab=PADDED),
+    Setting(
+        "unroll-v64-lt", "--unroll, batch 16, V=50,304, cuBLASLt epilogues", vocab=PADDED, flags=LT
+    ),
+    Setting(
+        "unroll-v64-lt-cublas",
+        "--unroll, batch 16, V=50,304, cuBLASLt epilogues, cuBLAS products",
+        vocab=PADDED,
+        flags=f"{LT} {CUBLAS}",
+    ),
+    Setting(
+        "unroll-v64-cudnn-ln",
+        "--unroll, batch 16, V=50,304, cuDNN's layer norm",
+        vocab=PADDED,
+        flags="--xla_gpu_enable_cudnn_layer_norm=true",
     ),
 )
 QUICK = (

@@ -22,7 +22,9 @@ GPT-2 medium (batch 16) and ResNet-50 (batch 128) and times one training step of
   (ResNet-50 only; on an H200 the CPU's way compiled in 23.6 s against 16.2 s, and ran no
   faster);
 * ``cpu-conv-copies``: both of the last two at once, ResNet-50 as a CPU runs it (ResNet-50
-  only).
+  only);
+* ``two-pass``: each batch norm's mean and variance in two passes over the batch, as on a CPU
+  (`runtime.batch_statistics`; ResNet-50 only).
 
 Each figure: compile seconds (in one process, so later compiles skip autotuning: only a
 rough guide), the median of 10 steps, XLA's planned memory (GiB) and TFLOP/s. With
@@ -55,7 +57,7 @@ from bench import accelerator, choose, harness, memory, run  # noqa: E402
 
 VARIANTS = {
     "gpt": ("no-remat", "unroll", "no-fused"),
-    "resnet50": ("no-remat", "cpu-conv", "cpu-copies", "cpu-conv-copies"),
+    "resnet50": ("no-remat", "cpu-conv", "cpu-copies", "cpu-conv-copies", "two-pass"),
 }
 CASES = ("gpt2-medium-16", "resnet50")
 QUICK_CASES = ("gpt", "resnet50")
@@ -71,6 +73,8 @@ def variant(case: accelerator.Case, name: str, x: Any, y: Any, shapes: bool = Fa
         model.module["keep_products"] = jax.checkpoint_policies.everything_saveable
     if name in ("cpu-conv", "cpu-conv-copies"):  # the module's conv looks this up
         model.module["plain_convolutions"] = lambda: False
+    if name == "two-pass":  # each batch norm's statistics in two passes, as on a CPU
+        model.module["one_pass_statistics"] = lambda: False
     if name in ("cpu-copies", "cpu-conv-copies"):  # one jitted function a copy, as on a CPU
         model.module["checkpoint_copies"] = lambda remat_on_cpu: remat_on_cpu
     init = jax.eval_shape if shapes else (lambda f, *a: f(*a))

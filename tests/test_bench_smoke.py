@@ -265,8 +265,73 @@ def test_gpu_report_is_rendered_from_every_run_beside_it(tmp_path: Path) -> None
     assert "the plain way compiles in 0.97× and runs in 1.25×" in text
     assert "V=50,304 +4.2 points" in text and "moved the peer's by +5.0 points" in text
     assert "over the peer's, so an accelerator keeps the checkpoint" in text
-    assert "  - ResNet-50, 224², batch 128: measured on the H100 before the runtime's" in text
+    assert "  - ResNet-50, 224², batch 128: measured at f3cc643 with batch_norm's one pass" in text
     assert "Best MFU: Flax 46.2%" in text and "not met by either side (at best 46.5%)" in text
+    assert "## GPT-2 medium's MFU, setting by setting (NVIDIA H200; at f3cc643)" in text
+    assert "None raised it." in text and "lbdl 47.5% (--unroll, batch 16, V=50,304)" in text
+    assert "## Where the GPU's time goes, kernel by kind (NVIDIA H200)" in text
+    assert "at 47.5% MFU, 50% needs a 80.2 ms step, 4.2 ms less" in text
+
+
+def test_gpu_profile_sorts_kernels_by_their_names() -> None:
+    """Names as an H200's trace of GPT-2 medium and ResNet-50 gave them."""
+    from bench import gpu_profile as g
+
+    products, triton, attention, reductions, memsets, rest = g.KINDS
+    for name, kind in (
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", products),
+        ("sm90_xmma_wgrad_indexed_implicit_gemm_bf16bf16", products),
+        ("void cutlass__5x_cudnn::Kernel<cutlass_tensorop", products),
+        ("gemm_fusion_dot_459", triton),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma", attention),
+        ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*)", attention),
+        ("input_add_reduce_fusion_23", reductions),
+        ("Memset 0", memsets),
+        ("loop_convert_multiply_fusion_23", rest),
+        ("input_scatter_fusion", rest),
+    ):
+        assert g.kind(name) == kind, name
+
+
+def test_gpu_profile_sums_the_device_kernels_per_step(tmp_path: Path) -> None:
+    """Only the GPU process's complete events count, per step; the host's do not."""
+    import json
+
+    from bench import gpu_profile as g
+
+    def meta(pid: int, name: str) -> dict:
+        return {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}
+
+    events = [
+        meta(1, "/host:CPU"),
+        meta(7, "/device:GPU:0"),
+        {"ph": "X", "pid": 1, "name": "nvjet_host_side_name", "dur": 9_000},
+        {"ph": "X", "pid": 7, "name": "nvjet_a", "dur": 3_000},
+        {"ph": "X", "pid": 7, "name": "gemm_fusion_dot", "dur": 1_000},
+        {"ph": "X", "pid": 7, "name": "input_reduce_fusion", "dur": 500},
+        {"ph": "X", "pid": 7, "name": "loop_add_fusion", "dur": 1_500},
+        {"ph": "B", "pid": 7, "name": "not complete"},
+    ]
+    got = g.summary(events, steps=2, wall=0.004)
+    assert got["ms"][g.KINDS[0]] == 1.5 and got["kernels"][g.KINDS[0]] == 0.5
+    assert got["ms"][g.KINDS[1]] == 0.5 and got["ms"][g.KINDS[3]] == 0.25
+    assert got["ms"][g.KINDS[5]] == 0.75 and got["busy_ms"] == 3.0 and got["wall_ms"] == 4.0
+    record = {"setting": "unroll-v64", "side": "ours", **got}
+    (tmp_path / "runs.json").write_text(json.dumps({"runs": [record, {**record, "side": "peer"}]}))
+    text = g.main(["--render", str(tmp_path / "runs.json")])
+    assert "| unroll-v64 (lbdl) | unroll-v64 (Flax) |" in text
+    assert "| all kernels | 3.0 | 3.0 |" in text and "| wall time, traced | 4.0 | 4.0 |" in text
+
+
+def test_gpu_profile_quick_runs_and_says_when_there_is_no_gpu() -> None:
+    """On a CPU the trace has no device kernels: the step is timed, the table says why empty."""
+    from bench import gpu_profile as g
+
+    record = g.main(["--quick", "--setting", "unroll", "--steps", "1"])
+    assert isinstance(record, dict) and record["step"] > 0 and record["busy_ms"] == 0
+    assert g.table([record]).startswith("(no GPU kernels")
+    with pytest.raises(SystemExit):
+        g.main(["--quick", "--setting", "no-such-setting"])
 
 
 def test_step_profile_sorts_a_loops_kernels_from_its_optimised_hlo() -> None:

@@ -464,6 +464,45 @@ def test_batch_norm_unbiased_running_var():
     np.testing.assert_allclose(np.asarray(v), [0.9 + 0.1 * 2.0])  # unbiased var 2
 
 
+@pytest.fixture
+def one_pass(monkeypatch):
+    """`batch_norm` as it runs off a CPU: each batch's statistics in one pass."""
+    monkeypatch.setattr(rt, "one_pass_statistics", lambda: True)
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 4)])
+def test_batch_norm_one_pass(one_pass, shape):
+    """The one pass gives the two-pass reference's outputs and statistics, and its gradients
+    are the finite differences' (jitted afresh: `call`'s cache holds two-pass traces)."""
+    rng = np.random.default_rng(35)
+    c = shape[1]
+    x = rand(rng, *shape) * 2 + 1
+    scale, bias = rand(rng, c), rand(rng, c)
+    mean, var = rand(rng, c), rng.uniform(0.5, 2.0, c)
+    xl = cl(x) if x.ndim > 2 else x
+
+    def f(x, scale, bias):
+        return rt.batch_norm(x, scale, bias, mean, var, train=True, momentum=0.1, eps=1e-5)
+
+    y, new_mean, new_var = jax.jit(f)(xl, scale, bias)
+    ey, emean, evar = ref.batch_norm_ref(x, scale, bias, mean, var, True, 0.1, 1e-5)
+    np.testing.assert_allclose(cf(y) if x.ndim > 2 else y, ey, **TOL)
+    np.testing.assert_allclose(new_mean, emean, **TOL)
+    np.testing.assert_allclose(new_var, evar, **TOL)
+    check_grads(jax.jit(lambda *a: f(*a)[0]), (xl, scale, bias), order=1, modes=["rev"])
+
+
+def test_batch_norm_one_pass_keeps_a_far_means_variance(one_pass):
+    """In float32, the sums of x and x^2 lose a variance of 1 under a mean of 10,000 (the
+    ulp of 10^8 is 8); less each channel's first value, the one pass keeps it."""
+    x = (1e4 + np.random.default_rng(36).standard_normal((4096, 2))).astype(np.float32)
+    mean, var = jax.jit(rt.batch_statistics, static_argnums=1)(x, (0,))
+    assert mean.dtype == var.dtype == jnp.float32
+    exact = x.astype(np.float64)
+    np.testing.assert_allclose(mean, exact.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(var, exact.var(axis=0), rtol=1e-3)
+
+
 @pytest.mark.parametrize("n_axes", [1, 2])
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm(n_axes, affine):
