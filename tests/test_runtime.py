@@ -503,6 +503,26 @@ def test_batch_norm_one_pass_keeps_a_far_means_variance(one_pass):
     np.testing.assert_allclose(var, exact.var(axis=0), rtol=1e-3)
 
 
+def test_batch_norm_bfloat16_gradients_keep_a_far_means_digits(one_pass):
+    """As a GPU runs it: the scale's gradient sums g·x less the mean times the sum of g;
+    products rounded to bfloat16 would lose it under a mean 50 times the deviation."""
+    rng = np.random.default_rng(37)
+    x = jnp.asarray(50 + rng.standard_normal((64, 3)), jnp.bfloat16)
+    g = rng.standard_normal((64, 3))
+
+    def grad_scale(x, dtype):
+        def loss(scale):
+            y, _, _ = rt.batch_norm(
+                x.astype(dtype), scale, None, jnp.zeros(3), jnp.ones(3), train=True
+            )
+            return jnp.sum(y.astype(jnp.float64) * g)
+
+        return jax.jit(jax.grad(loss))(jnp.ones(3, dtype))
+
+    exact = grad_scale(x, jnp.float64)  # the same bfloat16 values, in float64
+    np.testing.assert_allclose(grad_scale(x, jnp.bfloat16).astype(np.float64), exact, rtol=2e-2)
+
+
 @pytest.mark.parametrize("n_axes", [1, 2])
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm(n_axes, affine):

@@ -472,13 +472,13 @@ def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
     A GPU's training step of batch norms is bound by memory, and a second pass over every
     activation for the variance costs more than its arithmetic. On an H200, ResNet-50's step
     took 25.3 ms with one pass (the sums of the values and of their squares, in float32) and
-    `batch_norm`'s multiply-add, against 27.7 with two and the Flax peer's 26.2, each side in
-    a process of its own; with this one pass and the former ``(x - mean) * factor + bias``,
-    26.5 ms against the peer's 25.4 in one process (docs/performance-gpu.md). On a 2-core CPU
-    the one pass made the step slower (1.75 s against 1.62) and its compile too (4.6 s against
-    4.2), so a CPU keeps two. The one pass sums the values less each channel's first value,
-    so that a mean far from zero leaves the variance its digits: E[x^2] - E[x]^2 in float32
-    loses them all at x = 10,000 + noise.
+    `batch_norm`'s multiply-add (in bfloat16), against 27.7 with two and the Flax peer's 26.2,
+    each side in a process of its own; with this one pass and the former ``(x - mean) *
+    factor + bias``, 26.5 ms against the peer's 25.4 in one process (docs/performance-gpu.md).
+    On a 2-core CPU the one pass made the step slower (1.75 s against 1.62) and its compile
+    too (4.6 s against 4.2), so a CPU keeps two. The one pass sums the values less each
+    channel's first value, so that a mean far from zero leaves the variance its digits:
+    E[x^2] - E[x]^2 in float32 loses them all at x = 10,000 + noise.
     """
     if not one_pass_statistics():
         mean = jnp.mean(x, axis=axes)
@@ -510,8 +510,9 @@ def batch_norm(
     running statistics and return them unchanged. ``scale`` / ``bias`` may be None (no affine).
     The mean, the scale and the bias are folded into a per-channel factor and shift, so that
     each value takes one multiply-add: ResNet-50's training step ran in 1.55 s against 1.65 on
-    a 2-core CPU, with ``(x - mean) * factor + bias``; the factor and shift are rounded to the
-    input's type once, which in bfloat16 costs what rounding the mean did.
+    a 2-core CPU, with ``(x - mean) * factor + bias``. The multiply-add is in float32 at least:
+    the factor's gradient is then a sum of g·x less the mean times a sum of g, which bfloat16
+    products would round to noise where the mean is large against the deviation.
     """
     axes = tuple(range(x.ndim - 1))
     if train:
@@ -532,10 +533,11 @@ def batch_norm(
     shift = -use_mean * factor
     if bias is not None:
         shift = shift + bias
-    # in the input's type: the running statistics are float32 state, which in evaluation would
-    # promote a bfloat16 input to float32, and the next convolution would refuse the mixed types
-    y = x * trailing(factor.astype(x.dtype), x.ndim) + trailing(shift.astype(x.dtype), x.ndim)
-    return y, new_mean, new_var
+    wide = jnp.promote_types(x.dtype, jnp.float32)
+    y = x.astype(wide) * trailing(factor.astype(wide), x.ndim) + trailing(shift, x.ndim)
+    # back to the input's type: the running statistics are float32 state, which would promote
+    # a bfloat16 input to float32, and the next convolution would refuse the mixed types
+    return y.astype(x.dtype), new_mean, new_var
 
 
 def sigmoid(x: jax.Array) -> jax.Array:
