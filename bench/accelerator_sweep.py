@@ -157,16 +157,19 @@ def side_of(case: accelerator.Case, side: str) -> run.Side:
 def child(setting: Setting, quick: bool) -> dict[str, Any]:
     """The setting measured in this process: compile seconds, step seconds, TFLOP/s, MFU."""
     case = setting.case(quick)
-    side = side_of(case, setting.side)
+    return timed(case, side_of(case, setting.side), case.samples)[0]
+
+
+def timed(case: accelerator.Case, side: run.Side, repeat: int) -> tuple[dict[str, Any], Any]:
+    """``side``'s training step compiled once and timed (3 warm-up steps, the median of
+    ``repeat``): its figures, as the sweep reports them, and the compiled step."""
     compiler = run.Compiler(*side.of("train"))
     seconds = compiler()
-    step, _ = harness.time_steady(
-        compiler.executable, *side.train_args, warmup=3, repeat=case.samples
-    )
-    flops = 6 * accelerator.macs_per_sample(case) * setting.batch
+    step, _ = harness.time_steady(compiler.executable, *side.train_args, warmup=3, repeat=repeat)
+    flops = 6 * accelerator.macs_per_sample(case) * case.base.batch
     kind = jax.devices()[0].device_kind
     peak = accelerator.peak(kind)
-    return {
+    figures = {
         "compile": seconds,
         "step": step,
         "tflops": flops / step / 1e12,
@@ -174,6 +177,7 @@ def child(setting: Setting, quick: bool) -> dict[str, Any]:
         "kind": kind,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
+    return figures, compiler.executable
 
 
 def start(setting: Setting, quick: bool) -> dict[str, Any]:

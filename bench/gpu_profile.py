@@ -104,10 +104,9 @@ def traced(executable: Any, args: tuple, steps: int) -> tuple[list[dict], float]
 
 
 def measure(setting: str, side: str, steps: int, quick: bool) -> dict[str, Any]:
-    """One side's step at one setting: compiled, run 3 times, then ``steps`` traced."""
-    import jax
-
-    from bench import accelerator, accelerator_sweep, harness, run
+    """One side's step at one setting: compiled and timed as the sweep times it (the median
+    of 8), then ``steps`` traced."""
+    from bench import accelerator, accelerator_sweep
 
     if setting == "resnet50":
         case = next(c for c in accelerator.cases(quick) if c.key == "resnet50")
@@ -117,23 +116,13 @@ def measure(setting: str, side: str, steps: int, quick: bool) -> dict[str, Any]:
         }
         case = settings[setting].case(quick)
     chosen = accelerator_sweep.side_of(case, side)
-    compiler = run.Compiler(*chosen.of("train"))
-    seconds = compiler()
-    step, _ = harness.time_steady(compiler.executable, *chosen.train_args, warmup=3, repeat=8)
-    events, wall = traced(compiler.executable, chosen.train_args, steps)
-    flops = 6 * accelerator.macs_per_sample(case) * case.base.batch
-    kind = jax.devices()[0].device_kind
-    peak = accelerator.peak(kind)
+    figures, executable = accelerator_sweep.timed(case, chosen, repeat=8)
+    events, wall = traced(executable, chosen.train_args, steps)
     return {
         "setting": setting,
         "name": case.name,
         "side": side,
-        "kind": kind,
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "compile": seconds,
-        "step": step,
-        "tflops": flops / step / 1e12,
-        "mfu": None if peak is None else flops / step / peak,
+        **figures,
         "steps": steps,
         **summary(events, steps, wall),
     }
