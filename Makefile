@@ -47,6 +47,7 @@ bench: setup
 	$(PY) bench/memory.py
 	$(PY) bench/kernels.py
 	$(PY) bench/step_profile.py
+	$(PY) bench/compile_profile.py
 	$(PY) bench/allocator.py --out docs/performance-allocator.json
 	$(PY) bench/diagrams.py
 

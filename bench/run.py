@@ -821,6 +821,32 @@ XLA spends longer on ResNet-50's loops.
   stacks again) and whose backward loop calls the pullback, 1.74 and 1.86 s; the stacks read
   with an index carried by the loop inside the checkpoint, so that both passes would slice
   them with the same kernel instead of the backward one's `11 − i`, 1.70 and 1.80 s.
+- *Where the compile goes, kernel by kernel.* `python bench/compile_profile.py` compiles each
+  side's training step in a process whose XLA logs its own timers, and adds up the CPU time
+  of every kernel it generates code for (MLIR's fusion emitters, then LLVM) by what the
+  kernel does. A kernel costs 20 to 130 ms of CPU at twelve blocks, whatever it computes: a
+  zero-fill 32 ms and a slice 44 ms (medians), the elementwise kernels 39 ms. In two runs,
+  ours went from 73 kernels (2.3 to 2.5 s of CPU, 1.29 to 1.41 s of code generation's wall
+  time) at one block to 106 (3.4 to 3.8 s; 1.96 to 2.14 s) at twelve, with XLA's HLO passes
+  at 0.1 s for both. The 33 added are the loop's: 7 slices reading the stacks, 8 updates
+  writing them, 8 more zero-fills (one per stack shape: the stacked saved values and weight
+  gradients start as zeros), 1 copy and 9 elementwise kernels that fuse a slice of a stacked
+  bias or scale into a norm or an addition. The peer went from 74 kernels to 75, but its HLO
+  passes from 0.07 to 0.93 s: it pays for its eleven copies in XLA's passes over them, we
+  pay for our loop in code generation. Merging the backward loop's `11 − i` into its
+  slices' kernels would not help much: with the index normalised away, 3 of the 114
+  distinct fusions merge.
+- *Each copy a call XLA does not inline*, measured as the bound on what the loop costs the
+  steady step: the twelve blocks' arrays kept apart (`storage.PER_COPY_ANY` raised) and each
+  copy one jitted, checkpointed function called under
+  `jax.experimental.xla_metadata.set_xla_metadata(inlineable="false")`, which XLA keeps as a
+  call and whose identical kernels it generates once. No stacks, so no slices, updates or
+  zero-fills: 83 kernels. But XLA clones a called computation for each call, and its HLO
+  passes took 1.39 s: the compile took 2.97 s against 1.89 s for the loop and 2.91 s for the
+  peer (XLA's part, one process each), while the training step took 0.92 and 0.96 of the
+  loop's (medians of 7 and 9, in turn in one process). So what the steady row lacks is the
+  loop's own kernels, and removing them costs the compile rows what the peer pays: not
+  kept.
 - *The norms' derivative, written out* (`runtime.normalized`, under layer, RMS and group
   norm). JAX differentiated a norm through its mean, its variance and `rsqrt` one operation
   at a time, and transposed each; the tangent written as r·(c − y·mean(c·y)) (r the inverse

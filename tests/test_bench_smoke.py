@@ -514,3 +514,77 @@ def test_accelerator_sweep_settings_are_gpt2_medium_at_their_sizes() -> None:
         sweep.main(["--only", "no-such-setting"])
     failed = {"x": {"error": "Traceback ...\nRuntimeError: out of memory"}}
     assert "out of memory" in accelerator.sweep_table(failed)
+
+
+def _xla_log() -> str:
+    """A process's compile log as XLA writes it: a small program of JAX's own, then the step."""
+
+    def line(source: str, message: str) -> str:
+        return f"I1127 11:17:03.187161    3797 {source}] {message}"
+
+    def kernel(stage: str, module: str, us: int) -> str:
+        source = "fusion_compiler.cc:494" if stage == "MLIR" else "ir_compiler.cc:293"
+        return line(source, f"Compiled {stage} module: {module} time: {us / 1000} ms ({us} us)")
+
+    step = "jit_profiled_step"
+    return "\n".join(
+        [
+            kernel("MLIR", "xor_fusion_kernel_module", 5043),
+            kernel("LLVM", "__compute_module_xor_fusion_kernel_module", 5161),
+            line(
+                "cpu_compiler.cc:1269",
+                f"Running HLO passes on [{step}] for CPU time: 140 ms"
+                " (139752 us) (cumulative: 163 ms)",
+            ),
+            line("cpu_compiler.cc:2091", f"Compiling: {step}"),
+            kernel("MLIR", "wrapped_broadcast.2_kernel_module", 10200),
+            kernel("LLVM", "__compute_module_wrapped_broadcast.2_kernel_module", 20000),
+            kernel("LLVM", "__compute_module___compute_module_copy_bitcast_fusion.14", 74100),
+            kernel("LLVM", "__compute_module_dynamic-slice_bitcast_fusion_kernel_module", 30000),
+            kernel("LLVM", "__compute_module_multiply_add_fusion.3_kernel_module", 12000),
+            line(
+                "cpu_compiler.cc:2094",
+                f"Compiling [{step}] for CPU using JIT time: 2.73 s"
+                " (2731017 us) (cumulative: 3.27 s)",
+            ),
+        ]
+    )
+
+
+def test_compile_profile_reads_the_timers_of_its_program_alone() -> None:
+    """XLA's log as `compile_profile` reads it: the kernels compiled for the step alone (not
+    JAX's own small programs before it), each kernel's MLIR and LLVM times added together,
+    sorted by the step profile's categories; the HLO passes and the backend's wall time."""
+    from bench import compile_profile
+
+    result = compile_profile.parse(_xla_log())
+    assert result.kernels == {
+        "wrapped_broadcast.2": pytest.approx(30.2),
+        "copy_bitcast_fusion.14": pytest.approx(74.1),
+        "dynamic-slice_bitcast_fusion": pytest.approx(30.0),
+        "multiply_add_fusion.3": pytest.approx(12.0),
+    }
+    assert result.passes == pytest.approx(139.752) and result.backend == pytest.approx(2731.017)
+    kinds = result.by_category()
+    assert kinds["fills"] == (pytest.approx(30.2), 1)
+    assert kinds["stack reads"] == (pytest.approx(30.0), 1)
+    assert kinds["copies and transposes"] == (pytest.approx(74.1), 1)
+    assert kinds["elementwise and the rest"] == (pytest.approx(12.0), 1)
+    with pytest.raises(RuntimeError, match="no compile timers for jit_other"):
+        compile_profile.parse(_xla_log(), "jit_other")
+
+
+def test_compile_profile_quick_sees_a_scanned_groups_kernels() -> None:
+    """A tiny GPT of three blocks (a scan) compiled in a child with XLA's timers on: its
+    table has the loop's stack reads among the kernels, and the whole compile's figures."""
+    from bench import compile_profile
+
+    text = compile_profile.main(["--quick", "--side", "ours", "--blocks", "3"])
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
+    assert "| part | ours, 3 blocks |" in text
+    reads = rows["kernels: stack reads"].strip(" |").split(" | ")[1]
+    assert float(reads.split(" ms")[0]) > 0 and not reads.endswith("(0)"), reads
+    for name in ("kernels, all (CPU)", "HLO passes", "code generation (wall)", "compile (wall)"):
+        assert name in rows, name
+    with pytest.raises(SystemExit):
+        compile_profile.main(["--blocks", "0"])
