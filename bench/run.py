@@ -834,7 +834,7 @@ XLA spends longer on ResNet-50's loops.
   bias or scale into a norm or an addition. The peer went from 74 kernels to 75, but its HLO
   passes from 0.07 to 0.93 s: it pays for its eleven copies in XLA's passes over them, we
   pay for our loop in code generation. Merging the backward loop's `11 − i` into its
-  slices' kernels would not help much: with the index normalised away, 3 of the 114
+  slices' kernels would not help much: with the index normalised away, at most 3 of the 114
   distinct fusions merge.
 - *Each copy a call XLA does not inline*, measured as the bound on what the loop costs the
   steady step: the twelve blocks' arrays kept apart (`storage.PER_COPY_ANY` raised) and each
