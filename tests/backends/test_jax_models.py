@@ -119,27 +119,36 @@ def _loss(model, output_key=None):
     return loss
 
 
+# (spec, overrides, output, learning rate). The rate is one at which four steps of plain SGD
+# lower the loss at every step: ResNet-50 on two 64² images (batch norm over two samples) and
+# LeNet overshoot at 0.01, where the loss went 6.9, 1.3, 4.8, 7.5 on one CPU and fell below
+# its start on another. A test that reads a chaotic trajectory tests the CPU's rounding.
 TRAINING = [
-    ("mlp", {}, None),
-    ("lenet", {}, None),
-    ("resnet50", {"H": 64, "W": 64}, None),
-    ("gpt", {"N": 2, "D": 32, "H": 4, "V": 50, "T": 12}, None),
-    ("transformer", {"N": 1, "D": 32, "H": 4, "F": 64, "V": 40, "T": 10, "S": 9}, None),
-    ("vit", {"N": 1, "D": 32, "H": 4, "P": 8, "I": 32, "C": 10}, None),
-    ("llama2-7b", {"N": 2, "D": 32, "H": 4, "F": 86, "V": 50, "T": 12}, None),
-    ("mistral-7b", {"N": 2, "D": 32, "H": 4, "KV": 2, "F": 64, "V": 50, "T": 12, "W": 4}, None),
+    ("mlp", {}, None, 0.01),
+    ("lenet", {}, None, 0.003),
+    ("resnet50", {"H": 64, "W": 64}, None, 0.001),
+    ("gpt", {"N": 2, "D": 32, "H": 4, "V": 50, "T": 12}, None, 0.01),
+    ("transformer", {"N": 1, "D": 32, "H": 4, "F": 64, "V": 40, "T": 10, "S": 9}, None, 0.01),
+    ("vit", {"N": 1, "D": 32, "H": 4, "P": 8, "I": 32, "C": 10}, None, 0.01),
+    ("llama2-7b", {"N": 2, "D": 32, "H": 4, "F": 86, "V": 50, "T": 12}, None, 0.01),
+    (
+        "mistral-7b",
+        {"N": 2, "D": 32, "H": 4, "KV": 2, "F": 64, "V": 50, "T": 12, "W": 4},
+        None,
+        0.01,
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,overrides,key", TRAINING, ids=[t[0] for t in TRAINING])
-def test_sgd_steps_reduce_the_loss(name, overrides, key):
+@pytest.mark.parametrize("name,overrides,key,rate", TRAINING, ids=[t[0] for t in TRAINING])
+def test_sgd_steps_reduce_the_loss(name, overrides, key, rate):
     model = lbdl_dsl.compile(str(REPO / "specs" / f"{name}.lbdl"), **overrides)
     params, state = model.init(jax.random.key(0))
     inputs = model.example_inputs(jax.random.key(1), batch=2)
     out_shape = next(iter(model.outputs.values()))
     classes = out_shape[-1]
     targets = jax.random.randint(jax.random.key(2), (2, *out_shape[:-1]), 0, classes)
-    opt = optax.sgd(0.01)
+    opt = optax.sgd(rate)
     opt_state = opt.init(params)
     grad = jax.jit(jax.value_and_grad(_loss(model, key), has_aux=True))
 
@@ -154,7 +163,7 @@ def test_sgd_steps_reduce_the_loss(name, overrides, key):
         params, opt_state = sgd(grads, opt_state, params)
         losses.append(float(loss))
     assert all(np.isfinite(losses)), losses
-    assert losses[-1] < losses[0], losses
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
 
 
 def test_scan_and_unrolled_loops_give_the_same_numbers():
