@@ -844,9 +844,9 @@ XLA spends longer on ResNet-50's loops.
   zero-fills: 83 kernels. But XLA clones a called computation for each call, and its HLO
   passes took 1.39 s: the compile took 2.97 s against 1.89 s for the loop and 2.91 s for the
   peer (XLA's part, one process each), while the training step took 0.92 and 0.96 of the
-  loop's (medians of 7 and 9, in turn in one process). So what the steady row lacks is the
-  loop's own kernels, and removing them costs the compile rows what the peer pays: not
-  kept.
+  loop's (medians of 7 and 9, in turn in one process), and 0.95, 1.06 and 0.95 in three
+  pairs of processes of their own (medians of 7). So the loop's own kernels are at most some
+  5 % of the step, and removing them costs the compile rows what the peer pays: not kept.
 - *The norms' derivative, written out* (`runtime.normalized`, under layer, RMS and group
   norm). JAX differentiated a norm through its mean, its variance and `rsqrt` one operation
   at a time, and transposed each; the tangent written as r·(c − y·mean(c·y)) (r the inverse
