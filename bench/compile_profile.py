@@ -2,7 +2,7 @@
 own timers: its HLO passes, then every kernel it generates code for.
 
 ``python bench/compile_profile.py [--case gpt|resnet50] [--blocks 1 12] [--side both|ours|peer]
-[--quick]`` compiles each side's training step (`run.py`'s, from shapes alone) in a fresh
+[--quick] [--out MD]`` compiles each side's training step (`run.py`'s, from shapes alone) in a fresh
 process whose XLA logs its compile timers (``TF_CPP_VMODULE``, set before JAX starts), and
 reads them back:
 
@@ -16,6 +16,9 @@ reads them back:
   docs/performance.md);
 * **backend**: XLA's code generation as a whole, wall time (the kernels are generated on a
   thread pool, so their CPU times add up to more).
+
+It prints a Markdown table; ``--out`` also writes it, with the command and the machine, to a
+file (docs/performance-compile.md is one such run).
 
 Why: the compile rows of docs/performance.md ask whether a loop's compile grows less than an
 unrolled model's. The table says which kernels a ×N group adds and what each costs to
@@ -179,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         "--blocks", type=int, nargs="+", default=[1, 12], help="GPT's depths (1 12)"
     )
     parser.add_argument("--side", choices=("both", "ours", "peer"), default="both")
+    parser.add_argument("--out", type=Path, help="also write the table, with the machine, here")
     parser.add_argument("--child", choices=("ours", "peer"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if any(b < 1 for b in args.blocks):
@@ -197,7 +201,28 @@ def main(argv: Sequence[str] | None = None) -> str:
             runs[label] = measure(args.case, side, max(b, 1), args.quick)
     text = table("GPT" if args.case == "gpt" else "ResNet-50", runs)
     print(text)
+    if args.out:
+        write(
+            args.out,
+            text,
+            ["python bench/compile_profile.py", *(sys.argv[1:] if argv is None else argv)],
+        )
     return text
+
+
+def write(out: Path, text: str, command: list[str]) -> None:
+    """The table as a report of its own: what wrote it, and on what machine."""
+    from bench import run
+
+    head = [
+        "# Where a training step's compile goes: lbdl against hand-written Flax",
+        "",
+        f"Written by `{' '.join(command)}`; docs/performance.md says what it shows.",
+        "",
+    ]
+    tail = ["", "## Machine", "", *run.machine(), ""]
+    out.write_text("\n".join([*head, text, *tail]), encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

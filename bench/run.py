@@ -825,17 +825,17 @@ XLA spends longer on ResNet-50's loops.
   side's training step in a process whose XLA logs its own timers, and adds up the CPU time
   of every kernel it generates code for (MLIR's fusion emitters, then LLVM) by what the
   kernel does. A kernel costs 20 to 130 ms of CPU at twelve blocks, whatever it computes: a
-  zero-fill 32 ms and a slice 44 ms (medians), the elementwise kernels 39 ms. In two runs,
-  ours went from 73 kernels (2.3 to 2.5 s of CPU, 1.29 to 1.41 s of code generation's wall
-  time) at one block to 106 (3.4 to 3.8 s; 1.96 to 2.14 s) at twelve, with XLA's HLO passes
-  at 0.1 s for both. The 33 added are the loop's: 7 slices reading the stacks, 8 updates
-  writing them, 8 more zero-fills (one per stack shape: the stacked saved values and weight
-  gradients start as zeros), 1 copy and 9 elementwise kernels that fuse a slice of a stacked
-  bias or scale into a norm or an addition. The peer went from 74 kernels to 75, but its HLO
-  passes from 0.07 to 0.93 s: it pays for its eleven copies in XLA's passes over them, we
-  pay for our loop in code generation. Merging the backward loop's `11 − i` into its
-  slices' kernels would not help much: with the index normalised away, at most 3 of the 114
-  distinct fusions merge.
+  zero-fill 32 ms and a slice 44 ms (medians), the elementwise kernels 39 ms. In three runs
+  (the last is docs/performance-compile.md), ours went from 73 kernels (2.3 to 2.6 s of CPU,
+  1.29 to 1.48 s of code generation's wall time) at one block to 106 (3.4 to 4.3 s; 1.96 to
+  2.43 s) at twelve, with XLA's HLO passes at 0.1 to 0.2 s for both. The 33 added are the
+  loop's: 7 slices reading the stacks, 8 updates writing them, 8 more zero-fills (one per
+  stack shape: the stacked saved values and weight gradients start as zeros), 1 copy and 9
+  elementwise kernels that fuse a slice of a stacked bias or scale into a norm or an
+  addition. The peer went from 74 kernels to 75, but its HLO passes from 0.07 to 0.9 s: it
+  pays for its eleven copies in XLA's passes over them, we pay for our loop in code
+  generation. Merging the backward loop's `11 − i` into its slices' kernels would not help
+  much: with the index normalised away, at most 3 of the 114 distinct fusions merge.
 - *Each copy a call XLA does not inline*, measured as the bound on what the loop costs the
   steady step: the twelve blocks' arrays kept apart (`storage.PER_COPY_ANY` raised) and each
   copy one jitted, checkpointed function called under

@@ -574,12 +574,17 @@ def test_compile_profile_reads_the_timers_of_its_program_alone() -> None:
         compile_profile.parse(_xla_log(), "jit_other")
 
 
-def test_compile_profile_quick_sees_a_scanned_groups_kernels() -> None:
+def test_compile_profile_quick_sees_a_scanned_groups_kernels(tmp_path: Path) -> None:
     """A tiny GPT of three blocks (a scan) compiled in a child with XLA's timers on: its
-    table has the loop's stack reads among the kernels, and the whole compile's figures."""
+    table has the loop's stack reads among the kernels, and the whole compile's figures;
+    ``--out`` writes the same table with the command and the machine."""
     from bench import compile_profile
 
-    text = compile_profile.main(["--quick", "--side", "ours", "--blocks", "3"])
+    out = tmp_path / "compile.md"
+    text = compile_profile.main(["--quick", "--side", "ours", "--blocks", "3", "--out", str(out)])
+    report = out.read_text(encoding="utf-8")
+    assert text in report and "## Machine" in report and "- CPU: " in report
+    assert "`python bench/compile_profile.py --quick --side ours --blocks 3 --out" in report
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
     assert "| part | ours, 3 blocks |" in text
     reads = rows["kernels: stack reads"].strip(" |").split(" | ")[1]
