@@ -190,16 +190,16 @@ def main(argv: Sequence[str] | None = None) -> str:
     if args.child:
         child(args.case, args.child, args.blocks[0], args.quick)
         return ""
-    depths = args.blocks if args.case == "gpt" else [0]
+    gpt = args.case == "gpt"
     sides = ("ours", "peer") if args.side == "both" else (args.side,)
     runs = {}
     for side in sides:
-        for b in depths:
-            label = "ours" if side == "ours" else "Flax"
-            if args.case == "gpt":
-                label += f", {b} block{'s' * (b != 1)}"
-            runs[label] = measure(args.case, side, max(b, 1), args.quick)
-    text = table("GPT" if args.case == "gpt" else "ResNet-50", runs)
+        for b in args.blocks if gpt else [1]:  # ResNet-50 has no depth to vary
+            depth = f", {b} block{'s' * (b != 1)}" if gpt else ""
+            runs[("ours" if side == "ours" else "Flax") + depth] = measure(
+                args.case, side, b, args.quick
+            )
+    text = table("GPT" if gpt else "ResNet-50", runs)
     print(text)
     if args.out:
         write(
