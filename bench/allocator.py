@@ -79,7 +79,7 @@ class Job:
         return self.steps // 3
 
     def command(self, folder: Path) -> list[str]:
-        run = "import sys; from lbdl_dsl.main import main; sys.exit(main())"
+        run = "import sys; from lbdl_dsl.cli import main; sys.exit(main())"
         return [
             *(sys.executable, "-c", run, "train", str(ROOT / self.spec), "--data", "synthetic"),
             *("--steps", str(self.steps), "--batch", str(self.batch), "--set", *self.overrides),

@@ -63,7 +63,7 @@ def cli_command() -> list[str]:
     if script.exists():
         return [str(script)]
     found = shutil.which("lbdl-compile")
-    return [found] if found else [sys.executable, "-m", "lbdl_dsl"]
+    return [found] if found else [sys.executable, "-m", "lbdl_dsl.cli.compat"]
 
 
 def best_of(repeats: int, fn: Callable[[], Any]) -> tuple[float, float]:

@@ -3,7 +3,8 @@
 A spec is untrusted text, so the promise of ``lbdl-compile --check`` is total: exit 0, or exit 1
 with ``FILE:LINE:COL: error: ...`` pointing inside the file, in bounded time. This harness tests
 that promise on inputs nobody would write by hand, through the very code path of the CLI
-(`lbdl_dsl.cli.main` on a file in a scratch copy of ``specs/``, so that imports still resolve):
+(`lbdl_dsl.cli.compat.main` on a file in a scratch copy of ``specs/``, so that imports still
+resolve):
 
 - *mutate*: each spec of ``specs/`` (block libraries included) with 1-4 random edits: lines
   deleted, duplicated, swapped, re-indented or spliced from another spec; tokens deleted,
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # bench/ is not part of the package; run from anywhere
     sys.path.insert(0, str(ROOT))
 
-from lbdl_dsl import cli  # noqa: E402
+from lbdl_dsl.cli import compat as cli  # noqa: E402
 from lbdl_dsl.core.layers import LAYERS, all_names  # noqa: E402
 
 KINDS = (

@@ -43,7 +43,7 @@ def lbdl_command() -> list[str]:
     if script.exists():
         return [str(script)]
     found = shutil.which("lbdl")
-    return [found] if found else [sys.executable, "-m", "lbdl_dsl.main"]
+    return [found] if found else [sys.executable, "-m", "lbdl_dsl"]
 
 
 def best_of(repeats: int, fn) -> tuple[float, float]:

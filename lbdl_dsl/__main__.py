@@ -1,4 +1,4 @@
-"""``python -m lbdl_dsl`` is ``lbdl-compile``."""
+"""``python -m lbdl_dsl`` is ``lbdl``."""
 
 import sys
 

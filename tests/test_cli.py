@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lbdl_dsl import cli
+from lbdl_dsl.cli import compat as cli
 
 REPO = Path(__file__).resolve().parents[1]
 RESNET50 = REPO / "specs" / "resnet50.lbdl"
@@ -69,7 +69,7 @@ def test_check_prints_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_check_writes_plain_text_to_a_pipe() -> None:
-    result = run_process("-m", "lbdl_dsl", "--check", "specs/resnet50.lbdl")
+    result = run_process("-m", "lbdl_dsl.cli.compat", "--check", "specs/resnet50.lbdl")
     assert result.returncode == 0, result.stderr
     assert "\x1b[" not in result.stdout  # no colours, no box drawing when piped
     assert not any(ch in result.stdout for ch in "━┃│─")
@@ -170,7 +170,9 @@ def test_an_internal_error_exits_3_without_a_traceback(
         raise RuntimeError("boom")
 
     monkeypatch.delenv("LBDL_DEBUG", raising=False)
-    monkeypatch.setattr(cli, "compile_spec", broken)
+    from lbdl_dsl.cli import build
+
+    monkeypatch.setattr(build, "compile_spec", broken)
     assert cli.main(["--check", str(RESNET50)]) == 3
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: boom" in err and "Traceback" not in err
@@ -180,17 +182,17 @@ def test_an_internal_error_exits_3_without_a_traceback(
 
 
 def test_python_dash_m_is_the_command() -> None:
-    result = run_process("-m", "lbdl_dsl", "--check", "--json", "specs/resnet50.lbdl")
+    result = run_process("-m", "lbdl_dsl.cli.compat", "--check", "--json", "specs/resnet50.lbdl")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["params"] == 25_557_032
-    result = run_process("-m", "lbdl_dsl", "--help")
+    result = run_process("-m", "lbdl_dsl.cli.compat", "--help")
     assert result.returncode == 0 and "lbdl-compile" in result.stdout
 
 
 def test_check_never_imports_jax_or_graphviz() -> None:
     probe = (
         "import sys\n"
-        "from lbdl_dsl.cli import main\n"
+        "from lbdl_dsl.cli.compat import main\n"
         "code = main(['--check', 'specs/resnet50.lbdl'])\n"
         "print('RESULT', code, 'jax' in sys.modules, 'graphviz' in sys.modules, file=sys.stderr)\n"
     )

@@ -35,7 +35,7 @@ HEAVY = (
 
 _PROBE = """
 import contextlib, io, json, sys
-from lbdl_dsl.cli import main
+from lbdl_dsl.cli.compat import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     code = main(sys.argv[1:])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lbdl_dsl.cli import main
+from lbdl_dsl.cli.compat import main
 from lbdl_dsl.core.collector import collector_off
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def test_a_check_runs_without_the_collector(
     """What the tests above make safe: `lbdl-compile` turns the cycle collector off while it
     checks and builds (it looked through every object of a big model again and again and found
     nothing), and gives it back on return; a model run (``--run``) is left to collect."""
-    from lbdl_dsl import cli
+    from lbdl_dsl.cli import build as cli
 
     seen: list[bool] = []
     compile_ = cli._compile

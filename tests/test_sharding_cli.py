@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lbdl_dsl import cli, main
+from lbdl_dsl import cli as main
+from lbdl_dsl.cli import compat as cli
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "sharding"
@@ -124,7 +125,7 @@ def test_shading_names_each_box_by_the_mesh_axes_under_it() -> None:
 
 def test_lbdl_check_with_a_mesh_imports_no_jax() -> None:
     code = (
-        "import sys; from lbdl_dsl import main; "
+        "import sys; from lbdl_dsl import cli as main; "
         f"rc = main.main(['check', {', '.join(map(repr, GPT3))}]); "
         "assert rc == 0; assert 'jax' not in sys.modules, 'jax imported'"
     )

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lbdl_dsl import cli
+from lbdl_dsl.cli import compat as cli
 from lbdl_dsl.compiler import limits
 from lbdl_dsl.compiler.parser import MISTAKES
 

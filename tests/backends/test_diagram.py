@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from lbdl_dsl import cli
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import run_dot
 from lbdl_dsl.backends.diagram.scene import (
@@ -35,6 +34,7 @@ from lbdl_dsl.backends.diagram.scene import (
     Stub,
 )
 from lbdl_dsl.backends.diagram.style import FAIL as FAIL_COLOUR
+from lbdl_dsl.cli import compat as cli
 from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec
 from lbdl_dsl.core.errors import LbdlError
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from lbdl_dsl import cli
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import run_dot
 from lbdl_dsl.backends.diagram.scene import (
@@ -32,6 +31,7 @@ from lbdl_dsl.backends.diagram.scene import (
     Scene,
     Terminal,
 )
+from lbdl_dsl.cli import compat as cli
 from lbdl_dsl.compiler.blockdef import BlockCompiled, compile_block
 from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec
 from lbdl_dsl.core.errors import LbdlError
@@ -366,7 +366,7 @@ def test_block_errors_name_the_block_and_the_flag(tmp_path: Path, capsys) -> Non
 
 @needs_dot
 def test_the_cli_draws_a_block_and_the_build_verb_too(tmp_path: Path) -> None:
-    from lbdl_dsl import main as lbdl_main
+    from lbdl_dsl import cli as lbdl_main
 
     assert cli.main([str(RESNET_BLOCKS), "--block", "dresblock", "-o", str(tmp_path)]) == 0
     assert (tmp_path / "dresblock.png").read_bytes().startswith(b"\x89PNG")

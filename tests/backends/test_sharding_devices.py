@@ -77,7 +77,7 @@ def test_four_devices(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_two_processes_of_two_devices(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "lbdl_dsl.main", "launch", "-n", "2"]
+    command = [sys.executable, "-m", "lbdl_dsl", "launch", "-n", "2"]
     command += ["--devices-per-process", "2", "--", sys.executable, str(WORKER)]
     proc = subprocess.run(
         [*command, "processes", str(tmp_path)],

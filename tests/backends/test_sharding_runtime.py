@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import lbdl_dsl
-from lbdl_dsl import main
+from lbdl_dsl import cli as main
 from lbdl_dsl.backends.jax import distributed, shard_init
 from lbdl_dsl.backends.jax.runtime import init_arrays
 from lbdl_dsl.backends.jax.sharding import Sharded, make_mesh
-from lbdl_dsl.commands.launch import environments
+from lbdl_dsl.cli.launch import environments
 from lbdl_dsl.compiler import storage
 from lbdl_dsl.compiler.sharding import parse_mesh
 from lbdl_dsl.core.errors import LbdlError
@@ -160,7 +160,7 @@ def test_the_first_failure_stops_the_others_and_is_the_exit_code() -> None:
         [
             sys.executable,
             "-m",
-            "lbdl_dsl.main",
+            "lbdl_dsl",
             "launch",
             "-n",
             "2",
@@ -199,7 +199,7 @@ def test_parallel_runs_a_train_state_step_like_one_device() -> None:
     import jax.numpy as jnp
     import optax
 
-    from lbdl_dsl import mesh_flags
+    from lbdl_dsl.cli import mesh_flags
 
     model = lbdl_dsl.compile(REPO / "specs" / "mlp.lbdl")
     tx = optax.adam(1e-2)

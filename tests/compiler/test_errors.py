@@ -79,7 +79,7 @@ def test_the_command_line_prints_the_golden_text(name: str) -> None:
     """The in-process runs above print what the installed command prints, byte for byte."""
     case = next(c for c in CASES if c.name == name)
     proc = subprocess.run(
-        [sys.executable, "-m", "lbdl_dsl", case.spec.name, "--check"],
+        [sys.executable, "-m", "lbdl_dsl.cli.compat", case.spec.name, "--check"],
         cwd=CASES_DIR, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 1

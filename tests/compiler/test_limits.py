@@ -36,11 +36,11 @@ def check(spec: Path, *, prelude: str = "") -> tuple[str, float]:
     ``prelude`` is Python run before the CLI in the same process (to lower a limit that is
     otherwise too costly to reach in a test).
     """
-    code = f"import sys\n{prelude}\nfrom lbdl_dsl.cli import main\nsys.exit(main())"
+    code = f"import sys\n{prelude}\nfrom lbdl_dsl.cli.compat import main\nsys.exit(main())"
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", code, spec.name, "--check"] if prelude
-        else [sys.executable, "-m", "lbdl_dsl", spec.name, "--check"],
+        else [sys.executable, "-m", "lbdl_dsl.cli.compat", spec.name, "--check"],
         cwd=spec.parent, capture_output=True, text=True, timeout=BOUND,
     )  # fmt: skip
     elapsed = time.monotonic() - t0
@@ -182,7 +182,7 @@ def test_thousands_of_chained_operators(tmp_path: Path, op: str) -> None:
     size = "+".join(["1"] * 3000) if op == "+" else "-" * 3000 + "4"
     spec = write(tmp_path / "ops.lbdl", f"model m:\n  input X: {size}\n  relu\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "lbdl_dsl", spec.name, "--check"],
+        [sys.executable, "-m", "lbdl_dsl.cli.compat", spec.name, "--check"],
         cwd=tmp_path, capture_output=True, text=True, timeout=BOUND,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

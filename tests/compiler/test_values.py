@@ -110,7 +110,7 @@ def test_the_cli_refuses_a_bad_setting_with_exit_1(tmp_path: Path) -> None:
     spec = tmp_path / "toy.lbdl"
     spec.write_text(SPEC, "utf-8")
     r = subprocess.run(
-        [sys.executable, "-m", "lbdl_dsl.cli", str(spec), "--check", "--set", "N=abc"],
+        [sys.executable, "-m", "lbdl_dsl.cli.compat", str(spec), "--check", "--set", "N=abc"],
         capture_output=True,
         text=True,
         check=False,

@@ -24,7 +24,7 @@ FLOORS = {
     "lbdl_dsl.boxtext": 2,
     "lbdl_dsl.output": 2,
     "lbdl_dsl.backends": 2,
-    "lbdl_dsl.cli": 3,
+    "lbdl_dsl.cli": 4,
     "lbdl_dsl.api": 3,
     "lbdl_dsl.tools": 3,
     "lbdl_dsl.__main__": 3,

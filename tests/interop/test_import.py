@@ -16,9 +16,9 @@ from safetensors.numpy import load_file, save_file
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.cli import main
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.interop import import_weights
-from lbdl_dsl.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "interop"

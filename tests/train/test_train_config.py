@@ -69,7 +69,7 @@ def test_lbdl_check_and_import_lbdl_dsl_load_nothing_of_training() -> None:
     probe = (
         "import sys\n"
         "import lbdl_dsl\n"
-        "from lbdl_dsl import main\n"
+        "from lbdl_dsl import cli as main\n"
         "code = main.main(['check', 'specs/digits-cnn.lbdl'])\n"
         "names = ('jax', 'optax', 'orbax', 'sklearn', 'matplotlib')\n"
         "heavy = [m for m in names if m in sys.modules]\n"

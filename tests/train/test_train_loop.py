@@ -208,7 +208,7 @@ def test_unroll_trains_the_same_model_and_resumes_a_scanned_run(
 
 
 def test_steps_then_more_steps_with_the_cli(spec_file, tmp_path: Path, capsys) -> None:
-    from lbdl_dsl import main
+    from lbdl_dsl import cli as main
 
     spec = str(spec_file(TINY_BN))
     common = ["train", spec, "--data", "synthetic", "--batch", "8", "--eval-samples", "8"]
@@ -263,7 +263,7 @@ def test_a_nan_loss_stops_the_run_and_names_the_step(spec_file, quiet_train, tmp
 
 
 def test_the_cli_prints_errors_without_a_traceback(spec_file, tmp_path, capsys) -> None:
-    from lbdl_dsl import main
+    from lbdl_dsl import cli as main
 
     spec = str(spec_file(TINY_MLP))
     code = main.main(["train", spec, "--data", "digts", "--steps", "3", "-o", str(tmp_path / "r")])

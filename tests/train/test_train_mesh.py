@@ -19,7 +19,7 @@ import pytest
 from train_helpers import TINY_MLP
 
 REL = 1e-5
-LBDL = [sys.executable, "-m", "lbdl_dsl.main"]
+LBDL = [sys.executable, "-m", "lbdl_dsl"]
 
 
 def _losses(run: Path) -> dict[int, float]:
@@ -82,7 +82,7 @@ def test_two_processes_then_another_mesh_train_as_one_device(
 
 
 def test_a_mesh_flag_is_checked_before_training(spec_file, tmp_path: Path, capsys) -> None:
-    from lbdl_dsl import main
+    from lbdl_dsl import cli as main
 
     spec = str(spec_file(TINY_MLP))
     base = ["train", spec, "--data", "synthetic", "--steps", "1", "-o", str(tmp_path / "r")]

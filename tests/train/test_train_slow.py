@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from train_helpers import TINY_BN
 
-from lbdl_dsl import main
+from lbdl_dsl import cli as main
 
 REPO = Path(__file__).resolve().parents[2]
 README_COMMAND = (
@@ -41,7 +41,7 @@ def test_the_readme_digits_command_reaches_97_percent(tmp_path: Path, capsys) ->
 def test_ctrl_c_saves_a_checkpoint_and_resume_finishes(spec_file, tmp_path: Path) -> None:
     spec = spec_file(TINY_BN)
     run = tmp_path / "run"
-    command = [sys.executable, "-m", "lbdl_dsl.main", "train", str(spec), "--data", "synthetic"]
+    command = [sys.executable, "-m", "lbdl_dsl", "train", str(spec), "--data", "synthetic"]
     command += ["--steps", "100000", "--batch", "8", "--log-every", "1", "-o", str(run)]
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

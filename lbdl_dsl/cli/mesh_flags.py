@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.compiler.memory import OPTIMIZERS
 from lbdl_dsl.core.errors import LbdlError
 
@@ -48,7 +48,7 @@ def add_mesh_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def plan(args: argparse.Namespace, compiled: Compiled) -> Plan | None:
+def plan(args: argparse.Namespace, compiled: Checked) -> Plan | None:
     """The layout the flags ask for, or None without ``--mesh``; raises `LbdlError`."""
     mesh_text = getattr(args, "mesh", None)
     shard = getattr(args, "shard", None)
@@ -61,8 +61,7 @@ def plan(args: argparse.Namespace, compiled: Compiled) -> Plan | None:
 
     mesh = parse_mesh(mesh_text)
     rules = parse_rules(shard or [], mesh)
-    assert compiled.checked is not None, "the mesh flags come after a successful check"
-    layout = resolve(compiled.checked, mesh, rules)
+    layout = resolve(compiled, mesh, rules)
     batch = getattr(args, "global_batch", None)
     if batch is not None and (batch < 1 or batch % layout.batch_pieces):
         raise flag_error(

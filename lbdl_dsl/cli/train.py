@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lbdl_dsl import cli, mesh_flags
+from lbdl_dsl.cli import common, mesh_flags
 
+EXTRAS = ("jax", "train")
 HELP = "train a spec on data (digits, shakespeare, synthetic, .npz, .txt), with checkpoints"
 
 
@@ -26,7 +27,7 @@ def _float_or_none(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from lbdl_dsl.training.config import DTYPES, OPTIMIZERS, SCHEDULES, TASKS
 
-    cli.add_spec_arguments(p)
+    common.add_spec_arguments(p)
     g = p.add_argument_group("data and task")
     g.add_argument(
         "--data",
@@ -85,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    overrides = cli.parse_overrides(args.set, args.parser)
+    overrides = common.parse_overrides(args.set, args.parser)
 
     def work() -> int:
         from lbdl_dsl.training.config import TrainConfig
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return _train(config, devices)
 
-    return cli.guarded(work, args.spec)
+    return common.guarded(work, args.spec)
 
 
 def _train(config, devices=None) -> int:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lbdl_dsl import cli
+from lbdl_dsl.cli import common
 
 HELP = "compare two specs: changed boxes, Δ shapes, Δ parameters, Δ MACs, carried weights"
 
@@ -37,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from lbdl_dsl import diff
     from lbdl_dsl.compiler.driver import compile_spec
 
-    both = cli.parse_overrides(args.set, args.parser)
-    over_a = both | cli.parse_overrides(args.set_a, args.parser)
-    over_b = both | cli.parse_overrides(args.set_b, args.parser)
+    both = common.parse_overrides(args.set, args.parser)
+    over_a = both | common.parse_overrides(args.set_a, args.parser)
+    over_b = both | common.parse_overrides(args.set_b, args.parser)
 
     def work() -> int:
         a = compile_spec(args.a, overrides=over_a)
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         args.parser.error(
             f"--figure {args.figure}: the name must end in {', '.join(FIGURE_SUFFIXES)}"
         )
-    return cli.guarded(work, args.b)
+    return common.guarded(work, args.b)
 
 
 FIGURE_SUFFIXES = (".svg", ".png", ".pdf", ".dot")

@@ -6,18 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lbdl_dsl import cli
+from lbdl_dsl.cli import common
 
+# The formats `lbdl_dsl.interop.exporter` writes, named here so that `--help` needs no NumPy.
+FORMATS = ("stablehlo", "mlir", "onnx")
+EXTRAS = ("jax",)  # and `onnx` for --format onnx
 HELP = "write a spec's model as StableHLO (jax.export) or ONNX, and check it runs the same"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from lbdl_dsl.interop.exporter import FORMATS
-
-    cli.add_spec_arguments(p)
+    common.add_spec_arguments(p)
     p.add_argument(
         "--format",
-        choices=list(FORMATS),
+        choices=FORMATS,
         help="stablehlo (jax.export's serialized module), mlir (its text), onnx "
         "(needs the onnx extra); default: from the output's suffix",
     )
@@ -44,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = cli.parse_overrides(args.set, args.parser)
+    overrides = common.parse_overrides(args.set, args.parser)
     if args.format is None and args.output is None:
         args.parser.error("give --format, or an output file whose suffix names it")
 
@@ -66,4 +67,4 @@ def run(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return 0
 
-    return cli.guarded(work, args.spec)
+    return common.guarded(work, args.spec)

@@ -6,15 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lbdl_dsl import cli
+from lbdl_dsl.cli import common
 
+EXTRAS = ("jax",)
 HELP = "fill a spec's parameters from a PyTorch / Hugging Face checkpoint (--map gpt2|resnet|...)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from lbdl_dsl.interop.maps import MAPS
-
-    cli.add_spec_arguments(p)
+    common.add_spec_arguments(p)
     p.add_argument(
         "weights",
         help="the checkpoint: .safetensors, .pt/.pth/.bin (needs torch), a Hugging Face "
@@ -24,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--map",
         required=True,
         metavar="FAMILY",
-        help=f"which names go where: {', '.join(MAPS)}",
+        help="which names go where: a family such as gpt2, llama, mistral, mixtral, resnet, "
+        "vit, bert (an unknown one is refused with the list)",
     )
     p.add_argument(
         "-o",
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = cli.parse_overrides(args.set, args.parser)
+    overrides = common.parse_overrides(args.set, args.parser)
 
     def work() -> int:
         from lbdl_dsl.interop.importer import import_weights
@@ -58,4 +58,4 @@ def run(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return 0
 
-    return cli.guarded(work, args.spec)
+    return common.guarded(work, args.spec)

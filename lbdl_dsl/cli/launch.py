@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import IO
 
-from lbdl_dsl.cli import guarded
+from lbdl_dsl.cli.common import guarded
 from lbdl_dsl.core.errors import LbdlError
 
 HELP = "run a command as N processes of one distributed run on this machine"
