@@ -38,9 +38,12 @@ $(STAMP): pyproject.toml constraints.txt
 gallery: setup
 	$(PY) -m lbdl_dsl.tools.gallery
 
+# The generated references, then what every example of README.md and docs/ prints, written back
+# where it differs (tests/docs; the long examples too).
 docs: setup
 	$(PY) -m lbdl_dsl.tools.layer_docs > docs/layers.md
 	$(PY) -m lbdl_dsl.tools.error_docs > docs/errors.md
+	LBDL_DOCS_UPDATE=1 $(PY) -m pytest tests/docs -n 0 -m "full or not full"
 
 bench: setup
 	$(PY) bench/run.py

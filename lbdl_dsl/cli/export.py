@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         help="stablehlo (jax.export's serialized module), mlir (its text), onnx "
-        "(needs the onnx extra); default: from the output's suffix",
+        "(needs the onnx extra); default: from the output's suffix, else stablehlo",
     )
     p.add_argument("-o", "--output", metavar="FILE", help="default: build/SPEC/MODEL.FORMAT")
     p.add_argument(
@@ -46,8 +46,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     overrides = common.parse_overrides(args.set, args.parser)
-    if args.format is None and args.output is None:
-        args.parser.error("give --format, or an output file whose suffix names it")
 
     def work() -> int:
         from lbdl_dsl.interop.exporter import export

@@ -122,8 +122,12 @@ def export(
 
 
 def _format(fmt: str | None, output: Any) -> str:
+    """The format asked for, else the output's suffix's, else StableHLO (the one every spec
+    exports to, needing no extra)."""
+    if fmt is None and output is None:
+        return "stablehlo"
     if fmt is None:
-        suffix = Path(output).suffix if output is not None else ""
+        suffix = Path(output).suffix
         fmt = next((f for f, s in FORMATS.items() if s == suffix), None)
         if fmt is None:
             raise LbdlError(
