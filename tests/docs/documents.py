@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^( *)```([^\n`]*)\n(.*?)^\1```[ \t]*$", re.M | re.S)
 MARK = re.compile(r"<!--\s*doctest:\s*(skip|long)\s*:\s*(.*?)\s*-->\s*$")
 RUNNABLE = ("console", "python")
+PLAIN = ("", "text", "sh", "bash", "shell")
 # Fences of other kinds whose first line reads as a command: a command must be an example.
 COMMANDISH = re.compile(r"^\s*(\$ |lbdl |lbdl-compile |make |pip |python |\.venv/)")
 
@@ -82,9 +83,8 @@ def read(path: Path) -> Document:
         if kind not in RUNNABLE:
             if mode == "skip":  # a command that cannot run here, and why
                 doc.examples.append(Example(doc.name, line, kind, body, mode, why))
-            elif kind in ("", "text", "sh", "bash", "shell"):
-                if COMMANDISH.match(body.partition("\n")[0]):
-                    doc.commandish.append(line)
+            elif kind in PLAIN and COMMANDISH.match(body.partition("\n")[0]):
+                doc.commandish.append(line)
             continue
         output = None
         if kind == "python" and i + 1 < len(fences):

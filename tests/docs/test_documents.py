@@ -16,7 +16,6 @@ import traceback
 from pathlib import Path
 
 import pytest
-
 from documents import REPO, Document, Example, commands, counts, documents, matches, read
 
 UPDATE = bool(os.environ.get("LBDL_DOCS_UPDATE"))
@@ -174,10 +173,7 @@ def _rewrite(doc: Document, updates: dict[int, str]) -> None:
         if line not in updates:
             continue
         kind = m.group(2).strip().split()[0] if m.group(2).strip() else ""
-        if kind == "console":
-            target = m
-        else:  # a python fence: its output fence follows
-            target = fences[i + 1]
+        target = m if kind == "console" else fences[i + 1]  # a python fence's output follows
         indent = target.group(1)
         body = "".join(
             indent + row if row.strip() else row for row in updates[line].splitlines(keepends=True)
