@@ -9,7 +9,10 @@ property every user relies on: the changes add up, exactly, to totals(B) − tot
 formulas in the spec's symbols.
 
 `carried` lists B's parameters that exist in A at the same path with the same shape: the weights
-a fine-tuning run can start from. Paths are those of the generated module's ``PARAMS`` table.
+a fine-tuning run can start from. Paths are the logical ones, every ×N group's copies stacked on
+a leading axis, as weight files hold them (the JAX module may keep a short group's copies apart:
+that is its layout, not the model's). An array of a group whose depth differs (ResNet-50's ×5
+against ResNet-101's ×22) is carried in part: B's first copies take A's.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class Diff:
     delta: dict[str, Expr]  # totals(B) − totals(A)
     carried: tuple[str, ...]  # B's parameter paths that A has with the same shape
     params_b: int  # how many of B's parameter arrays there are, for "carried 40 of 62"
+    in_part: tuple[str, ...] = ()  # of `carried`, those of ×N groups of another depth
 
     @property
     def empty(self) -> bool:
@@ -64,16 +68,24 @@ def diff(a: Checked, b: Checked) -> Diff:
     labels = _labels(a) | _labels(b)
     changes = list(_Align(labels).scope(a.root, b.root, "", "", Expr.lift(1)))
     delta = {k: b.totals[k] - a.totals[k] for k in COUNTS}
-    params_a = dict(parameter_shapes(a))
-    params_b = dict(parameter_shapes(b))
-    carried = tuple(p for p, shape in params_b.items() if params_a.get(p) == shape)
+    params_a = dict(_stacked(a))
+    params_b = dict(_stacked(b))
+    carried, in_part = [], []
+    for path, (stack, shape) in params_b.items():
+        other = params_a.get(path)
+        if other is None or other[1] != shape or len(other[0]) != len(stack):
+            continue
+        carried.append(path)
+        if other[0] != stack:
+            in_part.append(path)
     return Diff(
         a.program.model.name,
         b.program.model.name,
         tuple(changes),
         delta,
-        carried,
+        tuple(carried),
         len(params_b),
+        tuple(in_part),
     )
 
 
@@ -216,11 +228,19 @@ def _join(prefix: str, step: str) -> str:
 
 
 def parameter_shapes(checked: Checked) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """Every trainable parameter array as ``(path, shape)``, as the model stores them: a
-    stacked ×N group's copies on a leading axis, a short group's copies apart (`storage`)."""
-    for arr in paths.arrays(checked.root):
+    """Every trainable parameter array as ``(path, shape)`` by its logical path: each ×N
+    group's copies stacked on a leading axis."""
+    for path, (stack, shape) in _stacked(checked):
+        yield path, stack + shape
+
+
+def _stacked(checked: Checked) -> Iterator[tuple[str, tuple[tuple[str, ...], tuple[str, ...]]]]:
+    """``(path, (stack, shape))`` of every trainable array: the copy counts of the ×N groups
+    around it, and one copy's shape."""
+    for arr in paths.arrays(checked.root, stacked=True):
         if arr.trainable and arr.path.rsplit("/", 1)[1] not in arr.owner.tied:
-            yield arr.path, tuple(str(d) for d in arr.shape)
+            stack = tuple(str(d) for d in arr.stack)
+            yield arr.path, (stack, tuple(str(d) for d in arr.spec.shape))
 
 
 # -- text and JSON ----------------------------------------------------------------------------
@@ -272,7 +292,8 @@ def render(d: Diff) -> str:
             _signed(d.delta["activations"]),
         )
     )
-    lines.append(f"carried over: {len(d.carried)} of {d.params_b} parameter arrays of {d.b}")
+    part = f" ({len(d.in_part)} of them in part: the copies A has)" if d.in_part else ""
+    lines.append(f"carried over: {len(d.carried)} of {d.params_b} parameter arrays of {d.b}{part}")
     return "\n".join(lines) + "\n"
 
 
@@ -301,6 +322,7 @@ def to_json(d: Diff) -> dict[str, object]:
         ],
         "delta": {k: _num(v) for k, v in d.delta.items()},
         "carried": list(d.carried),
+        "carried_in_part": list(d.in_part),
         "parameter_arrays_b": d.params_b,
     }
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import lbdl_dsl
-from lbdl_dsl import diff, main
+from lbdl_dsl import cli as main
+from lbdl_dsl import diff
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram.paint import paint
 from lbdl_dsl.backends.diagram.scene import Box
@@ -74,29 +75,48 @@ def test_a_deeper_stack_is_one_changed_group() -> None:
     assert d.delta["params"] == Expr.lift(44_549_160 - 25_557_032)
 
 
-def test_carried_weights_are_those_with_the_same_path_and_shape() -> None:
+def test_carried_weights_are_every_array_the_two_specs_share() -> None:
+    """Logical paths, whatever the JAX module's layout: ResNet-50's ×5 is kept per copy there
+    and ResNet-101's ×22 stacked, and every array of ResNet-101 still has ResNet-50's. (The
+    module holds ResNet-101 in 125 arrays, its short groups' copies apart; they are 89 stacked.
+    Before, the diff compared the modules' layouts and carried 116 of the 125.)"""
     a, b = checked("resnet50.lbdl"), checked("resnet101.lbdl")
     d = diff.diff(a, b)
     shapes_a, shapes_b = dict(diff.parameter_shapes(a)), dict(diff.parameter_shapes(b))
-    assert set(d.carried) == {p for p in shapes_b if shapes_a.get(p) == shapes_b[p]}
-    assert "repeat_2/resblock_0/residual_0/conv_2d_0/w" not in d.carried  # 5 vs 22 copies
-    assert "conv_2d_0/w" in d.carried and len(d.carried) < len(shapes_b)
+    assert len(d.carried) == d.params_b == len(shapes_b) == 89
+    deeper = "repeat_2/resblock_0/residual_0/conv_2d_0/w"
+    assert shapes_a[deeper][0] == "5" and shapes_b[deeper][0] == "22"
+    assert deeper in d.in_part and "conv_2d_0/w" not in d.in_part
+    assert set(d.carried) - set(d.in_part) == {
+        p for p in shapes_b if shapes_a.get(p) == shapes_b[p]
+    }
+
+
+def test_a_changed_width_is_not_carried() -> None:
+    a = compile_spec(REPO / "specs" / "gpt2.lbdl", overrides={"T": 8})
+    b = compile_spec(REPO / "specs" / "gpt2.lbdl", overrides={"T": 8, "D": 1024, "H": 16})
+    d = diff.diff(a, b)
+    assert d.carried == () and d.in_part == ()
 
 
 @pytest.mark.parametrize("name", ["lenet.lbdl", "resnet18.lbdl", "gpt.lbdl", "unet.lbdl"])
-def test_parameter_paths_are_the_generated_modules(name: str) -> None:
+def test_parameter_paths_are_what_a_saved_model_holds(name: str, tmp_path: Path) -> None:
+    """The diff's paths are the logical ones, which `model.save` writes whatever the module's
+    layout (ResNet-18's short groups are kept per copy in the module, stacked in the file)."""
     pytest.importorskip("jax")
-    from lbdl_dsl.backends.jax.codegen import generate
+    import jax
 
-    compiled = compile_spec(REPO / "specs" / name, overrides={"T": 8} if "gpt" in name else {})
-    namespace: dict[str, object] = {}
-    exec(compile(generate(compiled), name, "exec"), namespace)  # our own generated code
-    table = namespace["PARAMS"]
-    assert isinstance(table, dict)
-    ours = dict(diff.parameter_shapes(compiled.checked))
-    assert set(ours) == set(table)
-    for path, (shape, _, _) in table.items():
-        assert len(ours[path]) == len(shape), path
+    import lbdl_dsl
+    from lbdl_dsl.backends.jax.weights import read
+
+    model = lbdl_dsl.compile(REPO / "specs" / name, **({"T": 8} if "gpt" in name else {}))
+    params, state = model.init(jax.random.key(0))
+    saved = read(model.save(tmp_path / "w.safetensors", params, state))
+    ours = dict(diff.parameter_shapes(model.checked))
+    stored = {k.removeprefix("params/"): v.shape for k, v in saved.items() if k[:7] == "params/"}
+    assert set(ours) <= set(stored)
+    for path, shape in ours.items():
+        assert tuple(int(d) for d in shape) == stored[path], path
 
 
 @pytest.mark.parametrize("name", sorted(PAIRS))

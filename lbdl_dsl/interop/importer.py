@@ -275,20 +275,55 @@ def import_weights(
             plan.unused,
             note=note(model) if callable(note := plan.family.note) else note,
         )
-        if output is not None:
+        cut = copies(model)
+        if output is not None:  # streamed: each tensor read once, written once
             from lbdl_dsl.interop.writer import StreamWriter
 
-            with StreamWriter(output, {key: s for key, _, s in order}) as w:
-                w.write_all(arrays(plan, ckpt, order, computed, copies(model)))
+            grouped, shapes, key_of = logical_order(order, cut)
+            with StreamWriter(output, shapes) as w:
+                w.write_all(
+                    (key_of.get(k, k), a) for k, a in arrays(plan, ckpt, grouped, computed, cut)
+                )
             result.path = Path(output)
-        else:
-            made: dict[str, list[np.ndarray]] = {}
-            for key, array in arrays(plan, ckpt, order, computed, copies(model)):
-                made.setdefault(key, []).append(array)
-            for key, path, shape in order:
-                whole = np.stack(made.pop(key)).reshape(shape)
-                (result.params if key.startswith("params/") else result.state)[path] = whole
+            return result
+        made: dict[str, list[np.ndarray]] = {}
+        for key, array in arrays(plan, ckpt, order, computed, cut):
+            made.setdefault(key, []).append(array)
+        for key, path, shape in order:
+            whole = np.stack(made.pop(key)).reshape(shape)
+            (result.params if key.startswith("params/") else result.state)[path] = whole
         return result
+
+
+def logical_order(
+    order: list[tuple[str, str, Shape]], cut: Mapping[str, Copy]
+) -> tuple[list[tuple[str, str, Shape]], dict[str, Shape], dict[str, str]]:
+    """What a weight file holds, whatever the module's layout: each copy kept apart written
+    into its stacked array (the logical layout, `Model.save`'s). Returns the module's entries
+    reordered so that each stack's copies come together, in index order, where its first copy
+    was; the file's keys and shapes; and each copy's key → its stack's key."""
+    grouped: list[tuple[str, str, Shape]] = []
+    shapes: dict[str, Shape] = {}
+    key_of: dict[str, str] = {}
+    members: dict[str, list[tuple[tuple[int, ...], tuple[str, str, Shape]]]] = {}
+    for entry in order:
+        if entry[1] in cut:
+            c = cut[entry[1]]
+            members.setdefault(c.view, []).append((c.index, entry))
+    for key, path, shape in order:
+        if path not in cut:
+            grouped.append((key, path, shape))
+            shapes[key] = shape
+            continue
+        view = cut[path].view
+        stacked = f"{key.partition('/')[0]}/{view}"
+        if stacked in shapes:
+            continue
+        shapes[stacked] = cut[path].shape
+        for _, entry in sorted(members[view]):
+            grouped.append(entry)
+            key_of[entry[0]] = stacked
+    return grouped, shapes, key_of
 
 
 def _error(

@@ -162,8 +162,10 @@ class Model:
 
     # -- parameters on disk ---------------------------------------------------------------------
     def save(self, path: str | Path, params: Any, state: Any = None) -> Path:
-        """Parameters (and state) to ``.safetensors`` (or ``.npz``), keyed by their paths."""
-        return weights.save(path, params, state)
+        """Parameters (and state) to ``.safetensors`` (or ``.npz``), keyed by their logical
+        paths: every ×N group's copies stacked, whatever this module's layout (`load` reads
+        it back into that layout)."""
+        return weights.save(path, params, state, self.cut())
 
     def cut(self) -> weights.Cut:
         """Each stored array that is one copy of the stacked view's (`paths.cut`), sizes known."""

@@ -57,12 +57,17 @@ def _format(path: Path) -> str:
     return path.suffix
 
 
-def save(path: str | Path, params: Any, state: Any = None) -> Path:
-    """Write ``params`` (and ``state``) to ``path``, atomically; the suffix picks the format."""
+def save(path: str | Path, params: Any, state: Any = None, cut: Cut | None = None) -> Path:
+    """Write ``params`` (and ``state``) to ``path``, atomically; the suffix picks the format.
+    With ``cut`` (`Model.cut`), copies kept apart are written stacked: the logical layout."""
     path = Path(path)
     fmt = _format(path)
-    flat = {f"params/{k}": np.ascontiguousarray(v) for k, v in flatten(params).items()}
-    flat |= {f"state/{k}": np.ascontiguousarray(v) for k, v in flatten(state).items()}
+    groups = [("params", flatten(params)), ("state", flatten(state))]
+    flat = {
+        f"{kind}/{k}": np.ascontiguousarray(v)
+        for kind, arrays in groups
+        for k, v in (stack_copies(arrays, cut) if cut else arrays).items()
+    }
     if fmt == ".safetensors":
         from safetensors.numpy import save as st_save
 
@@ -123,6 +128,24 @@ def cut_copies(flat: dict[str, Any], cut: Mapping[str, tuple[str, tuple[int, ...
             whole = flat[view]
             if whole.ndim >= len(index) and all(i < n for i, n in zip(index, whole.shape)):
                 out[p] = whole[index]
+    return out
+
+
+def stack_copies(
+    flat: Mapping[str, Any], cut: Mapping[str, tuple[str, tuple[int, ...], Any]]
+) -> dict:
+    """``flat`` (arrays by path) in the logical layout: each copy kept apart put back into its
+    stacked array, where its first copy was (the inverse of `cut_copies`). Weight files hold
+    this layout, so that they do not change when the module keeps a group's copies apart."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        if path not in cut:
+            out[path] = value
+            continue
+        view, index, shape = cut[path]
+        if view not in out:
+            out[view] = np.empty(tuple(int(d) for d in shape), np.asarray(value).dtype)
+        out[view][index] = np.asarray(value)
     return out
 
 
