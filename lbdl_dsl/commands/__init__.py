@@ -17,4 +17,7 @@ VERBS: dict[str, str] = {
     "import": "import_",
     "export": "export",
     "launch": "launch",
+    "from-hf": "from_hf",
+    "predict": "predict",
+    "evaluate": "evaluate",
 }

@@ -221,11 +221,23 @@ def load(spec: HfSpec, *, dtype: str = "float32") -> tuple[Any, Any, Any]:
     return model, params, state
 
 
+def class_names(config: dict[str, Any]) -> list[str]:
+    """A classifier's class names, in order (``id2label``), unless they are transformers'
+    placeholders (``LABEL_0``...)."""
+    table = config.get("id2label") or {}
+    try:
+        names = [str(table[k]) for k in sorted(table, key=int)]
+    except (TypeError, ValueError):
+        return []
+    return [] if all(n == f"LABEL_{i}" for i, n in enumerate(names)) else names
+
+
 def write(
     folder: str | os.PathLike[str], output: str | os.PathLike[str] | None = None
-) -> tuple[HfSpec, Path, Path]:
-    """``lbdl from-hf``: the spec written to ``output`` (default ``build/NAME.lbdl``), and its
-    parameters beside it (``NAME.safetensors``, read by ``--params``)."""
+) -> tuple[HfSpec, list[Path]]:
+    """``lbdl from-hf``: the spec written to ``output`` (default ``build/NAME.lbdl``), its
+    parameters beside it (``NAME.safetensors``, read by ``--params``) and, for a classifier
+    whose config names its classes, ``NAME.labels.txt`` (read by ``--labels``)."""
     from lbdl_dsl.interop.importer import import_weights
     from lbdl_dsl.output import write_atomic
 
@@ -237,4 +249,8 @@ def write(
     write_atomic(out, spec.text.encode("utf-8"))
     params = out.with_suffix(".safetensors")
     import_weights(out, spec.folder, spec.family, output=params)
-    return spec, out, params
+    written = [out, params]
+    names = class_names(read_config(spec.folder))
+    if names:
+        written.append(write_atomic(out.with_suffix(".labels.txt"), "\n".join(names) + "\n"))
+    return spec, written

@@ -1,0 +1,38 @@
+"""``lbdl from-hf DIR [-o NAME.lbdl]``: a Hugging Face checkpoint folder as a spec in the
+language and its parameters (`lbdl_dsl.interop.hf`)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "write the spec of a Hugging Face checkpoint folder, and its parameters beside it"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("folder", metavar="DIR", help="config.json with model.safetensors (or shards)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="NAME.lbdl",
+        help="the spec to write (default build/FOLDER.lbdl); the parameters go beside it as "
+        "NAME.safetensors",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from lbdl_dsl import cli
+
+    def work() -> int:
+        from lbdl_dsl.interop.hf import write
+
+        spec, written = write(args.folder, args.output)
+        print(
+            f"{spec.folder}: {spec.model_type}, {spec.tensors} tensors, {spec.params:,} parameters"
+        )
+        print(f"wrote {written[0]} (model {spec.name}, through --map {spec.family})")
+        print(f"wrote {written[1]} (--params)")
+        for extra in written[2:]:
+            print(f"wrote {extra} (--labels)")
+        return 0
+
+    return cli.guarded(work, args.folder)
