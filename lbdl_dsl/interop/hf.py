@@ -210,15 +210,32 @@ def from_pretrained(
 def load(spec: HfSpec, *, dtype: str = "float32") -> tuple[Any, Any, Any]:
     import jax.numpy as jnp
 
-    import lbdl_dsl
     from lbdl_dsl.backends.jax.runtime import unflatten
     from lbdl_dsl.interop.importer import import_weights
 
-    model = lbdl_dsl.compile(f"{spec.name}.lbdl", text=spec.text, dtype=dtype)
+    model = compiled(spec, f"{spec.name}.lbdl", dtype)
     done = import_weights(model, spec.folder, spec.family)
     params = unflatten({k: jnp.asarray(v) for k, v in done.params.items()})
     state = unflatten({k: jnp.asarray(v) for k, v in done.state.items()})
     return model, params, state
+
+
+def compiled(spec: HfSpec, file: str, dtype: str = "float32") -> Any:
+    """The spec's `Model`. When its count is not the checkpoint's (the config says other sizes
+    than the tensors have), the error is the import's, naming each tensor that does not fit
+    and both shapes, rather than the assert's bare numbers."""
+    import lbdl_dsl
+    from lbdl_dsl.compiler.driver import CheckFailed
+    from lbdl_dsl.interop.importer import import_weights
+
+    try:
+        return lbdl_dsl.compile(file, text=spec.text, dtype=dtype)
+    except CheckFailed:
+        lines = spec.text.splitlines()
+        bare = "\n".join(x for x in lines if not x.strip().startswith("assert params"))
+        model = lbdl_dsl.compile(file, text=bare + "\n", dtype=dtype)
+        import_weights(model, spec.folder, spec.family)  # raises, naming the misfits
+        raise
 
 
 def class_names(config: dict[str, Any]) -> list[str]:
@@ -245,11 +262,10 @@ def write(
     out = Path(output) if output is not None else Path("build") / f"{spec.name}.lbdl"
     if out.suffix != ".lbdl":
         raise LbdlError(f"-o {out}: a spec is written as .lbdl", hint="name it NAME.lbdl")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, spec.text.encode("utf-8"))
+    model = compiled(spec, str(out))
     params = out.with_suffix(".safetensors")
-    import_weights(out, spec.folder, spec.family, output=params)
-    written = [out, params]
+    import_weights(model, spec.folder, spec.family, output=params)
+    written = [write_atomic(out, spec.text), params]
     names = class_names(read_config(spec.folder))
     if names:
         written.append(write_atomic(out.with_suffix(".labels.txt"), "\n".join(names) + "\n"))
