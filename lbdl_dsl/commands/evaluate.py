@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
             samples=args.samples,
         )
         if args.json:
-            print(json.dumps({"data": result.data, "task": result.task, **result.as_dict()}))
+            record = {"data": result.data, "task": result.task, **result.as_dict()}
+            print(json.dumps(record, ensure_ascii=False))
         else:
             print("\n".join(result.lines()))
         return 0

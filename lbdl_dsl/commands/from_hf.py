@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 HELP = "write the spec of a Hugging Face checkpoint folder, and its parameters beside it"
 
 
@@ -26,8 +27,10 @@ def run(args: argparse.Namespace) -> int:
         from lbdl_dsl.interop.hf import write
 
         spec, written = write(args.folder, args.output)
+        stored = "/".join(DTYPES.get(d, d) for d in spec.dtypes)
         print(
-            f"{spec.folder}: {spec.model_type}, {spec.tensors} tensors, {spec.params:,} parameters"
+            f"{spec.folder}: {spec.model_type}, {spec.tensors} tensors of {stored}, "
+            f"{spec.params:,} parameters"
         )
         print(f"wrote {written[0]} (model {spec.name}, through --map {spec.family})")
         print(f"wrote {written[1]} (--params)")

@@ -41,6 +41,7 @@ class HfSpec:
     family: str
     params: int
     tensors: int
+    dtypes: tuple[str, ...] = ()  # the stored dtypes (safetensors' names: F32, F16, BF16)
 
 
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -83,7 +84,10 @@ def spec_for(folder: str | os.PathLike[str]) -> HfSpec:
     config = read_config(path)
     kind = config["model_type"]
     if kind in REFUSED:
-        raise LbdlError(f"{path}: model_type `{kind}` is not supported yet: {REFUSED[kind]}")
+        raise LbdlError(
+            f"{path}: model_type `{kind}` is not supported yet: {REFUSED[kind]}",
+            hint=f"the supported model types are {supported()}",
+        )
     if kind not in FAMILIES:
         raise LbdlError(
             f"{path}: model_type `{kind}` is not supported",
@@ -91,13 +95,13 @@ def spec_for(folder: str | os.PathLike[str]) -> HfSpec:
         )
     with open_checkpoint(path) as ckpt:
         shapes = dict(ckpt.shapes)
+        dtypes = tuple(sorted(set(ckpt.dtypes.values())))
     draft = FAMILIES[kind](Config(config, path), shapes)
     counted = _counted(draft, shapes)
     name = identifier(path.name)
-    text = render(draft, name, path, config, sum(math.prod(s) for s in counted.values()))
-    return HfSpec(
-        path, kind, name, text, draft.family, sum(map(math.prod, counted.values())), len(counted)
-    )
+    total = sum(map(math.prod, counted.values()))
+    text = render(draft, name, path, config, total)
+    return HfSpec(path, kind, name, text, draft.family, total, len(counted), dtypes)
 
 
 def _counted(draft: Draft, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

@@ -98,7 +98,7 @@ def measure(
         count += float(weights.sum())
         for key, value in out.items():
             sums[key] = sums.get(key, 0.0) + float(value)
-    metrics = {key: value / count for key, value in sums.items()}
+    metrics = {key: sums[key] / count for key in sorted(sums, key=lambda k: k != "loss")}
     if chosen.kind == "next-token":
         metrics["perplexity"] = math.exp(min(metrics["loss"], 700.0))
     return Evaluation(opened.name, split, int(count), chosen.describe(), metrics)
