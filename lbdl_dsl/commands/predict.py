@@ -4,6 +4,7 @@ likeliest classes for each input (``.npz`` arrays or images, `lbdl_dsl.interop.s
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 HELP = "a classifier's top classes for .npz arrays or image files"
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     return cli.guarded(work, args.spec)
 
 
-def _classifier(model, wanted: str | None) -> str:
+def _classifier(model: Any, wanted: str | None) -> str:
     """The output holding class scores: ``wanted``, or the only output, of one axis."""
     from lbdl_dsl.core.errors import LbdlError
 

@@ -166,13 +166,13 @@ class Config:
                 return self.data[k]
         return default
 
-    def int(self, *keys: str, default: int | None = None) -> int:
+    def whole(self, *keys: str, default: int | None = None) -> int:
         v = self.get(*keys, default=default)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise self.error(f"`{keys[0]}` must be a whole number, got {v!r}")
         return v
 
-    def float(self, *keys: str, default: float | None = None) -> float:
+    def number(self, *keys: str, default: float | None = None) -> float:
         v = self.get(*keys, default=default)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.error(f"`{keys[0]}` must be a number, got {v!r}")
@@ -189,7 +189,7 @@ class Config:
                 "lbdl's rope rotates by θ^(−2i/d) alone (rope_type `default`)",
             )
         theta = rope.get("rope_theta") if isinstance(rope, dict) else None
-        return float(theta if theta is not None else self.float("rope_theta", default=default))
+        return float(theta if theta is not None else self.number("rope_theta", default=default))
 
     def require(self, key: str, wanted: Any, why: str) -> None:
         """Refuse a config whose ``key`` is not ``wanted`` (a variant the spec cannot say)."""

@@ -55,19 +55,19 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
     c.require("tie_word_embeddings", True, "specs/gpt2.lbdl ties the output layer")
     c.require("scale_attn_by_inverse_layer_idx", False, "attention is scaled by 1/√d alone")
     c.require("reorder_and_upcast_attn", False, "no such variant in the spec")
-    d = c.int("n_embd", "hidden_size")
+    d = c.whole("n_embd", "hidden_size")
     inner = c.get("n_inner")
     sizes = {
-        "N": c.int("n_layer", "num_hidden_layers"),
+        "N": c.whole("n_layer", "num_hidden_layers"),
         "D": d,
-        "H": c.int("n_head", "num_attention_heads"),
-        "V": c.int("vocab_size"),
-        "L": c.int("n_positions", "max_position_embeddings"),
+        "H": c.whole("n_head", "num_attention_heads"),
+        "V": c.whole("vocab_size"),
+        "L": c.whole("n_positions", "max_position_embeddings"),
     }
     f = "4D" if inner in (None, 4 * d) else "F"
     if f == "F":
-        sizes["F"] = c.int("n_inner")
-    p = c.float("resid_pdrop", default=0.1)
+        sizes["F"] = c.whole("n_inner")
+    p = c.number("resid_pdrop", default=0.1)
     return Draft(
         "GPT-2 (Radford et al. 2019)",
         "gpt2",
@@ -77,7 +77,7 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
             _pad("embed", "T×D"),
             "-> tokens",
             "pos-embed len=L",
-            f"dropout p={c.float('embd_pdrop', default=0.1):g}",
+            f"dropout p={c.number('embd_pdrop', default=0.1):g}",
             f"tlayer ×N H=H F={f} causal=true bias=true act={act[fn]} p={p:g}",
             "layernorm",
             _pad("fc bias=false tie=tokens", "T×V"),
@@ -107,18 +107,18 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     """LLaMA, Mistral, Qwen2: RMSNorm, grouped-query attention with rotary positions, SwiGLU."""
     _silu(c)
     c.require("mlp_bias", False, "the SwiGLU block of these specs has no bias")
-    d, h = c.int("hidden_size"), c.int("num_attention_heads")
-    eps = _eps(c.float("rms_norm_eps", default=1e-6))
+    d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
+    eps = _eps(c.number("rms_norm_eps", default=1e-6))
     theta = c.rope_theta()
     tied = bool(c.get("tie_word_embeddings", default=kind == "qwen2"))
     tied = tied and "lm_head.weight" not in shapes
     sizes = {
-        "N": c.int("num_hidden_layers"),
+        "N": c.whole("num_hidden_layers"),
         "D": d,
         "H": h,
-        "KV": c.int("num_key_value_heads", default=h),
-        "F": c.int("intermediate_size"),
-        "V": c.int("vocab_size"),
+        "KV": c.whole("num_key_value_heads", default=h),
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
     }
     att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
     window = _window(c, kind)
@@ -165,29 +165,29 @@ def _window(c: Config, kind: str) -> int:
         return 0
     if kind == "qwen2" and not c.get("use_sliding_window", default=False):
         return 0
-    return c.int("sliding_window")
+    return c.whole("sliding_window")
 
 
 def mixtral(c: Config, shapes: Shapes) -> Draft:
     _silu(c)
-    d, h = c.int("hidden_size"), c.int("num_attention_heads")
-    eps = _eps(c.float("rms_norm_eps", default=1e-5))
+    d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
+    eps = _eps(c.number("rms_norm_eps", default=1e-5))
     theta = c.rope_theta(1e6)
-    e, k = c.int("num_local_experts"), c.int("num_experts_per_tok")
+    e, k = c.whole("num_local_experts"), c.whole("num_experts_per_tok")
     sizes = {
-        "N": c.int("num_hidden_layers"),
+        "N": c.whole("num_hidden_layers"),
         "D": d,
         "H": h,
-        "KV": c.int("num_key_value_heads", default=h),
-        "F": c.int("intermediate_size"),
+        "KV": c.whole("num_key_value_heads", default=h),
+        "F": c.whole("intermediate_size"),
         "E": e,
         "K": k,
-        "V": c.int("vocab_size"),
+        "V": c.whole("vocab_size"),
         "C": e / k,
     }
     att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
     if c.get("sliding_window") is not None:
-        sizes["W"] = c.int("sliding_window")
+        sizes["W"] = c.whole("sliding_window")
         att += " window=W"
     return Draft(
         "Mixtral (Jiang et al. 2024)",
@@ -218,17 +218,17 @@ def phi(c: Config, shapes: Shapes) -> Draft:
         raise c.error(f"`hidden_act` {act!r} is not supported", "the parallel block's is tanh-gelu")
     c.require("qk_layernorm", False, "no layernorm on queries and keys in the parallel block")
     c.require("tie_word_embeddings", False, "Phi's output layer is its own, with a bias")
-    h = c.int("num_attention_heads")
+    h = c.whole("num_attention_heads")
     sizes = {
-        "N": c.int("num_hidden_layers"),
-        "D": c.int("hidden_size"),
+        "N": c.whole("num_hidden_layers"),
+        "D": c.whole("hidden_size"),
         "H": h,
-        "KV": c.int("num_key_value_heads", default=h),
-        "F": c.int("intermediate_size"),
-        "V": c.int("vocab_size"),
+        "KV": c.whole("num_key_value_heads", default=h),
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
     }
-    eps = _eps(c.float("layer_norm_eps", default=1e-5))
-    rot = c.float("partial_rotary_factor", default=0.5)
+    eps = _eps(c.number("layer_norm_eps", default=1e-5))
+    rot = c.number("partial_rotary_factor", default=0.5)
     return Draft(
         "Phi (Gunasekar et al. 2023; Li et al. 2023)",
         "phi",
@@ -254,17 +254,17 @@ def bert(c: Config, shapes: Shapes) -> Draft:
     if act != "gelu":
         raise c.error(f"`hidden_act` {act!r} is not supported", "the postnorm block's is gelu")
     c.require("position_embedding_type", "absolute", "learned absolute positions only")
-    eps = _eps(c.float("layer_norm_eps", default=1e-12))
+    eps = _eps(c.number("layer_norm_eps", default=1e-12))
     pooled = any(k.endswith("pooler.dense.weight") for k in shapes)
-    p = c.float("hidden_dropout_prob", default=0.1)
+    p = c.number("hidden_dropout_prob", default=0.1)
     sizes = {
-        "N": c.int("num_hidden_layers"),
-        "D": c.int("hidden_size"),
-        "H": c.int("num_attention_heads"),
-        "F": c.int("intermediate_size"),
-        "V": c.int("vocab_size"),
-        "L": c.int("max_position_embeddings"),
-        "S": c.int("type_vocab_size", default=2),
+        "N": c.whole("num_hidden_layers"),
+        "D": c.whole("hidden_size"),
+        "H": c.whole("num_attention_heads"),
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+        "L": c.whole("max_position_embeddings"),
+        "S": c.whole("type_vocab_size", default=2),
     }
     pool = [_pad("take i=0", "D"), _pad("fc", "D"), "tanh", "output pooled"]
     return Draft(
@@ -304,16 +304,16 @@ def vit(c: Config, shapes: Shapes) -> Draft:
         raise c.error(f"`hidden_act` {act!r} is not supported", "the ffw block's is gelu")
     labels = c.get("id2label") or {}
     sizes = {
-        "I": c.int("image_size"),
-        "P": c.int("patch_size"),
-        "CH": c.int("num_channels", default=3),
-        "D": c.int("hidden_size"),
-        "N": c.int("num_hidden_layers"),
-        "H": c.int("num_attention_heads"),
-        "F": c.int("intermediate_size"),
+        "I": c.whole("image_size"),
+        "P": c.whole("patch_size"),
+        "CH": c.whole("num_channels", default=3),
+        "D": c.whole("hidden_size"),
+        "N": c.whole("num_hidden_layers"),
+        "H": c.whole("num_attention_heads"),
+        "F": c.whole("intermediate_size"),
         "C": len(labels) or shapes["classifier.weight"][0],
     }
-    eps = _eps(c.float("layer_norm_eps", default=1e-12))
+    eps = _eps(c.number("layer_norm_eps", default=1e-12))
     qkv = c.get("qkv_bias", default=True)
     return Draft(
         "ViT (Dosovitskiy et al. 2021)",

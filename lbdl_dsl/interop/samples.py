@@ -126,9 +126,9 @@ def _image(path: Path, shape: Shape, dtype: str) -> np.ndarray:
             "reading images needs Pillow", None, hint="pip install 'lbdl-dsl[data]'"
         ) from None
     try:
-        with Image.open(path) as img:
+        with Image.open(path) as opened:
             grey = len(shape) == 2 or shape[0] == 1
-            img = img.convert("L" if grey else "RGB").resize(
+            img = opened.convert("L" if grey else "RGB").resize(
                 (shape[-1], shape[-2]), Image.Resampling.BILINEAR
             )
             pixels = np.asarray(img, np.float32) / 255.0
