@@ -71,6 +71,19 @@ def test_the_written_spec_checks_and_draws(name: str, tmp_path: Path, capsys) ->
     assert svg.lstrip().startswith("<?xml") or "<svg" in svg
 
 
+def test_the_written_spec_diffs_and_shards_like_the_librarys(tmp_path: Path, capsys) -> None:
+    """LLaMA's spec beside the library's LLaMA-2 7B: the same boxes, other sizes; and its memory
+    split over a mesh of devices."""
+    out = tmp_path / "llama.lbdl"
+    assert main(["from-hf", str(FIXTURES / "llama"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(REPO / "specs" / "llama2-7b.lbdl"), str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "llama2_7b → llama" in said and "×32 → ×2" in said
+    assert main(["check", str(out), "--set", "T=32", "--mesh", "data=2"]) == 0
+    assert "per device" in capsys.readouterr().out
+
+
 def _logits(model, params, state, ids: np.ndarray) -> np.ndarray:
     out, _ = model.apply(params, state, ids[None].astype(np.int32))
     return np.asarray(out)[0]
