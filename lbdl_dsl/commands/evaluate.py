@@ -16,7 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--params",
         required=True,
         metavar="P",
-        help="the parameters: a .safetensors/.npz file, or a run folder of `lbdl train`",
+        help="the parameters: a .safetensors/.npz file, a run folder of `lbdl train`, or a "
+        "Hugging Face checkpoint folder",
     )
     p.add_argument(
         "--data",
@@ -40,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
         import json
 
         import lbdl_dsl
-        from lbdl_dsl.training.evaluate import measure, params_file
+        from lbdl_dsl.training.evaluate import load_params, measure
 
         model = lbdl_dsl.compile(args.spec, **overrides)
-        params, state = model.load(params_file(args.params))
+        params, state = load_params(model, args.params)
         result = measure(
             model,
             params,

@@ -32,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
             f"{spec.folder}: {spec.model_type}, {spec.tensors} tensors of {stored}, "
             f"{spec.params:,} parameters"
         )
+        if spec.left_out:
+            shown = ", ".join(spec.left_out[:4]) + (", ..." if len(spec.left_out) > 4 else "")
+            print(f"left out {len(spec.left_out)} tensors the spec does not hold: {shown}")
         print(f"wrote {written[0]} (model {spec.name}, through --map {spec.family})")
         print(f"wrote {written[1]} (--params)")
         for extra in written[2:]:

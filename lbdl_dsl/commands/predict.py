@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--params",
         required=True,
         metavar="P",
-        help="the parameters: a .safetensors/.npz file, or a run folder of `lbdl train`",
+        help="the parameters: a .safetensors/.npz file, a run folder of `lbdl train`, or a "
+        "Hugging Face checkpoint folder",
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=".npz arrays or image files")
     p.add_argument("--top-k", type=int, default=5, metavar="K", help="classes shown (5)")
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         import lbdl_dsl
         from lbdl_dsl.core.errors import LbdlError
         from lbdl_dsl.interop import samples
-        from lbdl_dsl.training.evaluate import params_file
+        from lbdl_dsl.training.evaluate import load_params
 
         if args.top_k < 1:
             raise LbdlError(f"--top-k must be at least 1, got {args.top_k}", None)
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         name = _classifier(model, args.output)
         classes = model.outputs[name][-1]
         names = samples.labels(args.labels, classes)
-        params, state = model.load(params_file(args.params))
+        params, state = load_params(model, args.params)
         batch = samples.read(args.inputs, model.inputs)
         probs = model.predict(params, state, *batch.arrays.values(), output=name)
         width = max(len(n) for n in names)

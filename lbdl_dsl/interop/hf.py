@@ -42,6 +42,7 @@ class HfSpec:
     params: int
     tensors: int
     dtypes: tuple[str, ...] = ()  # the stored dtypes (safetensors' names: F32, F16, BF16)
+    left_out: tuple[str, ...] = ()  # tensors the map leaves out (buffers, pre-training heads)
 
 
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -101,7 +102,8 @@ def spec_for(folder: str | os.PathLike[str]) -> HfSpec:
     name = identifier(path.name)
     total = sum(map(math.prod, counted.values()))
     text = render(draft, name, path, config, total)
-    return HfSpec(path, kind, name, text, draft.family, total, len(counted), dtypes)
+    left_out = tuple(k for k in shapes if k not in counted)
+    return HfSpec(path, kind, name, text, draft.family, total, len(counted), dtypes, left_out)
 
 
 def _counted(draft: Draft, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

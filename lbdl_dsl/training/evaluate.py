@@ -18,7 +18,7 @@ from typing import Any
 
 from lbdl_dsl.core.errors import LbdlError
 
-__all__ = ["Evaluation", "evaluate", "params_file"]
+__all__ = ["Evaluation", "evaluate", "load_params", "params_file"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,21 @@ def measure(
     return Evaluation(opened.name, split, int(count), chosen.describe(), metrics)
 
 
+def load_params(model: Any, path: str | Path) -> tuple[Any, Any]:
+    """``(params, state)`` of ``--params``: a file, a run folder (`params_file`), or a Hugging
+    Face checkpoint folder (``config.json`` beside the weights), imported into ``model``
+    through the map of its ``model_type`` (the spec `lbdl from-hf` wrote, or one alike)."""
+    path = Path(path)
+    if path.is_dir() and (path / "config.json").is_file():
+        from lbdl_dsl.backends.jax.runtime import unflatten
+        from lbdl_dsl.interop.hf import spec_for
+        from lbdl_dsl.interop.importer import import_weights
+
+        done = import_weights(model, path, spec_for(path).family)
+        return unflatten(done.params), unflatten(done.state)
+    return model.load(params_file(path))  # type: ignore[no-any-return]
+
+
 def params_file(path: str | Path) -> Path:
     """The parameters ``--params`` names: a file (``.safetensors``, ``.npz``), or a run folder
     of ``lbdl train`` (its ``params.safetensors``, written at the end of the run)."""
@@ -116,7 +131,7 @@ def params_file(path: str | Path) -> Path:
             f"--params {path}: no params.safetensors in this folder",
             None,
             hint="a run folder of `lbdl train` holds it once the run has finished; or give "
-            "a parameters file (.safetensors, .npz)",
+            "a parameters file (.safetensors, .npz), or a Hugging Face checkpoint folder",
         )
     if not path.is_file():
         raise LbdlError(f"--params {path}: no such file or folder", None)

@@ -122,6 +122,22 @@ def test_the_mistral_spec_keeps_the_window_and_the_kv_heads() -> None:
     assert 'import "blocks/transformer.lbdl"' in hf.spec_for(FIXTURES / "phi").text
 
 
+def test_a_pre_training_head_is_left_out_and_not_counted(tmp_path: Path, capsys) -> None:
+    """BertForPreTraining's `cls.*` heads are not the spec's: said, and not in the assert."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = _copy(tmp_path, "bert")
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors = {f"bert.{k}": v for k, v in tensors.items()}
+    tensors["cls.predictions.bias"] = np.zeros(96, np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    assert main(["from-hf", str(folder), "-o", str(tmp_path / "bert.lbdl")]) == 0
+    said = capsys.readouterr().out
+    assert "left out 1 tensors the spec does not hold: cls.predictions.bias" in said
+    total = stored_sizes(FIXTURES / "bert")
+    assert f"assert params == {total:_}" in (tmp_path / "bert.lbdl").read_text("utf-8")
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 

@@ -127,6 +127,13 @@ def test_predict_reads_npz_and_images_for_the_vit_fixture(tmp_path: Path, capsys
     p = softmax(ref["logits"])
     assert out[:2] == [str(x), f"  {labels[p.argmax()]:<5}  {p.max():7.2%}"]
     assert out[2] == str(img) and len(out) == 4
+    # the checkpoint folder itself as --params: imported through its model_type's map
+    assert main(["predict", str(spec), "--params", str(VIT), str(x), "--top-k", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == [
+        "class",
+        str(p.argmax()),
+        f"{p.max():.2%}",
+    ]
 
 
 # -- errors --------------------------------------------------------------------------------------
