@@ -127,8 +127,10 @@ def render(draft: Draft, name: str, folder: Path, config: dict[str, Any], params
     """The spec's text: header, imports, the model with its sizes, the count asserted."""
     arch = ", ".join(config.get("architectures") or []) or config["model_type"]
     version = config.get("transformers_version")
+    # the Hub's name where the config kept it (`Qwen/Qwen2-0.5B`), else the folder's
+    published = str(config.get("_name_or_path") or "").strip() or folder.name
     header = [
-        f"# {draft.title}: the Hugging Face checkpoint `{folder.name}`",
+        f"# {draft.title}: the Hugging Face checkpoint `{published}`",
         f"# ({arch}" + (f", saved by transformers {version})," if version else "),"),
         *draft.header,
         "# Written by `lbdl from-hf`: the sizes are its config.json's, and the assert holds the",
