@@ -5,9 +5,17 @@ the checked program (shapes, parameter and MAC counts) without importing JAX;
 ``lbdl_dsl.train(spec, data, steps=...)`` trains it (importing JAX, optax and orbax then).
 """
 
-from lbdl_dsl.api import check, compile
+from lbdl_dsl.api import check, compile, from_pretrained
 from lbdl_dsl.core.errors import ArgumentError, LbdlError
 from lbdl_dsl.training import TrainConfig, train
 
-__all__ = ["ArgumentError", "LbdlError", "TrainConfig", "check", "compile", "train"]
+__all__ = [
+    "ArgumentError",
+    "LbdlError",
+    "TrainConfig",
+    "check",
+    "compile",
+    "from_pretrained",
+    "train",
+]
 __version__ = "0.1.0"

@@ -98,8 +98,20 @@ def compile(  # noqa: A001 - the verb users expect, as in jax.jit(...).lower(...
     name = dtype_name(dtype)
     checked = check(spec, text=text, import_path=import_path, **overrides)
     from lbdl_dsl.backends.jax.model import Model
+    from lbdl_dsl.training.evaluate import evaluate
 
-    return Model(checked, unroll=unroll, dtype=name)
+    model = Model(checked, unroll=unroll, dtype=name)
+    model.evaluator = evaluate
+    return model
+
+
+def from_pretrained(folder: str | os.PathLike[str], *, dtype: Any = "float32") -> Any:
+    """``(model, params, state)`` of a Hugging Face checkpoint folder (config.json and
+    model.safetensors, or a sharded index): the spec `lbdl from-hf` writes, compiled, its
+    parameters the checkpoint's (`lbdl_dsl.interop.hf`)."""
+    from lbdl_dsl.interop.hf import from_pretrained as load
+
+    return load(folder, dtype=dtype_name(dtype))
 
 
 def dtype_name(dtype: Any) -> str:

@@ -27,6 +27,9 @@ VERBS: dict[str, str] = {
     "import": "import_",
     "export": "export",
     "launch": "launch",
+    "from-hf": "from_hf",
+    "predict": "predict",
+    "evaluate": "evaluate",
 }
 
 DESCRIPTION = (

@@ -40,7 +40,7 @@ EXTRAS: dict[str, str] = {
     "onnx": "onnx",
     "onnxruntime": "onnx",
     "tokenizers": "hf",
-    "PIL": "hf",
+    "PIL": "data",
     "starlette": "serve",
     "uvicorn": "serve",
     "websockets": "serve",

@@ -6,6 +6,10 @@ can read, whose first line a syntax error would quote. So an import is a relativ
 regular ``.lbdl`` file of bounded size that lies, once every link is followed, inside the main
 spec's folder tree or inside a folder of the explicit search path (``--import-path``), and each
 case that is not is a clear error at the ``import`` line.
+
+The library's own block files (the ``specs/blocks/`` of lbdl: ``import "blocks/transformer.lbdl"``)
+are found last, from any folder, as a language's standard library is: a spec written outside the
+repository (``lbdl from-hf`` writes one) imports them as the specs of ``specs/`` do.
 """
 
 from __future__ import annotations
@@ -20,6 +24,19 @@ from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.limits import MAX_IMPORTS, MAX_SOURCE_BYTES
 from lbdl_dsl.compiler.parser import parse
 from lbdl_dsl.core.errors import LbdlError, Note, Span, os_error
+
+
+def _library() -> Path | None:
+    """The folder of the library's specs: ``lbdl_dsl/specs`` in a wheel, ``specs/`` beside the
+    package in a source checkout, ``None`` when neither is there."""
+    package = Path(__file__).resolve().parents[1]
+    for folder in (package / "specs", package.parent / "specs"):
+        if (folder / "blocks").is_dir():
+            return folder
+    return None
+
+
+LIBRARY = _library()
 
 
 @dataclass
@@ -141,6 +158,8 @@ def _resolve(imp: ast.Import, module_file: str, roots: list[Path]) -> tuple[Path
         )
     here = Path(module_file).parent if not module_file.startswith("<") else Path()
     candidates = [here / imp.path] + [root / imp.path for root in roots[1:-1]]
+    if LIBRARY is not None:
+        candidates.append(LIBRARY / imp.path)
     target = next((c for c in candidates if os.path.lexists(c)), candidates[0])
     try:
         real = Path(os.path.realpath(target, strict=True))
@@ -152,7 +171,8 @@ def _resolve(imp: ast.Import, module_file: str, roots: list[Path]) -> tuple[Path
             raise LbdlError(f"cannot import `{imp.path}`: not a file name", imp.span) from None
         err = os_error(exc, "read", _shown(target))
         raise LbdlError(err.first.message, imp.span, hint=err.first.hint) from None
-    if not any(real.is_relative_to(root) for root in roots):
+    library = [LIBRARY] if LIBRARY is not None and target == LIBRARY / imp.path else []
+    if not any(real.is_relative_to(root) for root in roots + library):
         raise LbdlError(
             f"cannot import `{imp.path}`: it is outside the spec's folder",
             imp.span,

@@ -79,9 +79,9 @@ def export(
     if isinstance(spec, Model):
         model = spec
     else:
-        import lbdl_dsl
+        from lbdl_dsl.backends.jax.model import model_of
 
-        model = lbdl_dsl.compile(spec, **dict(overrides or {}))
+        model = model_of(spec, overrides)
     if output is None:
         from lbdl_dsl.compiler.driver import spec_name
 

@@ -244,9 +244,9 @@ def import_weights(
     if isinstance(spec, Model):
         model = spec
     else:
-        import lbdl_dsl
+        from lbdl_dsl.backends.jax.model import model_of
 
-        model = lbdl_dsl.compile(spec, **dict(overrides or {}))
+        model = model_of(spec, overrides)
     params_table = {k: tuple(v[0]) for k, v in model.module["PARAMS"].items()}
     state_table = {k: tuple(v[0]) for k, v in model.module["STATE"].items()}
     if output is not None and Path(output).suffix != ".safetensors":

@@ -278,6 +278,17 @@ def _npz(path: Path, sig: Signature, task: Task) -> Data:
             None,
             hint="write it with numpy.savez(path, X=..., y=...)",
         ) from None
+    return _from_arrays(arrays, path, sig, task)
+
+
+def from_arrays(arrays: dict[str, np.ndarray], sig: Signature, task: Task) -> Data:
+    """Arrays in memory, named as a ``.npz`` file's (the inputs by name, targets ``y``, and an
+    evaluation split ``NAME_test``/``y_test`` if present): ``model.evaluate``'s data."""
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    return _from_arrays(arrays, Path("the arrays"), sig, task)
+
+
+def _from_arrays(arrays: dict[str, np.ndarray], path: Path, sig: Signature, task: Task) -> Data:
     train = _npz_split(arrays, "", path, sig, task)
     has_test = any(k.endswith("_test") for k in arrays)
     test = _npz_split(arrays, "_test", path, sig, task) if has_test else None

@@ -130,7 +130,7 @@ def run(
 
     ``devices``: the run's devices when the caller joined the processes already (`lbdl train`
     does, with its coordinator flags); by default those ``config.mesh`` names."""
-    import lbdl_dsl
+    from lbdl_dsl.backends.jax.model import model_of
 
     started = time.perf_counter()
     if devices is None:
@@ -139,8 +139,8 @@ def run(
         display = progress.QuietDisplay()
     display = display or progress.display_for()
     run_dir = Path(config.output_dir)
-    model = lbdl_dsl.compile(
-        config.spec, dtype=config.dtype, unroll=config.unroll, **dict(config.overrides)
+    model = model_of(
+        config.spec, dict(config.overrides), dtype=config.dtype, unroll=config.unroll
     )
     devices = devices.place(model)
     devices.check_batch(config.batch)

@@ -43,6 +43,9 @@ CALLS: dict[str, tuple[list[str], int]] = {
     "import": (["import", "specs/gpt2.lbdl", "w.safetensors", "--map", "gpt2", "-o", "p"], 1),
     "export": (["export", "specs/mlp.lbdl", "--format", "stablehlo", "-o", "{tmp}/m"], 1),
     "launch": (["launch", "-n", "1", "--", sys.executable, "-c", "pass"], 0),
+    "from-hf": (["from-hf", "tests/fixtures/hf/gpt2", "-o", "{tmp}/gpt2.lbdl"], 1),
+    "predict": (["predict", "specs/digits-cnn.lbdl", "--params", "p.safetensors", "x.npz"], 1),
+    "evaluate": (["evaluate", "specs/mlp.lbdl", "--params", "p", "--data", "synthetic"], 1),
 }
 
 

@@ -46,6 +46,10 @@ class Model:
         # draws random numbers in training: the generated module carries the functions
         self._random = any(f in namespace for f in ("dropout_mask_apply", "reparameterize"))
         self._seen: set[tuple] = set()  # signatures that passed the checks
+        # what `evaluate` runs: `lbdl_dsl.training.evaluate.evaluate`, which opens the data
+        # and chooses the loss as `lbdl train` does; `lbdl_dsl.compile` connects it (the
+        # training floor is above this one, which names none of its modules)
+        self.evaluator: Callable | None = None
 
     def apply(self, params: Any, state: Any, *inputs: Any, train: bool = False, key: Any = None):
         """The generated module's ``apply``, after checking what it is given.
@@ -160,6 +164,33 @@ class Model:
         params = fmt_count(self.checked.totals["params"])
         return f"<lbdl Model {self.name}: {params} parameters{dtype}>"
 
+    # -- using a trained model -----------------------------------------------------------------
+    def predict(self, params: Any, state: Any, *inputs: Any, output: str | None = None):
+        """Class probabilities for a batch: the classifier output (``output``, or the only
+        one) passed through a softmax over its last axis, unless a ``softargmax`` made it."""
+        name = output or next(iter(self.checked.outputs))
+        if name not in self.checked.outputs:
+            raise ArgumentError(
+                f"the spec has no output `{name}`", hint=f"its outputs: {', '.join(self.outputs)}"
+            )
+        outs, _ = self.jit_apply(params, state, *inputs)
+        scores = outs[name] if isinstance(outs, dict) else outs
+        made_by = getattr(self.checked.outputs[name], "made_by", "") or ""
+        if made_by.startswith("`softargmax`"):
+            return scores
+        return jax.nn.softmax(scores.astype(jnp.float32), axis=-1)
+
+    def evaluate(self, params: Any, state: Any, data: Any, **options: Any) -> dict[str, Any]:
+        """Loss, and accuracy or perplexity, on ``data``: a name or file as ``lbdl train
+        --data`` takes (its test split), or arrays by input name with the targets as ``y``
+        (`lbdl_dsl.training.evaluate.evaluate`, whose options these are)."""
+        if self.evaluator is None:
+            raise ArgumentError(
+                "this model was not made by lbdl_dsl.compile, which gives it its evaluation",
+                hint="lbdl_dsl.compile(spec) or lbdl_dsl.from_pretrained(folder)",
+            )
+        return self.evaluator(self, params, state, data, **options)
+
     # -- parameters on disk ---------------------------------------------------------------------
     def save(self, path: str | Path, params: Any, state: Any = None) -> Path:
         """Parameters (and state) to ``.safetensors`` (or ``.npz``), keyed by their logical
@@ -184,6 +215,25 @@ class Model:
         params, state = weights.load_checked(path, *tables, self.cut())
         as_jax = {k: jnp.asarray(v) for k, v in params.items()}
         return unflatten(as_jax), unflatten({k: jnp.asarray(v) for k, v in state.items()})
+
+
+def model_of(
+    spec: str | Path,
+    overrides: dict[str, Any] | None = None,
+    *,
+    text: str | None = None,
+    unroll: bool = False,
+    dtype: str = "float32",
+) -> Model:
+    """The `Model` of a spec file (or of ``text`` named ``spec``) with ``--set`` values: how
+    the floors above the backends (training, interop) compile a spec they were given, without
+    going through the front door (`lbdl_dsl.compile`) above them."""
+    from lbdl_dsl.compiler.driver import compile_spec
+
+    source: str | Path = text if text is not None else Path(spec)
+    file = str(spec) if text is not None else None
+    checked = compile_spec(source, file=file, overrides=dict(overrides or {}))
+    return Model(checked, unroll=unroll, dtype=dtype)
 
 
 _EXAMPLE_DTYPES = {"int": np.int32, "bool": np.bool_, "float": np.float32}

@@ -7,7 +7,7 @@ parameters): the importer takes the variant whose parameter paths the spec has.
 from __future__ import annotations
 
 from lbdl_dsl.interop.layout import FamilyMap
-from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, resnet, vit
+from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, phi, qwen2, resnet, vit
 
 MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "gpt2": (gpt2.MAP,),
@@ -17,4 +17,6 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "resnet": resnet.VARIANTS,
     "vit": (vit.MAP,),
     "bert": (bert.MAP,),
+    "qwen2": (qwen2.MAP,),
+    "phi": (phi.MAP,),
 }

@@ -1,0 +1,280 @@
+"""A Hugging Face checkpoint folder as a spec and its parameters, in one step.
+
+``from_pretrained(folder)`` reads ``config.json`` and the weights (``model.safetensors``, or a
+sharded ``model.safetensors.index.json``; float32, float16 or bfloat16 storage, widened to
+float32), writes the spec a person would write for that configuration (`spec_text`: the
+library's blocks imported, the published configuration named in the header, the sizes of
+``config.json`` as the model's parameters, the checkpoint's parameter count asserted), compiles
+it, and fills its parameters through the family's import map (`maps`, `importer`), so that
+every tensor is checked against the spec before one is read.
+
+The families are a table (`hf_families.FAMILIES`): a ``model_type`` → the function that writes
+its spec. Gemma is refused (`REFUSED`) until the language can say its norm and its gate; its
+weights are never shifted to fit another family's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.interop.hf_families import FAMILIES, REFUSED, Draft
+
+__all__ = ["HfSpec", "from_pretrained", "read_config", "spec_for", "write"]
+
+
+@dataclass(frozen=True)
+class HfSpec:
+    """What a checkpoint folder becomes: the spec's text, its name, the map that fills it, and
+    the parameter count its ``assert`` holds."""
+
+    folder: Path
+    model_type: str
+    name: str
+    text: str
+    family: str
+    params: int
+    tensors: int
+    dtypes: tuple[str, ...] = ()  # the stored dtypes (safetensors' names: F32, F16, BF16)
+    left_out: tuple[str, ...] = ()  # tensors the map leaves out (buffers, pre-training heads)
+
+
+def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """``config.json`` of a checkpoint folder, or the error that says what is missing."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise LbdlError(
+            f"{path}: no such folder",
+            hint="give the folder of a Hugging Face checkpoint (config.json, model.safetensors)",
+        )
+    config = path / "config.json"
+    if not config.is_file():
+        raise LbdlError(
+            f"{path}: no config.json in this folder",
+            hint="a Hugging Face checkpoint folder holds config.json beside its weights "
+            "(save_pretrained writes both)",
+        )
+    try:
+        data = json.loads(config.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise LbdlError(f"{config}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+        raise LbdlError(
+            f"{config}: no `model_type`",
+            hint="transformers writes it in every config.json; is this a model's config?",
+        )
+    return data
+
+
+def supported() -> str:
+    return ", ".join(FAMILIES)
+
+
+def spec_for(folder: str | os.PathLike[str]) -> HfSpec:
+    """The spec of the checkpoint in ``folder``, from its config and its tensors' names and
+    shapes (no tensor is read)."""
+    from lbdl_dsl.interop.readers import open_checkpoint
+
+    path = Path(folder)
+    config = read_config(path)
+    kind = config["model_type"]
+    if kind in REFUSED:
+        raise LbdlError(
+            f"{path}: model_type `{kind}` is not supported yet: {REFUSED[kind]}",
+            hint=f"the supported model types are {supported()}",
+        )
+    if kind not in FAMILIES:
+        raise LbdlError(
+            f"{path}: model_type `{kind}` is not supported",
+            hint=f"the supported model types are {supported()}",
+        )
+    with open_checkpoint(path) as ckpt:
+        shapes = dict(ckpt.shapes)
+        dtypes = tuple(sorted(set(ckpt.dtypes.values())))
+    draft = FAMILIES[kind](Config(config, path), shapes)
+    counted = _counted(draft, shapes)
+    name = identifier(path.name)
+    total = sum(map(math.prod, counted.values()))
+    text = render(draft, name, path, config, total)
+    left_out = tuple(k for k in shapes if k not in counted)
+    return HfSpec(path, kind, name, text, draft.family, total, len(counted), dtypes, left_out)
+
+
+def _counted(draft: Draft, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The checkpoint's tensors the spec holds: all but those its map leaves out on purpose
+    (buffers, heads the spec does not have). A tied tensor is stored once, so counted once."""
+    from lbdl_dsl.interop.fit import bind, choose_variant
+    from lbdl_dsl.interop.maps import MAPS
+
+    fam = choose_variant(MAPS[draft.family], {}, shapes)
+    left_out = set(bind(fam, shapes).ignored)
+    return {k: v for k, v in shapes.items() if k not in left_out}
+
+
+def identifier(text: str) -> str:
+    """A model name from a folder's (``Qwen2-0.5B`` → ``qwen2_0_5b``)."""
+    name = re.sub(r"[^0-9a-z]+", "_", text.lower()).strip("_")
+    return name if name and name[0].isalpha() else f"m_{name}"
+
+
+def render(draft: Draft, name: str, folder: Path, config: dict[str, Any], params: int) -> str:
+    """The spec's text: header, imports, the model with its sizes, the count asserted."""
+    arch = ", ".join(config.get("architectures") or []) or config["model_type"]
+    version = config.get("transformers_version")
+    # the Hub's name where the config kept it (`Qwen/Qwen2-0.5B`), else the folder's
+    published = str(config.get("_name_or_path") or "").strip() or folder.name
+    header = [
+        f"# {draft.title}: the Hugging Face checkpoint `{published}`",
+        f"# ({arch}" + (f", saved by transformers {version})," if version else "),"),
+        *draft.header,
+        "# Written by `lbdl from-hf`: the sizes are its config.json's, and the assert holds the",
+        "# checkpoint's parameter count (a tied tensor counted once).",
+    ]
+    sizes = ", ".join(f"{k}={_literal(v)}" for k, v in draft.sizes.items())
+    lines = [*(f"# {h}" if not h.startswith("#") else h for h in header)]
+    lines = [line.rstrip() for line in lines]
+    lines += [f'import "{i}"' for i in draft.imports]
+    if draft.imports:
+        lines.append("")
+    lines.append(f"model {name}({sizes}):")
+    lines += [f"  {line}" for line in draft.body]
+    lines.append(f"  assert params == {params:_}")
+    return "\n".join(lines) + "\n"
+
+
+def _literal(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return f"{v:_}" if v >= 10_000 else str(v)
+    return repr(float(v))
+
+
+@dataclass(frozen=True)
+class Config:
+    """``config.json``'s values, each read with its key named in any error."""
+
+    data: dict[str, Any]
+    folder: Path
+
+    def get(self, *keys: str, default: Any = None) -> Any:
+        """The first of ``keys`` present (configs renamed some across versions)."""
+        for k in keys:
+            if self.data.get(k) is not None:
+                return self.data[k]
+        return default
+
+    def whole(self, *keys: str, default: int | None = None) -> int:
+        v = self.get(*keys, default=default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise self.error(f"`{keys[0]}` must be a whole number, got {v!r}")
+        return v
+
+    def number(self, *keys: str, default: float | None = None) -> float:
+        v = self.get(*keys, default=default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.error(f"`{keys[0]}` must be a number, got {v!r}")
+        return float(v)
+
+    def rope_theta(self, default: float = 10_000.0) -> float:
+        """The rotary base, from transformers 5's ``rope_parameters`` or 4's ``rope_theta``;
+        a scaled rotary (LLaMA 3's, YaRN...) is refused rather than computed otherwise."""
+        rope = self.data.get("rope_parameters") or self.data.get("rope_scaling") or {}
+        kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else 0
+        if kind != "default":
+            raise self.error(
+                f"rotary scaling `{kind}` is not supported",
+                "lbdl's rope rotates by θ^(−2i/d) alone (rope_type `default`)",
+            )
+        theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+        return float(theta if theta is not None else self.number("rope_theta", default=default))
+
+    def require(self, key: str, wanted: Any, why: str) -> None:
+        """Refuse a config whose ``key`` is not ``wanted`` (a variant the spec cannot say)."""
+        got = self.data.get(key, wanted)
+        if got != wanted:
+            raise self.error(f"`{key}` is {got!r}, and only {wanted!r} is supported", why)
+
+    def error(self, message: str, hint: str | None = None) -> LbdlError:
+        return LbdlError(f"{self.folder / 'config.json'}: {message}", hint=hint)
+
+
+def from_pretrained(
+    folder: str | os.PathLike[str], *, dtype: str = "float32"
+) -> tuple[Any, Any, Any]:
+    """``(model, params, state)`` of the checkpoint in ``folder``: the spec of `spec_for`,
+    compiled, its parameters the checkpoint's tensors (widened to float32)."""
+    spec = spec_for(folder)
+    model, params, state = load(spec, dtype=dtype)
+    return model, params, state
+
+
+def load(spec: HfSpec, *, dtype: str = "float32") -> tuple[Any, Any, Any]:
+    import jax.numpy as jnp
+
+    from lbdl_dsl.backends.jax.runtime import unflatten
+    from lbdl_dsl.interop.importer import import_weights
+
+    model = compiled(spec, f"{spec.name}.lbdl", dtype)
+    done = import_weights(model, spec.folder, spec.family)
+    params = unflatten({k: jnp.asarray(v) for k, v in done.params.items()})
+    state = unflatten({k: jnp.asarray(v) for k, v in done.state.items()})
+    return model, params, state
+
+
+def compiled(spec: HfSpec, file: str, dtype: str = "float32") -> Any:
+    """The spec's `Model`. When its count is not the checkpoint's (the config says other sizes
+    than the tensors have), the error is the import's, naming each tensor that does not fit
+    and both shapes, rather than the assert's bare numbers."""
+    from lbdl_dsl.backends.jax.model import model_of
+    from lbdl_dsl.compiler.driver import CheckFailed
+    from lbdl_dsl.interop.importer import import_weights
+
+    try:
+        return model_of(file, text=spec.text, dtype=dtype)
+    except CheckFailed:
+        lines = spec.text.splitlines()
+        bare = "\n".join(x for x in lines if not x.strip().startswith("assert params"))
+        model = model_of(file, text=bare + "\n", dtype=dtype)
+        import_weights(model, spec.folder, spec.family)  # raises, naming the misfits
+        raise
+
+
+def class_names(config: dict[str, Any]) -> list[str]:
+    """A classifier's class names, in order (``id2label``), unless they are transformers'
+    placeholders (``LABEL_0``...)."""
+    table = config.get("id2label") or {}
+    try:
+        names = [str(table[k]) for k in sorted(table, key=int)]
+    except (TypeError, ValueError):
+        return []
+    return [] if all(n == f"LABEL_{i}" for i, n in enumerate(names)) else names
+
+
+def write(
+    folder: str | os.PathLike[str], output: str | os.PathLike[str] | None = None
+) -> tuple[HfSpec, list[Path]]:
+    """``lbdl from-hf``: the spec written to ``output`` (default ``build/NAME.lbdl``), its
+    parameters beside it (``NAME.safetensors``, read by ``--params``) and, for a classifier
+    whose config names its classes, ``NAME.labels.txt`` (read by ``--labels``)."""
+    from lbdl_dsl.interop.importer import import_weights
+    from lbdl_dsl.output import write_atomic
+
+    spec = spec_for(folder)
+    out = Path(output) if output is not None else Path("build") / f"{spec.name}.lbdl"
+    if out.suffix != ".lbdl":
+        raise LbdlError(f"-o {out}: a spec is written as .lbdl", hint="name it NAME.lbdl")
+    model = compiled(spec, str(out))
+    params = out.with_suffix(".safetensors")
+    import_weights(model, spec.folder, spec.family, output=params)
+    written = [write_atomic(out, spec.text), params]
+    names = class_names(read_config(spec.folder))
+    if names:
+        written.append(write_atomic(out.with_suffix(".labels.txt"), "\n".join(names) + "\n"))
+    return spec, written

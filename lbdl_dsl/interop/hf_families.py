@@ -1,0 +1,358 @@
+"""The spec of each Hugging Face ``model_type``, written from its ``config.json``.
+
+One function per family, ``(config, shapes) -> Draft``: the model's sizes (named as the
+library's specs name them: N layers, D wide, H heads...), its body in the language, the blocks
+it imports and the map (`maps`) that fills it. A config value the spec cannot say (a scaled
+rotary, another activation, biases where the family has none) is refused with its key, never
+computed otherwise. The specs mirror the library's (specs/gpt2.lbdl, llama2-7b.lbdl,
+mistral-7b.lbdl, mixtral-8x7b.lbdl, bert-base.lbdl, vit-b16.lbdl), so their parameter paths
+are the ones the maps are written for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lbdl_dsl.interop.hf import Config
+
+Shapes = dict[str, tuple[int, ...]]
+BLOCKS = "blocks/transformer.lbdl"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A family's spec before it is named and counted."""
+
+    title: str  # the published architecture, for the header
+    family: str  # the map (`maps.MAPS`) that fills it
+    sizes: dict[str, Any]  # the model's parameters, in order
+    body: list[str]  # its lines, unindented
+    header: list[str] = field(default_factory=list)  # more lines of the header
+    imports: list[str] = field(default_factory=list)
+
+
+def _pad(box: str, shape: str, width: int = 52) -> str:
+    """A box with its shape annotation in a column, as the library's specs write them."""
+    return f"{box:<{width}} {shape}" if shape else box
+
+
+def _eps(e: float) -> str:
+    """A float as a person writes it: ``1e-6``, ``1e6``, ``10000``, ``0.5``."""
+    text = f"{e:g}"
+    mantissa, _, exponent = text.partition("e")
+    return mantissa + (f"e{int(exponent)}" if exponent else "")
+
+
+def gpt2(c: Config, shapes: Shapes) -> Draft:
+    act = {"gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh", "gelu": "gelu"}
+    fn = c.get("activation_function", default="gelu_new")
+    if fn not in act:
+        raise c.error(f"`activation_function` {fn!r} is not supported", f"one of {list(act)}")
+    c.require("layer_norm_epsilon", 1e-5, "the tlayer block's layernorms have ε=1e-5")
+    c.require("tie_word_embeddings", True, "specs/gpt2.lbdl ties the output layer")
+    c.require("scale_attn_by_inverse_layer_idx", False, "attention is scaled by 1/√d alone")
+    c.require("reorder_and_upcast_attn", False, "no such variant in the spec")
+    d = c.whole("n_embd", "hidden_size")
+    inner = c.get("n_inner")
+    sizes = {
+        "N": c.whole("n_layer", "num_hidden_layers"),
+        "D": d,
+        "H": c.whole("n_head", "num_attention_heads"),
+        "V": c.whole("vocab_size"),
+        "L": c.whole("n_positions", "max_position_embeddings"),
+    }
+    f = "4D" if inner in (None, 4 * d) else "F"
+    if f == "F":
+        sizes["F"] = c.whole("n_inner")
+    p = c.number("resid_pdrop", default=0.1)
+    return Draft(
+        "GPT-2 (Radford et al. 2019)",
+        "gpt2",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            "-> tokens",
+            "pos-embed len=L",
+            f"dropout p={c.number('embd_pdrop', default=0.1):g}",
+            f"tlayer ×N H=H F={f} causal=true bias=true act={act[fn]} p={p:g}",
+            "layernorm",
+            _pad("fc bias=false tie=tokens", "T×V"),
+            "output P",
+        ],
+        [
+            "# learned positions, biases on the attention, a final layernorm, the output layer",
+            "# tied to the token embedding (no bias).",
+        ],
+        [BLOCKS],
+    )
+
+
+def _silu(c: Config) -> None:
+    act = c.get("hidden_act", "hidden_activation", default="silu")
+    if act != "silu":
+        raise c.error(f"`hidden_act` {act!r} is not supported", "the SwiGLU block gates by silu")
+
+
+def _head(c: Config, d: int, h: int) -> str:
+    """``dqk``/``dv`` when the config's head size is not D/H (Qwen3, Gemma), else nothing."""
+    hd = c.get("head_dim")
+    return "" if hd in (None, d // h) or d % h else f" dqk={int(hd)} dv={int(hd)}"
+
+
+def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
+    """LLaMA, Mistral, Qwen2: RMSNorm, grouped-query attention with rotary positions, SwiGLU."""
+    _silu(c)
+    c.require("mlp_bias", False, "the SwiGLU block of these specs has no bias")
+    d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
+    eps = _eps(c.number("rms_norm_eps", default=1e-6))
+    theta = c.rope_theta()
+    tied = bool(c.get("tie_word_embeddings", default=kind == "qwen2"))
+    tied = tied and "lm_head.weight" not in shapes
+    sizes = {
+        "N": c.whole("num_hidden_layers"),
+        "D": d,
+        "H": h,
+        "KV": c.whole("num_key_value_heads", default=h),
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+    }
+    att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
+    window = _window(c, kind)
+    if window:
+        sizes["W"] = window
+        att += " window=W"
+    if kind == "qwen2":
+        att += " bias=true obias=false"
+    elif c.get("attention_bias", default=False):
+        att += " bias=true"
+    title = {
+        "llama": "LLaMA (Touvron et al. 2023)",
+        "mistral": "Mistral (Jiang et al. 2023)",
+        "qwen2": "Qwen2 (Yang et al. 2024)",
+    }[kind]
+    notes = {
+        "llama": "# RMSNorm, grouped-query attention with rotary positions, SwiGLU, no biases.",
+        "mistral": "# LLaMA's layers with grouped-query attention over a sliding window of W keys.",
+        "qwen2": "# LLaMA's layers with biases on the query, key and value projections.",
+    }[kind]
+    return Draft(
+        title,
+        "qwen2" if kind == "qwen2" else "llama",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            *(["-> tokens"] if tied else []),
+            "×N:",
+            f"  {att} norm=rmsnorm eps={eps} -> attn",
+            f"  ffw hidden=F act=swiglu bias=false p=0.0 norm=rmsnorm eps={eps} -> mlp",
+            f"rmsnorm eps={eps}",
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            "output P",
+        ],
+        [notes + (" The output layer is tied to the embedding." if tied else "")],
+    )
+
+
+def _window(c: Config, kind: str) -> int:
+    """The sliding window, where the config turns one on."""
+    w = c.get("sliding_window")
+    if kind == "llama" or w is None:
+        return 0
+    if kind == "qwen2" and not c.get("use_sliding_window", default=False):
+        return 0
+    return c.whole("sliding_window")
+
+
+def mixtral(c: Config, shapes: Shapes) -> Draft:
+    _silu(c)
+    d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
+    eps = _eps(c.number("rms_norm_eps", default=1e-5))
+    theta = c.rope_theta(1e6)
+    e, k = c.whole("num_local_experts"), c.whole("num_experts_per_tok")
+    sizes = {
+        "N": c.whole("num_hidden_layers"),
+        "D": d,
+        "H": h,
+        "KV": c.whole("num_key_value_heads", default=h),
+        "F": c.whole("intermediate_size"),
+        "E": e,
+        "K": k,
+        "V": c.whole("vocab_size"),
+        "C": e / k,
+    }
+    att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
+    if c.get("sliding_window") is not None:
+        sizes["W"] = c.whole("sliding_window")
+        att += " window=W"
+    return Draft(
+        "Mixtral (Jiang et al. 2024)",
+        "mixtral",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            "×N:",
+            f"  {att} norm=rmsnorm eps={eps} -> attn",
+            "  residual:",
+            f"    rmsnorm eps={eps} -> norm",
+            "    moe e=E k=K hidden=F cap=C -> moe",
+            f"rmsnorm eps={eps}",
+            _pad("fc bias=false", "T×V"),
+            "output P",
+        ],
+        [
+            "# Mistral's layers with a sparse mixture of E SwiGLU experts, K active per token;",
+            "# a capacity of C=E/K: no token is dropped, as in transformers.",
+        ],
+    )
+
+
+def phi(c: Config, shapes: Shapes) -> Draft:
+    act = c.get("hidden_act", default="gelu_new")
+    if act not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise c.error(f"`hidden_act` {act!r} is not supported", "the parallel block's is tanh-gelu")
+    c.require("qk_layernorm", False, "no layernorm on queries and keys in the parallel block")
+    c.require("tie_word_embeddings", False, "Phi's output layer is its own, with a bias")
+    h = c.whole("num_attention_heads")
+    sizes = {
+        "N": c.whole("num_hidden_layers"),
+        "D": c.whole("hidden_size"),
+        "H": h,
+        "KV": c.whole("num_key_value_heads", default=h),
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+    }
+    eps = _eps(c.number("layer_norm_eps", default=1e-5))
+    rot = c.number("partial_rotary_factor", default=0.5)
+    return Draft(
+        "Phi (Gunasekar et al. 2023; Li et al. 2023)",
+        "phi",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            f"parallel ×N H=H KV=KV F=F rot={rot:g} theta={_eps(c.rope_theta())} eps={eps}",
+            f"layernorm eps={eps}",
+            _pad("fc", "T×V"),
+            "output P",
+        ],
+        [
+            "# attention and feed-forward side by side off one layernorm (the parallel block),",
+            "# rotary positions on a part of each head, biases everywhere.",
+        ],
+        [BLOCKS],
+    )
+
+
+def bert(c: Config, shapes: Shapes) -> Draft:
+    act = c.get("hidden_act", default="gelu")
+    if act != "gelu":
+        raise c.error(f"`hidden_act` {act!r} is not supported", "the postnorm block's is gelu")
+    c.require("position_embedding_type", "absolute", "learned absolute positions only")
+    eps = _eps(c.number("layer_norm_eps", default=1e-12))
+    pooled = any(k.endswith("pooler.dense.weight") for k in shapes)
+    p = c.number("hidden_dropout_prob", default=0.1)
+    sizes = {
+        "N": c.whole("num_hidden_layers"),
+        "D": c.whole("hidden_size"),
+        "H": c.whole("num_attention_heads"),
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+        "L": c.whole("max_position_embeddings"),
+        "S": c.whole("type_vocab_size", default=2),
+    }
+    pool = [_pad("take i=0", "D"), _pad("fc", "D"), "tanh", "output pooled"]
+    return Draft(
+        "BERT (Devlin et al. 2019)",
+        "bert",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            "-> tokens",
+            "input Seg: T int<S>",
+            _pad("embed", "T×D"),
+            "+(tokens)",
+            "pos-embed len=L",
+            f"layernorm eps={eps}",
+            f"dropout p={p:g}",
+            f"postnorm ×N H=H F=F p={p:g} eps={eps}",
+            "output Z",
+            *(pool if pooled else []),
+        ],
+        [
+            "# post-norm encoder layers, token, segment and learned position embeddings"
+            + (", the pooler." if pooled else "; no pooler.")
+        ],
+        [BLOCKS],
+    )
+
+
+def vit(c: Config, shapes: Shapes) -> Draft:
+    if not any(k.startswith("classifier.") for k in shapes):
+        raise c.error(
+            "a ViT without its classification head is not supported",
+            "save a ViTForImageClassification (its `classifier` is the spec's last fc)",
+        )
+    act = c.get("hidden_act", default="gelu")
+    if act != "gelu":
+        raise c.error(f"`hidden_act` {act!r} is not supported", "the ffw block's is gelu")
+    labels = c.get("id2label") or {}
+    sizes = {
+        "I": c.whole("image_size"),
+        "P": c.whole("patch_size"),
+        "CH": c.whole("num_channels", default=3),
+        "D": c.whole("hidden_size"),
+        "N": c.whole("num_hidden_layers"),
+        "H": c.whole("num_attention_heads"),
+        "F": c.whole("intermediate_size"),
+        "C": len(labels) or shapes["classifier.weight"][0],
+    }
+    eps = _eps(c.number("layer_norm_eps", default=1e-12))
+    qkv = c.get("qkv_bias", default=True)
+    return Draft(
+        "ViT (Dosovitskiy et al. 2021)",
+        "vit",
+        sizes,
+        [
+            "input X: CH×I×I",
+            _pad("patches P=P", "(I/P)^2×CH*P^2"),
+            _pad("fc", "(I/P)^2×D"),
+            _pad("cls-token", "(I/P)^2+1×D"),
+            "pos-embed",
+            "×N:",
+            f"  self-att h=H bias={'true' if qkv else 'false'} obias=true eps={eps}",
+            f"  ffw hidden=F p=0 eps={eps}",
+            f"layernorm eps={eps}",
+            _pad("take i=0", "D"),
+            _pad("fc", "C"),
+            "output Ŷ",
+        ],
+        [
+            "# patches of P×P pixels, a class token, learned positions, pre-norm encoder layers,",
+            "# one fc on the class token as the classifier.",
+        ],
+    )
+
+
+FAMILIES: dict[str, Callable[..., Draft]] = {
+    "gpt2": gpt2,
+    "llama": llama,
+    "mistral": lambda c, s: llama(c, s, kind="mistral"),
+    "mixtral": mixtral,
+    "qwen2": lambda c, s: llama(c, s, kind="qwen2"),
+    "phi": phi,
+    "bert": bert,
+    "vit": vit,
+}
+
+REFUSED = {
+    "gemma": "Gemma's RMSNorm scales by (1 + w) and its feed-forward gate is tanh-GELU "
+    "(GeGLU), which the language says only with the language-reach issue (41); its weights are "
+    "not shifted by one to fit LLaMA's norm",
+}

@@ -1,0 +1,201 @@
+"""`lbdl from-hf` and `lbdl_dsl.from_pretrained` on the checkpoints of tests/fixtures/hf/ (tiny
+random-weight models saved by transformers' own ``save_pretrained``, with the reference's
+outputs: tests/fixtures/hf/make.py).
+
+For each: the spec written checks to the sum of the checkpoint's tensor sizes (a tied tensor is
+stored, so counted, once), asserts that count itself, draws, and computes what transformers
+computed; then the refusals (gemma, an unknown model_type, no config.json, tensors that do not
+fit the config) as the user reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+import lbdl_dsl
+from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.interop import hf
+from lbdl_dsl.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "hf"
+CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "qwen2", "phi"]
+STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
+ALL = [*CAUSAL, "bert", "vit", *STORED]
+
+
+def stored_sizes(folder: Path) -> int:
+    """The sum of the sizes of every tensor the checkpoint's files hold."""
+    files = sorted(folder.glob("*.safetensors"))
+    total = 0
+    for f in files:
+        with safe_open(str(f), "np") as h:
+            total += sum(math.prod(h.get_slice(k).get_shape()) for k in h.keys())  # noqa: SIM118
+    return total
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_spec_counts_the_checkpoint_and_asserts_it(name: str) -> None:
+    spec = hf.spec_for(FIXTURES / name)
+    total = stored_sizes(FIXTURES / name)
+    assert spec.params == total
+    assert f"assert params == {total:_}" in spec.text
+    checked = lbdl_dsl.check(f"{name}.lbdl", text=spec.text)
+    assert checked.checked.totals["params"].as_int() == total
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mixtral", "phi", "bert"])
+def test_the_written_spec_checks_and_draws(name: str, tmp_path: Path, capsys) -> None:
+    """The command writes the spec and its parameters; the spec, compiled from its own file in
+    another folder, imports the library's blocks, and `lbdl build --emit svg` draws it."""
+    out = tmp_path / "elsewhere" / f"{name}.lbdl"
+    assert main(["from-hf", str(FIXTURES / name), "-o", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert (
+        f"wrote {out} (model {name}" in said
+        and (tmp_path / "elsewhere" / f"{name}.safetensors").is_file()
+    )
+    text = out.read_text("utf-8")
+    assert text.startswith("# ") and f"`{name}`" in text.splitlines()[0]
+    assert main(["check", str(out)]) == 0
+    assert f"{stored_sizes(FIXTURES / name):,} trainable" in capsys.readouterr().out
+    assert main(["build", str(out), "--emit", "svg", "-o", str(tmp_path / "fig")]) == 0
+    svg = next((tmp_path / "fig").glob("*.svg")).read_text("utf-8")
+    assert svg.lstrip().startswith("<?xml") or "<svg" in svg
+
+
+def test_the_written_spec_diffs_and_shards_like_the_librarys(tmp_path: Path, capsys) -> None:
+    """LLaMA's spec beside the library's LLaMA-2 7B: the same boxes, other sizes; and its memory
+    split over a mesh of devices."""
+    out = tmp_path / "llama.lbdl"
+    assert main(["from-hf", str(FIXTURES / "llama"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["diff", str(REPO / "specs" / "llama2-7b.lbdl"), str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "llama2_7b → llama" in said and "×32 → ×2" in said
+    assert main(["check", str(out), "--set", "T=32", "--mesh", "data=2"]) == 0
+    assert "per device" in capsys.readouterr().out
+
+
+def _logits(model, params, state, ids: np.ndarray) -> np.ndarray:
+    out, _ = model.apply(params, state, ids[None].astype(np.int32))
+    return np.asarray(out)[0]
+
+
+@pytest.mark.parametrize("name", CAUSAL + STORED)
+def test_a_causal_lm_computes_the_references_logits(name: str) -> None:
+    """One forward pass over the prompt and its 32 greedy tokens: every position's logits as
+    transformers', within 1e-4, so each greedy token is the reference's."""
+    ref = np.load(FIXTURES / name / "reference.npz")
+    model, params, state = lbdl_dsl.from_pretrained(FIXTURES / name)
+    got = _logits(model, params, state, ref["ids"])
+    np.testing.assert_allclose(got, ref["forward"], atol=1e-4, rtol=0)
+    prompt = len(ref["prompt"])
+    steps = got[prompt - 1 : -1]
+    np.testing.assert_allclose(steps, ref["logits"], atol=1e-4, rtol=0)
+    assert (steps.argmax(-1) == ref["ids"][prompt:]).all()
+
+
+def test_bert_and_vit_compute_the_references_outputs() -> None:
+    ref = np.load(FIXTURES / "bert" / "reference.npz")
+    model, params, state = lbdl_dsl.from_pretrained(FIXTURES / "bert")
+    out, _ = model.apply(params, state, ref["X"][None].astype(np.int32), ref["Seg"][None])
+    np.testing.assert_allclose(np.asarray(out["Z"])[0], ref["Z"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.asarray(out["pooled"])[0], ref["pooled"], atol=1e-4, rtol=0)
+    ref = np.load(FIXTURES / "vit" / "reference.npz")
+    model, params, state = lbdl_dsl.from_pretrained(FIXTURES / "vit")
+    out, _ = model.apply(params, state, ref["X"][None])
+    np.testing.assert_allclose(np.asarray(out)[0], ref["logits"], atol=1e-4, rtol=0)
+
+
+def test_the_mistral_spec_keeps_the_window_and_the_kv_heads() -> None:
+    text = hf.spec_for(FIXTURES / "mistral").text
+    assert "W=8" in text and "window=W" in text and "kv=KV" in text and "KV=2" in text
+    assert "bias=true obias=false" in hf.spec_for(FIXTURES / "qwen2").text
+    assert 'import "blocks/transformer.lbdl"' in hf.spec_for(FIXTURES / "phi").text
+
+
+def test_a_pre_training_head_is_left_out_and_not_counted(tmp_path: Path, capsys) -> None:
+    """BertForPreTraining's `cls.*` heads are not the spec's: said, and not in the assert."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = _copy(tmp_path, "bert")
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors = {f"bert.{k}": v for k, v in tensors.items()}
+    tensors["cls.predictions.bias"] = np.zeros(96, np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    assert main(["from-hf", str(folder), "-o", str(tmp_path / "bert.lbdl")]) == 0
+    said = capsys.readouterr().out
+    assert "left out 1 tensors the spec does not hold: cls.predictions.bias" in said
+    total = stored_sizes(FIXTURES / "bert")
+    assert f"assert params == {total:_}" in (tmp_path / "bert.lbdl").read_text("utf-8")
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+def _run(capsys, *args: str) -> tuple[int, str]:
+    code = main(["from-hf", *args])
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+def test_gemma_is_refused_with_the_reason(capsys) -> None:
+    code, err = _run(capsys, str(FIXTURES / "gemma"))
+    assert code == 1 and "Traceback" not in err
+    assert "model_type `gemma` is not supported yet" in err and "(1 + w)" in err
+    with pytest.raises(LbdlError, match="41"):
+        lbdl_dsl.from_pretrained(FIXTURES / "gemma")
+
+
+def _copy(tmp_path: Path, name: str, **config) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    data = json.loads((folder / "config.json").read_text("utf-8"))
+    (folder / "config.json").write_text(json.dumps(data | config), "utf-8")
+    return folder
+
+
+def test_an_unknown_model_type_lists_the_supported_ones(tmp_path: Path, capsys) -> None:
+    code, err = _run(capsys, str(_copy(tmp_path, "gpt2", model_type="t5")))
+    assert code == 1
+    assert "model_type `t5` is not supported" in err
+    assert "gpt2, llama, mistral, mixtral, qwen2, phi, bert, vit" in err
+
+
+def test_a_folder_without_config_json_says_so(tmp_path: Path, capsys) -> None:
+    folder = _copy(tmp_path, "llama")
+    (folder / "config.json").unlink()
+    code, err = _run(capsys, str(folder))
+    assert code == 1 and "no config.json in this folder" in err
+    code, err = _run(capsys, str(tmp_path / "absent"))
+    assert code == 1 and "no such folder" in err
+
+
+def test_tensors_that_do_not_fit_the_config_are_named(tmp_path: Path, capsys) -> None:
+    """A config that says 48 where the tensors are 64 wide: every misfit is named, with the
+    checkpoint's tensor and both shapes."""
+    code, err = _run(
+        capsys,
+        str(_copy(tmp_path, "llama", intermediate_size=48)),
+        "-o",
+        str(tmp_path / "out" / "llama.lbdl"),
+    )
+    assert code == 1 and "Traceback" not in err
+    assert "mlp.gate_proj.weight" in err and "64" in err and "48" in err
+
+
+def test_a_config_the_spec_cannot_say_is_refused(tmp_path: Path, capsys) -> None:
+    folder = _copy(tmp_path, "llama", hidden_act="gelu")
+    code, err = _run(capsys, str(folder))
+    assert code == 1 and "`hidden_act` 'gelu' is not supported" in err
+    folder = _copy(tmp_path, "mistral", rope_parameters={"rope_type": "llama3", "factor": 8.0})
+    code, err = _run(capsys, str(folder))
+    assert code == 1 and "rotary scaling `llama3` is not supported" in err
