@@ -104,6 +104,21 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
         help="diagram: draw inside block calls: `all`, a block name, or a depth",
     )
     p.add_argument(
+        "--scale",
+        type=_scale,
+        default=1.0,
+        metavar="F",
+        help="diagram: draw the PNG (and the SVG's page size) F times the default size "
+        "(2: twice as wide)",
+    )
+    p.add_argument(
+        "--dpi",
+        type=_scale,
+        default=None,
+        metavar="N",
+        help=f"diagram: render the PNG at N dots per inch (default {run_dot_dpi()})",
+    )
+    p.add_argument(
         "--block",
         default=None,
         metavar="NAME",
@@ -252,6 +267,23 @@ def _batch(value: str) -> int:
     return number
 
 
+def _scale(value: str) -> float:
+    """``--scale`` and ``--dpi``: a number above 0 (argparse reports the message as the flag's)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"a number above 0, got {value!r}")
+    return number
+
+
+def run_dot_dpi() -> int:
+    from lbdl_dsl.backends.diagram.run_dot import PNG_DPI
+
+    return PNG_DPI
+
+
 def _folder(value: str) -> str:
     """``-o``: a folder name, never empty (an empty one would write into the current folder)."""
     if not value.strip():
@@ -313,6 +345,7 @@ def write_artefacts(compiled: Compiled, formats, outdir: Path, args, plan=None) 
 
     name = getattr(args, "block", None) or spec_name(compiled.file)
     written = []
+    dot = ""
     for fmt in formats:
         if fmt == "ast":
             data: str | bytes = textform.ast_text(compiled.ast)
@@ -326,10 +359,9 @@ def write_artefacts(compiled: Compiled, formats, outdir: Path, args, plan=None) 
 
             data, target = report.dumps(compiled.checked), outdir / f"{name}.json"
         elif fmt in DIAGRAM_FORMATS:
-            from lbdl_dsl.backends import diagram
-
-            dot = diagram.to_dot(compiled, expand=args.expand, shading=_shading(plan))
-            data = dot if fmt == "dot" else diagram.render(dot, fmt)
+            if not dot:
+                dot = _figure(compiled, args, _shading(plan))
+            data = dot if fmt == "dot" else _render(dot, fmt, args)
             target = outdir / f"{name}.{fmt}"
         else:
             from lbdl_dsl.backends.jax import codegen
@@ -338,6 +370,22 @@ def write_artefacts(compiled: Compiled, formats, outdir: Path, args, plan=None) 
             target = outdir / f"{name}.py"
         written.append(write_atomic(target, data))
     return written
+
+
+def _figure(compiled: Compiled, args, shading=None) -> str:
+    """The figure's DOT; what ``--expand`` asked for and could not draw is said on stderr."""
+    from lbdl_dsl.backends import diagram
+
+    drawn = diagram.scene(compiled, args.expand, shading)
+    for warning in drawn.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return diagram.write(drawn)
+
+
+def _render(dot: str, fmt: str, args) -> bytes:
+    from lbdl_dsl.backends import diagram
+
+    return diagram.render(dot, fmt, getattr(args, "scale", 1.0), getattr(args, "dpi", None))
 
 
 def _shading(plan):
@@ -359,7 +407,7 @@ def _partial_diagram(compiled: Compiled, args, formats) -> None:
         outdir = Path(args.output) if args.output else Path("build") / _name(args)
         dot = diagram.to_dot(compiled, expand=args.expand)
         for fmt in wanted:
-            data = dot if fmt == "dot" else diagram.render(dot, fmt)
+            data = dot if fmt == "dot" else _render(dot, fmt, args)
             path = write_atomic(outdir / f"{_name(args)}.{fmt}", data)
             print(f"wrote {path} (up to the error)", file=sys.stderr)
     except LbdlError as err:

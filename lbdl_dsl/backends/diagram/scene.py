@@ -133,6 +133,7 @@ class Scene:
     remark: str = ""  # what the figure leaves unchecked, by design (a block drawn on its own)
     rows: list[list[str]] = field(default_factory=list)  # set by `layout`: ids on one row
     swatches: tuple[tuple[str, str], ...] = ()  # (text, colour) under the figure (paint)
+    warnings: list[str] = field(default_factory=list)  # what was asked and not drawn (stderr)
 
     def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""

@@ -99,6 +99,8 @@ class Walker:
         # take the composite's hyper-parameters, which its frame's title already writes.
         self.passed: list[frozenset[str]] = []
         self.rows: list[list[str]] = []  # elements drawn on one row (a mixture's experts)
+        self.opened: set[str] = set()  # block and composite names drawn open
+        self.shut: set[str] = set()  # composites asked open with no inside to draw (unchecked)
 
     def look_of(self, node: Node, inst: Inst | None, n_inputs: int) -> str:
         look = look_of(inst, n_inputs)
@@ -190,16 +192,25 @@ class Walker:
             # A composite whose checked instance carries its inside (self-att, ffw) opens as a
             # block call does.
             inside = getattr(inst, "inside", None) if composite else None
-            if inside is not None and self.expansion.wants(node.op, depth):
+            wanted = self.expansion.wants(node.op, depth) or (
+                layer is not None and self.expansion.wants(layer.name, depth)
+            )
+            if composite and wanted and inside is None:
+                self.shut.add(layer.name if layer is not None else node.op)
+            if inside is not None and wanted:
+                self.opened.add(layer.name if layer is not None else node.op)
                 title = labels.book_name(node.op)
                 passed = frozenset(p.name for p in inside.params)
                 return self.open_block(
                     node, inst, srcs, path, depth, into, inside.body, title, passed
                 )
             opens = layer is not None and layer.expert is not None and inst is not None
-            if opens and self.expansion.wants(node.op, depth):
+            if layer is not None and layer.expert is not None and wanted and not opens:
+                self.shut.add(layer.name)
+            if opens and wanted:
                 body = expert_body(inst)
                 if body is not None:
+                    self.opened.add(layer.name)
                     frame = Frame(f"cluster:{path}", "experts", node.op, self.hparams(node, inst))
                     ek = (mixture.whole(inst.hp["e"]), mixture.whole(inst.hp["k"]))
                     return self.mixture(node, inst, srcs, path, depth, into, frame, body, ek)
@@ -223,6 +234,7 @@ class Walker:
         if not self.expansion.wants(node.op, depth):
             return self.box(node, inst, srcs, path, into, tall=True)
         body = self.program.blocks[node.op].body
+        self.opened.add(node.op)
         return self.open_block(node, inst, srcs, path, depth, into, body, node.op)
 
     def open_block(

@@ -59,6 +59,14 @@ class HP:
     default: Any = REQUIRED
     doc: str = ""
     choices: tuple[str, ...] = ()
+    # How figures write it. ``shown``: even at its default, because it says what the box does
+    # (which token `take` keeps, a mixture's expert count); ``word``: the name figures write
+    # instead of the short one (``experts=8`` for ``e``); ``default_from``: the default is
+    # another hyper-parameter's value (a pool's stride is its window), so ``s=2`` beside
+    # ``k=2`` says nothing.
+    shown: bool = False
+    word: str = ""
+    default_from: str = ""
 
     @property
     def required(self) -> bool:
