@@ -56,6 +56,8 @@ def arrange(scene: Scene) -> None:
     _heads(scene)
     _named_wires(scene)
     _names(scene, u_skips)
+    _bypass_sides(scene)
+    _ports(scene)
 
 
 # -- what is where --------------------------------------------------------------------------------
@@ -298,3 +300,57 @@ def _names(scene: Scene, u_skips: set[int]) -> None:
 
 def _text(element: object) -> str:
     return element.text if isinstance(element, Terminal) else ""
+
+
+def _bypass_sides(scene: Scene) -> None:
+    """A residual whose boxes read a tensor made before it (Z into cross-attention, drawn on
+    the left: Graphviz places what is drawn first on the left) has its bypass on the right,
+    so that the tensor's arrow comes in without crossing it."""
+    order = {eid: i for i, eid in enumerate(scene.elements())}
+    for bypass in scene.edges:
+        if bypass.kind != BYPASS or bypass.src not in order or bypass.dst not in order:
+            continue
+        start, end = order[bypass.src], order[bypass.dst]
+        bypass.right = any(
+            start < order.get(e.dst, -1) < end and order.get(e.src, end) < start
+            for e in scene.edges
+            if e.kind != BYPASS and not e.route
+        )
+
+
+def _ports(scene: Scene) -> None:
+    """A box that more than one arrow comes into from above gets a point for each along its
+    top, so that no two share an arrowhead (gcn's matmul reads A and the features): the
+    flowing tensor's in the middle, where the column goes on, the others on its right, where
+    Graphviz puts the columns a box reads from the side. A box whose entry names its ports
+    (mha's Q, K, V) keeps their order, with the others on the left where they all come from
+    a tensor drawn before the flowing one (Z into cross-attention, as `_bypass_sides` says).
+    An arrow into a port right of the middle is marked `Edge.right`."""
+    order = {eid: i for i, eid in enumerate(scene.elements())}
+    into: dict[str, list[Edge]] = {}
+    for edge in scene.edges:
+        if not edge.route:
+            into.setdefault(edge.dst, []).append(edge)
+    for box in scene.boxes():
+        edges = into.get(box.id, [])
+        main = next((e for e in edges if e.kind == MAIN), edges[0] if edges else None)
+        if len(edges) < 2 or main is None:
+            continue
+        rest = [e for e in edges if e is not main]
+        left = [e for e in rest if order.get(e.src, 0) < order.get(main.src, 0)]
+        if box.ports and len(left) != len(rest):
+            for edge in rest:
+                edge.right = True  # named ports, their others on the right already
+            continue
+        if box.ports:  # named ports whose others come from the left: those before the main
+            named = sorted(rest, key=lambda e: e.port)
+            labels = [box.ports[e.port] for e in named] + [box.ports[main.port]]
+            box.ports = labels + [""] * len(named)
+            for i, edge in enumerate(named):
+                edge.port = i
+            main.port = len(named)
+            continue
+        box.ports = [""] * (2 * len(rest) + 1)
+        main.port = len(rest)
+        for i, edge in enumerate(rest):
+            edge.port, edge.right = len(rest) + 1 + i, True

@@ -19,7 +19,12 @@ DOT = "dot"  # the program's name; tests point it elsewhere
 TIMEOUT_S = 120
 PNG_DPI = 110  # sharp on a screen without making ResNet-50's expanded figure enormous
 SVG_DPI = 72  # an SVG's own unit, the point: scale 1 writes the layout's sizes as they are
-_FLAGS = {"svg": ["-Tsvg"], "png": ["-Tpng"], "pdf": ["-Tpdf"]}
+_FLAGS = {
+    "svg": ["-Tsvg"],
+    "png": ["-Tpng"],
+    "pdf": ["-Tpdf"],
+    "json": ["-Tjson"],
+}  # json: `geometry`
 MAX_SCALE = 8.0  # a PNG 8× the default is already 40,000 px tall for ResNet-50's opened figure
 
 

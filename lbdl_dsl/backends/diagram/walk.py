@@ -99,6 +99,7 @@ class Walker:
         # take the composite's hyper-parameters, which its frame's title already writes.
         self.passed: list[frozenset[str]] = []
         self.rows: list[list[str]] = []  # elements drawn on one row (a mixture's experts)
+        self.funnels: list[str] = []  # a mixture's Σ: the lanes come into it a rank apart
         self.opened: set[str] = set()  # block and composite names drawn open
         self.shut: set[str] = set()  # composites asked open with no inside to draw (unchecked)
 
@@ -149,13 +150,44 @@ class Walker:
         outs = self.scope(graph, insts, ins, prefix, depth, into)
         return outs.get(graph.result) if graph.result else None
 
-    def connect(self, srcs: Srcs, dst: str, look: str) -> None:
-        """Arrows into a box: the flowing tensor from above, any other one from the side."""
+    def connect(
+        self, srcs: Srcs, dst: str, look: str, item: object = None, node: Node | None = None
+    ) -> None:
+        """Arrows into a box: the flowing tensor from above, any other one from the side; a
+        box whose entry names its ports (mha's Q, K, V) takes one arrow into each."""
+        layer = lookup(node.op) if node is not None and node.kind == "layer" else None
+        if isinstance(item, Box) and layer and layer.ports and srcs and srcs[0][0] is not None:
+            self.named_ports(item, layer.ports, srcs, look)
+            return
         for port, (src, name) in enumerate(srcs):
             if src is None:
                 continue
             kind = MAIN if port == 0 else SIDE
             self.edges.append(Edge(src, dst, kind, name if kind == SIDE else "", look, name=name))
+
+    def named_ports(
+        self, box: Box, ports: tuple[tuple[str, int], ...], srcs: Srcs, look: str
+    ) -> None:
+        """One arrow per named port, the first (the flowing tensor) at the box's middle and the
+        others to its right: ``[ ][ ][Q][K][V]``; inputs no port names (a mask) come after."""
+        blank = len(ports) - 1
+        box.ports = [""] * blank + [name for name, _ in ports]
+        used: set[int] = set()
+        for j, (_, wanted) in enumerate(ports):
+            i = wanted if wanted < len(srcs) and srcs[wanted][0] is not None else 0
+            src, name = srcs[i]
+            # beside the flowing tensor's arrow, another of its own (K, V in self-attention)
+            kind = MAIN if j == 0 else FAN if i == 0 else SIDE
+            # Z named once, on its last arrow (V)
+            last = all(min(w, len(srcs) - 1) != i for _, w in ports[j + 1 :])
+            label = name if i > 0 and last else ""
+            used.add(i)
+            self.edges.append(Edge(src, box.id, kind, label, look, name=name, port=blank + j))
+        for i, (src, name) in enumerate(srcs):
+            if i not in used and src is not None:
+                box.ports.append("")
+                port = len(box.ports) - 1
+                self.edges.append(Edge(src, box.id, SIDE, name, look, name=name, port=port))
 
     # -- boxes ----------------------------------------------------------------------------------
     def box(
@@ -225,7 +257,7 @@ class Walker:
         into.append(item)
         if item.look == FAIL:
             self.sites.append(Site(item, node.span))
-        self.connect(srcs, path, item.look)
+        self.connect(srcs, path, item.look, item, node)
         return path
 
     def draw_call(
@@ -411,6 +443,8 @@ class Walker:
                 self.edges.append(Edge(src, f"output:{name}", MAIN, look=look))
         scene.edges = self.edges
         scene.rows = [row for row in self.rows if len(row) > 1]
+        scene.loose = {eid for row in scene.rows for eid in row}
+        scene.funnels = set(self.funnels)
         scene.legend = list(self.conventions.notes)
         wires.name_broadcasts(scene)
         fan_out(scene.edges)

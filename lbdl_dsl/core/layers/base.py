@@ -295,6 +295,10 @@ class Layer:
     keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
     out_type: Callable[[Ctx], tuple[str, Expr | None]] | None = None  # (type, range) it makes
     reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
+    # The named points a figure draws the box's inputs into, left to right, each with the
+    # input it reads (that input if the box has it, else its first): mha's Q from the first
+    # input, K and V from the second (cross-attention's Z) or the first again (§ 4.8, Fig. 5.6)
+    ports: tuple[tuple[str, int], ...] = ()
 
     def hparam(self, name: str) -> HP | None:
         by_name: dict[str, HP] | None = self.__dict__.get("_hparams_by_name")
