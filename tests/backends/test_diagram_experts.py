@@ -117,7 +117,7 @@ def test_the_gallery_shows_mixtral_opened_with_its_review() -> None:
     for opened in OPENED:
         assert f"`{opened.command}`" in page and opened.review in page, "make gallery"
         assert (REPO / "docs" / "gallery" / f"{opened.slug}.png").is_file()
-    assert [o.slug for o in OPENED] == ["mixtral-8x7b-moe"]
+    assert [o.slug for o in OPENED] == ["mixtral-8x7b-moe", "densenet121-all", "llama2-7b-all"]
 
 
 def test_the_fixture_dot_matches_its_golden_and_renders_the_same_bytes() -> None:

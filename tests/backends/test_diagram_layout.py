@@ -16,6 +16,7 @@ import pytest
 
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import geometry, run_dot
+from lbdl_dsl.backends.diagram.scene import FAN, MAIN, SIDE
 from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.tools.book_figures import FIGURES, OPENED
@@ -91,3 +92,23 @@ def test_a_staircase_drifts_and_a_column_does_not() -> None:
         "{ rank=same; a; z; } a -> z [style=invis]; a -> b [weight=100]; z -> b [weight=1000]; }\n"
     )
     assert geometry.measure(stair).drift > MAX_DRIFT
+
+
+# -- what keeps the data path straight -------------------------------------------------------------
+
+
+def test_a_dense_layer_is_one_column_with_its_input_round_the_left() -> None:
+    scene = diagram.scene(compile_spec(REPO / "specs" / "densenet121.lbdl"), "all")
+    concat = "repeat_0/denselayer_0/concat_0"
+    into = {e.src: e for e in scene.edges if e.dst == concat}
+    skip = into["cluster:repeat_0/fork"]  # the layer's input, split inside its ×6 frame
+    chain = into["repeat_0/denselayer_0/conv_2d_1"]
+    assert (chain.kind, skip.kind) == (MAIN, SIDE)
+    assert skip.port < chain.port and not skip.right  # concat(x): x on the left
+
+
+def test_a_gated_unit_keeps_its_gate_in_the_column() -> None:
+    scene = diagram.scene(compile_spec(REPO / "specs" / "llama2-7b.lbdl"), "all")
+    ffw = "repeat_0/mlp/"
+    out = {e.dst.removeprefix(ffw): e.kind for e in scene.edges if e.src == f"{ffw}ln"}
+    assert out == {"gate": MAIN, "up": FAN}

@@ -328,7 +328,7 @@ def ordered(edges: list[Edge]) -> list[Edge]:
     def key(t: tuple[int, Edge]) -> tuple[int, int, int, int, int]:
         i, e = t
         # arrows into one box's ports leave in the ports' order, left to right
-        rank = _RANK[FAN] if e.right else _RANK[MAIN] if e.port >= 0 else _RANK.get(e.kind, 0)
+        rank = _RANK[FAN] if e.right else _RANK.get(e.kind, 0)
         return (e.route == ACROSS, first[e.src], rank, max(e.port, 0), i)
 
     return [e for _, e in sorted(enumerate(edges), key=key)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lbdl_dsl.backends.diagram.columns import lanes
 from lbdl_dsl.backends.diagram.scene import (
     ACROSS,
     BYPASS,
@@ -213,13 +214,18 @@ def _explicit_residuals(scene: Scene) -> None:
     """``+(X)`` at the end of a frame that starts from X (a composite's inside, a block written
     without ``residual:``) is a residual: X splits at a dot inside the frame, as a ``residual:``
     group's input does, and its arrow bypasses the frame's boxes on the left into the `+`,
-    unnamed."""
+    unnamed. A concatenation of X with what the frame made of it (DenseNet's layer, whose
+    chain `walk.fan_out` made the column) splits X at a dot the same way: an arrow from
+    outside the frame would run down outside it, on its border."""
     frames = _frames(scene)
     kinds = scene.elements()
     for edge in list(scene.edges):
-        if edge.kind != SIDE or not isinstance(kinds.get(edge.dst), Plus):
+        plus = isinstance(kinds.get(edge.dst), Plus)
+        if edge.kind != SIDE or not (plus or isinstance(kinds.get(edge.dst), Box)):
             continue
         here = frames.get(edge.dst, ())
+        if not plus and (frames.get(edge.src, ()) == here or edge.label):
+            continue  # a skip inside one frame, or a named tensor (Z) coming in
         starts = [
             e
             for e in scene.edges
@@ -232,7 +238,8 @@ def _explicit_residuals(scene: Scene) -> None:
         frame.items.insert(0, fork)
         scene.edges.insert(scene.edges.index(starts[0]), Edge(edge.src, fork.id, MAIN))
         starts[0].src = fork.id
-        edge.src, edge.kind, edge.label = fork.id, BYPASS, ""
+        edge.src, edge.label = fork.id, ""
+        edge.kind = BYPASS if plus else SIDE
         frames[fork.id] = here
 
 
@@ -327,6 +334,7 @@ def _ports(scene: Scene) -> None:
     a tensor drawn before the flowing one (Z into cross-attention, as `_bypass_sides` says).
     An arrow into a port right of the middle is marked `Edge.right`."""
     order = {eid: i for i, eid in enumerate(scene.elements())}
+    lane = lanes(scene)
     into: dict[str, list[Edge]] = {}
     for edge in scene.edges:
         if not edge.route:
@@ -350,7 +358,15 @@ def _ports(scene: Scene) -> None:
                 edge.port = i
             main.port = len(named)
             continue
-        box.ports = [""] * (2 * len(rest) + 1)
-        main.port = len(rest)
-        for i, edge in enumerate(rest):
-            edge.port, edge.right = len(rest) + 1 + i, True
+        # a skip from higher up the same column (DenseNet's concat of the block's input)
+        # comes round the left, as a bypass does: on the right it runs down the words beside
+        # the boxes and pushes the column aside, block after block, into a staircase
+        skips = [e for e in rest if lane.get(e.src) == lane.get(box.id) is not None]
+        right = [e for e in rest if e not in skips]
+        middle = max(len(skips), len(right))
+        box.ports = [""] * (2 * middle + 1)
+        main.port = middle
+        for i, edge in enumerate(skips):
+            edge.port = middle - len(skips) + i
+        for i, edge in enumerate(right):
+            edge.port, edge.right = middle + 1 + i, True

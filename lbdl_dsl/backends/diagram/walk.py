@@ -520,11 +520,71 @@ def fan_out(edges: list[Edge]) -> list[Edge]:
         if edge.kind == MAIN:
             readers.setdefault(edge.src, []).append(edge)
     for group in readers.values():
-        keep = next((e for e in group if e.dst in merges), group[0])
-        for edge in group:
-            if edge is not keep:
-                edge.kind = FAN
+        keep = next((e for e in group if e.dst in merges), None) or _joined(group, edges)
+        others = [e for e in group if e is not keep]
+        into = _chain_into(others[0].dst, keep.dst, edges) if len(others) == 1 else None
+        if into is not None:
+            # DenseNet's concat(x, new): the one other reader is a chain of boxes into the
+            # same concat; that chain is the column, and x's own arrow a skip round its side
+            keep.kind, into.kind = SIDE, MAIN
+            continue
+        for edge in others:
+            edge.kind = FAN
     return edges
+
+
+JOIN_WITHIN = 3  # boxes down a path where another reader's box may join it from the side: a
+# gated unit's product, not a U-Net's concatenation at the bottom of the U
+
+
+def _path(start: str, out: dict[str, list[Edge]]) -> list[str]:
+    """The boxes down the data path from ``start``, while it goes on in one arrow."""
+    path = [start]
+    while len(path) < len(out) + 1:
+        main = [e for e in out.get(path[-1], []) if e.kind == MAIN]
+        if len(main) != 1 or main[0].dst in path:
+            break
+        path.append(main[0].dst)
+    return path
+
+
+def _joined(group: list[Edge], edges: list[Edge]) -> Edge:
+    """Of the arrows that read one tensor, the one whose path another reader's box joins from
+    the side a few boxes down (SwiGLU's gate: silu, then the product the up fc comes into),
+    else the first: the column goes on through it, and the others run beside."""
+    if len(group) < 2:
+        return group[0]
+    out: dict[str, list[Edge]] = {}
+    for edge in edges:
+        out.setdefault(edge.src, []).append(edge)
+    for edge in group:
+        mine = set(_path(edge.dst, out)[1:JOIN_WITHIN])
+        for other in group:
+            if other is not edge and any(
+                s.kind == SIDE and s.dst in mine for s in out.get(other.dst, [])
+            ):
+                return edge
+    return group[0]
+
+
+def _chain_into(start: str, merge: str, edges: list[Edge]) -> Edge | None:
+    """The side arrow into ``merge`` at the end of the single chain of data-path arrows that
+    starts at ``start``, if there is one."""
+    out: dict[str, list[Edge]] = {}
+    for edge in edges:
+        out.setdefault(edge.src, []).append(edge)
+    here, seen = start, set()
+    while here not in seen:
+        seen.add(here)
+        nxt = out.get(here, [])
+        end = next((e for e in nxt if e.dst == merge and e.kind == SIDE), None)
+        if end is not None:
+            return end
+        main = [e for e in nxt if e.kind == MAIN]
+        if len(main) != 1:
+            return None
+        here = main[0].dst
+    return None
 
 
 def _names(graph: Graph) -> dict[str, str]:
