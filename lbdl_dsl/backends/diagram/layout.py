@@ -46,6 +46,7 @@ from lbdl_dsl.backends.diagram.scene import (
 )
 
 MIN_SKIPS = 2  # nested skips that make a figure a U
+FUNNEL_FROM = 3  # side arrows into one box that come in through room above it
 
 
 def arrange(scene: Scene) -> None:
@@ -364,6 +365,8 @@ def _ports(scene: Scene) -> None:
         skips = [e for e in rest if lane.get(e.src) == lane.get(box.id) is not None]
         right = [e for e in rest if e not in skips]
         middle = max(len(skips), len(right))
+        if len(right) >= FUNNEL_FROM:
+            scene.funnels.add(box.id)  # a pyramid's branches: room above to converge in
         box.ports = [""] * (2 * middle + 1)
         main.port = middle
         for i, edge in enumerate(skips):
