@@ -83,7 +83,8 @@ def measured(dot: str, width: int) -> str:
     faults = geometry.measure(dot)
     return (
         f"Layout, measured: {len(faults.crossings)} arrows through a text, "
-        f"{len(faults.shared_heads)} shared arrowheads, data path drift "
+        f"{len(faults.shared_heads)} shared arrowheads, {len(faults.covered)} names covered, "
+        "data path drift "
         f"{faults.drift:.0f} pt; {width} px wide."
     )
 

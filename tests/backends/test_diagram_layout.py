@@ -1,6 +1,7 @@
 """Every figure of the gallery, measured as drawn (`geometry`: Graphviz's own layout, read back):
 no arrow through a text (a box's words, a frame's title, another arrow's name), no two arrows on
-one arrowhead, and a data path that goes straight down (its sideways drift, in points).
+one arrowhead, no arrow's name lying on a box or a text, and a data path that goes straight down
+(its sideways drift, in points).
 
 The measure itself is tested first on small figures whose faults are known, so that a zero below
 means the faults are absent, not unseen.
@@ -44,7 +45,7 @@ GALLERY = _gallery()
 
 
 @pytest.mark.parametrize("make", [m for _, m in GALLERY], ids=[n for n, _ in GALLERY])
-def test_a_gallery_figure_has_no_crossing_no_shared_head_and_no_drift(
+def test_a_gallery_figure_has_no_crossing_no_shared_head_no_covered_name_and_no_drift(
     make: Callable[[], str],
 ) -> None:
     try:
@@ -54,6 +55,7 @@ def test_a_gallery_figure_has_no_crossing_no_shared_head_and_no_drift(
     faults = geometry.measure(dot)
     assert faults.crossings == (), faults.crossings
     assert faults.shared_heads == (), faults.shared_heads
+    assert faults.covered == (), faults.covered
     assert faults.drift <= MAX_DRIFT, faults.summary()
 
 
@@ -82,6 +84,13 @@ def test_two_arrows_on_one_arrowhead_are_shared() -> None:
     assert len(geometry.measure(dot).shared_heads) == 1
     ports = _HEAD + "a -> c [headport=nw]; b -> c [headport=ne]; }\n"
     assert geometry.measure(ports).shared_heads == ()
+
+
+def test_a_name_on_a_box_is_covered() -> None:
+    # at its arrow's very end the name lies on the box it enters (Z under mha, once)
+    on_box = _HEAD + 'a -> b [headlabel="Z", labeldistance=0.5]; }\n'
+    assert geometry.measure(on_box).covered == (("Z", "box (b)"),)
+    assert geometry.measure(_HEAD + 'a -> b [xlabel="Z"]; }\n').covered == ()
 
 
 def test_a_staircase_drifts_and_a_column_does_not() -> None:

@@ -11,6 +11,8 @@ that a test holds every figure of the gallery to zero and a regression shows as 
   text drawn in the figure: a box's name, its hyper-parameters and shape, a frame's title, another
   arrow's name. An arrow's own name is not counted against it.
 - **Shared arrowheads**: two arrows whose heads land within `SAME_HEAD` points of each other.
+- **Covered names**: an arrow's name lying on a box's outline or on another text (at an
+  arrow's end, Z's name once sat under the box above mha, hidden).
 - **Drift**: how far the data path (the arrows the writer weighs heavily, `style.MAIN_WEIGHT`)
   moves sideways from where it leaves a box to where it enters the next; a straight column is 0.
 """
@@ -59,26 +61,30 @@ class Arrow:
 
 @dataclass
 class Drawn:
-    """A figure's layout: every text and every arrow, and its size in points."""
+    """A figure's layout: every text, every box's outline and every arrow, and its size in
+    points."""
 
     texts: list[Text] = field(default_factory=list)
     arrows: list[Arrow] = field(default_factory=list)
+    boxes: list[Text] = field(default_factory=list)  # outlines, as boxes with no text
     width: float = 0.0
     height: float = 0.0
 
 
 @dataclass(frozen=True)
 class Faults:
-    """What `measure` found; a readable figure has no crossing and no shared head."""
+    """What `measure` found; a readable figure has none of the first three."""
 
     crossings: tuple[tuple[str, str], ...]  # (arrow, text it crosses)
     shared_heads: tuple[tuple[str, str], ...]  # (arrow, arrow)
+    covered: tuple[tuple[str, str], ...]  # (an arrow's name, the box or text it lies on)
     drift: float  # the largest sideways step of the data path, in points
     width: float  # points
 
     def summary(self) -> str:
         return (
             f"{len(self.crossings)} crossings, {len(self.shared_heads)} shared arrowheads, "
+            f"{len(self.covered)} names covered, "
             f"drift {self.drift:.0f} pt, {self.width:.0f} pt wide"
         )
 
@@ -114,6 +120,20 @@ def _texts(ops: list[dict[str, Any]], owner: str) -> list[Text]:
     return out
 
 
+def _outlines(ops: list[dict[str, Any]], owner: str) -> list[Text]:
+    """The bounding boxes of the shapes a node draws (its rounded box, its circle)."""
+    out = []
+    for op in ops:
+        if op["op"] in ("b", "B", "p", "P") and len(op["points"]) > 2:
+            xs = [float(p[0]) for p in op["points"]]
+            ys = [float(p[1]) for p in op["points"]]
+            out.append(Text(min(xs), min(ys), max(xs), max(ys), "", owner))
+        elif op["op"] in ("e", "E"):
+            x, y, w, h = (float(v) for v in op["rect"])
+            out.append(Text(x - w, y - h, x + w, y + h, "", owner))
+    return out
+
+
 def _tips(ops: list[dict[str, Any]], end: Point) -> list[Point]:
     """The tip of each arrowhead polygon: its corner farthest from the spline's end."""
     out = []
@@ -132,6 +152,8 @@ def read(layout: dict[str, Any]) -> Drawn:
     names = {o["_gvid"]: o.get("name", "") for o in layout.get("objects", [])}
     for obj in layout.get("objects", []):
         drawn.texts += _texts(obj.get("_ldraw_", []), obj.get("name", ""))
+        if "nodes" not in obj:  # a node, not a frame: the outlines it draws
+            drawn.boxes += _outlines(obj.get("_ldraw_", []) + obj.get("_draw_", []), obj["name"])
     for edge in layout.get("edges", []):
         key = f"{names.get(edge['tail'])} -> {names.get(edge['head'])}"
         own = f"edge:{edge['_gvid']}"
@@ -177,6 +199,21 @@ def shared_heads(drawn: Drawn) -> list[tuple[str, str]]:
     return out
 
 
+def covered(drawn: Drawn) -> list[tuple[str, str]]:
+    """Arrows' names lying on a box or on another text: hidden, or read as the wrong word."""
+    out = []
+    for label in (t for t in drawn.texts if t.owner.startswith("edge:")):
+        for other in drawn.boxes + drawn.texts:
+            if other is not label and _overlap(label, other):
+                out.append((label.text, f"{other.text or 'box'} ({other.owner})"))
+    return out
+
+
+def _overlap(a: Text, b: Text) -> bool:
+    m = TEXT_MARGIN
+    return a.x0 + m < b.x1 and b.x0 + m < a.x1 and a.y0 + m < b.y1 and b.y0 + m < a.y1
+
+
 def drift(drawn: Drawn) -> float:
     """The largest sideways step of a data-path arrow, from where it leaves to its tip."""
     steps = [
@@ -190,4 +227,10 @@ def drift(drawn: Drawn) -> float:
 def measure(dot: str) -> Faults:
     """The faults of the figure ``dot`` draws (see the module doc)."""
     drawn = layout(dot)
-    return Faults(tuple(crossings(drawn)), tuple(shared_heads(drawn)), drift(drawn), drawn.width)
+    return Faults(
+        tuple(crossings(drawn)),
+        tuple(shared_heads(drawn)),
+        tuple(covered(drawn)),
+        drift(drawn),
+        drawn.width,
+    )
