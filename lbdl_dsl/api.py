@@ -44,6 +44,12 @@ class CheckedSpec(Compiled):
 
         return html_figure(self)
 
+    def diagram(self, fmt: str = "svg", expand: str | None = None, scale: float = 1.0) -> Any:
+        """The figure, as `Model.diagram` draws it: ``check(spec).diagram().save("m.png")``."""
+        from lbdl_dsl.backends.diagram.notebook import figure
+
+        return figure(self, fmt, expand, scale)
+
 
 def check(
     spec: str | os.PathLike[str] | None = None,

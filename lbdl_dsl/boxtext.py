@@ -85,6 +85,12 @@ def hparams_text(
     defaults = _defaults(node, block, values)
     layer = lookup(node.op) if node.kind == "layer" else None
     widths = {name for name, _ in layer.from_annotation} if layer is not None else set()
+    if layer is not None:
+        given = dict(written)
+        for hp in layer.hparams:  # a default that is another's value: a pool's stride, its k
+            other = values.get(hp.default_from, given.get(hp.default_from))
+            if hp.default_from and other is not None:
+                defaults[hp.name] = fmt_value(other)
     parts = []
     for key, raw in written:
         if key in hide or key in widths:

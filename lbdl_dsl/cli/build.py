@@ -75,6 +75,21 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
         help="diagram: draw inside block calls: `all`, a block name, or a depth",
     )
     p.add_argument(
+        "--scale",
+        type=_scale,
+        default=1.0,
+        metavar="F",
+        help="diagram: draw the PNG (and the SVG's page size) F times the default size "
+        "(2: twice as wide)",
+    )
+    p.add_argument(
+        "--dpi",
+        type=_scale,
+        default=None,
+        metavar="N",
+        help="diagram: render the PNG at N dots per inch (default 110)",
+    )
+    p.add_argument(
         "--block",
         default=None,
         metavar="NAME",
@@ -103,6 +118,17 @@ def add_run_arguments(p: argparse.ArgumentParser, *, flag: bool = True) -> None:
     p.add_argument(
         "--unroll", action="store_true", help="lower ×N groups as loops instead of jax.lax.scan"
     )
+
+
+def _scale(value: str) -> float:
+    """``--scale`` and ``--dpi``: a number above 0 (argparse reports the message as the flag's)."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"a number above 0, got {value!r}")
+    return number
 
 
 def run(args: argparse.Namespace) -> int:
@@ -223,13 +249,16 @@ def write_artefacts(
 
     name = args.block or spec_name(result.file)
     written = []
+    figure: list[str] = []  # the DOT, made once for all the diagram formats
     for fmt in formats:
-        data, suffix = _artefact(result, fmt, args, plan)
+        data, suffix = _artefact(result, fmt, args, plan, figure)
         written.append(write_atomic(outdir / f"{name}{suffix}", data))
     return written
 
 
-def _artefact(result: Any, fmt: str, args: argparse.Namespace, plan: Any) -> tuple[Any, str]:
+def _artefact(
+    result: Any, fmt: str, args: argparse.Namespace, plan: Any, figure: list[str]
+) -> tuple[Any, str]:
     """One format's bytes (or text) and the file name's ending."""
     from lbdl_dsl.compiler import textform
 
@@ -244,13 +273,28 @@ def _artefact(result: Any, fmt: str, args: argparse.Namespace, plan: Any) -> tup
 
         return report.dumps(result), ".json"
     if fmt in DIAGRAM_FORMATS:
-        from lbdl_dsl.backends import diagram
-
-        dot = diagram.to_dot(result, expand=args.expand, shading=_shading(plan))
-        return (dot if fmt == "dot" else diagram.render(dot, fmt)), f".{fmt}"
+        if not figure:
+            figure.append(_figure(result, args, _shading(plan)))
+        return (figure[0] if fmt == "dot" else _render(figure[0], fmt, args)), f".{fmt}"
     from lbdl_dsl.backends.jax import codegen
 
     return codegen.generate(result, unroll=args.unroll, dtype=args.dtype), ".py"
+
+
+def _figure(checked: Any, args: argparse.Namespace, shading: Any = None) -> str:
+    """The figure's DOT; what ``--expand`` asked for and could not draw is said on stderr."""
+    from lbdl_dsl.backends import diagram
+
+    drawn = diagram.scene(checked, args.expand, shading)
+    for warning in drawn.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return str(diagram.write(drawn))
+
+
+def _render(dot: str, fmt: str, args: argparse.Namespace) -> bytes:
+    from lbdl_dsl.backends import diagram
+
+    return bytes(diagram.render(dot, fmt, getattr(args, "scale", 1.0), getattr(args, "dpi", None)))
 
 
 def _shading(plan: Any) -> Any:
@@ -274,7 +318,7 @@ def _partial_diagram(checked: Checked, args: argparse.Namespace, formats: tuple[
         outdir = Path(args.output) if args.output else Path("build") / _name(args)
         dot = diagram.to_dot(checked, expand=args.expand)
         for fmt in wanted:
-            data = dot if fmt == "dot" else diagram.render(dot, fmt)
+            data = dot if fmt == "dot" else _render(dot, fmt, args)
             path = write_atomic(outdir / f"{_name(args)}.{fmt}", data)
             print(f"wrote {path} (up to the error)", file=sys.stderr)
     except LbdlError as err:

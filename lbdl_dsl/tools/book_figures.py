@@ -120,17 +120,16 @@ instead of on each box (the book writes none).""",
         """\
 Each block opened into the boxes its registry entry declares, as the book's Fig. 5.6 draws them.
 Matches: `ffw` is layernorm, fc to 4D (T×2048), gelu, fc back to D (T×512), dropout, and the `+`
-with the block's input; `self-att` is layernorm, mha, `+`; `cross-att` is layernorm on X, mha
-with Z coming in from the side for the keys and values, `+` with X. Each residual splits at a
-dot at the top of its frame and its bypass runs down the left into the `+`; the frames' titles
-carry what the spec wrote (self-att h=8 causal=True, cross-att h=8), written once, not again on
-the boxes inside.
+with the block's input; `self-att` is layernorm, three arrows Q, K and V from it into mha, `+`;
+`cross-att` is layernorm on X into mha's Q, Z coming in from the side into its K and V, `+` with
+X. Each residual splits at a dot at the top of its frame and its bypass runs down the left into
+the `+`, except cross-attention's, which runs down the right: Z comes in from the left and
+crosses nothing. The frames' titles, at their top right, carry what the spec wrote (self-att h=8
+causal=true, cross-att h=8), written once, not again on the boxes inside.
 Differs: the book stacks the feed-forward block on top and the two attention blocks side by
 side under it, three separate pictures; here they are drawn in the order the spec chains them
 (self-att, cross-att, ffw), one under the other. mha is tall, as the book draws a box with an
-inner structure, but takes one arrow (and Z's, for cross-attention) where the book draws three,
-Q, K and V: their projections are inside mha (its parameters wq, wk, wv, wo). Z's arrow crosses the
-cross-attention's bypass.""",
+inner structure; its projections are inside it (its parameters wq, wk, wv, wo).""",
         expand="all",
     ),
     BookFigure(
@@ -212,11 +211,35 @@ OPENED: tuple[Opened, ...] = (
         "mixtral-8x7b",
         "moe",
         """\
-The mixture of experts opened (Jiang et al. 2024, Fig. 1; Shazeer et al. 2017, Fig. 1): the
-tokens split into the router (its 8 scores per token, `top-2`) and the experts, side by side on
-one row: expert 1 drawn as its SwiGLU body (fc to 14336 twice, silu, their product, fc back to
-4096), experts 2 and 8 as outlines, the six between as one (`expert 3 ⋯ 7`); their outputs and
-the router's gates meet in Σ, `top-2 of 8`. The frame writes experts=8 k=2 hidden=14336, as the
-shut box does.""",
+The mixture of experts opened as its papers draw it (Shazeer et al. 2017, Fig. 1; Fedus et al.
+2021, Fig. 2; Jiang et al. 2024, Fig. 1): the tokens split at a dot into the router, which stays
+in the column, and the experts to its right on the router's row: expert 1 drawn as its SwiGLU
+body (two fc, silu, their product, fc back), a "⋯" for experts 2 to 7, and expert 8. The
+router's gates go straight down into Σ (`top-2 of 8`), and each expert's output comes into Σ at
+its own point, converging through the room above it. The residual's bypass runs down the left
+of the whole mixture. The frame writes experts=8 k=2 hidden=14336, as the shut box does, so the
+boxes inside leave out their widths; the figure is 872 px wide (2,181 px before).
+Differs: experts 2 to 7 are one "⋯" (two outlines more would take the figure past 900 px).""",
+    ),
+    Opened(
+        "densenet121",
+        "all",
+        """\
+Every block opened. Each dense layer (batchnorm, relu, conv-2d k=1, batchnorm, relu, conv-2d k=3
+p=1, concat) is one column, and its input splits at a dot at the top of its ×N frame and goes
+round the left into the concatenation's first point, as a residual's bypass does: `concat(x)`
+reads the layer's input first, on the left. The transitions (batchnorm, relu, conv-2d k=1,
+avgpool k=2) follow in the same column, from X down to Ŷ without a step sideways (it was a
+staircase 200 pt wide, with each skip drawn down its frame's right border).""",
+    ),
+    Opened(
+        "llama2-7b",
+        "all",
+        """\
+Both blocks opened. self-att: rmsnorm, then Q, K and V from it into mha, `+`. ffw (SwiGLU):
+rmsnorm, then the gate fc, silu and their product in the column, the up fc beside it on the
+right coming into the product's second point, fc back to 4096, dropout, `+`. Each bypass runs
+down the left of its block (the SwiGLU's used to cut across it, the column stepping aside to
+the gate fc).""",
     ),
 )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lbdl_dsl.backends import diagram
-from lbdl_dsl.backends.diagram import run_dot
+from lbdl_dsl.backends.diagram import geometry, run_dot
 from lbdl_dsl.compiler.driver import Compiled, compile_spec, spec_name
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.symbolic import fmt_count
@@ -64,11 +64,29 @@ def png_size(png: bytes) -> tuple[int, int]:
 
 
 def _write(dot: str, out: Path, name: str) -> tuple[int, int]:
-    """The PNG and SVG of ``dot`` as ``out/name.*``; returns the PNG's size."""
+    """The PNG and SVG of ``dot`` as ``out/name.*``; returns the PNG's size, and records the
+    figure's measured layout in `MEASURED`."""
     png = diagram.render(dot, "png")
     write_atomic(out / f"{name}.png", png)
     write_atomic(out / f"{name}.svg", diagram.render(dot, "svg"))
-    return png_size(png)
+    width, height = png_size(png)
+    MEASURED[name] = measured(dot, width)
+    return width, height
+
+
+MEASURED: dict[str, str] = {}
+"""Each figure's layout as measured while this run draws it, by file name, for the page."""
+
+
+def measured(dot: str, width: int) -> str:
+    """One line on what Graphviz drew (`geometry`): the faults a layout test holds to zero."""
+    faults = geometry.measure(dot)
+    return (
+        f"Layout, measured: {len(faults.crossings)} arrows through a text, "
+        f"{len(faults.shared_heads)} shared arrowheads, {len(faults.covered)} names covered, "
+        "data path drift "
+        f"{faults.drift:.0f} pt; {width} px wide."
+    )
 
 
 def draw(spec: Path, out: Path) -> Entry:
@@ -88,6 +106,8 @@ def opened_section(name: str) -> list[str]:
     for opened in (o for o in OPENED if o.spec == name):
         lines += [
             f"Opened: `{opened.command}`",
+            "",
+            MEASURED.get(opened.slug, ""),
             "",
             '<table><tr><td valign="top">',
             "",
@@ -135,6 +155,7 @@ def book_section(sizes: dict[str, tuple[int, int]]) -> list[str]:
         ]
         if fig.pending:
             lines += [f"*Waits for {fig.pending}.*", ""]
+        lines += [MEASURED.get(fig.slug, ""), ""]
         lines += [
             '<table><tr><td valign="top">',
             "",
@@ -175,6 +196,8 @@ def page(entries: list[Entry], skipped: list[str], sizes: dict[str, tuple[int, i
             f"## {e.name}",
             "",
             e.summary,
+            "",
+            MEASURED.get(e.name, ""),
             "",
             '<table><tr><td valign="top">',
             "",

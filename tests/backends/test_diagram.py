@@ -228,7 +228,7 @@ def test_a_residual_bypasses_its_boxes_into_a_plus(compile_text) -> None:
     main_in = [e.src for e in scene.edges if e.dst == plus.id and e.kind != BYPASS]
     assert main_in == ["residual_0/relu_0"]
     dot = diagram.to_dot(compiled)
-    assert '"residual_0/fork":w -> "residual_0/+":w' in dot
+    assert '"residual_0/fork" -> "residual_0/+":w' in dot  # round the left, into its side
     assert 'shape=circle, label="+"' in dot
 
 

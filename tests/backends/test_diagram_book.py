@@ -223,9 +223,15 @@ def test_a_composite_box_opens_like_a_block_call() -> None:
     # each closes with its residual sum, fed by the bypass from a dot at the frame's top
     assert [sum(isinstance(b, Plus) for b in f.items) for f in opened] == [1, 1, 1]
     assert len([e for e in scene.edges if e.kind == BYPASS]) == 3
-    # Z comes into cross-attention's mha from the side
+    # Z comes into cross-attention's mha from the side, as its K and V (the book's arrows),
+    # on the left where Z is, with the bypass on the right, out of its way
     z = [e for e in scene.edges if e.src == "input:Z"]
-    assert [(e.dst, e.kind) for e in z] == [("cross_att_0/att", SIDE)]
+    assert [(e.dst, e.kind) for e in z] == [("cross_att_0/att", SIDE)] * 2
+    att = next(b for b in scene.boxes() if b.id == "cross_att_0/att")
+    assert att.ports == ["K", "V", "Q", "", ""]
+    assert [b.right for b in scene.edges if b.kind == BYPASS] == [False, True, False]
+    self_att = next(b for b in scene.boxes() if b.id == "self_att_0/att")
+    assert self_att.ports == ["", "", "Q", "K", "V"]
     assert diagram.to_dot(spec("transformer_blocks")) != diagram.to_dot(
         spec("transformer_blocks"), "all"
     )

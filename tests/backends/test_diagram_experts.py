@@ -1,7 +1,7 @@
-"""The figure of a mixture of experts (issue 20): the router beside the experts, the experts side
-by side on one row (all of them up to four, else the first two, one outline for the ones between
-and the last), the first drawing the expert's body, and their gated sum; an `experts:` group and
-an opened `moe` box alike. The fixture's DOT is pinned by a golden file
+"""The figure of a mixture of experts (issues 20 and 44): the router in the column, the experts
+side by side on its row (all of them up to four, else the first, a "⋯" and the last), the first
+drawing the expert's body, and their gated sum; an `experts:` group and an opened `moe` box
+alike. The fixture's DOT is pinned by a golden file
 (``LBDL_ACCEPT=1`` rewrites it), and the same spec gives the same bytes, DOT and SVG.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import run_dot
-from lbdl_dsl.backends.diagram.scene import FAIL, POISON, Box, Frame
+from lbdl_dsl.backends.diagram.scene import FAIL, MAIN, POISON, Box, Frame, Stub
 from lbdl_dsl.compiler.driver import CheckFailed, compile_spec
 from lbdl_dsl.tools.book_figures import OPENED
 
@@ -46,7 +46,7 @@ def test_an_experts_group_draws_the_router_beside_its_experts_and_their_sum() ->
     assert (second.title, second.hparams) == ("experts", "e=3 k=1")
     (lane,) = [f for f in first.items if isinstance(f, Frame)]
     assert lane.title == "expert 1" and _names(lane.items) == ["fc", "relu", "fc"]
-    assert _names(first.items) == ["expert 2", "expert 3", "expert 4", "router", "Σ"]
+    assert _names(first.items) == ["router", "expert 2", "expert 3", "expert 4", "Σ"]
     total = next(b for b in first.items if isinstance(b, Box) and b.name == "Σ")
     assert (total.hparams, total.shape) == ("top-2 of 4", "6×8")
     row = next(r for r in scene.rows if "experts_0/router" in r)
@@ -57,21 +57,26 @@ def test_an_experts_group_draws_the_router_beside_its_experts_and_their_sum() ->
         "experts_0/expert:3",
         "experts_0/expert:4",
     ]
-    into_sum = {e.src for e in scene.edges if e.dst == "experts_0/sum"}
-    assert into_sum == {row[0], "experts_0/expert/fc_1", *row[2:]}
+    into_sum = {e.src: e for e in scene.edges if e.dst == "experts_0/sum"}
+    assert set(into_sum) == {row[0], "experts_0/expert/fc_1", *row[2:]}
+    # the router's gates go straight down the column; each lane has its own arrowhead
+    assert into_sum[row[0]].kind == MAIN and into_sum[row[0]].name == "gates"
+    assert len({e.port for e in into_sum.values()}) == 5
+    assert "experts_0/sum" in scene.funnels
     # the ×2 around the second mixture stays its own dashed frame
     (repeat,) = _frames(scene.items, "repeat")
     assert repeat.title == "×2" and repeat.items == [second]
 
 
-def test_more_than_four_experts_draw_two_lanes_an_outline_and_the_last(compile_text) -> None:
+def test_more_than_four_experts_draw_the_first_a_gap_and_the_last(compile_text) -> None:
     text = "model m:\n  input X: 5×8\n  experts e={e} k=2:\n    fc 16\n    relu\n    fc 8\n"
     eight = diagram.scene(compile_text(text.format(e=8)))
-    assert _names(eight.boxes()) == [
-        "fc", "relu", "fc", "expert 2", "expert 3 ⋯ 7", "expert 8", "router", "Σ",
-    ]  # fmt: skip
+    assert _names(eight.boxes()) == ["router", "fc", "relu", "fc", "expert 8", "Σ"]
+    (gap,) = [e for e in eight.elements().values() if isinstance(e, Stub)]
+    row = next(r for r in eight.rows if "experts_0/router" in r)
+    assert gap.text == "⋯" and row.index(gap.id) == 2  # between expert 1 and expert 8
     five = diagram.scene(compile_text(text.format(e=5)))
-    assert "expert 3" in _names(five.boxes()) and "expert 5" in _names(five.boxes())
+    assert "expert 5" in _names(five.boxes()) and "expert 2" not in _names(five.boxes())
 
 
 def test_the_moe_box_opens_into_its_swiglu_expert() -> None:
@@ -86,8 +91,9 @@ def test_the_moe_box_opens_into_its_swiglu_expert() -> None:
         assert (mixture.title, mixture.hparams) == ("moe", "experts=8 k=2 hidden=14336")
         (lane,) = [f for f in mixture.items if isinstance(f, Frame)]
         assert _names(lane.items) == ["fc", "fc", "silu", "mul", "fc"]
-        assert [b.shape for b in lane.items if isinstance(b, Box)][-1] == "4096"
-        assert _names(mixture.items) == ["expert 2", "expert 3 ⋯ 7", "expert 8", "router", "Σ"]
+        # the frame's title gives the hidden width; per box, words would double the width
+        assert {(b.hparams, b.shape) for b in lane.items if isinstance(b, Box)} == {("", "")}
+        assert _names(mixture.items) == ["router", "expert 8", "Σ"]
 
 
 def test_a_failure_in_an_expert_is_red_where_it_is_and_greys_the_sum(compile_text) -> None:
@@ -111,7 +117,7 @@ def test_the_gallery_shows_mixtral_opened_with_its_review() -> None:
     for opened in OPENED:
         assert f"`{opened.command}`" in page and opened.review in page, "make gallery"
         assert (REPO / "docs" / "gallery" / f"{opened.slug}.png").is_file()
-    assert [o.slug for o in OPENED] == ["mixtral-8x7b-moe"]
+    assert [o.slug for o in OPENED] == ["mixtral-8x7b-moe", "densenet121-all", "llama2-7b-all"]
 
 
 def test_the_fixture_dot_matches_its_golden_and_renders_the_same_bytes() -> None:

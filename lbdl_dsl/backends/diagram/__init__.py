@@ -57,6 +57,7 @@ def scene(
             else "leave the figure out (--emit without svg/png/pdf/dot), or draw the model "
             "with its repeated parts in blocks and ×N groups",
         )
+    out.warnings = _unopened(walker, expansion, unchecked)
     if unchecked:
         names = ", ".join(unchecked)
         out.remark = (
@@ -73,6 +74,28 @@ def scene(
     return out
 
 
+def _unopened(
+    walker: Walker, expansion: _expand.Expansion, unchecked: tuple[str, ...]
+) -> list[str]:
+    """What ``--expand`` asked for and the figure could not open, said rather than silently
+    ignored: a name the figure never meets, a composite whose inside needs values."""
+    out = []
+    if walker.shut:
+        what = ", ".join(sorted(walker.shut))
+        why = (
+            f"their insides need values for {', '.join(unchecked)} (--set "
+            + " ".join(f"{u}=..." for u in unchecked)
+            + ")"
+            if unchecked
+            else "the checker did not reach them"
+        )
+        out.append(f"--expand: {what} drawn shut: {why}")
+    missing = sorted(expansion.asked - walker.opened - walker.shut)
+    if missing:
+        out.append(f"--expand: nothing to open in this figure for {', '.join(missing)}")
+    return out
+
+
 def to_dot(
     compiled: Built | Checked, expand: str | None = None, shading: Shading | None = None
 ) -> str:
@@ -83,4 +106,6 @@ def to_dot(
 
 from lbdl_dsl.backends.diagram.notebook import Svg, html_figure  # noqa: E402 - uses the above
 
-__all__ = ["Svg", "html_figure", "render", "scene", "to_dot"]
+write = _dot.write  # a scene (`scene`) as its DOT text
+
+__all__ = ["Svg", "html_figure", "render", "scene", "to_dot", "write"]

@@ -14,7 +14,7 @@ the layout where it covers nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 
 from lbdl_dsl.backends.diagram import style as S
@@ -23,9 +23,9 @@ from lbdl_dsl.backends.diagram.labels import wrap
 from lbdl_dsl.backends.diagram.scene import (
     ACROSS,
     BRANCH,
-    BYPASS,
     FAIL,
     FAN,
+    HIDDEN,
     MAIN,
     POISON,
     UP,
@@ -99,7 +99,9 @@ def _side(
     return "".join(cells)
 
 
-def box_label(box: Box, cols: Columns, entered: bool = False) -> str:
+def box_label(
+    box: Box, cols: Columns, entered: bool = False, spread: bool = False, room: bool = False
+) -> str:
     """A box and the cells of its row; ``entered``: an arrow along the row comes into it from
     the left, so the names it reads by name move up out of the arrow's way."""
     fill = box.fill or (
@@ -110,16 +112,48 @@ def box_label(box: Box, cols: Columns, entered: bool = False) -> str:
     dashed = ",dashed" if box.look == POISON else ""
     height = S.TALL_HEIGHT if box.tall else S.BOX_HEIGHT
     name = _font(box.name, ink, S.BOX_FONT_SIZE)
+    ports, top = _ports(box, cols.box, ink)
+    span = f' COLSPAN="{len(box.ports)}"' if box.ports else ""
     inner = (
         f'<TABLE STYLE="rounded{dashed}" BORDER="{2 if box.look == FAIL else 1}" '
         f'CELLBORDER="0" CELLSPACING="0" CELLPADDING="0" BGCOLOR="{fill}" COLOR="{border}">'
-        f'<TR><TD WIDTH="{cols.box}" HEIGHT="{height}">{name}</TD>'
+        f'{ports}<TR><TD{span} WIDTH="{cols.box}" HEIGHT="{height - top}">{name}</TD>'
         "</TR></TABLE>"
     )
     blue = S.POISON if box.look == POISON else S.HPARAM
     side = _side(cols, box.hparams, box.shape, blue, box.message)
+    if room:
+        # blank room above the box, inside its node, where the arrows into its ports converge
+        # (a mixture's lanes into Σ) instead of running side by side along the last rank
+        inner = (
+            '<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0">'
+            f'<TR><TD HEIGHT="{S.FUNNEL_ROOM}"></TD></TR><TR><TD>{inner}</TD></TR></TABLE>'
+        )
+        side = side.replace('<TD ALIGN="', '<TD VALIGN="BOTTOM" ALIGN="')
     wires = _wires(cols, box.wires, "TOP" if entered else "MIDDLE")
-    return _ROW.format(f'{wires}<TD PORT="b">{inner}</TD>{side}')
+    row = _ROW.format(f'{wires}<TD PORT="b">{inner}</TD>{side}')
+    if not spread:
+        return row
+    # room under the box for its arrows to fan out into Q, K and V: a rank apart would pull
+    # the block's bypass over to the right
+    return row.replace("</TR></TABLE>>", f'</TR><TR><TD HEIGHT="{S.FAN_ROOM}"></TD></TR></TABLE>>')
+
+
+def _ports(box: Box, width: int, ink: str) -> tuple[str, int]:
+    """The row of input points along a box's top (`Box.ports`), with their names in small
+    italics (Q, K, V), and its height; none for a box with one arrow in."""
+    if not box.ports:
+        return "", 0
+    named = any(box.ports)
+    top = S.PORT_HEIGHT if named else 1
+    n = len(box.ports)
+    widths = [width // n + (1 if i < width % n else 0) for i in range(n)]
+    cells = "".join(
+        f'<TD PORT="p{i}" WIDTH="{w}" HEIGHT="{top}" VALIGN="TOP">'
+        f"{_font(label, ink, S.PORT_FONT_SIZE, italic=True)}</TD>"
+        for i, (label, w) in enumerate(zip(box.ports, widths, strict=True))
+    )
+    return f"<TR>{cells}</TR>", top
 
 
 def _wires(cols: Columns, names: list[str], valign: str = "MIDDLE") -> str:
@@ -167,13 +201,16 @@ class Context:
     ordered: set[str]  # ids whose out-arrows must keep their order (see the module doc)
     arrives: dict[str, str]  # output ids: where their arrow comes from (above, below, side)
     entered: set[str]  # ids that an arrow along their row comes into
+    spread: set[str] = field(default_factory=set)  # boxes whose arrows fan out into ports
+    funnels: set[str] = field(default_factory=set)  # boxes with room above (`Scene.funnels`)
 
 
 def node_stmt(element: Box | Plus | Fork | Stub | Terminal, ctx: Context) -> str:
     cols = ctx.cols
     if isinstance(element, Box):
         entered = element.id in ctx.entered
-        pairs = [("label", box_label(element, cols[element.id], entered))]
+        spread, room = element.id in ctx.spread, element.id in ctx.funnels
+        pairs = [("label", box_label(element, cols[element.id], entered, spread, room))]
     elif isinstance(element, Terminal):
         arrives = ctx.arrives.get(element.id, "")
         pairs = [("label", terminal_label(element, cols[element.id], arrives))]
@@ -240,13 +277,16 @@ def frame_attrs(frame: Frame) -> list[tuple[str, str]]:
         if frame.block:
             pairs.append(("tooltip", q(f"{frame.block} {frame.hparams}".strip())))
     else:
+        # the name, and its arguments in short lines under it, at the top right, where the
+        # words beside the boxes are: the data path comes in on the left, under no text
         title = f'<FONT COLOR="{ink}"><B>{h(frame.title)}</B></FONT>'
-        if frame.hparams:
-            title += "  " + _font(frame.hparams, blue, S.SIDE_FONT_SIZE)
+        for line in wrap(frame.hparams, S.TITLE_WIDTH) if frame.hparams else []:
+            title += '<BR ALIGN="RIGHT"/>' + _font(line, blue, S.SIDE_FONT_SIZE)
+        # at the top right, as a ×N is: on the left the data path comes in through it
         pairs = [
             ("style", q("rounded,filled")),
             ("fillcolor", q(S.BLOCK_FRAME_FILL)),
-            ("labeljust", "l"),
+            ("labeljust", "r"),
         ]
     if frame.message:
         title += '<BR ALIGN="LEFT"/>' + _message(frame.message)
@@ -285,9 +325,11 @@ def ordered(edges: list[Edge]) -> list[Edge]:
     for i, e in enumerate(edges):
         first.setdefault(e.src, i)
 
-    def key(t: tuple[int, Edge]) -> tuple[int, int, int, int]:
+    def key(t: tuple[int, Edge]) -> tuple[int, int, int, int, int]:
         i, e = t
-        return (e.route == ACROSS, first[e.src], _RANK.get(e.kind, 0), i)
+        # arrows into one box's ports leave in the ports' order, left to right
+        rank = _RANK[FAN] if e.right else _RANK.get(e.kind, 0)
+        return (e.route == ACROSS, first[e.src], rank, max(e.port, 0), i)
 
     return [e for _, e in sorted(enumerate(edges), key=key)]
 
@@ -312,9 +354,11 @@ def _across(edge: Edge, kinds: dict[str, type], worded: bool) -> tuple[str, str]
     return src, _end(edge.dst, kinds, "w")
 
 
-def edge_stmt(edge: Edge, kinds: dict[str, type], texts: set[str] | None = None) -> str:
+def edge_stmt(
+    edge: Edge, kinds: dict[str, type], texts: set[str] | None = None, named: bool = False
+) -> str:
     """One arrow; ``texts`` are the boxes with words beside them, which an arrow along their
-    row must leave past."""
+    row must leave past; ``named``: it goes into a named port (mha's Q)."""
     pairs: list[tuple[str, str]] = []
     if edge.route == ACROSS:
         tail, head = _across(edge, kinds, edge.src in (texts or set()))
@@ -323,23 +367,32 @@ def edge_stmt(edge: Edge, kinds: dict[str, type], texts: set[str] | None = None)
         # box the arrow enters above the one it leaves: the U's way back up.
         tail, head = _end(edge.dst, kinds, "s"), _end(edge.src, kinds, "n")
         pairs += [("dir", "back"), ("weight", str(S.MAIN_WEIGHT))]
+    elif edge.port >= 0:
+        tail, head = _end(edge.src, kinds, "s"), f"{q(edge.dst)}:p{edge.port}:n"
+        if edge.kind == MAIN:
+            pairs.append(("weight", str(S.MAIN_WEIGHT)))
+
+        if named and edge.kind == FAN:
+            # K and V beside Q: left out of the ranking, or Graphviz moves the block's bypass
+            # to the right to make room for them
+            pairs.append(("constraint", "false"))
     else:
         tail = _end(edge.src, kinds, "s")
-        if edge.kind == BYPASS and kinds[edge.src] is Fork:
-            # A residual's input leaves its dot leftwards, so that its bypass stays on the left
-            # of the boxes even where a side input (Z into cross-attention) comes in across it.
-            tail = f"{q(edge.src)}:w"
+        side = "e" if edge.right else "w"
+        # A residual's bypass leaves its dot from the dot itself: a compass point there (`:w`)
+        # made Graphviz take a mixture's bypass round the right of the whole frame.
         if edge.kind in (MAIN, BRANCH, FAN):
             head = _end(edge.dst, kinds, "n")
         elif kinds[edge.dst] is Plus:
-            head = _end(edge.dst, kinds, "w")  # into a `+` from the side, as the book draws
+            head = _end(edge.dst, kinds, side)  # into a `+` from the side, as the book draws
         else:
             head = _end(edge.dst, kinds, "")  # onto the box's border, wherever it comes from
         if edge.kind == MAIN:
             pairs.append(("weight", str(S.MAIN_WEIGHT)))
-    if edge.label and edge.route == ACROSS:
+    if edge.label and (edge.route == ACROSS or edge.port >= 0):
         # On a row, the name sits on its own arrow, in the gap it crosses (an external label:
-        # an inline one would bend the arrow up to it).
+        # an inline one would bend the arrow up to it); into a port, on its way there (at its
+        # head it would sit under the box above, the ports are so close).
         pairs.append(("xlabel", "<" + _font(edge.label, S.INK, S.SIDE_FONT_SIZE, True) + ">"))
     elif edge.label:
         # Beside the arrow's end, where it enters the box the name is read by: on its own
@@ -349,6 +402,8 @@ def edge_stmt(edge: Edge, kinds: dict[str, type], texts: set[str] | None = None)
             ("labeldistance", "2"),
             ("labelangle", "-30"),
         ]
+    if edge.look == HIDDEN:
+        pairs.append(("style", "invis"))
     if edge.look == FAIL:
         pairs += [("color", q(S.FAIL)), ("penwidth", "1.8")]
     elif edge.look == POISON:
@@ -393,7 +448,9 @@ def write(scene: Scene) -> str:
         if e.dst in outputs
     }
     entered = {e.dst for e in edges if e.route == ACROSS}
-    ctx = Context(columns(scene), sideways, arrives, entered)
+    named = {b.id for b in scene.boxes() if any(b.ports)}
+    spread = {e.src for e in edges if e.dst in named and e.kind == FAN}
+    ctx = Context(columns(scene), sideways, arrives, entered, spread, scene.funnels)
     font = q(S.FONT)
     out = [
         f"digraph {q(scene.name)} {{",
@@ -419,7 +476,7 @@ def write(scene: Scene) -> str:
     out += [f"  {node_stmt(t, ctx)}" for t in scene.outputs]
     out += [f"  {{ rank=same; {'; '.join(q(i) for i in row)}; }}" for row in scene.rows]
     texts = {b.id for b in scene.boxes() if b.hparams or b.shape or b.message}
-    out += ["  " + edge_stmt(e, kinds, texts) for e in edges]
+    out += ["  " + edge_stmt(e, kinds, texts, e.dst in named and e.port >= 0) for e in edges]
     if scene.legend or scene.note or scene.remark or scene.swatches:
         out.append(f"  graph [labelloc=b, labeljust=l, label=<{legend(scene)}>];")
     out.append("}")

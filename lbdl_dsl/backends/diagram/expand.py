@@ -12,8 +12,9 @@ inside those.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lbdl_dsl.core.errors import LbdlError, did_you_mean
 from lbdl_dsl.core.layers import LAYERS, lookup
@@ -26,6 +27,7 @@ class Expansion:
     everything: bool = False
     depth: int = 0
     names: frozenset[str] = frozenset()
+    asked: frozenset[str] = frozenset()  # the names as given, without the blocks holding them
 
     def wants(self, name: str, depth: int) -> bool:
         """Whether a call of block ``name`` (or a composite ``name``), nested in ``depth`` open
@@ -70,5 +72,39 @@ def parse(expand: str | None, blocks: Collection[str]) -> Expansion:
         return Expansion(everything=True)
     if text.lstrip("-").isdigit():
         return Expansion(depth=max(int(text), 0))
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    return Expansion(names=frozenset(_canonical(n, blocks) for n in names))
+    names = frozenset(_canonical(n.strip(), blocks) for n in text.split(",") if n.strip())
+    asked = names
+    if isinstance(blocks, Mapping):
+        names |= holders(names, blocks)
+    return Expansion(names=names, asked=asked)
+
+
+def holders(names: frozenset[str], blocks: Mapping[str, Any]) -> frozenset[str]:
+    """The blocks whose calls must open for a box named in ``names`` to show: ``--expand ffw``
+    on a Transformer whose ffw boxes sit inside ``tlayer`` calls opens those calls too (drawn
+    shut, they would hide the very box asked for)."""
+    found: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, block in blocks.items():
+            if name not in found and _calls(block.body, names | found):
+                found.add(name)
+                grew = True
+    return frozenset(found - names)
+
+
+def _calls(graph: Any, names: Collection[str]) -> bool:
+    """Whether ``graph`` (or a group inside it) has a box or a block call among ``names``."""
+    for node in graph.nodes():
+        if node.kind in ("layer", "call") and _canonical_op(node.op) in names:
+            return True
+        inner = [getattr(node, "body", None), getattr(node, "shortcut", None)]
+        if any(g is not None and _calls(g, names) for g in inner):
+            return True
+    return False
+
+
+def _canonical_op(op: str) -> str:
+    layer = lookup(op)
+    return layer.name if layer is not None else op

@@ -18,6 +18,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
+from lbdl_dsl.boxtext import fmt_value
 from lbdl_dsl.compiler.graph import Block, Node
 from lbdl_dsl.compiler.instance import Inst, Tensor
 from lbdl_dsl.core.layers import Layer, lookup
@@ -33,23 +34,19 @@ def book_name(op: str) -> str:
     return next((a for a in layer.aliases if " " in a), layer.name)
 
 
-# Boxes whose defining numbers the figure writes even at their default, under the book's names: a
-# mixture of experts is read by its expert count and top-k, a window attention by its window and
-# shift (W-MSA and SW-MSA blocks alternate; a figure hiding shift=0 could not tell them apart).
-_ALWAYS: dict[str, tuple[tuple[str, str], ...]] = {
-    "moe": (("e", "experts"), ("k", "k")),
-    "window-att": (("w", "window"), ("shift", "shift")),
-}
-
-
 def always_text(node: Node, inst: Inst | None, text: str) -> str:
-    """``text`` (the written hyper-parameters) with the box's defining numbers first, each once:
-    ``experts=8 k=2 hidden=14336`` for ``moe e=8 hidden=14336``."""
-    pairs = _ALWAYS.get(node.op) if node.kind == "layer" else None
+    """``text`` (the written hyper-parameters) with the box's defining numbers first, each once,
+    even at their default: those its registry entry marks ``shown`` (a mixture's expert count
+    and top-k, the token `take` keeps), under the entry's word for them: ``experts=8 k=2
+    hidden=14336`` for ``moe e=8 hidden=14336``."""
+    layer = lookup(node.op) if node.kind == "layer" else None
+    pairs = [(hp.name, hp.word or hp.name) for hp in layer.hparams if hp.shown] if layer else []
     if not pairs or inst is None:
         return text
     names = {key for key, _ in pairs}
-    head = [f"{word}={inst.hp[key]}" for key, word in pairs if inst.hp.get(key) is not None]
+    head = [
+        f"{word}={fmt_value(inst.hp[key])}" for key, word in pairs if inst.hp.get(key) is not None
+    ]
     rest = [part for part in text.split() if part.split("=", 1)[0] not in names]
     return " ".join(head + rest)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lbdl_dsl.backends.diagram.columns import lanes
 from lbdl_dsl.backends.diagram.scene import (
     ACROSS,
     BYPASS,
@@ -45,6 +46,7 @@ from lbdl_dsl.backends.diagram.scene import (
 )
 
 MIN_SKIPS = 2  # nested skips that make a figure a U
+FUNNEL_FROM = 3  # side arrows into one box that come in through room above it
 
 
 def arrange(scene: Scene) -> None:
@@ -56,6 +58,8 @@ def arrange(scene: Scene) -> None:
     _heads(scene)
     _named_wires(scene)
     _names(scene, u_skips)
+    _bypass_sides(scene)
+    _ports(scene)
 
 
 # -- what is where --------------------------------------------------------------------------------
@@ -211,13 +215,18 @@ def _explicit_residuals(scene: Scene) -> None:
     """``+(X)`` at the end of a frame that starts from X (a composite's inside, a block written
     without ``residual:``) is a residual: X splits at a dot inside the frame, as a ``residual:``
     group's input does, and its arrow bypasses the frame's boxes on the left into the `+`,
-    unnamed."""
+    unnamed. A concatenation of X with what the frame made of it (DenseNet's layer, whose
+    chain `walk.fan_out` made the column) splits X at a dot the same way: an arrow from
+    outside the frame would run down outside it, on its border."""
     frames = _frames(scene)
     kinds = scene.elements()
     for edge in list(scene.edges):
-        if edge.kind != SIDE or not isinstance(kinds.get(edge.dst), Plus):
+        plus = isinstance(kinds.get(edge.dst), Plus)
+        if edge.kind != SIDE or not (plus or isinstance(kinds.get(edge.dst), Box)):
             continue
         here = frames.get(edge.dst, ())
+        if not plus and (frames.get(edge.src, ()) == here or edge.label):
+            continue  # a skip inside one frame, or a named tensor (Z) coming in
         starts = [
             e
             for e in scene.edges
@@ -230,7 +239,8 @@ def _explicit_residuals(scene: Scene) -> None:
         frame.items.insert(0, fork)
         scene.edges.insert(scene.edges.index(starts[0]), Edge(edge.src, fork.id, MAIN))
         starts[0].src = fork.id
-        edge.src, edge.kind, edge.label = fork.id, BYPASS, ""
+        edge.src, edge.label = fork.id, ""
+        edge.kind = BYPASS if plus else SIDE
         frames[fork.id] = here
 
 
@@ -298,3 +308,68 @@ def _names(scene: Scene, u_skips: set[int]) -> None:
 
 def _text(element: object) -> str:
     return element.text if isinstance(element, Terminal) else ""
+
+
+def _bypass_sides(scene: Scene) -> None:
+    """A residual whose boxes read a tensor made before it (Z into cross-attention, drawn on
+    the left: Graphviz places what is drawn first on the left) has its bypass on the right,
+    so that the tensor's arrow comes in without crossing it."""
+    order = {eid: i for i, eid in enumerate(scene.elements())}
+    for bypass in scene.edges:
+        if bypass.kind != BYPASS or bypass.src not in order or bypass.dst not in order:
+            continue
+        start, end = order[bypass.src], order[bypass.dst]
+        bypass.right = any(
+            start < order.get(e.dst, -1) < end and order.get(e.src, end) < start
+            for e in scene.edges
+            if e.kind != BYPASS and not e.route
+        )
+
+
+def _ports(scene: Scene) -> None:
+    """A box that more than one arrow comes into from above gets a point for each along its
+    top, so that no two share an arrowhead (gcn's matmul reads A and the features): the
+    flowing tensor's in the middle, where the column goes on, the others on its right, where
+    Graphviz puts the columns a box reads from the side. A box whose entry names its ports
+    (mha's Q, K, V) keeps their order, with the others on the left where they all come from
+    a tensor drawn before the flowing one (Z into cross-attention, as `_bypass_sides` says).
+    An arrow into a port right of the middle is marked `Edge.right`."""
+    order = {eid: i for i, eid in enumerate(scene.elements())}
+    lane = lanes(scene)
+    into: dict[str, list[Edge]] = {}
+    for edge in scene.edges:
+        if not edge.route:
+            into.setdefault(edge.dst, []).append(edge)
+    for box in scene.boxes():
+        edges = into.get(box.id, [])
+        main = next((e for e in edges if e.kind == MAIN), edges[0] if edges else None)
+        if len(edges) < 2 or main is None:
+            continue
+        rest = [e for e in edges if e is not main]
+        left = [e for e in rest if order.get(e.src, 0) < order.get(main.src, 0)]
+        if box.ports and len(left) != len(rest):
+            for edge in rest:
+                edge.right = True  # named ports, their others on the right already
+            continue
+        if box.ports:  # named ports whose others come from the left: those before the main
+            named = sorted(rest, key=lambda e: e.port)
+            labels = [box.ports[e.port] for e in named] + [box.ports[main.port]]
+            box.ports = labels + [""] * len(named)
+            for i, edge in enumerate(named):
+                edge.port = i
+            main.port = len(named)
+            continue
+        # a skip from higher up the same column (DenseNet's concat of the block's input)
+        # comes round the left, as a bypass does: on the right it runs down the words beside
+        # the boxes and pushes the column aside, block after block, into a staircase
+        skips = [e for e in rest if lane.get(e.src) == lane.get(box.id) is not None]
+        right = [e for e in rest if e not in skips]
+        middle = max(len(skips), len(right))
+        if len(right) >= FUNNEL_FROM:
+            scene.funnels.add(box.id)  # a pyramid's branches: room above to converge in
+        box.ports = [""] * (2 * middle + 1)
+        main.port = middle
+        for i, edge in enumerate(skips):
+            edge.port = middle - len(skips) + i
+        for i, edge in enumerate(right):
+            edge.port, edge.right = middle + 1 + i, True

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 from html import escape
+from pathlib import Path
 
 from lbdl_dsl.backends.diagram.run_dot import render
 from lbdl_dsl.compiler.driver import Compiled
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import ArgumentError, LbdlError
+from lbdl_dsl.output import write_atomic
 
 MAX_INLINE_BOXES = 2_000
 """A model drawn inline only up to this many boxes: a notebook is not the place to wait for
@@ -21,10 +23,39 @@ Graphviz on a figure nobody can read (``model.diagram()`` still draws it on requ
 
 
 class Svg(str):
-    """SVG text that a notebook shows as the figure; everywhere else, the text itself."""
+    """SVG text that a notebook shows as the figure; everywhere else, the text itself. It keeps
+    the figure's DOT, so that `save` writes any format: ``model.diagram().save("m.png")``."""
+
+    dot: str = ""
+
+    def __new__(cls, text: str, dot: str = "") -> Svg:
+        made = super().__new__(cls, text)
+        made.dot = dot
+        return made
 
     def _repr_svg_(self) -> str:
         return str(self)
+
+    def save(self, path: str | Path, scale: float = 1.0, dpi: float | None = None) -> Path:
+        """Write the figure to ``path``, in the format its suffix names (``.svg``, ``.png``,
+        ``.pdf``, ``.dot``), ``scale`` times the default size (or a PNG at ``dpi``)."""
+        target = Path(path)
+        fmt = target.suffix.lstrip(".").lower()
+        if fmt not in ("svg", "png", "pdf", "dot"):
+            raise LbdlError(
+                f"cannot save a figure as {target.name!r}",
+                hint="name it .svg, .png, .pdf or .dot",
+            )
+        as_drawn = fmt == "svg" and scale == 1.0 and dpi is None
+        if not as_drawn and not self.dot:
+            raise LbdlError("this figure was made without its DOT; draw it again to save it")
+        if fmt == "dot":
+            data: str | bytes = self.dot
+        elif fmt == "svg" and scale == 1.0 and dpi is None:
+            data = str(self)
+        else:
+            data = render(self.dot, fmt, scale, dpi)
+        return write_atomic(target, data)
 
     def __repr__(self) -> str:
         return f"<SVG figure, {len(self):,} characters (str() for the text)>"
@@ -36,6 +67,22 @@ _PROLOG = re.compile(r"^\s*(<\?xml[^>]*>\s*)?(<!DOCTYPE[^>]*>\s*)?(<!--.*?-->\s*
 def inline_svg(svg: str) -> str:
     """The ``<svg>`` element alone, to sit inside an HTML page."""
     return _PROLOG.sub("", svg, count=1)
+
+
+def figure(
+    compiled: Compiled, fmt: str = "svg", expand: str | None = None, scale: float = 1.0
+) -> Svg | str | bytes:
+    """What ``model.diagram()`` (and ``lbdl_dsl.check(...).diagram()``) answers: SVG text that
+    shows as the figure and saves in any format, DOT text, or PNG/PDF bytes."""
+    from lbdl_dsl.backends.diagram import to_dot
+
+    if fmt not in ("svg", "dot", "png", "pdf"):
+        raise ArgumentError(f"fmt must be one of svg, dot, png, pdf; got {fmt!r}")
+    dot = to_dot(compiled, expand=expand)
+    if fmt == "dot":
+        return dot
+    data = render(dot, fmt, scale)
+    return Svg(data.decode("utf-8"), dot) if fmt == "svg" else data
 
 
 def html_figure(compiled: Compiled) -> str:

@@ -18,13 +18,40 @@ from lbdl_dsl.core.errors import LbdlError
 DOT = "dot"  # the program's name; tests point it elsewhere
 TIMEOUT_S = 120
 PNG_DPI = 110  # sharp on a screen without making ResNet-50's expanded figure enormous
-_FLAGS = {"svg": ["-Tsvg"], "png": ["-Tpng", f"-Gdpi={PNG_DPI}"], "pdf": ["-Tpdf"]}
+SVG_DPI = 72  # an SVG's own unit, the point: scale 1 writes the layout's sizes as they are
+_FLAGS = {
+    "svg": ["-Tsvg"],
+    "png": ["-Tpng"],
+    "pdf": ["-Tpdf"],
+    "json": ["-Tjson"],
+}  # json: `geometry`
+MAX_SCALE = 8.0  # a PNG 8× the default is already 40,000 px tall for ResNet-50's opened figure
 
 
-def render(dot: str, fmt: str) -> bytes:
-    """``dot`` rendered to ``fmt`` (svg, png or pdf); raises `LbdlError` if Graphviz is missing."""
+def resolution(fmt: str, scale: float = 1.0, dpi: float | None = None) -> float | None:
+    """The dots per inch ``fmt`` is rendered at: a PNG at 110 × ``scale`` (or ``dpi``), an SVG's
+    width and height at 72 × ``scale`` (its drawing is vector; only its size on the page
+    changes); None for a PDF (vector, scaled by whoever prints it) and for an SVG at scale 1,
+    whose bytes stay those Graphviz writes by default."""
+    if not 0 < scale <= MAX_SCALE or (dpi is not None and not 0 < dpi <= PNG_DPI * MAX_SCALE):
+        raise LbdlError(
+            f"a figure's scale is between 0 and {MAX_SCALE:g} (dpi up to {PNG_DPI * MAX_SCALE:g})",
+            hint="--scale 2 draws a PNG twice as wide as the default; --dpi 300 prints sharp",
+        )
+    if fmt == "png":
+        return dpi if dpi is not None else PNG_DPI * scale
+    if fmt == "svg" and (scale != 1.0 or dpi is not None):
+        return SVG_DPI * (dpi / PNG_DPI if dpi is not None else scale)
+    return None
+
+
+def render(dot: str, fmt: str, scale: float = 1.0, dpi: float | None = None) -> bytes:
+    """``dot`` rendered to ``fmt`` (svg, png or pdf), ``scale`` times the default size (or at
+    ``dpi`` dots per inch, for a PNG to print); raises `LbdlError` if Graphviz is missing."""
     if fmt not in _FLAGS:
         raise ValueError(f"cannot render {fmt!r}; choose from {', '.join(_FLAGS)}")
+    at = resolution(fmt, scale, dpi)
+    flags = _FLAGS[fmt] + ([f"-Gdpi={at:g}"] if at is not None else [])
     program = shutil.which(DOT)
     if program is None:
         raise LbdlError(
@@ -32,7 +59,7 @@ def render(dot: str, fmt: str) -> bytes:
         )
     try:
         done = subprocess.run(
-            [program, *_FLAGS[fmt]],
+            [program, *flags],
             input=dot.encode("utf-8"),
             capture_output=True,
             timeout=TIMEOUT_S,

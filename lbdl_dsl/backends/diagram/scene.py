@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Union
 
 # How an element is painted: with trainable parameters, without, the box where checking stopped,
-# or a box after it that was never checked.
-PARAM, PLAIN, FAIL, POISON = "param", "plain", "fail", "poison"
+# or a box after it that was never checked; an arrow may also be HIDDEN (it only holds its
+# head in place: the "⋯" between a mixture's lanes).
+PARAM, PLAIN, FAIL, POISON, HIDDEN = "param", "plain", "fail", "poison", "hidden"
 
 
 @dataclass
@@ -32,6 +33,10 @@ class Box:
     trainable: bool = False  # filled dark, even where checking failed (its kind has weights)
     wires: list[str] = field(default_factory=list)  # tensors read by name, written on its left
     fill: str = ""  # a colour that overrides the look's (boxes coloured by sharding)
+    # The points along its top where arrows come in, left to right, with their names (mha's
+    # Q, K, V; "" for a box whose inputs only need arrowheads apart): set by the walk for a
+    # registry's named ports, by `layout` for any box that reads more than one arrow.
+    ports: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -114,6 +119,8 @@ class Edge:
     look: str = PLAIN
     route: str = ""  # set by `layout`: "" (as the kind says), ACROSS or UP
     name: str = ""  # the tensor's name, if it has one, whether or not it is written
+    port: int = -1  # which of its box's `Box.ports` it comes into; -1: the box's top middle
+    right: bool = False  # a bypass drawn on the right (side inputs come in from the left)
 
 
 ACROSS, UP = "across", "up"  # an arrow drawn sideways on one row, or upward (a U's way back)
@@ -133,6 +140,9 @@ class Scene:
     remark: str = ""  # what the figure leaves unchecked, by design (a block drawn on its own)
     rows: list[list[str]] = field(default_factory=list)  # set by `layout`: ids on one row
     swatches: tuple[tuple[str, str], ...] = ()  # (text, colour) under the figure (paint)
+    warnings: list[str] = field(default_factory=list)  # what was asked and not drawn (stderr)
+    loose: set[str] = field(default_factory=set)  # boxes whose words are sized alone (`columns`)
+    funnels: set[str] = field(default_factory=set)  # boxes whose side arrows come a rank apart
 
     def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""

@@ -32,15 +32,22 @@ TALL_HEIGHT = 34  # a composite box (resblock, self-att, ffw): the book draws th
 # Primitive boxes the book draws tall too, for their internal structure (Fig. 5.6's mha: the
 # heads, their projections and the attention operator; Fig. 4.13 is its inside).
 TALL_PRIMITIVES = frozenset({"mha"})
+PORT_HEIGHT = 11  # the row of named input points (Q, K, V) along the top of a box
+PORT_FONT_SIZE = 9
+FAN_ROOM = 14  # under a box whose arrows fan out into Q, K and V
+FUNNEL_ROOM = 40  # above a mixture's Σ, where its lanes' arrows converge
 GAP = 9  # between the box and its hyper-parameters
 WIRE_GAP = 4  # between a tensor read by name (on the left) and its box
 SHAPE_GAP = 14  # between the hyper-parameters and the shape column
 PLUS_SIZE = 0.24  # the diameter of a `+` node, in inches
+TITLE_WIDTH = 16  # characters per line of a block frame's arguments, under its name
 MESSAGE_WIDTH = 56  # characters per line of an error message beside its box
 
 NODESEP = 0.3  # inches between side-by-side columns
 RANKSEP = 0.2  # inches between boxes in a column
 MAIN_WEIGHT = 100  # keeps the data path straight: Graphviz aligns what it weighs heavily
+
+WIDTH_MARGIN = 1.05  # text columns are sized this much wider than `text_width` estimates
 
 # Liberation Sans / Arial advance widths in em, for the few characters whose width is far from
 # the average; used to size the label columns so that shapes line up at the far right.

@@ -99,6 +99,9 @@ class Walker:
         # take the composite's hyper-parameters, which its frame's title already writes.
         self.passed: list[frozenset[str]] = []
         self.rows: list[list[str]] = []  # elements drawn on one row (a mixture's experts)
+        self.funnels: list[str] = []  # a mixture's Σ: the lanes come into it a rank apart
+        self.opened: set[str] = set()  # block and composite names drawn open
+        self.shut: set[str] = set()  # composites asked open with no inside to draw (unchecked)
 
     def look_of(self, node: Node, inst: Inst | None, n_inputs: int) -> str:
         look = look_of(inst, n_inputs)
@@ -147,13 +150,44 @@ class Walker:
         outs = self.scope(graph, insts, ins, prefix, depth, into)
         return outs.get(graph.result) if graph.result else None
 
-    def connect(self, srcs: Srcs, dst: str, look: str) -> None:
-        """Arrows into a box: the flowing tensor from above, any other one from the side."""
+    def connect(
+        self, srcs: Srcs, dst: str, look: str, item: object = None, node: Node | None = None
+    ) -> None:
+        """Arrows into a box: the flowing tensor from above, any other one from the side; a
+        box whose entry names its ports (mha's Q, K, V) takes one arrow into each."""
+        layer = lookup(node.op) if node is not None and node.kind == "layer" else None
+        if isinstance(item, Box) and layer and layer.ports and srcs and srcs[0][0] is not None:
+            self.named_ports(item, layer.ports, srcs, look)
+            return
         for port, (src, name) in enumerate(srcs):
             if src is None:
                 continue
             kind = MAIN if port == 0 else SIDE
             self.edges.append(Edge(src, dst, kind, name if kind == SIDE else "", look, name=name))
+
+    def named_ports(
+        self, box: Box, ports: tuple[tuple[str, int], ...], srcs: Srcs, look: str
+    ) -> None:
+        """One arrow per named port, the first (the flowing tensor) at the box's middle and the
+        others to its right: ``[ ][ ][Q][K][V]``; inputs no port names (a mask) come after."""
+        blank = len(ports) - 1
+        box.ports = [""] * blank + [name for name, _ in ports]
+        used: set[int] = set()
+        for j, (_, wanted) in enumerate(ports):
+            i = wanted if wanted < len(srcs) and srcs[wanted][0] is not None else 0
+            src, name = srcs[i]
+            # beside the flowing tensor's arrow, another of its own (K, V in self-attention)
+            kind = MAIN if j == 0 else FAN if i == 0 else SIDE
+            # Z named once, on its last arrow (V)
+            last = all(min(w, len(srcs) - 1) != i for _, w in ports[j + 1 :])
+            label = name if i > 0 and last else ""
+            used.add(i)
+            self.edges.append(Edge(src, box.id, kind, label, look, name=name, port=blank + j))
+        for i, (src, name) in enumerate(srcs):
+            if i not in used and src is not None:
+                box.ports.append("")
+                port = len(box.ports) - 1
+                self.edges.append(Edge(src, box.id, SIDE, name, look, name=name, port=port))
 
     # -- boxes ----------------------------------------------------------------------------------
     def box(
@@ -190,16 +224,25 @@ class Walker:
             # A composite whose checked instance carries its inside (self-att, ffw) opens as a
             # block call does.
             inside = getattr(inst, "inside", None) if composite else None
-            if inside is not None and self.expansion.wants(node.op, depth):
+            wanted = self.expansion.wants(node.op, depth) or (
+                layer is not None and self.expansion.wants(layer.name, depth)
+            )
+            if composite and wanted and inside is None:
+                self.shut.add(layer.name if layer is not None else node.op)
+            if inside is not None and wanted:
+                self.opened.add(layer.name if layer is not None else node.op)
                 title = labels.book_name(node.op)
                 passed = frozenset(p.name for p in inside.params)
                 return self.open_block(
                     node, inst, srcs, path, depth, into, inside.body, title, passed
                 )
             opens = layer is not None and layer.expert is not None and inst is not None
-            if opens and self.expansion.wants(node.op, depth):
+            if layer is not None and layer.expert is not None and wanted and not opens:
+                self.shut.add(layer.name)
+            if opens and wanted:
                 body = expert_body(inst)
                 if body is not None:
+                    self.opened.add(layer.name)
                     frame = Frame(f"cluster:{path}", "experts", node.op, self.hparams(node, inst))
                     ek = (mixture.whole(inst.hp["e"]), mixture.whole(inst.hp["k"]))
                     return self.mixture(node, inst, srcs, path, depth, into, frame, body, ek)
@@ -214,7 +257,7 @@ class Walker:
         into.append(item)
         if item.look == FAIL:
             self.sites.append(Site(item, node.span))
-        self.connect(srcs, path, item.look)
+        self.connect(srcs, path, item.look, item, node)
         return path
 
     def draw_call(
@@ -223,6 +266,7 @@ class Walker:
         if not self.expansion.wants(node.op, depth):
             return self.box(node, inst, srcs, path, into, tall=True)
         body = self.program.blocks[node.op].body
+        self.opened.add(node.op)
         return self.open_block(node, inst, srcs, path, depth, into, body, node.op)
 
     def open_block(
@@ -399,6 +443,8 @@ class Walker:
                 self.edges.append(Edge(src, f"output:{name}", MAIN, look=look))
         scene.edges = self.edges
         scene.rows = [row for row in self.rows if len(row) > 1]
+        scene.loose = {eid for row in scene.rows for eid in row}
+        scene.funnels = set(self.funnels)
         scene.legend = list(self.conventions.notes)
         wires.name_broadcasts(scene)
         fan_out(scene.edges)
@@ -474,11 +520,71 @@ def fan_out(edges: list[Edge]) -> list[Edge]:
         if edge.kind == MAIN:
             readers.setdefault(edge.src, []).append(edge)
     for group in readers.values():
-        keep = next((e for e in group if e.dst in merges), group[0])
-        for edge in group:
-            if edge is not keep:
-                edge.kind = FAN
+        keep = next((e for e in group if e.dst in merges), None) or _joined(group, edges)
+        others = [e for e in group if e is not keep]
+        into = _chain_into(others[0].dst, keep.dst, edges) if len(others) == 1 else None
+        if into is not None:
+            # DenseNet's concat(x, new): the one other reader is a chain of boxes into the
+            # same concat; that chain is the column, and x's own arrow a skip round its side
+            keep.kind, into.kind = SIDE, MAIN
+            continue
+        for edge in others:
+            edge.kind = FAN
     return edges
+
+
+JOIN_WITHIN = 3  # boxes down a path where another reader's box may join it from the side: a
+# gated unit's product, not a U-Net's concatenation at the bottom of the U
+
+
+def _path(start: str, out: dict[str, list[Edge]]) -> list[str]:
+    """The boxes down the data path from ``start``, while it goes on in one arrow."""
+    path = [start]
+    while len(path) < len(out) + 1:
+        main = [e for e in out.get(path[-1], []) if e.kind == MAIN]
+        if len(main) != 1 or main[0].dst in path:
+            break
+        path.append(main[0].dst)
+    return path
+
+
+def _joined(group: list[Edge], edges: list[Edge]) -> Edge:
+    """Of the arrows that read one tensor, the one whose path another reader's box joins from
+    the side a few boxes down (SwiGLU's gate: silu, then the product the up fc comes into),
+    else the first: the column goes on through it, and the others run beside."""
+    if len(group) < 2:
+        return group[0]
+    out: dict[str, list[Edge]] = {}
+    for edge in edges:
+        out.setdefault(edge.src, []).append(edge)
+    for edge in group:
+        mine = set(_path(edge.dst, out)[1:JOIN_WITHIN])
+        for other in group:
+            if other is not edge and any(
+                s.kind == SIDE and s.dst in mine for s in out.get(other.dst, [])
+            ):
+                return edge
+    return group[0]
+
+
+def _chain_into(start: str, merge: str, edges: list[Edge]) -> Edge | None:
+    """The side arrow into ``merge`` at the end of the single chain of data-path arrows that
+    starts at ``start``, if there is one."""
+    out: dict[str, list[Edge]] = {}
+    for edge in edges:
+        out.setdefault(edge.src, []).append(edge)
+    here, seen = start, set()
+    while here not in seen:
+        seen.add(here)
+        nxt = out.get(here, [])
+        end = next((e for e in nxt if e.dst == merge and e.kind == SIDE), None)
+        if end is not None:
+            return end
+        main = [e for e in nxt if e.kind == MAIN]
+        if len(main) != 1:
+            return None
+        here = main[0].dst
+    return None
 
 
 def _names(graph: Graph) -> dict[str, str]:

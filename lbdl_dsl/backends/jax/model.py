@@ -140,18 +140,13 @@ class Model:
 
         return report.render_table(self.checked, depth)
 
-    def diagram(self, fmt: str = "svg", expand: str | None = None) -> Any:
+    def diagram(self, fmt: str = "svg", expand: str | None = None, scale: float = 1.0) -> Any:
         """The diagram in the book's style: SVG text by default (shown as a figure in a
-        notebook), DOT text, or png/pdf bytes."""
-        from lbdl_dsl.backends import diagram
+        notebook; ``.save("model.png")`` writes it in any format), DOT text, or png/pdf bytes,
+        ``scale`` times the default size."""
+        from lbdl_dsl.backends.diagram.notebook import figure
 
-        if fmt not in ("svg", "dot", "png", "pdf"):
-            raise ArgumentError(f"fmt must be one of svg, dot, png, pdf; got {fmt!r}")
-        dot = diagram.to_dot(self.compiled, expand=expand)
-        if fmt == "dot":
-            return dot
-        data = diagram.render(dot, fmt)
-        return diagram.Svg(data.decode("utf-8")) if fmt == "svg" else data
+        return figure(self.compiled, fmt, expand, scale)
 
     def _repr_html_(self) -> str:
         """In a notebook: the summary table, then the figure."""

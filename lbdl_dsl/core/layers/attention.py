@@ -329,6 +329,7 @@ MHA = Layer(
         HP("out", "size", None, "output dimension (default D)"),
     ),
     arity=(1, 3),
+    ports=(("Q", 0), ("K", 1), ("V", 1)),
     resolve=lambda c: _heads_attrs(c, c.hp.get("out")),
     shape=_mha_shape,
     params=lambda c: _mha_specs(c, c.x[1], _mha_z(c)[1], c.y[1]),

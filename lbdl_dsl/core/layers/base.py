@@ -59,6 +59,14 @@ class HP:
     default: Any = REQUIRED
     doc: str = ""
     choices: tuple[str, ...] = ()
+    # How figures write it. ``shown``: even at its default, because it says what the box does
+    # (which token `take` keeps, a mixture's expert count); ``word``: the name figures write
+    # instead of the short one (``experts=8`` for ``e``); ``default_from``: the default is
+    # another hyper-parameter's value (a pool's stride is its window), so ``s=2`` beside
+    # ``k=2`` says nothing.
+    shown: bool = False
+    word: str = ""
+    default_from: str = ""
 
     @property
     def required(self) -> bool:
@@ -287,6 +295,10 @@ class Layer:
     keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
     out_type: Callable[[Ctx], tuple[str, Expr | None]] | None = None  # (type, range) it makes
     reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
+    # The named points a figure draws the box's inputs into, left to right, each with the
+    # input it reads (that input if the box has it, else its first): mha's Q from the first
+    # input, K and V from the second (cross-attention's Z) or the first again (§ 4.8, Fig. 5.6)
+    ports: tuple[tuple[str, int], ...] = ()
 
     def hparam(self, name: str) -> HP | None:
         by_name: dict[str, HP] | None = self.__dict__.get("_hparams_by_name")

@@ -371,7 +371,7 @@ def _pool(kind: str, n: int, example: tuple[str, str], cases: tuple[tuple[str, s
     suffix = "" if n == 2 else "-1d"
     hps = [
         HP("k", "sizes", doc="window size"),
-        HP("s", "sizes", None, "stride (default: the window size)"),
+        HP("s", "sizes", None, "stride (default: the window size)", default_from="k"),
         HP("p", "padding", 0, "padding on each side"),
     ]
     if dilated:

@@ -125,8 +125,8 @@ MOE = Layer(
     "`apply` returns: add it, scaled, to the training loss. Parameters: router (D, E), gate and "
     "up (E, D, hidden), down (E, hidden, D).",
     hparams=(
-        HP("e", "size", doc="number of experts"),
-        HP("k", "size", 2, "experts per token"),
+        HP("e", "size", doc="number of experts", shown=True, word="experts"),
+        HP("k", "size", 2, "experts per token", shown=True),
         HP("hidden", "size", None, "each expert's hidden dimension (default 4D)"),
         HP("act", "choice", "swiglu", "each expert's gated activation", tuple(_ACTS)),
         HP("cap", "float", 1.25, "capacity factor: expert buffers hold cap·k·tokens/E tokens"),

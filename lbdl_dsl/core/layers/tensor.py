@@ -179,7 +179,10 @@ TAKE = Layer(
     aliases=("select",),
     category="Tensor",
     doc="Keeps one position of an axis and drops the axis (ViT keeps Z0, the CLS token).",
-    hparams=(HP("i", "index", 0, "the position (-1: the last)"), HP("axis", "axis", 0, "the axis")),
+    hparams=(
+        HP("i", "index", 0, "the position (-1: the last)", shown=True),
+        HP("axis", "axis", 0, "the axis"),
+    ),
     resolve=_take_attrs,
     shape=lambda c: c.x[: c.a.axis] + c.x[c.a.axis + 1 :],
     keeps_dtype=True,

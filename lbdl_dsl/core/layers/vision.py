@@ -160,8 +160,9 @@ WINDOW_ATT = Layer(
     "has one.",
     hparams=(
         HP("h", "size", doc="number of heads"),
-        HP("w", "size", 7, "the window's side"),
-        HP("shift", "size", 0, "the cyclic shift (w/2 in every other Swin block)"),
+        HP("w", "size", 7, "the window's side", shown=True, word="window"),
+        # W-MSA and SW-MSA blocks alternate: a figure hiding shift=0 could not tell them apart
+        HP("shift", "size", 0, "the cyclic shift (w/2 in every other Swin block)", shown=True),
         HP("bias", "bool", True, "biases on the query, key and value projections"),
     ),
     resolve=_window_attrs,
