@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 # How an element is painted: with trainable parameters, without, the box where checking stopped,
 # or a box after it that was never checked.
@@ -133,6 +133,9 @@ class Scene:
     remark: str = ""  # what the figure leaves unchecked, by design (a block drawn on its own)
     rows: list[list[str]] = field(default_factory=list)  # set by `layout`: ids on one row
     swatches: tuple[tuple[str, str], ...] = ()  # (text, colour) under the figure (paint)
+    # The walk's `Origin` of each drawn path (a box's id; a frame's id after ``cluster:``):
+    # not drawn, read by what links the figure back to the spec (lbdl serve)
+    origins: dict[str, Any] = field(default_factory=dict)
 
     def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""

@@ -1,0 +1,117 @@
+"""``lbdl serve [SPEC|DIR]``: the studio, a spec's figure, costs and errors as you type."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from pathlib import Path
+
+from lbdl_dsl.core.errors import LbdlError
+
+HELP = "edit specs in the browser: the figure, summary and errors follow the text as you type"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target",
+        nargs="?",
+        default=".",
+        metavar="SPEC|DIR",
+        help="a spec to open (its folder is served) or a folder of specs (default: .)",
+    )
+    p.add_argument("--port", type=int, default=8765, help="the port (default 8765; 0: any free)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1, this machine only)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="the longest one check may take before it is stopped (default 10)",
+    )
+    p.add_argument(
+        "--workers", type=int, default=2, help="checks run at once, each in a process (default 2)"
+    )
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def locate(target: str) -> tuple[Path, str | None]:
+    """The folder to serve and the spec to open first."""
+    path = Path(target)
+    if path.is_dir():
+        return path.resolve(), None
+    if path.is_file() and path.suffix == ".lbdl":
+        return path.resolve().parent, path.name
+    raise LbdlError(
+        f"{target}: not a spec or a folder",
+        hint="give a .lbdl file to open, or the folder of specs to serve",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from lbdl_dsl.serve.app import LOOPBACK, MAX_BODY, create_app
+    except ImportError as exc:
+        print(
+            f"lbdl serve needs the serve extra ({exc.name} is missing): "
+            "pip install 'lbdl-dsl[serve]'",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        root, first = locate(args.target)
+    except LbdlError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+    if not 0 <= args.port <= 65535 or args.timeout <= 0 or args.workers < 1:
+        args.parser.error("--port is 0 to 65535, --timeout above 0 and --workers at least 1")
+    local = loopback(args.host)
+    if not local:
+        print(
+            f"warning: listening on {args.host}: any machine that reaches it can read and "
+            f"write the specs in {root}; the studio has no login",
+            file=sys.stderr,
+        )
+    app = create_app(
+        root, first, workers=args.workers, timeout=args.timeout, hosts=LOOPBACK if local else None
+    )
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        ws_max_size=MAX_BODY,
+    )
+    server = uvicorn.Server(config)
+    shown = "localhost" if local else args.host
+
+    def announce() -> None:
+        port = server.servers[0].sockets[0].getsockname()[1] if server.servers else args.port
+        tail = f"#{first}" if first else ""
+        print(f"lbdl studio: serving {root}\n  http://{shown}:{port}/{tail}", flush=True)
+
+    config.callback_notify = None
+    original = server.startup
+
+    async def startup(sockets=None) -> None:  # type: ignore[no-untyped-def]
+        await original(sockets)
+        if server.started:
+            announce()
+
+    server.startup = startup  # type: ignore[method-assign]
+    server.run()
+    return 0
