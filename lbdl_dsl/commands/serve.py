@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from lbdl_dsl.serve.app import LOOPBACK, MAX_BODY, create_app
+        from lbdl_dsl.serve.app import LOOPBACK, create_app
+        from lbdl_dsl.serve.server import config, port_of
     except ImportError as exc:
         print(
             f"lbdl serve needs the serve extra ({exc.name} is missing): "
@@ -89,22 +90,14 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(
         root, first, workers=args.workers, timeout=args.timeout, hosts=LOOPBACK if local else None
     )
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        ws_max_size=MAX_BODY,
-    )
-    server = uvicorn.Server(config)
-    shown = "localhost" if local else args.host
+    server = uvicorn.Server(config(app, args.host, args.port))
+    shown = f"[{args.host}]" if ":" in args.host else args.host
 
     def announce() -> None:
-        port = server.servers[0].sockets[0].getsockname()[1] if server.servers else args.port
+        port = port_of(server) if server.servers else args.port
         tail = f"#{first}" if first else ""
         print(f"lbdl studio: serving {root}\n  http://{shown}:{port}/{tail}", flush=True)
 
-    config.callback_notify = None
     original = server.startup
 
     async def startup(sockets=None) -> None:  # type: ignore[no-untyped-def]

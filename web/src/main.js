@@ -37,6 +37,7 @@ function extensions() {
   return [
     basicSetup,
     lbdl,
+    EditorView.lineWrapping,
     keymap.of([
       indentWithTab,
       { key: "Mod-s", preventDefault: true, run: () => (save(), true) },
@@ -243,8 +244,11 @@ function setupFigure() {
     if (!info) { tip.hidden = true; return; }
     tip.replaceChildren(...tipLines(g.dataset.id, info));
     tip.hidden = false;
-    tip.style.left = `${e.clientX + 14}px`;
-    tip.style.top = `${e.clientY + 14}px`;
+    const { width, height } = tip.getBoundingClientRect();
+    const left = e.clientX + 14 + width > innerWidth ? e.clientX - 14 - width : e.clientX + 14;
+    const top = e.clientY + 14 + height > innerHeight ? e.clientY - 14 - height : e.clientY + 14;
+    tip.style.left = `${Math.max(0, left)}px`;
+    tip.style.top = `${Math.max(0, top)}px`;
   });
   figure.addEventListener("mouseleave", () => { tip.hidden = true; });
 }
