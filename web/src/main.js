@@ -9,7 +9,10 @@ import { setDiagnostics } from "@codemirror/lint";
 import { indentWithTab } from "@codemirror/commands";
 import { lbdl } from "./lbdl-mode.js";
 
-const DEBOUNCE_MS = 150;
+// A keystroke is sent after DEBOUNCE_MS (a burst, a paste, is one check); while a check is
+// on its way, newer text waits and only the newest is sent when its answer comes back, so a
+// fast typist never queues stale checks and a slow one waits for one check only.
+const DEBOUNCE_MS = 40;
 const $ = (sel) => document.querySelector(sel);
 
 function el(tag, attrs = {}, ...children) {
@@ -28,6 +31,8 @@ let current = null;
 let files = [];
 let sent = 0; // the id of the newest check asked for
 let timer = null;
+let inFlight = false; // a check is on its way (sent, not answered)
+let waiting = false; // a newer text waits for that answer
 let socket = null;
 let socketReady = null;
 
@@ -62,6 +67,7 @@ function connect() {
   socket.addEventListener("message", (e) => receive(JSON.parse(e.data)));
   socket.addEventListener("close", () => {
     setStatus("connection lost; reconnecting…");
+    inFlight = false;
     setTimeout(() => { connect(); if (current) check(); }, 1000);
   });
 }
@@ -74,6 +80,8 @@ function schedule() {
 async function check() {
   if (!current) return;
   clearTimeout(timer);
+  if (inFlight) { waiting = true; return; }
+  inFlight = true;
   const tab = current;
   const id = ++sent;
   tab.pending = id;
@@ -85,11 +93,13 @@ async function check() {
 }
 
 function receive(result) {
+  if (result.id === sent) inFlight = false;
+  if (waiting && !inFlight) { waiting = false; check(); }
   const tab = tabs.find((t) => t.pending === result.id);
   if (!tab) return; // an answer to a text since changed again
   tab.result = result;
   if (result.ok) tab.good = result;
-  if (result.id === sent) delete document.body.dataset.checking;
+  if (result.id === sent && !waiting) delete document.body.dataset.checking;
   if (tab === current) show(tab);
 }
 
