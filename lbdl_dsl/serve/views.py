@@ -132,7 +132,7 @@ def _costs(inst: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
         "inputs": [fmt_shape(t.shape) for t in inst.inputs],
         "output": fmt_shape(inst.output.shape) if inst.output is not None else None,
-        "hp": {k: str(v) for k, v in inst.hp.items() if not k.startswith("_")},
+        "hp": {k: str(v) for k, v in inst.hp.items() if v is not None and not k.startswith("_")},
     }
     if inst.totals:
         out["params"] = fmt_count(inst.totals.get("params", 0))
