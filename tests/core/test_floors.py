@@ -27,6 +27,7 @@ FLOORS = {
     "lbdl_dsl.cli": 3,
     "lbdl_dsl.api": 3,
     "lbdl_dsl.tools": 3,
+    "lbdl_dsl.serve": 3,  # the studio: over the compiler, the backends and the reports
     "lbdl_dsl.__main__": 3,
     "lbdl_dsl": 3,
 }

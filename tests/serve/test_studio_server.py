@@ -157,12 +157,24 @@ def test_an_error_comes_with_its_span_and_hint(client: TestClient) -> None:
 
 def test_downloads_are_what_lbdl_build_writes(client: TestClient, repo: Path) -> None:
     text = (repo / "specs" / "mlp.lbdl").read_text()
-    for fmt, start in (("svg", b"<?xml"), ("png", b"\x89PNG"), ("json", b"{")):
+    formats = (("svg", b"<?xml"), ("png", b"\x89PNG"), ("json", b"{"), ("py", b'"""mlp'))
+    for fmt, start in formats:
         reply = client.post("/api/download", json={"path": "mlp.lbdl", "text": text, "format": fmt})
         assert reply.status_code == 200 and reply.content.startswith(start), fmt
         assert f'filename="mlp.{fmt}"' in reply.headers["content-disposition"]
     bad = client.post("/api/download", json={"path": "mlp.lbdl", "text": "model", "format": "py"})
     assert bad.status_code == 422
+
+
+@pytest.mark.full
+def test_the_onnx_download_is_lbdl_exports(client: TestClient, repo: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("jax2onnx")
+    text = (repo / "specs" / "mlp.lbdl").read_text()
+    reply = client.post("/api/download", json={"path": "mlp.lbdl", "text": text, "format": "onnx"})
+    assert reply.status_code == 200, reply.text
+    model = onnx.load_model_from_string(reply.content)
+    assert [i.name for i in model.graph.input] == ["X"]
 
 
 def test_the_diff_view_is_lbdl_diff(client: TestClient, repo: Path) -> None:
