@@ -9,10 +9,11 @@ import { setDiagnostics } from "@codemirror/lint";
 import { indentWithTab } from "@codemirror/commands";
 import { lbdl } from "./lbdl-mode.js";
 
-// A keystroke is sent after DEBOUNCE_MS (a burst, a paste, is one check); while a check is
-// on its way, newer text waits and only the newest is sent when its answer comes back, so a
-// fast typist never queues stale checks and a slow one waits for one check only.
-const DEBOUNCE_MS = 40;
+// A keystroke is sent as soon as the editor has applied it (the changes of one event loop
+// turn, a paste or an autoindent, are one check); while a check is on its way, newer text
+// waits and only the newest is sent when its answer comes back. So a fast typist never
+// queues stale checks, and a slow one waits for one check only, not for a fixed delay too.
+const DEBOUNCE_MS = 0;
 const $ = (sel) => document.querySelector(sel);
 
 function el(tag, attrs = {}, ...children) {
