@@ -119,6 +119,8 @@ def latency(server: Server, keystrokes: int) -> dict[str, Any]:
                 f"{{selection: {{anchor: {at + len(anchor)}}}}}); }}"
             )
             ms: list[float] = []
+            parts: dict[str, list[float]] = {"in_page": [], "to_send": [], "worker": []}
+            parts |= {"socket_and_server": [], "to_paint": []}
             for i in range(keystrokes + 2):
                 before = int(page.evaluate("() => Number(document.body.dataset.checked || 0)"))
                 key = digit if i % 2 == 0 else "Backspace"
@@ -136,9 +138,20 @@ def latency(server: Server, keystrokes: int) -> dict[str, Any]:
                 )
                 if i >= 2:  # the first two warm the worker and the page
                     ms.append((time.perf_counter() - t0) * 1000)
+                    t = page.evaluate("() => studio.timing.latest")
+                    parts["in_page"].append(t["ms"])
+                    parts["to_send"].append(t["sent"] - t["key"])
+                    parts["worker"].append(t["worker_ms"])
+                    parts["socket_and_server"].append(t["answered"] - t["sent"] - t["worker_ms"])
+                    parts["to_paint"].append(t["painted"] - t["answered"])
             shown = page.inner_text("#figure")
             assert anchor.split("=")[1] in shown.replace(",", ""), "the figure follows the text"
             out[spec] = stats(ms)
+            # where the time goes, as the page's own clock splits it (medians, ms): the key to
+            # its check sent, the check in the worker, the socket and the server around it,
+            # the answer to the next frame with its figure
+            out[spec]["parts_p50_ms"] = {k: round(pct(v, 0.5), 1) for k, v in parts.items()}
+            out[spec]["parts_p95_ms"] = {k: round(pct(v, 0.95), 1) for k, v in parts.items()}
         browser.close()
     return out
 

@@ -17,8 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Span
+from lbdl_dsl.serve.dot_process import DotProcess
 
 Result = dict[str, Any]
+
+_DOT = DotProcess()
+"""This worker's Graphviz, kept running between keystrokes (`dot_process`)."""
 
 
 def _span(span: Span | None) -> dict[str, Any] | None:
@@ -158,7 +162,8 @@ def check(path: str, text: str, overrides: dict[str, str], expand: list[str]) ->
     try:
         compiled = _compile(text, path, overrides)
         scene = diagram.scene(compiled, ",".join(expand) or None)
-        svg = diagram.render(dot.write(scene), "svg")
+        figure = dot.write(scene)
+        svg = _DOT.svg(figure) or diagram.render(figure, "svg")
     except LbdlError as err:
         return _failure(err)
     checked = compiled.checked
@@ -255,6 +260,11 @@ def _artefact(compiled: Any, fmt: str, expand: list[str]) -> str | bytes:
         out = Path(tmp) / "model.onnx"
         export(Model(compiled), out, format="onnx", verify=False)
         return out.read_bytes()
+
+
+def prepare() -> None:
+    """Between requests: start the Graphviz the next figure will use."""
+    _DOT.prepare()
 
 
 def warm() -> Result:

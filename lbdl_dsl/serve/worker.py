@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ DEFAULT_TIMEOUT = 10.0
 
 
 def _serve(conn: Connection, root: str) -> None:
-    """The worker's loop: one request, one answer, in the served folder."""
+    """The worker's loop: one request, one answer, in the served folder. The worker leads a
+    process group of its own, so that stopping it also stops the Graphviz it may be running."""
+    os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
     os.chdir(root)
     from lbdl_dsl.serve import views
@@ -36,6 +39,7 @@ def _serve(conn: Connection, root: str) -> None:
             seq, name, args = conn.recv()
         except (EOFError, OSError):
             return
+        start = time.perf_counter()
         try:
             result = getattr(views, name)(**args)
         except RecursionError:
@@ -47,7 +51,9 @@ def _serve(conn: Connection, root: str) -> None:
                 f"internal error: {type(exc).__name__}: {exc}",
                 "this is a bug in lbdl, not in your spec; please report it",
             )
+        result["worker_ms"] = round((time.perf_counter() - start) * 1000, 1)
         conn.send((seq, result))
+        views.prepare()
 
 
 def _error(message: str, hint: str) -> Result:
@@ -79,6 +85,10 @@ class Worker:
         raise TimeoutError(name)
 
     def stop(self) -> None:
+        """Kill the worker and what it started (a `dot` laying out a figure)."""
+        if self.proc.pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(OSError, ValueError):
             self.proc.kill()
         self.proc.join(5)

@@ -193,9 +193,12 @@ def test_a_check_over_the_time_limit_is_stopped_and_the_server_goes_on(
     text = (repo / "specs" / "resnet50.lbdl").read_text()
     with TestClient(app, base_url=BASE) as c:
         pool = app.state.pool
+        (first,) = pool.all
         pool.timeout = 0.001  # resnet50 takes about 0.1 s: far over
         slow = c.post("/api/check", json={"path": "resnet50.lbdl", "text": text}).json()
         assert not slow["ok"] and "longer than" in slow["diagnostics"][0]["message"]
+        first.proc.join(10)
+        assert not first.proc.is_alive()
         pool.timeout = 60.0
         again = c.post("/api/check", json={"path": "resnet50.lbdl", "text": text}).json()
         assert again["ok"] and again["totals"]["params"] == 25_557_032
@@ -242,3 +245,18 @@ def test_lbdl_serve_refuses_what_is_not_a_spec_or_a_folder(
 
     assert main.main(["serve", str(tmp_path / "missing.lbdl")]) == 1
     assert "not a spec or a folder" in capsys.readouterr().err
+
+
+def test_the_figure_is_graphvizs_own_bytes(repo: Path) -> None:
+    from lbdl_dsl.backends import diagram
+    from lbdl_dsl.serve.dot_process import DotProcess
+
+    graphviz = DotProcess()
+    try:
+        for name in ("mlp", "gpt2", "mlp"):
+            figure = diagram.to_dot(compile_spec(repo / "specs" / f"{name}.lbdl"))
+            graphviz.prepare()
+            assert graphviz.svg(figure) == diagram.render(figure, "svg")
+            assert graphviz.svg(figure) == diagram.render(figure, "svg")  # none waiting
+    finally:
+        graphviz.close()

@@ -32,6 +32,10 @@ let current = null;
 let files = [];
 let sent = 0; // the id of the newest check asked for
 let timer = null;
+// When the last key went down, was sent, answered and its figure painted: what
+// bench/studio.py reads to split a keystroke's time between the page and the server.
+const timing = { key: 0, sent: 0, answered: 0, painted: 0, worker_ms: 0, latest: null };
+window.addEventListener("keydown", () => { timing.key = performance.now(); }, true);
 let inFlight = false; // a check is on its way (sent, not answered)
 let waiting = false; // a newer text waits for that answer
 let socket = null;
@@ -88,12 +92,15 @@ async function check() {
   tab.pending = id;
   document.body.dataset.checking = "1";
   await socketReady;
+  timing.sent = performance.now();
   socket.send(JSON.stringify({
     id, path: tab.path, text: tab.state.doc.toString(), set: tab.set, expand: [...tab.expand],
   }));
 }
 
 function receive(result) {
+  timing.answered = performance.now();
+  timing.worker_ms = result.worker_ms;
   if (result.id === sent) inFlight = false;
   if (waiting && !inFlight) { waiting = false; check(); }
   const tab = tabs.find((t) => t.pending === result.id);
@@ -111,6 +118,11 @@ function show(tab) {
   const figure = $("#figure");
   if (good && figure.dataset.svgOf !== `${tab.path}#${good.id}`) {
     figure.innerHTML = good.svg;
+    const shownFor = timing.key;
+    requestAnimationFrame(() => {
+      timing.painted = performance.now();
+      timing.latest = { ...timing, ms: timing.painted - shownFor };
+    });
     figure.dataset.svgOf = `${tab.path}#${good.id}`;
     linkFigure(figure, good.boxes);
     highlightCursor();
@@ -475,5 +487,5 @@ async function main() {
   if (wanted) await open(wanted);
 }
 
-window.studio = { tabs, view, open, save, check, get current() { return current; } };
+window.studio = { tabs, view, open, save, check, timing, get current() { return current; } };
 main();
