@@ -138,7 +138,11 @@ def latency(server: Server, keystrokes: int) -> dict[str, Any]:
                 )
                 if i >= 2:  # the first two warm the worker and the page
                     ms.append((time.perf_counter() - t0) * 1000)
-                    t = page.evaluate("() => studio.timing.latest")
+                    t = page.wait_for_function(
+                        "() => studio.timing.latest && studio.timing.latest.key === "
+                        "studio.timing.key && studio.timing.latest",
+                        timeout=60_000,
+                    ).json_value()
                     parts["in_page"].append(t["ms"])
                     parts["to_send"].append(t["sent"] - t["key"])
                     parts["worker"].append(t["worker_ms"])

@@ -121,7 +121,8 @@ function show(tab) {
     const shownFor = timing.key;
     requestAnimationFrame(() => {
       timing.painted = performance.now();
-      timing.latest = { ...timing, ms: timing.painted - shownFor };
+      const { latest, ...parts } = timing;
+      timing.latest = { ...parts, key: shownFor, ms: timing.painted - shownFor };
     });
     figure.dataset.svgOf = `${tab.path}#${good.id}`;
     linkFigure(figure, good.boxes);
@@ -174,7 +175,6 @@ function showFields(tab, params) {
         type: p.kind === "number" ? "number" : "text",
         name: p.name,
         "data-param": p.name,
-        min: p.kind === "number" ? "1" : undefined,
         oninput: () => {
           tab.set[p.name] = input.value;
           schedule();
