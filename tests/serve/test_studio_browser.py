@@ -166,16 +166,18 @@ def test_a_frame_opens_and_closes(served: tuple[Path, str], page: Any) -> None:
     closed = page.locator("#figure g.cluster.opens.is-closed")
     assert closed.count() == 1
     boxes = page.locator("#figure g.node").count()
-    closed.locator("text").first.dblclick()
+    closed.locator("text").first.click()  # the frame's ×12
     page.wait_for_selector("#figure g.cluster.opens.is-open", timeout=WAIT_MS)
     settle(page)
     assert page.locator("#figure g.node").count() > boxes
     assert "self-att" in page.inner_text("#figure")
     shot(page, "open")
-    page.locator("#figure g.cluster.opens.is-open").first.locator("text").first.dblclick()
+    page.locator("#figure g.cluster.opens.is-open").first.locator("text").first.click()
     page.wait_for_selector("#figure g.cluster.opens.is-closed", timeout=WAIT_MS)
     settle(page)
     assert page.locator("#figure g.node").count() == boxes
+    page.locator('#figure g.node.opens[data-id$="tlayer_0"]').dblclick()  # the box itself
+    page.wait_for_selector("#figure g.cluster.opens.is-open", timeout=WAIT_MS)
 
 
 @pytest.mark.full

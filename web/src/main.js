@@ -247,19 +247,27 @@ async function goTo(span) {
 function setupFigure() {
   const figure = $("#figure");
   const tip = $("#tip");
+  // A click on a box goes to its line; a click on a frame (its title or border) opens or closes
+  // it; a double click on a block call or a composite box opens it (or closes its frame).
+  const toggle = (info) => {
+    if (info.open) current.expand.delete(info.opens);
+    else current.expand.add(info.opens);
+    check();
+  };
   figure.addEventListener("click", (e) => {
     const g = e.target.closest("g.linked");
-    if (g) goTo(infoOf(g)?.span);
+    const info = g && infoOf(g);
+    if (!info) return;
+    goTo(info.span);
+    if (g.classList.contains("cluster") && info.opens) toggle(info);
   });
   figure.addEventListener("dblclick", (e) => {
     const g = e.target.closest("g.opens");
     const info = g && infoOf(g);
-    if (!info) return;
+    if (!info || g.classList.contains("cluster")) return;
     e.preventDefault();
     window.getSelection()?.removeAllRanges();
-    if (info.open) current.expand.delete(info.opens);
-    else current.expand.add(info.opens);
-    check();
+    toggle(info);
   });
   figure.addEventListener("mousemove", (e) => {
     const g = e.target.closest("g.linked");
@@ -286,7 +294,10 @@ function tipLines(id, info) {
   const hp = Object.entries(info.hp || {}).map(([k, v]) => `${k}=${v}`).join(" ");
   add("hyper-parameters", hp || info.hparams);
   if (info.span) add("line", `${info.span.file}:${info.span.line}`);
-  if (info.opens) rows.push(el("div", { class: "hint" }, `double-click to ${info.open ? "close" : "open"} ${info.opens}`));
+  if (info.opens) {
+    const how = id.startsWith("cluster:") ? "click" : "double-click";
+    rows.push(el("div", { class: "hint" }, `${how} to ${info.open ? "close" : "open"} ${info.opens}`));
+  }
   return rows;
 }
 
