@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import sys
 from pathlib import Path
@@ -47,6 +48,25 @@ def loopback(host: str) -> bool:
         return False
 
 
+def free(host: str, port: int) -> None:
+    """Refuse a port already taken (or an address not of this machine) before any worker
+    starts, with the user's words rather than uvicorn's log line."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise LbdlError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                hint="--port 0 picks a free port"
+                if exc.errno == errno.EADDRINUSE
+                else "give an address of this machine with --host",
+            ) from None
+
+
 def locate(target: str) -> tuple[Path, str | None]:
     """The folder to serve and the spec to open first."""
     path = Path(target)
@@ -80,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if not 0 <= args.port <= 65535 or args.timeout <= 0 or args.workers < 1:
         args.parser.error("--port is 0 to 65535, --timeout above 0 and --workers at least 1")
+    try:
+        free(args.host, args.port)
+    except LbdlError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
     local = loopback(args.host)
     if not local:
         print(

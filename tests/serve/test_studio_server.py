@@ -260,3 +260,19 @@ def test_the_figure_is_graphvizs_own_bytes(repo: Path) -> None:
             assert graphviz.svg(figure) == diagram.render(figure, "svg")  # none waiting
     finally:
         graphviz.close()
+
+
+def test_lbdl_serve_refuses_a_port_in_use(
+    served: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from lbdl_dsl import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main.main(["serve", str(served[0]), "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "--port 0" in err
