@@ -205,6 +205,10 @@ def diff(
     }
 
 
+MAX_ONNX_BYTES = 2**31
+"""An ONNX file is one protobuf message, which cannot pass 2 GB: the float32 weights of the
+largest model the download bakes in (it makes them, randomly, before it writes them)."""
+
 DOWNLOADS = {
     "svg": "image/svg+xml",
     "png": "image/png",
@@ -253,6 +257,15 @@ def _artefact(compiled: Any, fmt: str, expand: list[str]) -> str | bytes:
         from lbdl_dsl.backends.jax import codegen
 
         return codegen.generate(compiled)
+    params = compiled.checked.totals["params"].as_int()
+    if params is None or params * 4 > MAX_ONNX_BYTES:
+        count = "a symbolic number of" if params is None else f"{params:,}"
+        raise LbdlError(
+            f"the ONNX download bakes in the weights, and {count} float32 parameters do not "
+            "fit in the 2 GB of one ONNX file",
+            hint="set the model's sizes smaller, or run `lbdl export SPEC --format onnx "
+            "--params inputs`",
+        )
     from lbdl_dsl.backends.jax.model import Model
     from lbdl_dsl.interop.exporter import export
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import resource
 import signal
 import threading
 import time
@@ -21,6 +22,11 @@ from pathlib import Path
 from typing import Any
 
 Result = dict[str, Any]
+
+MEMORY = 8 * 1024**3
+"""Bytes of address space one worker may map: a check needs a few hundred MB, an ONNX download
+of a mid-sized model a few GB; beyond that the worker fails alone (and is replaced), never
+the machine it shares."""
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds one check may take (resnet50 takes 0.1 s; the fuzzer's worst cases a few)."""
@@ -31,6 +37,10 @@ def _serve(conn: Connection, root: str) -> None:
     process group of its own, so that stopping it also stops the Graphviz it may be running."""
     os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = MEMORY if hard == resource.RLIM_INFINITY else min(MEMORY, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     os.chdir(root)
     from lbdl_dsl.serve import views
 

@@ -166,6 +166,15 @@ def test_downloads_are_what_lbdl_build_writes(client: TestClient, repo: Path) ->
     assert bad.status_code == 422
 
 
+def test_an_onnx_download_too_large_for_one_file_is_refused_before_any_weight(
+    client: TestClient, repo: Path
+) -> None:
+    text = (repo / "specs" / "gpt3.lbdl").read_text()
+    reply = client.post("/api/download", json={"path": "gpt3.lbdl", "text": text, "format": "onnx"})
+    assert reply.status_code == 422
+    assert "2 GB" in reply.json()["diagnostics"][0]["message"]
+
+
 @pytest.mark.full
 def test_the_onnx_download_is_lbdl_exports(client: TestClient, repo: Path) -> None:
     onnx = pytest.importorskip("onnx")
