@@ -62,10 +62,12 @@ def _failure(err: LbdlError) -> Result:
     return {"ok": False, "diagnostics": [_diagnostic(d, sources) for d in err.diagnostics]}
 
 
-def _params(compiled: Any) -> list[dict[str, Any]]:
-    """The model's parameters (``N``, ``D``, ...) with the values this check used."""
+def _params(compiled: Any, overrides: dict[str, str]) -> list[dict[str, Any]]:
+    """The model's parameters (``N``, ``D``, ...) with the values this check used, then the
+    inputs' sizes left symbolic (``T``) or given one here: the fields of ``--set``."""
     out = []
     env = compiled.checked.env
+    declared = [p.name for p in compiled.program.model.params]
     for p in compiled.program.model.params:
         value = env.get(p.name, p.default)
         as_int = getattr(value, "as_int", None)
@@ -73,6 +75,9 @@ def _params(compiled: Any) -> list[dict[str, Any]]:
         kind = "number" if isinstance(value, int) and not isinstance(value, bool) else "text"
         out.append({"name": p.name, "value": str(value).lower() if kind == "text" else value})
         out[-1]["kind"] = kind
+    symbols = [*compiled.checked.free, *(k for k in overrides if k not in declared)]
+    for name in dict.fromkeys(symbols):
+        out.append({"name": name, "value": overrides.get(name, ""), "kind": "number"})
     return out
 
 
@@ -174,7 +179,7 @@ def check(path: str, text: str, overrides: dict[str, str], expand: list[str]) ->
         "svg": svg.decode() if isinstance(svg, bytes) else svg,
         "summary": report.render_html(checked, depth=1),
         "totals": {k: totals[k] for k in ("params", "state", "macs", "activations")},
-        "params": _params(compiled),
+        "params": _params(compiled, overrides),
         "boxes": _boxes(scene),
     }
 

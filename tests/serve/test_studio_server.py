@@ -142,7 +142,12 @@ def test_a_check_gives_the_figure_the_counts_and_where_each_box_was_written(
     assert opened["boxes"][repeat]["open"] is True
     inside = [b for b in opened["boxes"].values() if b["span"]["file"].startswith("blocks/")]
     assert inside, "the open block's boxes point into the imported file"
-    assert {p["name"]: p["value"] for p in result["params"]}["N"] == 2
+    fields = {p["name"]: p["value"] for p in result["params"]}
+    assert fields == {"N": 2, "D": 768, "H": 12, "V": 50_257, "L": 1024, "T": ""}
+    given = {"set": {"T": "16"}, "path": "gpt2.lbdl", "text": text}
+    assert {"name": "T", "value": "16", "kind": "number"} in client.post(
+        "/api/check", json=given
+    ).json()["params"]
 
 
 def test_an_error_comes_with_its_span_and_hint(client: TestClient) -> None:
