@@ -175,7 +175,7 @@ function showFields(tab, params) {
         type: p.kind === "number" ? "number" : "text",
         name: p.name,
         "data-param": p.name,
-        placeholder: p.value === "" ? "symbolic" : undefined,
+        placeholder: p.value === "" ? "free" : undefined, title: p.value === "" ? "left symbolic: give it a size" : undefined,
         oninput: () => {
           tab.set[p.name] = input.value;
           schedule();
