@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import resource
 import signal
+import sys
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -154,12 +155,22 @@ class Pool:
         return result
 
     async def _replace(self, worker: Worker) -> None:
+        """A new worker for one that overran or died; tried again a few times, so that a
+        passing shortage (memory, processes) does not leave the pool one worker short."""
         self.restarts += 1
         await asyncio.to_thread(worker.stop)
         with self.lock:
             if worker in self.all:
                 self.all.remove(worker)
-        self.idle.put_nowait(await asyncio.to_thread(self._spawn))
+        for attempt in range(5):
+            try:
+                self.idle.put_nowait(await asyncio.to_thread(self._spawn))
+                return
+            except (OSError, EOFError, TimeoutError) as exc:
+                print(
+                    f"lbdl serve: could not start a worker ({exc}); trying again", file=sys.stderr
+                )
+                await asyncio.sleep(2**attempt)
 
     def close(self) -> None:
         with self.lock:
