@@ -22,7 +22,7 @@ from lbdl_dsl.serve.dot_process import DotProcess
 Result = dict[str, Any]
 
 _DOT = DotProcess()
-"""This worker's Graphviz, kept running between keystrokes (`dot_process`)."""
+"""This worker's Graphviz, started before the figure it will draw (`dot_process`)."""
 
 
 def _span(span: Span | None) -> dict[str, Any] | None:
@@ -53,12 +53,16 @@ def _compile(text: str, path: str, overrides: dict[str, str]) -> Any:
     return compile_spec(text, file=path, overrides=dict(overrides))
 
 
-def _failure(err: LbdlError) -> Result:
+def _failure(err: LbdlError, path: str = "", text: str = "") -> Result:
+    """The error's diagnostics, each rendered with its source line from the text being edited
+    (``path``'s ``text``, not what is saved of it) or from the files it imports."""
     from lbdl_dsl.compiler.driver import CheckFailed
     from lbdl_dsl.compiler.imports import sources_for
 
     sources: Any = err.compiled.sources if isinstance(err, CheckFailed) else None
-    sources = sources or err.sources or sources_for(err)
+    sources = dict(sources or err.sources or sources_for(err))
+    if path:
+        sources[path] = text
     return {"ok": False, "diagnostics": [_diagnostic(d, sources) for d in err.diagnostics]}
 
 
@@ -170,7 +174,7 @@ def check(path: str, text: str, overrides: dict[str, str], expand: list[str]) ->
         figure = dot.write(scene)
         svg = _DOT.svg(figure) or diagram.render(figure, "svg")
     except LbdlError as err:
-        return _failure(err)
+        return _failure(err, path, text)
     checked = compiled.checked
     totals = report.to_json(checked, depth=0)
     return {
@@ -193,9 +197,14 @@ def diff(
     from lbdl_dsl.backends.diagram import dot
     from lbdl_dsl.backends.diagram.paint import paint
 
+    sides = []
+    for path, text, overrides in (a, b):
+        try:
+            sides.append(_compile(text, path, overrides))
+        except LbdlError as err:
+            return _failure(err, path, text)
+    first, second = sides
     try:
-        first = _compile(a[1], a[0], a[2])
-        second = _compile(b[1], b[0], b[2])
         result = diffs.diff(first.checked, second.checked)
         fills, legend = diffs.colours(result)
         scene = paint(diagram.scene(second, ",".join(expand) or None), fills, legend)
@@ -235,7 +244,7 @@ def download(
         compiled = _compile(text, path, overrides)
         data = _artefact(compiled, fmt, expand)
     except LbdlError as err:
-        return _failure(err)
+        return _failure(err, path, text)
     except ImportError as err:
         extra = "onnx" if fmt == "onnx" else "jax"
         message = f"{fmt} needs the {extra} extra: pip install 'lbdl-dsl[{extra}]' ({err.name})"

@@ -160,6 +160,15 @@ def test_an_error_comes_with_its_span_and_hint(client: TestClient) -> None:
     assert "m.lbdl:4:3: error:" in first["text"]
 
 
+def test_an_error_quotes_the_text_being_edited_not_the_saved_file(
+    client: TestClient, repo: Path
+) -> None:
+    edited = (repo / "specs" / "mlp.lbdl").read_text().replace("  relu\n", "  relu ((\n", 1)
+    result = client.post("/api/check", json={"path": "mlp.lbdl", "text": edited}).json()
+    assert not result["ok"]
+    assert "relu ((" in result["diagnostics"][0]["text"]
+
+
 def test_downloads_are_what_lbdl_build_writes(client: TestClient, repo: Path) -> None:
     text = (repo / "specs" / "mlp.lbdl").read_text()
     formats = (("svg", b"<?xml"), ("png", b"\x89PNG"), ("json", b"{"), ("py", b'"""mlp'))
