@@ -72,7 +72,8 @@ class Guard:
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
             return
-        if int(headers.get("content-length", "0") or 0) > MAX_BODY:
+        length = headers.get("content-length", "0") or "0"
+        if not length.isdigit() or int(length) > MAX_BODY:
             await _too_large(scope, receive, send)
             return
         seen = 0
