@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup system gallery bench bench-gpu bench-gpu-sweep fuzz fuzz-nightly lint docs clean
+.PHONY: demo test setup system studio gallery bench bench-gpu bench-gpu-sweep fuzz fuzz-nightly lint docs clean
 
 # The demo needs the package alone (lark, networkx, rich: about 60 MB of virtual environment);
 # `make setup` adds JAX, training, benchmarks and the test tools (about 1.1 GB).
@@ -28,12 +28,20 @@ system:
 	@command -v dot >/dev/null 2>&1 || { \
 	  echo "installing graphviz (Debian package) for diagrams"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (Debian package) for the studio's browser tests"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[jax,train,data,bench,dev,onnx]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[jax,train,data,bench,dev,onnx,serve]'
 	touch $(STAMP)
+
+# The studio's page (lbdl serve): CodeMirror 6 from npm, bundled by esbuild into the package.
+# The bundle is committed, so that installing lbdl needs no node; rerun after changing web/.
+studio:
+	cd web && npm ci --no-audit --no-fund && npm run build
 
 gallery: setup
 	$(PY) -m lbdl_dsl.tools.gallery

@@ -30,6 +30,7 @@ VERBS: dict[str, str] = {
     "from-hf": "from_hf",
     "predict": "predict",
     "evaluate": "evaluate",
+    "serve": "serve",
 }
 
 DESCRIPTION = (

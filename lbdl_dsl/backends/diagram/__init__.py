@@ -46,6 +46,7 @@ def scene(
     walker.sketch = bool(unchecked)
     out = Scene(program.model.name)
     walker.model(out)
+    out.origins = walker.origins
     drawn = len(out.boxes())
     if drawn > MAX_DRAWN_BOXES:
         how = f" with --expand {expand}" if expand else ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 # How an element is painted: with trainable parameters, without, the box where checking stopped,
 # or a box after it that was never checked; an arrow may also be HIDDEN (it only holds its
@@ -143,6 +143,9 @@ class Scene:
     warnings: list[str] = field(default_factory=list)  # what was asked and not drawn (stderr)
     loose: set[str] = field(default_factory=set)  # boxes whose words are sized alone (`columns`)
     funnels: set[str] = field(default_factory=set)  # boxes whose side arrows come a rank apart
+    # The walk's `Origin` of each drawn path (a box's id; a frame's id after ``cluster:``):
+    # not drawn, read by what links the figure back to the spec (lbdl serve)
+    origins: dict[str, Any] = field(default_factory=dict)
 
     def elements(self) -> dict[str, Item | Terminal]:
         """Every element by id, frames included, in drawing order."""

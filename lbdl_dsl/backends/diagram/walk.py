@@ -76,6 +76,17 @@ def look_of(inst: Inst | None, n_inputs: int) -> str:
     return PARAM if labels.has_params(inst) else PLAIN
 
 
+@dataclass(frozen=True)
+class Origin:
+    """What a drawn path comes from: its node (with its source span), its checked instance and
+    how many open boxes it sits in, for a reader of the figure that links it back to the text
+    (the studio: a click on a box moves the cursor to its line)."""
+
+    node: Node
+    inst: Inst | None
+    depth: int
+
+
 class Walker:
     """One walk over a program; collects the scene's edges and its failure sites."""
 
@@ -102,6 +113,7 @@ class Walker:
         self.funnels: list[str] = []  # a mixture's Σ: the lanes come into it a rank apart
         self.opened: set[str] = set()  # block and composite names drawn open
         self.shut: set[str] = set()  # composites asked open with no inside to draw (unchecked)
+        self.origins: dict[str, Origin] = {}  # each drawn node's path: where it was written
 
     def look_of(self, node: Node, inst: Inst | None, n_inputs: int) -> str:
         look = look_of(inst, n_inputs)
@@ -134,6 +146,7 @@ class Walker:
                 continue
             srcs = [(outs.get(p), names.get(p, "")) for p in graph.preds(nid)]
             draw = getattr(self, f"draw_{node.kind}")
+            self.origins[f"{prefix}{nid}"] = Origin(node, by_id.get(nid), depth)
             outs[nid] = draw(node, by_id.get(nid), srcs, f"{prefix}{nid}", depth, into)
         return outs
 
