@@ -139,9 +139,7 @@ def run(
         display = progress.QuietDisplay()
     display = display or progress.display_for()
     run_dir = Path(config.output_dir)
-    model = model_of(
-        config.spec, dict(config.overrides), dtype=config.dtype, unroll=config.unroll
-    )
+    model = model_of(config.spec, dict(config.overrides), dtype=config.dtype, unroll=config.unroll)
     devices = devices.place(model)
     devices.check_batch(config.batch)
     digest = rundir.spec_hash(model.compiled.sources)

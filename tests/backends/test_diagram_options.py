@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import lbdl_dsl
-from lbdl_dsl.cli import compat as cli
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import run_dot
 from lbdl_dsl.backends.diagram.scene import Frame
+from lbdl_dsl.cli import compat as cli
 from lbdl_dsl.compiler.blockdef import compile_block
 from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.core.errors import LbdlError

@@ -20,9 +20,9 @@ import pytest
 from safetensors import safe_open
 
 import lbdl_dsl
+from lbdl_dsl.cli import main
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.interop import hf
-from lbdl_dsl.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"

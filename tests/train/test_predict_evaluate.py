@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import lbdl_dsl
-from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.cli import main
+from lbdl_dsl.core.errors import LbdlError
 
 REPO = Path(__file__).resolve().parents[2]
 VIT = REPO / "tests" / "fixtures" / "hf" / "vit"
