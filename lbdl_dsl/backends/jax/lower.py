@@ -261,7 +261,7 @@ class Lowerer:
         """``resnet.lbdl:13: conv-2d k=7 s=2``: the file's name (never its path) and line."""
         lines = (self.sources.get(span.file) or composite.SOURCES.get(span.file, "")).splitlines()
         text = lines[span.line - 1].strip() if 0 < span.line <= len(lines) else ""
-        return f"{PurePath(span.file).name}:{span.line}: {text}"
+        return f"{PurePath(composite.shown_name(span.file)).name}:{span.line}: {text}"
 
     # -- one graph ------------------------------------------------------------------------------
     def scope(
@@ -432,7 +432,7 @@ class Lowerer:
             returns = "(output, new state)" if state else "its output"
             doc = (
                 f'{_INDENT}"""Block `{printable(block.name)}` of '
-                f'{PurePath(block.span.file).name}:{block.span.line}; returns {returns}."""'
+                f'{PurePath(composite.shown_name(block.span.file)).name}:{block.span.line}; returns {returns}."""'
             )
             head_lines = layout.statement(f"def {name}({', '.join(head + star)}):")
             self.functions.append("\n".join([*head_lines, doc, *layout.lines(fn.lines)]))
