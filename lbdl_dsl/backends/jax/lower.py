@@ -430,9 +430,10 @@ class Lowerer:
             keywords += (["train=False"] if train else []) + (["key=None"] if key else [])
             star = ["*", *keywords] if keywords else []
             returns = "(output, new state)" if state else "its output"
+            where = PurePath(composite.shown_name(block.span.file)).name
             doc = (
                 f'{_INDENT}"""Block `{printable(block.name)}` of '
-                f'{PurePath(composite.shown_name(block.span.file)).name}:{block.span.line}; returns {returns}."""'
+                f'{where}:{block.span.line}; returns {returns}."""'
             )
             head_lines = layout.statement(f"def {name}({', '.join(head + star)}):")
             self.functions.append("\n".join([*head_lines, doc, *layout.lines(fn.lines)]))
