@@ -226,7 +226,7 @@ def node_stmt(element: Box | Plus | Fork | Stub | Terminal, ctx: Context) -> str
         border = {FAIL: S.FAIL, POISON: S.POISON}.get(element.look, S.BOX_BORDER)
         pairs = [
             ("shape", "circle"),
-            ("label", q("+")),
+            ("label", q(element.symbol)),
             ("fixedsize", "true"),
             ("width", str(S.PLUS_SIZE)),
             ("height", str(S.PLUS_SIZE)),

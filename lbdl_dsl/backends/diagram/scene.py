@@ -41,12 +41,14 @@ class Box:
 
 @dataclass
 class Plus:
-    """The `+` of a residual group or of an explicit ``+(X)``: a small circle."""
+    """A small circle with a symbol: the `+` of a residual group, or a box whose registry entry
+    draws it as a glyph (``+(X)``: `Layer.glyph`)."""
 
     id: str
     look: str = PLAIN
     tooltip: str = ""
     message: str = ""
+    symbol: str = "+"
 
 
 @dataclass

@@ -231,8 +231,8 @@ class Walker:
     def draw_layer(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
     ) -> str | None:
-        if node.op != "+":
-            layer = lookup(node.op)
+        layer = lookup(node.op)
+        if layer is None or layer.glyph is None:
             composite = layer is not None and layer.composite
             # A composite whose checked instance carries its inside (self-att, ffw) opens as a
             # block call does.
@@ -262,7 +262,8 @@ class Walker:
             tall = composite or opens or node.op in S.TALL_PRIMITIVES
             return self.box(node, inst, srcs, path, into, tall)
         look = self.look_of(node, inst, len(srcs))
-        plus = Plus(path, PLAIN if look == PARAM else look, labels.tooltip(path, inst))
+        tip = labels.tooltip(path, inst)
+        plus = Plus(path, PLAIN if look == PARAM else look, tip, symbol=layer.glyph)
         return self.place(plus, node, srcs, path, into)
 
     def place(self, item: Box | Plus, node: Node, srcs: Srcs, path: str, into: list[Item]) -> str:
