@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup system studio gallery bench bench-gpu bench-gpu-sweep fuzz fuzz-nightly lint docs clean
+.PHONY: demo test setup system studio parser gallery bench bench-gpu bench-gpu-sweep fuzz fuzz-nightly lint docs clean
 
-# The demo needs the package alone (lark, networkx, rich: about 60 MB of virtual environment);
+# The demo needs the package alone (networkx, rich: about 60 MB of virtual environment);
 # `make setup` adds JAX, training, benchmarks and the test tools (about 1.1 GB).
 demo: system $(DEMO_STAMP)
 	$(VENV)/bin/lbdl-compile specs/resnet50.lbdl -o build/resnet50
@@ -42,6 +42,11 @@ $(STAMP): pyproject.toml constraints.txt
 # The bundle is committed, so that installing lbdl needs no node; rerun after changing web/.
 studio:
 	cd web && npm ci --no-audit --no-fund && npm run build
+
+# The parser, after a change of grammar/lbdl.lark: lark's standalone generator writes
+# lbdl_dsl/compiler/_lbdl_parser.py (tests/compiler/test_parser_module.py fails until it is run).
+parser: setup
+	$(PY) -m lbdl_dsl.tools.parser_module
 
 gallery: setup
 	$(PY) -m lbdl_dsl.tools.gallery

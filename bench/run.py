@@ -936,11 +936,11 @@ loaded module (parse, check, generate, format with ruff, load),
   `lbdl-compile --run` and a user's first script call it) draws with NumPy too, from the
   key's words and each input's position, where `jax.random.normal` compiled a program for
   each new shape (0.3 to 0.5 s each).
-- The user's cache folder (`~/.cache/lbdl`, `lbdl_dsl/core/cache.py`) keeps what every
-  process used to make again: the lark parser's tables (50 ms; `lbdl-compile --check
-  specs/resnet50.lbdl` 0.30 s instead of 0.45 s) and ruff's formatting of a generated module
-  (40 ms, a subprocess), by the hash of the text and ruff's version; the first sample of
-  each run pays the formatting, the median does not.
+- Nothing is made again in every process: the parser's tables (50 ms to build; `lbdl-compile
+  --check specs/resnet50.lbdl` 0.30 s instead of 0.45 s) are in the generated parser,
+  `compiler/_lbdl_parser.py` (`make parser`; a cache in the user's folder kept them before),
+  and a generated module is laid out as ruff formats it without running ruff
+  (`backends/jax/layout.py`; a cache of ruff's output, 40 ms a subprocess, did it before).
 
 ### On a GPU
 

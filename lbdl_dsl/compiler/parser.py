@@ -1,43 +1,43 @@
 """Stage 1, parse: spec text → `ast.Module`.
 
-Lark does the parsing (LALR with its contextual lexer and an indenter), this module does the rest
-of what turns text into a trustworthy tree: it refuses input lark should never see (binary, huge,
-tab-indented, absurdly nested), translates lark's exceptions into `LbdlError`s that name the line,
-the column and the offending text, recognises common mistakes by example (`match_examples`, the
-table being also a test table), and makes frozen dataclasses as lark reduces each rule. No lark
-object leaves this module.
+Lark's standalone LALR parser does the parsing (its contextual lexer and an indenter, generated
+from `grammar/lbdl.lark` into `_lbdl_parser.py` by `make parser`: no installed lark is read), this
+module does the rest of what turns text into a trustworthy tree: it refuses input the parser
+should never see (binary, huge, tab-indented, absurdly nested), translates the parser's
+exceptions into `LbdlError`s that name the line, the column and the offending text, recognises
+common mistakes by example (`match_examples`, the table being also a test table), and makes
+frozen dataclasses as the parser reduces each rule. No parser object leaves this module.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import math
 import operator
-import os
 import re
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, cast
 
-from lark import Lark, Token, Tree
-from lark.exceptions import (
+from lbdl_dsl.compiler import ast
+from lbdl_dsl.compiler._lbdl_parser import (
+    ChildFilterLALR,
+    ChildFilterLALR_NoPlaceholders,
+    Indenter,
+    Lark,
+    Lark_StandAlone,
+    LexerThread,
+    Token,
+    Tree,
     UnexpectedCharacters,
     UnexpectedEOF,
     UnexpectedInput,
     UnexpectedToken,
+    _Parser,
 )
-from lark.indenter import Indenter
-from lark.lexer import LexerThread
-from lark.parse_tree_builder import ChildFilterLALR, ChildFilterLALR_NoPlaceholders
-from lark.parsers.lalr_parser import _Parser
-
-from lbdl_dsl.compiler import ast
 from lbdl_dsl.compiler.lalr import Driver
 from lbdl_dsl.compiler.limits import MAX_NESTING, MAX_SOURCE_BYTES
-from lbdl_dsl.core import cache
 from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.symbolic import Expr, sym
@@ -65,105 +65,12 @@ class _Indenter(Indenter):
     tab_len = 8
 
 
-_TABLES_FORMAT = 3  # the layout of the cache file below; a change makes old files stale
-
-
-def _cache_file() -> Path | None:
-    """Where the parser's tables are kept between runs, or None for no cache.
-
-    Building the LALR tables takes about 50 ms, a tenth of `lbdl-compile --check`. The file is
-    JSON, never a pickle (lark's own cache is one, and loading a pickle runs whatever it says),
-    stamped with the grammar's hash and lark's version, and checked whole before use: a stale,
-    truncated or edited file is rebuilt, and at worst costs those 50 ms. The tables are kept as
-    one JSON text inside the file, so that their digest is the digest of that text as read (no
-    second serialisation) and they are decoded in one pass of the JSON reader.
-    """
-    where = cache.folder()
-    return None if where is None else where / f"parser-tables.v{_TABLES_FORMAT}.json"
-
-
-def _stamp() -> str:
-    import lark
-
-    key = f"{_TABLES_FORMAT}\0{lark.__version__}\0{grammar_text()}"
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def _encode(o: Any) -> Any:
-    """Lark's serialised tables as JSON: tuples and dicts with integer keys tagged."""
-    if isinstance(o, dict):
-        return {"d": [[_encode(k), _encode(v)] for k, v in o.items()]}
-    if isinstance(o, tuple):
-        return {"t": [_encode(v) for v in o]}
-    if isinstance(o, list):
-        return [_encode(v) for v in o]
-    if o is None or isinstance(o, (bool, int, str)):
-        return o
-    raise TypeError(f"cannot keep a {type(o).__name__} in the parser's cache")
-
-
-def _decode_object(o: dict[str, Any]) -> Any:
-    """One tagged JSON object of `_encode` back to its tuple or dict (the reader calls it on
-    the innermost objects first, so keys and values are already decoded)."""
-    if "t" in o:
-        return tuple(o["t"])
-    return dict(o["d"])
-
-
-_OPTIONS = dict(
-    parser="lalr",
-    lexer="contextual",
-    propagate_positions=False,  # `_inline_callbacks` places every node, from its tokens
-    maybe_placeholders=True,
-)
-
-
-def _load_tables(path: Path) -> Lark | None:
-    """The parser from its cached tables, or None if the file is missing, stale or broken."""
-    try:
-        with open(path, "rb") as f:
-            stored = json.loads(f.read(8 * 1024 * 1024))
-        if not isinstance(stored, dict) or stored.get("stamp") != _stamp():
-            return None
-        body = stored["tables"]
-        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        if stored.get("sha256") != digest:
-            return None
-        tables = json.loads(body, object_hook=_decode_object)
-        return Lark.__new__(Lark)._load(tables, postlex=_Indenter())
-    except Exception:  # noqa: BLE001 - whatever is wrong with the file, the tables are rebuilt
-        return None
-
-
-def _save_tables(parser: Lark, path: Path) -> None:
-    from lark.grammar import Rule
-    from lark.lexer import TerminalDef
-
-    try:
-        data, memo = parser.memo_serialize([TerminalDef, Rule])
-        data["options"] = {k: v for k, v in data["options"].items() if k != "postlex"}
-        body = json.dumps(_encode({"data": data, "memo": memo}))
-        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        text = json.dumps({"stamp": _stamp(), "sha256": digest, "tables": body})
-        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            temp.write_text(text, "utf-8")
-            os.replace(temp, path)  # whole or not at all, for a run beside this one
-        finally:
-            temp.unlink(missing_ok=True)
-    except Exception:  # noqa: BLE001 - a cache that cannot be written only costs time
-        pass
-
-
 @functools.cache
 def _lark() -> Lark:
-    path = _cache_file()
-    parser = _load_tables(path) if path is not None else None
-    if parser is None:
-        parser = Lark(grammar_text(), postlex=_Indenter(), **_OPTIONS)
-        if path is not None:
-            _save_tables(parser, path)
-    return parser
+    """The parser of `_lbdl_parser.py`, generated from the grammar by `make parser` (its
+    tables are in the module: nothing is built or read from a cache at run time)."""
+    load = cast(Callable[..., Lark], Lark_StandAlone)  # the generated code is not annotated
+    return load(postlex=_Indenter())
 
 
 # -- pre-checks: what lark should never see ---------------------------------------------------
@@ -1006,7 +913,7 @@ def _parse_inline(text: str, to_ast: _ToAst) -> ast.Module:
 
 def _driver() -> Driver:
     """The fast path's loop over the parser `_lark` gives now (a new one once its cache is
-    cleared, as the tests of the cached tables do)."""
+    cleared, as a test of a fresh parser does)."""
     return _driver_of(_lark())
 
 
@@ -1231,9 +1138,10 @@ def _filter_plan(chain: list[Any]) -> tuple[list[tuple[int, bool, int]], int] | 
     whether its children are spliced in its place, and how many None go before it; then how
     many None end the list. None for another chain (none, or more than the filter).
 
-    Lark's internals (lark >=1.3.1,<1.4): the filters' classes in ``parse_tree_builder`` and
-    the arguments ``maybe_create_child_filter`` binds to them; the trees of
-    `tests/compiler/test_lalr.py`, main's to the byte, fail if either changes."""
+    The generated module's internals (lark's ``parse_tree_builder``, as `_lbdl_parser.py`
+    carries it): the filters' classes and the arguments ``maybe_create_child_filter`` binds to
+    them; the trees of `tests/compiler/test_lalr.py`, main's to the byte, fail if a
+    regenerated module changes either."""
     wrapper = chain[0] if len(chain) == 1 else None
     if not isinstance(wrapper, functools.partial):
         return None

@@ -1,4 +1,4 @@
-"""The base install never crashes: with only lark, networkx and rich (what `make demo` installs),
+"""The base install never crashes: with only networkx and rich (what `make demo` installs),
 every verb's ``--help`` works, and every verb either works or exits 1 naming the extra to install.
 
 The base install is simulated in a subprocess by an import hook that refuses every optional
