@@ -12,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The demo needs the package alone (networkx, rich: about 60 MB of virtual environment);
 # `make setup` adds JAX, training, benchmarks and the test tools (about 1.1 GB).
 demo: system $(DEMO_STAMP)
-	$(VENV)/bin/lbdl-compile specs/resnet50.lbdl -o build/resnet50
+	$(VENV)/bin/lbdl build specs/resnet50.lbdl -o build/resnet50
 
 $(DEMO_STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)

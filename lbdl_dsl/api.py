@@ -116,8 +116,11 @@ def from_pretrained(folder: str | os.PathLike[str], *, dtype: Any = "float32") -
     model.safetensors, or a sharded index): the spec `lbdl from-hf` writes, compiled, its
     parameters the checkpoint's (`lbdl_dsl.interop.hf`)."""
     from lbdl_dsl.interop.hf import from_pretrained as load
+    from lbdl_dsl.training.evaluate import evaluate
 
-    return load(folder, dtype=dtype_name(dtype))
+    model, params, state = load(folder, dtype=dtype_name(dtype))
+    model.evaluator = evaluate
+    return model, params, state
 
 
 def dtype_name(dtype: Any) -> str:

@@ -23,14 +23,14 @@ VERBS: dict[str, str] = {
     "build": "build",
     "run": "run",
     "diff": "diff",
+    "serve": "serve",
     "train": "train",
+    "evaluate": "evaluate",
+    "predict": "predict",
+    "from-hf": "from_hf",
     "import": "import_",
     "export": "export",
     "launch": "launch",
-    "from-hf": "from_hf",
-    "predict": "predict",
-    "evaluate": "evaluate",
-    "serve": "serve",
 }
 
 DESCRIPTION = (
