@@ -20,6 +20,7 @@ OPTIMIZERS = ("adamw", "adam", "sgd", "momentum", "lion", "rmsprop", "adafactor"
 SCHEDULES = ("constant", "cosine", "linear")
 TASKS = ("auto", "classify", "next-token", "mse", "reconstruct")
 DTYPES = ("float32", "bfloat16")
+MAX_SEED = 2**63 - 1  # what a JAX key and NumPy's generators both take
 
 # Fields that may change when a run is resumed: how long it goes on and how it reports, never
 # what it computes. Everything else must match the checkpoint's, or resuming is refused. The spec
@@ -31,6 +32,7 @@ RESUMABLE_CHANGES = frozenset(
         "epochs",
         "eval_every",
         "save_every",
+        "save_minutes",
         "keep",
         "log_every",
         "output_dir",
@@ -64,6 +66,7 @@ class TrainConfig:
     eval_every: int | None = None
     eval_samples: int | None = None  # None: the whole evaluation split
     save_every: int | None = None
+    save_minutes: float | None = 5.0  # also a checkpoint every so many minutes (None or 0: not)
     keep: int = 3
     log_every: int = 10
     seed: int = 0
@@ -158,6 +161,10 @@ def _number_problems(c: TrainConfig) -> list[tuple[str, str]]:
     for flag, value in (*every, ("--eval-samples", c.eval_samples)):
         if value is not None and value < 1:
             out.append((f"{flag} must be ≥ 1, got {value}", "or leave it out"))
+    if c.save_minutes is not None and not (math.isfinite(c.save_minutes) and c.save_minutes >= 0):
+        out.append((f"--save-minutes must be ≥ 0, got {c.save_minutes}", "e.g. 5, or 0 for none"))
+    if not isinstance(c.seed, int) or not 0 <= c.seed <= MAX_SEED:
+        out.append((f"--seed must be a whole number from 0 to 2^63−1, got {c.seed}", "e.g. 0"))
     if c.keep < 1:
         out.append((f"--keep must be ≥ 1 checkpoint, got {c.keep}", "e.g. --keep 3"))
     if c.log_every < 1:

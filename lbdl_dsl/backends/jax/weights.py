@@ -11,6 +11,8 @@ model before anything is handed back, and reports every difference at once.
 from __future__ import annotations
 
 import io
+import json
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -64,14 +66,49 @@ def save(path: str | Path, params: Any, state: Any = None) -> Path:
     flat = {f"params/{k}": np.ascontiguousarray(v) for k, v in flatten(params).items()}
     flat |= {f"state/{k}": np.ascontiguousarray(v) for k, v in flatten(state).items()}
     if fmt == ".safetensors":
-        from safetensors.numpy import save as st_save
-
-        data = st_save(flat, metadata={"format": "lbdl", "layout": "params/<path>, state/<path>"})
+        data = safetensors_bytes(flat, METADATA)
     else:
         buffer = io.BytesIO()
         np.savez(buffer, **flat)
         data = buffer.getvalue()
     return write_atomic(path, data)
+
+
+METADATA = {"format": "lbdl", "layout": "params/<path>, state/<path>"}
+
+# NumPy's dtype names → safetensors' (bfloat16 and the float8 types come from ml_dtypes)
+_ST_DTYPES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
+    "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
+}  # fmt: skip
+
+
+def safetensors_bytes(flat: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
+    """A safetensors file's bytes with its header in a fixed order (the metadata, then the
+    tensors by name), so that the same arrays always give the same bytes: the reference
+    writer keeps its metadata in a hash map, whose order changes from one process to the next.
+    """
+    header: dict[str, Any] = {"__metadata__": {k: metadata[k] for k in sorted(metadata)}}
+    chunks, offset = [], 0
+    for key in sorted(flat):
+        array = np.ascontiguousarray(flat[key])
+        dtype = _ST_DTYPES.get(array.dtype.name)
+        if dtype is None:
+            raise LbdlError(
+                f"`{key}`: arrays of {array.dtype} cannot be saved",
+                None,
+                hint="parameters are real numbers: float32, bfloat16, ...",
+            )
+        raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[key] = {"dtype": dtype, "shape": list(array.shape),
+                       "data_offsets": [offset, offset + len(raw)]}  # fmt: skip
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
 
 
 def read(path: str | Path) -> dict[str, np.ndarray]:
