@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import ArgumentError, LbdlError
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum", "lion", "rmsprop", "adafactor")
 SCHEDULES = ("constant", "cosine", "linear")
@@ -77,6 +77,8 @@ class TrainConfig:
     shard: tuple[str, ...] = ()  # --shard's presets and rules (default dp)
 
     def __post_init__(self) -> None:
+        for problem in _type_problems(self):  # the Python API's keywords, before any comparison
+            raise ArgumentError(problem)
         object.__setattr__(self, "shard", tuple(self.shard))  # JSON gives a list
         for problem in _problems(self):
             raise LbdlError(problem[0], None, hint=problem[1])
@@ -104,6 +106,40 @@ class TrainConfig:
             if name not in RESUMABLE_CHANGES and mine[name] != theirs[name]:
                 lines.append(f"{_flag(name)}: {_show(theirs[name])} then, {_show(mine[name])} now")
         return lines
+
+
+_KINDS = {"int": (int,), "float": (int, float), "str": (str,)}
+
+
+def _type_problems(c: TrainConfig) -> list[str]:
+    """Each field whose value is not of its annotated kind (``int | None``, ``float``, ...)."""
+    out = []
+    for f in dataclasses.fields(c):
+        value, kinds = getattr(c, f.name), str(f.type).replace(" ", "").split("|")
+        if value is None and "None" in kinds:
+            continue
+        allowed = tuple(t for k in kinds for t in _KINDS.get(k, ()))
+        if f.name == "overrides":
+            ok = isinstance(value, Mapping)
+        elif f.name == "shard":
+            ok = isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value)
+        elif not allowed:  # bool fields
+            ok = isinstance(value, bool)
+        else:
+            ok = isinstance(value, allowed) and not isinstance(value, bool)
+        if not ok:
+            out.append(f"{_flag(f.name)}: {value!r} is not {_KIND_WORDS.get(kinds[0], kinds[0])}")
+    return out
+
+
+_KIND_WORDS = {
+    "int": "a whole number",
+    "float": "a number",
+    "str": "text",
+    "bool": "True or False",
+    "Mapping[str,Any]": "a dictionary of --set values",
+    "tuple[str,...]": "a list of texts",
+}
 
 
 def _flag(name: str) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import ArgumentError, LbdlError
 from lbdl_dsl.training import optim, progress, rundir
 from lbdl_dsl.training.checkpoint import Checkpoints, Damaged
 from lbdl_dsl.training.config import TrainConfig
@@ -130,6 +130,8 @@ def train(
     unknown = sorted(set(options) - names)
     if unknown:
         raise TypeError(f"train() got unknown options {unknown}; known: {sorted(names)}")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ArgumentError(f"overrides must be a dictionary, got {type(overrides).__name__}")
     out = Path(output_dir) if output_dir is not None else Path("runs") / Path(spec).stem
     config = TrainConfig(
         spec=str(spec),

@@ -170,16 +170,17 @@ class Model:
         cut = paths.cut(self.checked.root)
         return {p: (v, i, tuple(_int(d, v) for d in s)) for p, (v, i, s) in cut.items()}
 
-    def load(self, path: str | Path) -> tuple[Any, Any]:
+    def load(self, path: str | Path, *, allow_nonfinite: bool = False) -> tuple[Any, Any]:
         """(params, state) from a file written by `save`, `lbdl train` or `lbdl import`.
 
         Every path and shape is checked against the model first; a file of another model (or of
         this one with other ``--set`` values) is refused with the list of differences. A file
         whose short ×N groups are stacked (lbdl's layout before they kept their copies apart,
-        `storage`) is read too, each copy cut from its stack.
+        `storage`) is read too, each copy cut from its stack. Values that are not real numbers
+        are refused, and NaN or infinite ones too unless ``allow_nonfinite``.
         """
         tables = self.module["PARAMS"], self.module["STATE"]
-        params, state = weights.load_checked(path, *tables, self.cut())
+        params, state = weights.load_checked(path, *tables, self.cut(), allow_nonfinite)
         as_jax = {k: jnp.asarray(v) for k, v in params.items()}
         return unflatten(as_jax), unflatten({k: jnp.asarray(v) for k, v in state.items()})
 

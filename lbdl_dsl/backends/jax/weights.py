@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import ArgumentError, LbdlError, os_error
 from lbdl_dsl.output import write_atomic
 
 FORMATS = (".safetensors", ".npz")
@@ -49,6 +51,14 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _path(path: Any, what: str = "path") -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(
+            f"{what} must be a file name (str or os.PathLike), got {type(path).__name__}"
+        )
+    return Path(path)
+
+
 def _format(path: Path) -> str:
     if path.suffix not in FORMATS:
         raise LbdlError(
@@ -61,8 +71,13 @@ def _format(path: Path) -> str:
 
 def save(path: str | Path, params: Any, state: Any = None) -> Path:
     """Write ``params`` (and ``state``) to ``path``, atomically; the suffix picks the format."""
-    path = Path(path)
+    path = _path(path)
     fmt = _format(path)
+    for name, tree in (("params", params), ("state", state)):
+        if tree is not None and not isinstance(tree, Mapping):
+            raise ArgumentError(
+                f"{name} must be the nested dictionary init returns, got {type(tree).__name__}"
+            )
     flat = {f"params/{k}": np.ascontiguousarray(v) for k, v in flatten(params).items()}
     flat |= {f"state/{k}": np.ascontiguousarray(v) for k, v in flatten(state).items()}
     if fmt == ".safetensors":
@@ -113,25 +128,71 @@ def safetensors_bytes(flat: Mapping[str, np.ndarray], metadata: Mapping[str, str
 
 def read(path: str | Path) -> dict[str, np.ndarray]:
     """Every array of a weights file, by key, as NumPy arrays."""
-    path = Path(path)
+    path = _path(path)
     fmt = _format(path)
     from safetensors import SafetensorError
 
-    try:
-        if fmt == ".safetensors":
-            from safetensors.numpy import load_file
+    hint = "was it written completely, and by lbdl (`model.save`, `lbdl train`)?"
+    if fmt == ".npz":
+        from lbdl_dsl.npzfile import load_npz
 
-            return dict(load_file(str(path)))
-        with np.load(path) as data:
-            return {k: data[k] for k in data.files}
+        return load_npz(path, str(path), hint)
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise LbdlError(f"{path}: not a regular file", None, hint=hint)
+        from safetensors.numpy import load_file
+
+        return dict(load_file(str(path)))
     except FileNotFoundError:
         raise LbdlError(f"{path}: no such file") from None
-    except (OSError, ValueError, SafetensorError) as exc:  # a truncated or foreign file
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a folder, a file we may not read
+        if isinstance(exc, OSError) and exc.errno is None:
+            raise LbdlError(f"{path}: not a readable .safetensors weights file ({exc})") from None
+        raise os_error(exc, "read", path) from None
+    except (ValueError, SafetensorError, MemoryError) as exc:  # a truncated or foreign file
         raise LbdlError(
             f"{path}: not a readable {fmt} weights file ({exc})",
             None,
             hint="was it written completely, and by lbdl (`model.save`, `lbdl train`)?",
         ) from None
+
+
+_LOW_FLOATS = ("bfloat16", "float8", "float4", "float6")  # ml_dtypes' floats, of kind "V"
+
+
+def check_values(flat: Mapping[str, np.ndarray], path: Any, allow_nonfinite: bool) -> None:
+    """Refuse arrays of a dtype that is not a real number, and (unless ``allow_nonfinite``)
+    arrays holding NaN or infinity, naming each (at most 12)."""
+    problems = []
+    for key in sorted(flat):
+        dtype = np.asarray(flat[key]).dtype
+        if dtype.kind not in "fiub" and not dtype.name.startswith(_LOW_FLOATS):
+            problems.append(f"`{key}` holds {dtype} values, not real numbers")
+    if problems:
+        raise LbdlError(
+            f"{path}: the weights are not real numbers:\n  " + "\n  ".join(problems[:12]),
+            None,
+            hint="parameters are float32 (or bfloat16...): convert them before saving",
+        )
+    if allow_nonfinite:
+        return
+    for key in sorted(flat):
+        array = np.asarray(flat[key])
+        if array.dtype.kind in "iub":
+            continue
+        bad = int(np.count_nonzero(~np.isfinite(array.astype(np.float32, copy=False))))
+        if bad:
+            problems.append(f"`{key}`: {bad:,} of {array.size:,} values are NaN or infinite")
+    if problems:
+        more = [f"... and {len(problems) - 12} more"] if len(problems) > 12 else []
+        raise LbdlError(
+            f"{path}: the weights hold values that are not finite:\n  "
+            + "\n  ".join(problems[:12] + more),
+            None,
+            hint="they came from a run that diverged, or a damaged file; "
+            "`Model.load(path, allow_nonfinite=True)` reads them anyway",
+        )
 
 
 def split(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -181,13 +242,20 @@ def load_checked(
     params_table: Mapping[str, Any],
     state_table: Mapping[str, Any],
     cut: Cut | None = None,
+    allow_nonfinite: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Flat (params, state) from ``path``, refused unless they fit the tables exactly.
 
     ``cut`` (`Model.cut`: a stored path → its array in the stacked view and its index there)
     reads a file written with every ×N group stacked, as lbdl wrote all of them before short groups
-    kept their copies apart: each copy is cut from its stacked array."""
-    params, state = split(read(path))
+    kept their copies apart: each copy is cut from its stacked array.
+
+    Arrays that are not real numbers (complex, text, objects) are refused, and so, unless
+    ``allow_nonfinite``, are NaN and infinite values: a model run with them gives NaN outputs
+    that nothing downstream would question."""
+    flat = read(path)
+    check_values(flat, path, allow_nonfinite)
+    params, state = split(flat)
     problems = mismatches(params, params_table, "parameter")
     problems += mismatches(state, state_table, "state array")
     if problems and cut:  # perhaps the stacked layout: the copies cut, all must fit
