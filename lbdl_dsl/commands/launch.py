@@ -24,6 +24,7 @@ from lbdl_dsl.core.errors import LbdlError
 
 HELP = "run a command as N processes of one distributed run on this machine"
 _GRACE = 10.0  # seconds a stopped process has before it is killed
+MAX_PROCESSES = 1024  # processes (and devices of each) one machine is asked to start
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -78,6 +79,15 @@ def launch(command: list[str], n: int, per: int | None = None, port: int | None 
         raise LbdlError("lbdl launch: no command", None, hint="lbdl launch -n 2 -- lbdl train ...")
     if n < 1 or (per is not None and per < 1):
         raise LbdlError("-n and --devices-per-process must be at least 1", None)
+    if n > MAX_PROCESSES or (per is not None and per > MAX_PROCESSES):
+        raise LbdlError(
+            f"-n {n} and --devices-per-process {per}: at most {MAX_PROCESSES} each on one machine",
+            None,
+            hint="a run over several machines starts one `lbdl train` per machine with "
+            "--coordinator (docs/scaling.md)",
+        )
+    if port is not None and not 0 <= port <= 65535:
+        raise LbdlError(f"--port {port}: a port is a number from 1 to 65535 (0: a free one)")
     envs = environments(n, port or free_port(), per, dict(os.environ))
     sink = sys.stdout.buffer
     lock = threading.Lock()

@@ -21,6 +21,7 @@ SCHEDULES = ("constant", "cosine", "linear")
 TASKS = ("auto", "classify", "next-token", "mse", "reconstruct")
 DTYPES = ("float32", "bfloat16")
 MAX_SEED = 2**63 - 1  # what a JAX key and NumPy's generators both take
+MAX_STEPS = 2**31 - 1  # the step counter of the training state is an int32
 
 # Fields that may change when a run is resumed: how long it goes on and how it reports, never
 # what it computes. Everything else must match the checkpoint's, or resuming is refused. The spec
@@ -152,8 +153,11 @@ def _show(value: Any) -> str:
     return "(none)" if value is None else str(value)
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the learning rate and its kin are float32 in the step
+
+
 def _positive(value: float | None) -> bool:
-    return value is not None and math.isfinite(value) and value > 0
+    return value is not None and math.isfinite(value) and 0 < value <= FLOAT32_MAX
 
 
 def _problems(c: TrainConfig) -> list[tuple[str, str]]:
@@ -172,8 +176,10 @@ def _problems(c: TrainConfig) -> list[tuple[str, str]]:
         out.append(("--steps and --epochs both given", "give one: how long the run is"))
     if c.steps is None and c.epochs is None:
         out.append(("give --steps N or --epochs E", "how long to train, in steps or epochs"))
-    if c.steps is not None and (not isinstance(c.steps, int) or c.steps < 1):
-        out.append((f"--steps must be a whole number ≥ 1, got {c.steps}", "e.g. --steps 500"))
+    if c.steps is not None and (not isinstance(c.steps, int) or not 1 <= c.steps <= MAX_STEPS):
+        out.append(
+            (f"--steps must be a whole number from 1 to 2^31−1, got {c.steps}", "e.g. --steps 500")
+        )
     if c.epochs is not None and not _positive(c.epochs):
         out.append((f"--epochs must be > 0, got {c.epochs}", "e.g. --epochs 10 (or 0.5)"))
     if not isinstance(c.batch, int) or c.batch < 1:
@@ -191,7 +197,7 @@ def _number_problems(c: TrainConfig) -> list[tuple[str, str]]:
         out.append((f"--warmup must be ≥ 0 steps, got {c.warmup}", "e.g. --warmup 100"))
     if c.clip is not None and not _positive(c.clip):
         out.append((f"--clip must be a norm > 0, got {c.clip}", "e.g. --clip 1.0"))
-    if c.weight_decay is not None and not (math.isfinite(c.weight_decay) and c.weight_decay >= 0):
+    if c.weight_decay is not None and not (0 <= c.weight_decay <= FLOAT32_MAX):
         out.append((f"--weight-decay must be ≥ 0, got {c.weight_decay}", "e.g. 0.01"))
     every = (("--eval-every", c.eval_every), ("--save-every", c.save_every))
     for flag, value in (*every, ("--eval-samples", c.eval_samples)):

@@ -34,7 +34,7 @@ import numpy as np
 from lbdl_dsl.core.errors import ArgumentError, LbdlError
 from lbdl_dsl.training import optim, progress, rundir
 from lbdl_dsl.training.checkpoint import Checkpoints, Damaged
-from lbdl_dsl.training.config import TrainConfig
+from lbdl_dsl.training.config import MAX_STEPS, TrainConfig
 from lbdl_dsl.training.datasets import Data, open_data
 from lbdl_dsl.training.devices import Mesh, One, join
 from lbdl_dsl.training.loader import Loader, Position, eval_batches
@@ -185,7 +185,7 @@ def _run_claimed(config, model, devices, digest, display, callbacks, started) ->
     loader = Loader(data.train, config.batch, config.seed)
     if devices.count > 1:
         loader = loader.shard(devices.index, devices.count)
-    total = config.steps or max(1, math.ceil((config.epochs or 1) * loader.steps_per_epoch))
+    total = config.steps or _epoch_steps(config.epochs or 1, loader.steps_per_epoch)
     lr = optim.schedule(config, total)
     tx = optim.optimizer(config, lr)
     ts = devices.init_state(model, tx, config.seed)
@@ -212,6 +212,17 @@ def _run_claimed(config, model, devices, digest, display, callbacks, started) ->
         return loop.finish(ts, started)
     finally:
         ckpts.close()
+
+
+def _epoch_steps(epochs: float, per_epoch: int) -> int:
+    steps = epochs * per_epoch
+    if steps > MAX_STEPS:
+        raise LbdlError(
+            f"--epochs {epochs}: {steps:.3g} steps of {per_epoch} per epoch, more than 2^31−1",
+            None,
+            hint="ask for fewer epochs",
+        )
+    return max(1, math.ceil(steps))
 
 
 def _shared_id(devices: One | Mesh) -> str:
