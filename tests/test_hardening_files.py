@@ -26,7 +26,7 @@ import pytest
 import lbdl_dsl
 from lbdl_dsl import ArgumentError, LbdlError
 from lbdl_dsl.backends.jax import weights
-from lbdl_dsl.output import atomic_file, write_atomic
+from lbdl_dsl.output import write_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = "model tiny(D=8):\n  input X: 4\n  fc D\n  relu\n  fc 2\n  output Y\n"
@@ -54,6 +54,8 @@ def spec(tmp_path: Path) -> Path:
 
 
 def test_a_fifo_without_a_reader_is_refused_not_replaced(tmp_path: Path) -> None:
+    from lbdl_dsl.output import atomic_file
+
     fifo = tmp_path / "out.svg"
     os.mkfifo(fifo)
     with pytest.raises(LbdlError, match="a FIFO that no program is reading"):

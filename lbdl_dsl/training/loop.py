@@ -303,14 +303,14 @@ class _Loop:
         theirs = meta.get("run_id")
         if theirs is not None and theirs != self.ckpts.run_id:
             raise LbdlError(
-                f"{self.ckpts.directory}/{step}: a checkpoint of another run (run id {theirs}; "
+                f"{self.run_dir}/checkpoints/{step}: a checkpoint of another run (run id {theirs}; "
                 f"run.json names {self.ckpts.run_id})",
                 None,
                 hint="train into a new -o folder: lbdl never mixes two runs' checkpoints",
             )
         if meta.get("spec_hash", self.record["spec_hash"]) != self.record["spec_hash"]:
             raise LbdlError(
-                f"{self.ckpts.directory}/{step}: a checkpoint of another spec",
+                f"{self.run_dir}/checkpoints/{step}: a checkpoint of another spec",
                 None,
                 hint="train into a new -o folder",
             )
@@ -330,7 +330,7 @@ class _Loop:
                 aside.mkdir(exist_ok=True)
                 os.replace(self.ckpts.directory / str(step), target)
             self.display.note(
-                f"{self.ckpts.directory}/{step} is damaged ({why}); moved to {target}"
+                f"{self.run_dir}/checkpoints/{step} is damaged ({why}); moved to {target}"
             )
         self.ckpts.reload()
 
