@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import IO
+from typing import IO, Any
 
 from lbdl_dsl.cli import guarded
 from lbdl_dsl.core.errors import LbdlError
@@ -64,7 +64,20 @@ def environments(n: int, port: int, per: int | None, base: dict[str, str]) -> li
     return out
 
 
-def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock) -> None:
+class _Text:
+    """Bytes written to a text stream (a ``sys.stdout`` replaced by one without a buffer)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data.decode("utf-8", "replace"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _pump(stream: IO[bytes], prefix: bytes, sink: Any, lock: threading.Lock) -> None:
     for line in iter(stream.readline, b""):
         with lock:
             sink.write(prefix + line)
@@ -89,7 +102,7 @@ def launch(command: list[str], n: int, per: int | None = None, port: int | None 
     if port is not None and not 0 <= port <= 65535:
         raise LbdlError(f"--port {port}: a port is a number from 1 to 65535 (0: a free one)")
     envs = environments(n, port or free_port(), per, dict(os.environ))
-    sink = sys.stdout.buffer
+    sink = getattr(sys.stdout, "buffer", None) or _Text(sys.stdout)
     lock = threading.Lock()
     procs, pumps = [], []
     try:
