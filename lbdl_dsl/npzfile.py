@@ -14,6 +14,7 @@ import os
 import stat
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,9 @@ def load_npz(path: Path, what: str, hint: str) -> dict[str, np.ndarray]:
         raise refuse(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from None
 
 
-def _check_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo, refuse) -> None:
+def _check_member(
+    archive: zipfile.ZipFile, member: zipfile.ZipInfo, refuse: Callable[[str], LbdlError]
+) -> None:
     """Refuse a member whose header declares more values than the archive holds bytes for."""
     if not member.filename.endswith(".npy"):
         raise refuse(f"`{member.filename}` is not an array")
