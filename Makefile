@@ -69,7 +69,7 @@ fuzz-nightly: setup
 	$(PY) bench/fuzz.py --cases 20000 --jobs 2 --seed $$(date -u +%Y%m%d) --save build/fuzz-cases
 
 # Every verb's path and number flags with bad values (docs/reliability.md): every argument with
-# every value of its kind, and 1,500 drawn cases. CI runs 50 of them on each commit.
+# every value of its kind, and 1,500 drawn cases. CI runs 100 of them on each commit.
 bad-values-nightly: setup
 	$(PY) -m pytest -n 2 -m full tests/test_bad_values.py
 
