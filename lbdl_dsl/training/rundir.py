@@ -167,8 +167,9 @@ def check_claim(run_dir: Path, config: TrainConfig, digest: str) -> dict[str, An
     old = read_record(run_dir)
     if old is None:
         leftovers = [f"{CHECKPOINTS}/" for _ in saved_steps(run_dir)[:1]]
-        if (run_dir / "metrics.jsonl").exists():
-            leftovers.append("metrics.jsonl")
+        with contextlib.suppress(OSError):
+            if (run_dir / "metrics.jsonl").stat().st_size:  # an empty one is nobody's history
+                leftovers.append("metrics.jsonl")
         if leftovers:
             raise LbdlError(
                 f"{run_dir} holds a run's files ({', '.join(leftovers)}) but no {RUN_FILE} "
