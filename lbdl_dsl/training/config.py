@@ -192,7 +192,9 @@ def _problems(c: TrainConfig) -> list[tuple[str, str]]:
 def _number_problems(c: TrainConfig) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if not _positive(c.lr):
-        out.append((f"--lr must be a number > 0, got {c.lr}", "e.g. --lr 1e-3"))
+        past = math.isfinite(c.lr) and c.lr > FLOAT32_MAX
+        limit = " and at most 3.4e38 (a float32)" if past else ""
+        out.append((f"--lr must be a number > 0{limit}, got {c.lr}", "e.g. --lr 1e-3"))
     if c.warmup < 0:
         out.append((f"--warmup must be ≥ 0 steps, got {c.warmup}", "e.g. --warmup 100"))
     if c.clip is not None and not _positive(c.clip):
