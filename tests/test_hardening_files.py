@@ -43,6 +43,19 @@ def lbdl(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
     return done
 
 
+def in_process(capsys, *argv: str) -> tuple[int, str]:
+    """``lbdl ARGV`` in this process: (exit code, stderr)."""
+    from lbdl_dsl.main import main
+
+    try:
+        rc = main(list(argv))
+    except SystemExit as exit_:
+        rc = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "internal error" not in err, err
+    return rc, err
+
+
 @pytest.fixture
 def spec(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.lbdl"
@@ -100,14 +113,24 @@ def test_a_socket_at_the_path_is_refused(tmp_path: Path) -> None:
         (["export", "tiny.lbdl", "--format", "mlir", "-o", "out/m.mlir"], "out/m.mlir"),
     ],
 )
-def test_the_commands_keep_a_fifo(spec: Path, argv: list[str], target: str) -> None:
+def test_the_commands_keep_a_fifo(spec: Path, argv: list[str], target: str, monkeypatch,
+                                  capsys) -> None:  # fmt: skip
     fifo = spec.parent / target
     fifo.parent.mkdir()
     os.mkfifo(fifo)
-    done = lbdl(spec.parent, *argv)
-    assert done.returncode == 1
-    assert f"error: {target}: a FIFO that no program is reading" in done.stderr
+    monkeypatch.chdir(spec.parent)
+    rc, err = in_process(capsys, *argv)
+    assert rc == 1
+    assert f"error: {target}: a FIFO that no program is reading" in err
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_export_keeps_a_fifo_from_the_command_line(spec: Path) -> None:
+    os.mkfifo(spec.parent / "m.stablehlo")
+    done = lbdl(spec.parent, "export", "tiny.lbdl", "--format", "stablehlo", "-o", "m.stablehlo")
+    assert done.returncode == 1
+    assert "error: m.stablehlo: a FIFO that no program is reading" in done.stderr
+    assert stat.S_ISFIFO(os.stat(spec.parent / "m.stablehlo").st_mode)
 
 
 # -- item 9: the same arrays, the same bytes -----------------------------------------------------
@@ -244,11 +267,20 @@ BAD_NPZ_MESSAGES = {
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_NPZ))
-def test_bad_npz_training_data_from_the_command_line(spec: Path, kind: str) -> None:
+def test_bad_npz_training_data(spec: Path, kind: str, monkeypatch, capsys) -> None:
     BAD_NPZ[kind](spec.parent / "data.npz")
+    monkeypatch.chdir(spec.parent)
+    rc, err = in_process(capsys, "train", "tiny.lbdl", "--data", "data.npz", "--steps", "1")
+    assert rc == 1
+    assert f"error: --data data.npz: not a readable .npz file ({BAD_NPZ_MESSAGES[kind]}" in err
+    assert not (spec.parent / "runs").exists()
+
+
+def test_a_huge_npz_header_from_the_command_line(spec: Path) -> None:
+    _huge_header_npz(spec.parent / "data.npz")
     done = lbdl(spec.parent, "train", "tiny.lbdl", "--data", "data.npz", "--steps", "1")
     assert done.returncode == 1
-    assert f"error: --data data.npz: not a readable .npz file ({BAD_NPZ_MESSAGES[kind]}" in (
+    assert f"error: --data data.npz: not a readable .npz file ({BAD_NPZ_MESSAGES['huge']}" in (
         done.stderr
     )
 
@@ -323,14 +355,28 @@ def test_nan_weights_are_reported_and_the_export_check_fails(spec: Path) -> None
 # -- item 8: numbers past what a run takes -----------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "tiny.lbdl", "--data", "synthetic", "--steps", "1", "--seed", "-1"],
+        ["export", "tiny.lbdl", "--format", "mlir", "-o", "m.mlir", "--seed", str(2**70)],
+    ],
+)
+def test_out_of_range_seeds_in_train_and_export(spec: Path, argv: list[str]) -> None:
+    done = lbdl(spec.parent, *argv)
+    assert done.returncode == 1
+    assert "seed" in done.stderr and "2^63−1" in done.stderr
+
+
+@pytest.mark.parametrize("verb", ["train", "export"])
 @pytest.mark.parametrize("seed", ["-1", str(2**70)])
-def test_out_of_range_seeds_in_train_and_export(spec: Path, seed: str) -> None:
-    train = ["train", "tiny.lbdl", "--data", "synthetic", "--steps", "1", "--seed", seed]
-    export = ["export", "tiny.lbdl", "--format", "mlir", "-o", "m.mlir", "--seed", seed]
-    for argv in (train, export):
-        done = lbdl(spec.parent, *argv)
-        assert done.returncode == 1
-        assert "seed" in done.stderr and "2^63−1" in done.stderr
+def test_out_of_range_seeds_in_process(spec: Path, verb: str, seed: str, monkeypatch,
+                                       capsys) -> None:  # fmt: skip
+    monkeypatch.chdir(spec.parent)
+    more = ["--data", "synthetic", "--steps", "1"] if verb == "train" else ["--format", "mlir"]
+    rc, err = in_process(capsys, verb, "tiny.lbdl", *more, "--seed", seed)
+    assert rc == 1
+    assert "seed" in err and "2^63−1" in err
 
 
 def test_a_huge_export_batch_is_refused(spec: Path) -> None:

@@ -69,7 +69,7 @@ def claimed(run_dir: Path) -> Iterator[None]:
     except ImportError:  # not on this system: one training a folder is then the user's care
         yield
         return
-    made = not run_dir.exists()
+    made = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # what mkdir will make
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0))
@@ -96,7 +96,8 @@ def claimed(run_dir: Path) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 if [e.name for e in os.scandir(run_dir)] == [LOCK_FILE]:
                     (run_dir / LOCK_FILE).unlink()
-                    run_dir.rmdir()
+                    for folder in made:  # the run folder, then the parents made for it
+                        folder.rmdir()
 
 
 def read_record(run_dir: Path) -> dict[str, Any] | None:
