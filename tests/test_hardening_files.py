@@ -426,3 +426,13 @@ def test_diff_reads_a_path_of_any_suffix_as_a_file(spec: Path) -> None:
 def test_the_python_api_raises_argument_errors(spec: Path, call, message: str) -> None:
     with pytest.raises(ArgumentError, match=message):
         call(spec)
+
+
+def test_init_with_something_that_is_no_key(spec: Path) -> None:
+    import jax
+
+    model = lbdl_dsl.compile(spec)
+    with pytest.raises(ArgumentError, match="key must be a JAX random key, got int"):
+        model.init(5)
+    params, _ = jax.eval_shape(model.init, jax.random.key(0))  # traced keys are keys
+    assert params["fc_0"]["w"].shape == (4, 8)

@@ -37,7 +37,7 @@ class Model:
         namespace: dict[str, Any] = {"__name__": f"lbdl_generated_{self.name}"}
         exec(compile(self.source, f"<lbdl {compiled.file}>", "exec"), namespace)  # noqa: S102
         self.module = namespace
-        self.init: Callable = namespace["init"]
+        self._init: Callable = namespace["init"]
         self._apply: Callable = namespace["apply"]
         self._specs = [
             InputSpec(name, tuple(t.shape), t.dtype, t.vocab.as_int() if t.vocab else None)
@@ -46,6 +46,16 @@ class Model:
         # draws random numbers in training: the generated module carries the functions
         self._random = any(f in namespace for f in ("dropout_mask_apply", "reparameterize"))
         self._seen: set[tuple] = set()  # signatures that passed the checks
+
+    def init(self, key: Any) -> tuple[Any, Any]:
+        """The generated module's ``init(key) -> (params, state)``, after checking that ``key``
+        is a JAX key (``jax.random.key(0)``, or a legacy ``PRNGKey``)."""
+        if not isinstance(key, (jax.Array, np.ndarray)):
+            raise ArgumentError(
+                f"key must be a JAX random key, got {type(key).__name__}",
+                hint="model.init(jax.random.key(0))",
+            )
+        return self._init(key)  # type: ignore[no-any-return]
 
     def apply(self, params: Any, state: Any, *inputs: Any, train: bool = False, key: Any = None):
         """The generated module's ``apply``, after checking what it is given.
