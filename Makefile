@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup system studio parser gallery bench bench-gpu bench-gpu-sweep fuzz fuzz-nightly lint docs clean
+.PHONY: demo test setup system studio parser gallery bench bench-gpu bench-gpu-sweep fuzz fuzz-nightly bad-values-nightly lint docs clean
 
 # The demo needs the package alone (networkx, rich: about 60 MB of virtual environment);
 # `make setup` adds JAX, training, benchmarks and the test tools (about 1.1 GB).
@@ -83,6 +83,11 @@ fuzz: setup
 # shards, the failing ones saved for reproduction. CI runs 3,000 of the same cases on each commit.
 fuzz-nightly: setup
 	$(PY) bench/fuzz.py --cases 20000 --jobs 2 --seed $$(date -u +%Y%m%d) --save build/fuzz-cases
+
+# Every verb's path and number flags with bad values (docs/reliability.md): every argument with
+# every value of its kind, and 1,500 drawn cases. CI runs 100 of them on each commit.
+bad-values-nightly: setup
+	$(PY) -m pytest -n 2 -m full tests/test_bad_values.py
 
 # Before the tests (CI runs `make test`), failing on any finding: ruff's rules and format on the
 # code, then mypy, strict on lbdl_dsl/compiler and lbdl_dsl/core (pyproject.toml, [tool.mypy]).

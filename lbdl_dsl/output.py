@@ -11,6 +11,12 @@ of the same file removes if SIGKILL left it. A new file gets the
 mode the user's umask gives (0644 for the usual 022), and a file we replace keeps its own mode.
 Any error of the system (a folder that cannot be written, a full disk, a folder where the file
 should be) is the user's, an `LbdlError` naming the path.
+
+Only a regular file (or a link to one) is ever replaced. A FIFO or a character device at the
+target (``-o /dev/stdout``, a pipe another program reads) is written through, as the shell's
+``>`` would; a FIFO that nobody reads is refused rather than waited on, and anything else (a
+block device, a socket, a folder) is refused: renaming over ``/dev/null``, which a command run
+as root could otherwise do, would replace the machine's device with a file.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from lbdl_dsl.core.errors import os_error
+from lbdl_dsl.core.errors import LbdlError, os_error, printable
 
 _FILE_MODE = 0o666  # less the umask, as the shell's `>` and every editor create files
 
@@ -44,16 +52,131 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     return path
 
 
-def _replace(path: Path, raw: bytes) -> None:
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[BinaryIO]:
+    """``with atomic_file(path) as f: f.write(...)``: a file written piece by piece that appears
+    at ``path`` whole when the block ends, and not at all if it raises; the same rules as
+    `write_atomic` (a hidden temporary swept by the next write, the umask's mode, an existing
+    file's mode kept, special files written through or refused). An error of the system while
+    writing is an `LbdlError` naming ``path``; the block's own exceptions pass unchanged."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError) as exc:
+        raise os_error(exc, "create the folder", path.parent) from None
+    with _system_errors(path):
+        old = _target(path)
+        through = old is not None and not stat.S_ISREG(old.st_mode)
+        if through:
+            fd = _through(path)
+            temp = None
+        else:
+            _sweep(path)
+            temp = _temp_name(path)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    try:
+        with open(fd, "wb") as f:
+            with _system_errors(path):
+                if old is not None and not through:
+                    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+            yield _Checked(f, path)  # type: ignore[misc]
+            with _system_errors(path):
+                f.flush()
+                if not through:
+                    os.fsync(fd)
+        if temp is not None:
+            with _system_errors(path):
+                os.replace(temp, path)
+    except BaseException:
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+        raise
+
+
+class _Checked:
+    """A binary file whose write errors (a full disk) are `LbdlError`s naming the target."""
+
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        self._f, self._path = f, path
+
+    def write(self, data: bytes | memoryview) -> int:
+        with _system_errors(self._path):
+            return self._f.write(data)
+
+
+@contextlib.contextmanager
+def _system_errors(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        raise os_error(exc, "write", path) from None
+
+
+def _target(path: Path) -> os.stat_result | None:
+    """What is at ``path`` now (links followed), refused unless it is a regular file or a
+    special file that is written through (a FIFO, a character device); None if nothing."""
     try:
         old = os.stat(path)
     except FileNotFoundError:
-        old = None
-    if old is not None and stat.S_ISDIR(old.st_mode):
+        return None
+    if stat.S_ISDIR(old.st_mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not (stat.S_ISREG(old.st_mode) or stat.S_ISFIFO(old.st_mode) or stat.S_ISCHR(old.st_mode)):
+        raise LbdlError(
+            f"{printable(str(path))}: not a regular file ({_kind(old.st_mode)}); lbdl replaces "
+            "only regular files",
+            None,
+            hint="write to a file name of your own",
+        )
+    return old
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _through(path: Path) -> int:
+    """An open descriptor on the FIFO or device at ``path``, for writing through it; a FIFO
+    with no reader is refused at once (opening it would wait for one forever)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+        raise LbdlError(
+            f"{printable(str(path))}: a FIFO that no program is reading",
+            None,
+            hint="start its reader first, or write to a regular file",
+        ) from None
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _write_through(path: Path, raw: bytes) -> None:
+    fd = _through(path)
+    try:
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
+def _replace(path: Path, raw: bytes) -> None:
+    old = _target(path)
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        _write_through(path, raw)
+        return
     mode = stat.S_IMODE(old.st_mode) if old is not None else None
     _sweep(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    temp = _temp_name(path)
     if not _write_unnamed(temp, raw, mode):
         _write_named(temp, raw, mode)
     try:

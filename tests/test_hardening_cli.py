@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lbdl_dsl import __version__, cli
+from lbdl_dsl import __version__
+from lbdl_dsl.cli import compat as cli
 
 MLP = "model m:\n  input X: 8\n  fc 4\n"
 FREE = "model m:\n  input X: T×8\n  fc out=4\n"

@@ -55,19 +55,26 @@ def overview() -> str:
     )
 
 
-def verb_main(verb: str, argv: list[str], *, prog: str, version: bool = False) -> int:
-    """Parse ``argv`` with ``verb``'s own parser and run it."""
+def parser_of(verb: str, prog: str | None = None, version: bool = False) -> Parser:
+    """``verb``'s own parser (what ``lbdl VERB --help`` prints; tests read its flags)."""
     module = module_of(verb)
+    prog = prog or f"lbdl {verb}"
     parser = Parser(prog=prog, description=module.HELP)
     if version:
         from lbdl_dsl import __version__
 
         parser.add_argument("--version", action="version", version=f"{prog} {__version__}")
     module.add_arguments(parser)
-    declare_extras(getattr(module, "EXTRAS", ()))
+    return parser
+
+
+def verb_main(verb: str, argv: list[str], *, prog: str, version: bool = False) -> int:
+    """Parse ``argv`` with ``verb``'s own parser and run it."""
+    parser = parser_of(verb, prog, version)
+    declare_extras(getattr(module_of(verb), "EXTRAS", ()))
     args = parser.parse_args(argv)
     args.parser = parser
-    return int(module.run(args))
+    return int(module_of(verb).run(args))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -94,7 +94,7 @@ def _whole_number(value: str, minimum: int) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"a whole number ≥ {minimum}, got {value!r}") from None
     if number < minimum:
-        raise argparse.ArgumentTypeError(f"a whole number ≥ {minimum}, got {value}")
+        raise argparse.ArgumentTypeError(f"a whole number ≥ {minimum}, got {value!r}")
     return number
 
 
@@ -174,6 +174,13 @@ def guarded(
         return 1
     except OSError as exc:  # the system's refusal about the user's files: theirs, not ours
         print(os_error(exc, None).render(), file=sys.stderr)
+        return 1
+    except MemoryError as exc:  # sizes the user asked for (--batch, --set) beyond the machine
+        detail = f" ({exc})" if str(exc) else ""
+        print(
+            f"error: out of memory{detail}\nhint: ask for smaller sizes (--batch, --set)",
+            file=sys.stderr,
+        )
         return 1
     except Exception as exc:  # noqa: BLE001 - our bug: a short message, the traceback on demand
         return _internal(exc, label)

@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     over_b = both | common.parse_overrides(args.set_b, args.parser)
 
     def work() -> int:
-        a = compile_spec(args.a, overrides=over_a)
-        b = compile_spec(args.b, overrides=over_b)
+        a = compile_spec(Path(args.a), overrides=over_a)  # a path, whatever its suffix
+        b = compile_spec(Path(args.b), overrides=over_b)
         result = diff.diff(a.checked, b.checked)
         if args.figure:
             _figure(b, result, args.figure, args.expand)

@@ -17,13 +17,14 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import IO
+from typing import IO, Any
 
 from lbdl_dsl.cli.common import guarded
 from lbdl_dsl.core.errors import LbdlError
 
 HELP = "run a command as N processes of one distributed run on this machine"
 _GRACE = 10.0  # seconds a stopped process has before it is killed
+MAX_PROCESSES = 1024  # processes (and devices of each) one machine is asked to start
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,7 +64,20 @@ def environments(n: int, port: int, per: int | None, base: dict[str, str]) -> li
     return out
 
 
-def _pump(stream: IO[bytes], prefix: bytes, sink: IO[bytes], lock: threading.Lock) -> None:
+class _Text:
+    """Bytes written to a text stream (a ``sys.stdout`` replaced by one without a buffer)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data.decode("utf-8", "replace"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _pump(stream: IO[bytes], prefix: bytes, sink: Any, lock: threading.Lock) -> None:
     for line in iter(stream.readline, b""):
         with lock:
             sink.write(prefix + line)
@@ -78,8 +92,17 @@ def launch(command: list[str], n: int, per: int | None = None, port: int | None 
         raise LbdlError("lbdl launch: no command", None, hint="lbdl launch -n 2 -- lbdl train ...")
     if n < 1 or (per is not None and per < 1):
         raise LbdlError("-n and --devices-per-process must be at least 1", None)
+    if n > MAX_PROCESSES or (per is not None and per > MAX_PROCESSES):
+        raise LbdlError(
+            f"-n {n} and --devices-per-process {per}: at most {MAX_PROCESSES} each on one machine",
+            None,
+            hint="a run over several machines starts one `lbdl train` per machine with "
+            "--coordinator (docs/scaling.md)",
+        )
+    if port is not None and not 0 <= port <= 65535:
+        raise LbdlError(f"--port {port}: a port is a number from 1 to 65535 (0: a free one)")
     envs = environments(n, port or free_port(), per, dict(os.environ))
-    sink = sys.stdout.buffer
+    sink = getattr(sys.stdout, "buffer", None) or _Text(sys.stdout)
     lock = threading.Lock()
     procs, pumps = [], []
     try:

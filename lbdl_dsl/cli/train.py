@@ -76,6 +76,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--save-every", type=int, metavar="K", help="checkpoint every K steps (and at the end)"
     )
+    g.add_argument(
+        "--save-minutes",
+        type=_float_or_none,
+        default=5.0,
+        metavar="M",
+        help="also checkpoint every M minutes of training (default 5; 0: only --save-every "
+        "and the end), so a killed run loses at most that",
+    )
     g.add_argument("--keep", type=int, default=3, metavar="K", help="checkpoints kept (3)")
     g.add_argument(
         "--log-every", type=int, default=10, metavar="K", help="record every K steps (10)"
@@ -110,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
             eval_every=args.eval_every,
             eval_samples=args.eval_samples,
             save_every=args.save_every,
+            save_minutes=args.save_minutes or None,
             keep=args.keep,
             log_every=args.log_every,
             seed=args.seed,

@@ -7,6 +7,10 @@ clear error instead of a hang: a spec is untrusted text.
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 """A spec file larger than this is refused before parsing."""
 
+MAX_NAME = 256
+"""Characters in one name (a model, a block, a tensor, a parameter): Graphviz, file names and
+generated code all carry it."""
+
 MAX_NESTING = 64
 """Indentation levels (nested groups) and parenthesis depth in one expression."""
 

@@ -37,7 +37,7 @@ from lbdl_dsl.compiler._lbdl_parser import (
     _Parser,
 )
 from lbdl_dsl.compiler.lalr import Driver
-from lbdl_dsl.compiler.limits import MAX_NESTING, MAX_SOURCE_BYTES
+from lbdl_dsl.compiler.limits import MAX_NAME, MAX_NESTING, MAX_SOURCE_BYTES
 from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.symbolic import Expr, sym
@@ -108,6 +108,7 @@ def _precheck(text: str, file: str) -> None:
             hint="a spec describes an architecture in a few hundred lines; split a block "
             "library into imported files",
         )
+    _check_name_lengths(text, file)
     controls = _CONTROL.search(text) is not None  # the loops below look only where it matters
     stack = [0]
     seen_code = False
@@ -131,6 +132,23 @@ def _precheck(text: str, file: str) -> None:
             _check_indent(stack, len(lead), file, lineno)
         if line.count("(") > MAX_NESTING:
             _check_nesting(line, file, lineno)
+
+
+_LONG_WORD = re.compile(rf"[^\W\d][\w-]{{{MAX_NAME},}}")
+
+
+def _check_name_lengths(text: str, file: str) -> None:
+    """Refuse a name longer than `MAX_NAME` (outside comments), at its place."""
+    for m in _LONG_WORD.finditer(text):
+        start = text.rfind("\n", 0, m.start()) + 1
+        if "#" in text[start : m.start()]:
+            continue
+        lineno = text.count("\n", 0, m.start()) + 1
+        raise LbdlError(
+            f"a name of {len(m[0]):,} characters; the limit is {MAX_NAME}",
+            Span(file, lineno, m.start() - start + 1, lineno, m.start() - start + 1 + MAX_NAME),
+            hint="use a shorter name",
+        )
 
 
 def _check_characters(line: str, file: str, lineno: int) -> None:

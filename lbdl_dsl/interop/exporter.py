@@ -14,6 +14,7 @@ and each statement there follows a ``# line N: BOX`` comment naming the spec lin
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from lbdl_dsl.core.errors import LbdlError, Span
+from lbdl_dsl.core.errors import ArgumentError, LbdlError, Span
 
 FORMATS = {"stablehlo": ".stablehlo", "mlir": ".mlir", "onnx": ".onnx"}
 TOLERANCE = 1e-5  # max |exported − JAX| / max |JAX|, float32
@@ -72,10 +73,7 @@ def export(
     from lbdl_dsl.backends.jax.model import Model
 
     fmt = _format(format, output)
-    if params not in ("baked", "inputs"):
-        raise LbdlError(f"--params: `{params}` is not `baked` or `inputs`")
-    if batch is not None and batch < 1:
-        raise LbdlError(f"--batch {batch}: a batch holds at least one sample")
+    _check_arguments(params, batch, seed)
     if isinstance(spec, Model):
         model = spec
     else:
@@ -88,6 +86,8 @@ def export(
         output = Path("build") / spec_name(model.compiled.file) / f"{model.name}{FORMATS[fmt]}"
     output = Path(output)
     verifies = verify and fmt != "mlir" and (fmt != "onnx" or _has_onnxruntime())
+    if verifies and batch is not None:
+        _check_example_size(model, batch)
     if weights is not None:
         values = model.load(Path(weights))
     elif params == "baked" or verifies:
@@ -111,6 +111,14 @@ def export(
         _write_stablehlo(model, values, result)
     if verifies:
         result.max_error = _verify(model, values, result)
+        if not math.isfinite(result.max_error):
+            raise LbdlError(
+                f"{output}: the check cannot compare the outputs: the JAX model's or the "
+                "exported file's hold NaN or infinity on the example inputs",
+                None,
+                hint="look at the weights (`Model.load` names arrays that are not finite), or "
+                "pass --no-verify to write the file unchecked",
+            )
         if result.max_error > TOLERANCE:
             raise LbdlError(
                 f"{output}: the exported model differs from the JAX model by "
@@ -119,6 +127,42 @@ def export(
                 hint="this is a converter's mistranslation; report it with the spec",
             )
     return result
+
+
+def _check_arguments(params: str, batch: int | None, seed: int) -> None:
+    if params not in ("baked", "inputs"):
+        raise LbdlError(f"--params: `{params}` is not `baked` or `inputs`")
+    for name, value in (("batch", batch), ("seed", seed)):
+        if (value is not None or name == "seed") and (
+            not isinstance(value, int) or isinstance(value, bool)
+        ):
+            raise ArgumentError(f"{name} must be a whole number, got {value!r}")
+    if batch is not None and batch < 1:
+        raise LbdlError(f"--batch {batch}: a batch holds at least one sample")
+    if batch is not None and batch > MAX_BATCH:
+        raise LbdlError(f"--batch {batch}: more than 2^31−1 samples", hint="e.g. --batch 8")
+    if not 0 <= seed <= MAX_SEED:
+        raise LbdlError(f"--seed {seed}: a seed is a whole number from 0 to 2^63−1")
+
+
+MAX_BATCH = 2**31 - 1
+MAX_SEED = 2**63 - 1  # what a JAX key takes
+MAX_EXAMPLE_BYTES = 2**31  # the check's example inputs, at a fixed --batch
+
+
+def _check_example_size(model: Any, batch: int) -> None:
+    """Refuse a check whose example inputs would not fit in memory, before drawing them."""
+    per_sample = sum(
+        math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in model.inputs.values()
+    )
+    if batch * per_sample > MAX_EXAMPLE_BYTES:
+        raise LbdlError(
+            f"--batch {batch}: the check's example inputs would take {batch * per_sample:,} "
+            f"bytes (more than {MAX_EXAMPLE_BYTES:,})",
+            None,
+            hint="export with a smaller --batch (or none: the batch stays symbolic), or pass "
+            "--no-verify",
+        )
 
 
 def _format(fmt: str | None, output: Any) -> str:
@@ -216,7 +260,10 @@ def _verify(model: Any, values: tuple[Any, Any], result: Exported) -> float:
 
 
 def relative_error(got: list[Any], want: list[Any]) -> float:
-    """max |got − want| over every output, divided by the largest |want|."""
+    """max |got − want| over every output, divided by the largest |want|; NaN when any output
+    holds NaN or infinity (a difference of NaNs says nothing)."""
+    if not all(np.isfinite(np.asarray(a, np.float64)).all() for a in [*got, *want]):
+        return math.nan
     scale = max(float(np.max(np.abs(np.asarray(w)))) for w in want) or 1.0
     return max(
         float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)))) / scale

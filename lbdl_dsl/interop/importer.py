@@ -69,6 +69,14 @@ class Imported:
 # -- reading and writing ---------------------------------------------------------------------
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file (a symlink loop names none)."""
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # Python 3.11 reports a symlink loop as a RuntimeError
+        return False
+
+
 @dataclass(frozen=True)
 class Copy:
     """A stored array that is one copy of an array of the stacked view."""
@@ -254,7 +262,7 @@ def import_weights(
             f"-o {output}: an import is written as .safetensors",
             hint="name the output file NAME.safetensors (`model.load` reads it)",
         )
-    if output is not None and Path(output).resolve() == Path(weights).resolve():
+    if output is not None and _same_file(Path(output), Path(weights)):
         raise LbdlError(
             f"-o {output}: this is the checkpoint being read",
             hint="write the imported parameters to a file of their own",

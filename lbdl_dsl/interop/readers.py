@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import LbdlError, os_error
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 FOLDER_FILES = (
@@ -62,6 +62,14 @@ class Checkpoint:
 def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """The checkpoint at ``path``: a file of one of the formats above, or a folder holding one."""
     path = Path(path)
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        raise LbdlError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:  # a symlink loop, a name too long
+        if isinstance(exc, ValueError):
+            raise LbdlError(f"{path!r}: not a file name") from None
+        raise os_error(exc, "read", path) from None
     if path.is_dir():
         found = [path / f for f in FOLDER_FILES if (path / f).is_file()]
         if not found:

@@ -10,6 +10,8 @@ to 0..1, channels first as the spec's inputs are; any normalisation is the spec'
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,8 @@ def labels(path: str | None, classes: int) -> list[str]:
     if path is None:
         return [f"class {i}" for i in range(classes)]
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for a writer
+            raise LbdlError(f"--labels {path}: not a regular file", None)
         names = [line.strip() for line in Path(path).read_text("utf-8").splitlines()]
     except (OSError, UnicodeDecodeError) as exc:
         raise LbdlError(f"--labels {path}: not a readable text file ({exc})", None) from None

@@ -7,23 +7,26 @@ before the first tensor is read (the spec's parameter table says it), so the hea
 first and each array appended as it is made, whole or copy by copy: a stacked tensor is its
 copies one after another, so that Mixtral's ``(N, E, D, F)`` experts (60 GB in float32 for
 8x7B) are written one expert at a time. The file appears under its name only once complete (a
-temporary file, then a rename), and it is the layout `Model.save` writes: ``params/<path>`` and
-``state/<path>`` keys, float32, with the same metadata.
+temporary file, then a rename, by `output.atomic_file`: the mode the umask gives, a temporary
+that an error removes and that the next write of the same file sweeps if SIGKILL left it, a
+full disk reported with the file's path), and it is the layout `Model.save` writes:
+``params/<path>`` and ``state/<path>`` keys, float32, with the same metadata.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
 import numpy as np
 
-METADATA = {"format": "lbdl", "layout": "params/<path>, state/<path>"}
+from lbdl_dsl.backends.jax.weights import METADATA
+from lbdl_dsl.output import atomic_file
 
 
 class StreamWriter:
@@ -37,8 +40,8 @@ class StreamWriter:
         self._order = list(self.shapes)
         self._next = 0
         self._filled = 0  # numbers of the current key written so far
-        self._file: BinaryIO | None = None
-        self._tmp: str | None = None
+        self._file: Any = None
+        self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> StreamWriter:
         header: dict[str, object] = {"__metadata__": METADATA}
@@ -53,11 +56,7 @@ class StreamWriter:
             offset += size
         text = json.dumps(header, separators=(",", ":")).encode("utf-8")
         text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(
-            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
-        )
-        self._file = os.fdopen(fd, "wb")
+        self._file = self._stack.enter_context(atomic_file(self.path))
         self._file.write(struct.pack("<Q", len(text)) + text)
         return self
 
@@ -80,12 +79,9 @@ class StreamWriter:
         for key, array in items:
             self.write(key, array)
 
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        assert self._file is not None and self._tmp is not None
-        self._file.close()
-        if exc_type is None and self._next == len(self._order):
-            os.replace(self._tmp, self.path)
-        else:
-            Path(self._tmp).unlink(missing_ok=True)
-            if exc_type is None:
-                raise ValueError(f"{len(self._order) - self._next} tensors were never written")
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None and self._next != len(self._order):
+            missing = ValueError(f"{len(self._order) - self._next} tensors were never written")
+            self._stack.__exit__(ValueError, missing, None)  # the temporary is removed
+            raise missing
+        self._stack.__exit__(exc_type, exc, tb)

@@ -6,74 +6,221 @@ the loader's position, the config, the spec's hash and the versions. Orbax write
 a temporary folder and renames it when complete, so a run killed while saving leaves the
 previous checkpoint intact; it keeps the last ``--keep`` steps. Saving is synchronous: a run
 that says it saved, has.
+
+What orbax does not check, this module does. ``meta`` records a digest of every array
+(`digests`), compared on restore, so a flipped bit or a file cut short is found rather than
+trained on. A checkpoint that cannot be read is `Damaged` (its reason named), for the loop to
+fall back to the one before; one of another run (its ``run_id``) is never skipped over or
+restored. A failure to save (a full disk) is an `LbdlError` naming the folder, and the checkpoint
+layer's own logs and thread tracebacks about it are kept off the terminal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import errno
+import hashlib
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from lbdl_dsl.backends.jax import weights
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.training.step import TrainState
 
 
+class Damaged(Exception):
+    """A checkpoint that cannot be read back as written; ``str`` says why."""
+
+
+def digests(tree: Any) -> dict[str, str] | None:
+    """A short digest of each array of ``tree`` by its path; None where arrays are spread over
+    processes (each process would see only its part)."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, jax.Array):
+            if not leaf.is_fully_addressable:
+                return None
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                leaf = jax.random.key_data(leaf)
+        array = np.ascontiguousarray(np.asarray(leaf))
+        digest = hashlib.blake2b(array.tobytes(), digest_size=12)
+        digest.update(f"{array.dtype.str}{array.shape}".encode("ascii"))
+        out[jax.tree_util.keystr(path)] = digest.hexdigest()
+    return out
+
+
+class _Quiet(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def _layer_quiet(keep_after_failure: bool = False) -> Iterator[None]:
+    """Keep orbax's and tensorstore's own reports of a failed save (logged errors, thread and
+    event-loop tracebacks) off the terminal: the save's error says it once. After a failure
+    they stay quiet, since the layer's threads go on reporting while the process ends."""
+    loggers = [logging.getLogger(n) for n in ("absl", "asyncio", "orbax")]
+    quiet = _Quiet()
+    hooks = threading.excepthook, sys.unraisablehook
+    for logger in loggers:
+        logger.addFilter(quiet)
+    threading.excepthook = lambda args: None
+    sys.unraisablehook = lambda args: None
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if not (failed and keep_after_failure):
+            threading.excepthook, sys.unraisablehook = hooks
+            for logger in loggers:
+                logger.removeFilter(quiet)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+def _full(exc: BaseException) -> bool:
+    return (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left" in str(exc)
+
+
 class Checkpoints:
     """The checkpoints of one run folder."""
 
-    def __init__(self, run_dir: Path, keep: int) -> None:
+    def __init__(self, run_dir: Path, keep: int, run_id: str = "") -> None:
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
+        self.run_id = run_id
         self.directory = (run_dir / "checkpoints").absolute()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=False, create=True
         )
-        self.manager = ocp.CheckpointManager(self.directory, options=options)
+        with _layer_quiet():  # orbax warns of each step folder it cannot read
+            self.manager = ocp.CheckpointManager(self.directory, options=options)
 
     def latest(self) -> int | None:
         return self.manager.latest_step()
+
+    def steps(self) -> list[int]:
+        """The steps saved, newest first."""
+        with _layer_quiet():
+            return sorted(self.manager.all_steps(), reverse=True)
+
+    def reload(self) -> None:
+        with _layer_quiet():
+            self.manager.reload()
 
     def save(self, ts: TrainState, meta: dict[str, Any]) -> None:
         ocp = self._ocp
         step = int(ts.step)
         if step in self.manager.all_steps():
+            self._check_own(step)  # saved already, by this run: the same state
             return
+        meta = {**meta, "run_id": self.run_id, "digests": digests(ts)}
         args = ocp.args.Composite(state=ocp.args.StandardSave(ts), meta=ocp.args.JsonSave(meta))
-        self.manager.save(step, args=args, force=True)
-        self.manager.wait_until_finished()
+        try:
+            with _layer_quiet(keep_after_failure=True):
+                self.manager.save(step, args=args, force=True)
+                self.manager.wait_until_finished()
+        except Exception as exc:  # noqa: BLE001 - whatever the layer raised, said once
+            if _full(exc):
+                raise LbdlError(
+                    f"no space left on the device of {self.directory}: the checkpoint of step "
+                    f"{step} was not saved",
+                    None,
+                    hint="free some space and continue with --resume (the last checkpoint "
+                    "saved is intact), or train into a folder on another disk with -o",
+                ) from None
+            raise LbdlError(
+                f"cannot save the checkpoint of step {step} in {self.directory}: {_reason(exc)}",
+                None,
+                hint="the last checkpoint saved is intact; continue with --resume once the "
+                "folder can be written",
+            ) from None
+
+    def _check_own(self, step: int) -> None:
+        try:
+            theirs = self.read_meta(step).get("run_id")
+        except Damaged as exc:
+            theirs = f"unreadable: {exc}"
+        if theirs not in (None, self.run_id):
+            raise LbdlError(
+                f"{self.directory}/{step}: a checkpoint of another run is already there "
+                f"(run id {theirs}; this run is {self.run_id})",
+                None,
+                hint="train into a new -o folder: lbdl never mixes two runs' checkpoints",
+            )
 
     def read_meta(self, step: int) -> dict[str, Any]:
+        """The ``meta`` item of checkpoint ``step``; `Damaged` if it cannot be read."""
         ocp = self._ocp
-        restored = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        return dict(restored.meta)
-
-    def restore(self, step: int, like: TrainState, cut: weights.Cut | None = None) -> TrainState:
-        """The state of checkpoint ``step``, with the structure, shapes and types of ``like``.
-
-        With ``cut`` (the model's `Model.cut`), a checkpoint written in the stacked layout (by
-        lbdl before short ×N groups kept their copies apart) is read too: restored stacked,
-        each copy cut out and placed as ``like``'s."""
         try:
-            return self._restore(step, like)
-        except (ValueError, KeyError, TypeError) as exc:
-            if cut:
-                try:
-                    older = self._restore(step, like, cut)
-                except (ValueError, KeyError, TypeError):
-                    pass
-                else:
-                    cut_out = _trees(older, lambda f: weights.cut_copies(f, cut))
-                    return jax.tree.map(_placed, cut_out, like)
-            raise LbdlError(
-                f"{self.directory}/{step}: the checkpoint does not fit this model and optimiser "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]})",
-                None,
-                hint="it was written by another spec or configuration: train into a new -o folder",
-            ) from None
+            with _layer_quiet():
+                args = ocp.args.Composite(meta=ocp.args.JsonRestore())
+                meta = self.manager.restore(step, args=args).meta
+        except Exception as exc:  # noqa: BLE001 - any failure to read is damage
+            raise Damaged(f"its record cannot be read: {_reason(exc)}") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("position"), dict):
+            raise Damaged("its record is not the one lbdl writes")
+        return dict(meta)
+
+    def restore_checked(
+        self, step: int, like: TrainState, meta: dict[str, Any], cut: weights.Cut | None = None
+    ) -> TrainState:
+        """The state of checkpoint ``step``, with the structure, shapes and types of ``like``
+        (with ``cut``, `Model.cut`, a checkpoint of the stacked layout lbdl wrote before short
+        ×N groups kept their copies apart is read too, each copy cut out), then each array's
+        digest compared with the one recorded (`Damaged` if
+        any differs, or if the checkpoint cannot be read)."""
+        try:
+            with _layer_quiet():
+                ts, stored = self._restore_either(step, like, cut)
+        except Exception as exc:  # noqa: BLE001 - any failure to read is damage
+            raise Damaged(f"its arrays cannot be read: {_reason(exc)}") from None
+        recorded = meta.get("digests")
+        if isinstance(recorded, dict):
+            now = digests(stored)
+            if now is not None:
+                bad = sorted(k for k in recorded if now.get(k) != recorded[k])
+                if bad:
+                    raise Damaged(
+                        f"{len(bad)} of its arrays differ from what was saved ({bad[0]}, ...)"
+                    )
+        return ts
+
+    def _restore_either(
+        self, step: int, like: TrainState, cut: weights.Cut | None
+    ) -> tuple[TrainState, Any]:
+        """The state in this model's layout, read in it or (``cut``) in the stacked one lbdl
+        wrote before; and the state as stored, whose digests were recorded."""
+        try:
+            ts = self._restore(step, like)
+            return ts, ts
+        except Exception:
+            if not cut:
+                raise
+            try:
+                older = self._restore(step, like, cut)
+            except Exception:  # noqa: BLE001 - the first failure is the one to report
+                pass
+            else:
+                cut_out = _trees(older, lambda f: weights.cut_copies(f, cut))
+                return jax.tree.map(_placed, cut_out, like), older
+            raise
 
     def _abstract(self, leaf: Any) -> Any:
         return self._ocp.utils.to_shape_dtype_struct(leaf)

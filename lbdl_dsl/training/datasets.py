@@ -269,15 +269,9 @@ def _text(text: str, label: str, sig: Signature, task: Task) -> Data:
 
 
 def _npz(path: Path, sig: Signature, task: Task) -> Data:
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as exc:
-        raise LbdlError(
-            f"--data {path}: not a readable .npz file ({exc})",
-            None,
-            hint="write it with numpy.savez(path, X=..., y=...)",
-        ) from None
+    from lbdl_dsl.npzfile import load_npz
+
+    arrays = load_npz(path, f"--data {path}", "write it with numpy.savez(path, X=..., y=...)")
     return _from_arrays(arrays, path, sig, task)
 
 
@@ -292,6 +286,16 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: Path, sig: Signature, task
     train = _npz_split(arrays, "", path, sig, task)
     has_test = any(k.endswith("_test") for k in arrays)
     test = _npz_split(arrays, "_test", path, sig, task) if has_test else None
+    for split, name in ((train, "training"), (test, "test")):
+        if split is not None and len(split) == 0:
+            suffix = "" if split is train else "_test"
+            raise LbdlError(
+                f"--data {path}: the {name} split is empty (its arrays `*{suffix}` hold 0 samples)",
+                None,
+                hint="give it samples, or leave the `*_test` arrays out to train without a test"
+                if suffix
+                else "give the arrays samples along their first axis",
+            )
     return Data(path.name, train, test, {"train": len(train), "test": len(test) if test else 0})
 
 

@@ -4,9 +4,14 @@ The loop reads as the run: compile the spec, choose the task from its outputs, o
 and check it against the inputs, claim the run folder (or resume from its last checkpoint),
 then step. Every ``--log-every`` steps the step metrics are fetched at once (one host sync per
 log, not per step), checked for NaN, written to ``metrics.jsonl`` and shown; evaluation and
-checkpoints happen at their own intervals and at the end, with ``params.safetensors`` and the
-loss plot. Ctrl-C (or SIGTERM) asks the loop to stop after the current step: it saves a
-checkpoint and raises `TrainingInterrupted`; a second Ctrl-C stops at once.
+checkpoints happen at their own intervals (``--save-every`` steps, and ``--save-minutes`` of
+wall time, five by default, so a killed run loses minutes, not the run) and at the end, with
+``params.safetensors`` and the loss plot. Ctrl-C (or SIGTERM) asks the loop to stop after the
+current step: it saves a checkpoint and raises `TrainingInterrupted`; a second Ctrl-C stops at
+once, or, during a save, as soon as the save is complete.
+
+A resumed run continues from the newest checkpoint that reads back as it was written: a
+damaged one is named, moved aside to ``RUN/damaged/``, and the one before it used.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import signal
 import threading
 import time
@@ -25,10 +31,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import ArgumentError, LbdlError
 from lbdl_dsl.training import optim, progress, rundir
-from lbdl_dsl.training.checkpoint import Checkpoints
-from lbdl_dsl.training.config import TrainConfig
+from lbdl_dsl.training.checkpoint import Checkpoints, Damaged
+from lbdl_dsl.training.config import MAX_STEPS, TrainConfig
 from lbdl_dsl.training.datasets import Data, open_data
 from lbdl_dsl.training.devices import Mesh, One, join
 from lbdl_dsl.training.loader import Loader, Position, eval_batches
@@ -69,11 +75,28 @@ class _StopRequest:
 
     def __init__(self) -> None:
         self.requested = False
+        self.saving = False  # a second request waits for the save to complete
+        self.now = False
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.requested:  # asked twice: stop now, without the checkpoint
+            if self.saving:
+                self.now = True
+                return
             raise KeyboardInterrupt
         self.requested = True
+
+    @contextlib.contextmanager
+    def saving_checkpoint(self) -> Iterator[None]:
+        """A save is never cut in the middle (the checkpoint layer's threads would be left
+        writing): a second Ctrl-C during it stops the run as soon as the save is complete."""
+        self.saving = True
+        try:
+            yield
+        finally:
+            self.saving = False
+        if self.now:
+            raise KeyboardInterrupt
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -107,6 +130,8 @@ def train(
     unknown = sorted(set(options) - names)
     if unknown:
         raise TypeError(f"train() got unknown options {unknown}; known: {sorted(names)}")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ArgumentError(f"overrides must be a dictionary, got {type(overrides).__name__}")
     out = Path(output_dir) if output_dir is not None else Path("runs") / Path(spec).stem
     config = TrainConfig(
         spec=str(spec),
@@ -143,6 +168,13 @@ def run(
     devices = devices.place(model)
     devices.check_batch(config.batch)
     digest = rundir.spec_hash(model.compiled.sources)
+    with rundir.claimed(run_dir) if devices.is_main else contextlib.nullcontext():
+        return _run_claimed(config, model, devices, digest, display, callbacks, started)
+
+
+def _run_claimed(config, model, devices, digest, display, callbacks, started) -> TrainResult:
+    """The run, once the folder is this command's alone (`rundir.claimed`)."""
+    run_dir = Path(config.output_dir)
     old = rundir.check_claim(run_dir, config, digest)
     devices.barrier("lbdl-train-claimed")  # every process read the folder before it changes
     sig = signature(model)
@@ -151,15 +183,17 @@ def run(
     loader = Loader(data.train, config.batch, config.seed)
     if devices.count > 1:
         loader = loader.shard(devices.index, devices.count)
-    total = config.steps or max(1, math.ceil((config.epochs or 1) * loader.steps_per_epoch))
+    total = config.steps or _epoch_steps(config.epochs or 1, loader.steps_per_epoch)
     lr = optim.schedule(config, total)
     tx = optim.optimizer(config, lr)
     ts = devices.init_state(model, tx, config.seed)
-    ckpts = Checkpoints(run_dir, config.keep)
+    run_id = old.get("run_id") if old is not None else None
+    ckpts = Checkpoints(run_dir, config.keep, run_id or _shared_id(devices))
     loop = _Loop(config, model, task, data, loader, total, run_dir, ckpts, display, callbacks)
     loop.devices = devices
     loop.eval_step = devices.eval_step(loop.eval_step)
     loop.record = {
+        "run_id": ckpts.run_id,
         "config": config.to_json(),
         "spec_hash": digest,
         "model": {"name": model.name, "params": model.param_count},
@@ -178,6 +212,28 @@ def run(
         ckpts.close()
 
 
+def _epoch_steps(epochs: float, per_epoch: int) -> int:
+    steps = epochs * per_epoch
+    if steps > MAX_STEPS:
+        raise LbdlError(
+            f"--epochs {epochs}: {steps:.3g} steps of {per_epoch} per epoch, more than 2^31−1",
+            None,
+            hint="ask for fewer epochs",
+        )
+    return max(1, math.ceil(steps))
+
+
+def _shared_id(devices: One | Mesh) -> str:
+    """A new run id, the same in every process of the run (process 0's)."""
+    run_id = rundir.new_run_id()
+    if devices.count > 1:
+        from jax.experimental import multihost_utils
+
+        words = np.frombuffer(bytes.fromhex(run_id), np.uint32)
+        run_id = np.asarray(multihost_utils.broadcast_one_to_all(words), np.uint32).tobytes().hex()
+    return run_id
+
+
 class _Loop:
     """The state of one command's loop; each method is one phase of the run."""
 
@@ -189,7 +245,7 @@ class _Loop:
         self.metrics = MetricsFile(run_dir / "metrics.jsonl")
         self.position = Position()
         self.time_offset = 0.0
-        self.clock = self.last_flush = time.perf_counter()
+        self.clock = self.last_flush = self.last_save = time.perf_counter()
         self.records: list[Record] = []
         self.record: dict[str, Any] = {}
         self.eval_step = make_eval_step(model, task)
@@ -198,14 +254,30 @@ class _Loop:
 
     # -- phases ---------------------------------------------------------------------------------
     def start(self, ts: TrainState, old: dict[str, Any] | None) -> TrainState:
-        latest = self.ckpts.latest() if old is not None else None
-        if self.config.resume and old is None:
-            self.display.note(f"{self.run_dir}: nothing to resume there; starting a new run")
-        if latest is None:
+        steps = self.ckpts.steps() if old is not None else []
+        if self.config.resume and not steps:
+            self.display.note(f"{self.run_dir}: no checkpoint found: starting a new run")
+        if not steps:
             if self.devices.is_main:
                 self.metrics.reset()
             self._write_record(0)
             return ts
+        damaged: list[tuple[int, str]] = []
+        for latest in steps:
+            try:
+                meta = self.ckpts.read_meta(latest)
+                self._check_meta(latest, meta)
+                restored = self.ckpts.restore_checked(latest, ts, meta, self.model.cut())
+                break
+            except Damaged as exc:
+                damaged.append((latest, str(exc)))
+        else:
+            raise LbdlError(
+                f"{self.run_dir}: no checkpoint there can be read:\n  "
+                + "\n  ".join(f"step {s}: {why}" for s, why in damaged),
+                None,
+                hint="train into a new -o folder (these are left as they are)",
+            )
         if latest > self.total:
             raise LbdlError(
                 f"{self.run_dir}: the last checkpoint is at step {latest}, past the {self.total} "
@@ -213,20 +285,57 @@ class _Loop:
                 None,
                 hint=f"ask for more: --steps {latest + self.total}",
             )
-        meta = self.ckpts.read_meta(latest)
-        ts = self.ckpts.restore(latest, ts, self.model.cut())
+        self._set_aside(damaged)
         self.position = Position.from_json(meta["position"])
         self.time_offset = float(meta.get("time", 0.0))
         main = self.devices.is_main
         self.records = self.metrics.keep_until(latest) if main else self.metrics.read()
+        for line in self.metrics.dropped:
+            self.display.note(f"{self.metrics.path}: {line}")
         self.display.note(f"{self.run_dir}: resuming from the checkpoint of step {latest}")
         self._write_record(latest)
-        return ts
+        return restored
+
+    def _check_meta(self, step: int, meta: dict[str, Any]) -> None:
+        """A checkpoint of another run (or spec) in this folder is refused, never used."""
+        theirs = meta.get("run_id")
+        if theirs is not None and theirs != self.ckpts.run_id:
+            raise LbdlError(
+                f"{self.run_dir}/checkpoints/{step}: a checkpoint of another run (run id {theirs}; "
+                f"run.json names {self.ckpts.run_id})",
+                None,
+                hint="train into a new -o folder: lbdl never mixes two runs' checkpoints",
+            )
+        if meta.get("spec_hash", self.record["spec_hash"]) != self.record["spec_hash"]:
+            raise LbdlError(
+                f"{self.run_dir}/checkpoints/{step}: a checkpoint of another spec",
+                None,
+                hint="train into a new -o folder",
+            )
+
+    def _set_aside(self, damaged: list[tuple[int, str]]) -> None:
+        """Move each damaged checkpoint to ``RUN/damaged/STEP`` (kept, never deleted; out of
+        the way of the steps this run saves again) and say so."""
+        if not damaged:
+            return
+        aside = self.run_dir / "damaged"
+        for step, why in damaged:
+            target = aside / str(step)
+            n = 1
+            while target.exists():
+                target, n = aside / f"{step}.{n}", n + 1
+            if self.devices.is_main:
+                aside.mkdir(exist_ok=True)
+                os.replace(self.ckpts.directory / str(step), target)
+            self.display.note(
+                f"{self.run_dir}/checkpoints/{step} is damaged ({why}); moved to {target}"
+            )
+        self.ckpts.reload()
 
     def steps(self, ts: TrainState, train_step: Callable) -> TrainState:
         step = int(ts.step)
         pending: list[dict[str, Any]] = []
-        self.clock = self.last_flush = time.perf_counter()
+        self.clock = self.last_flush = self.last_save = time.perf_counter()
         self.display.start(self.total, step)
         try:
             with self.stop.installed():
@@ -242,7 +351,11 @@ class _Loop:
                     if self.data.test is not None and self._due(step, self.config.eval_every):
                         self._flush(step, pending)
                         self._evaluate(ts, step)
-                    if self._due(step, self.config.save_every) or self.stop.requested:
+                    if (
+                        self._due(step, self.config.save_every)
+                        or self.stop.requested
+                        or self._time_due(step)
+                    ):
                         self._flush(step, pending)
                         self._save(ts, step)
                 if self.stop.requested:
@@ -285,6 +398,22 @@ class _Loop:
     # -- pieces ---------------------------------------------------------------------------------
     def _due(self, step: int, every: int | None) -> bool:
         return bool(every) and step % every == 0  # type: ignore[operator]
+
+    def _time_due(self, step: int) -> bool:
+        """Whether ``--save-minutes`` have passed since the last save (or the start). With
+        several processes, asked at logged steps only and decided by process 0, so that all of
+        them save together."""
+        minutes = self.config.save_minutes
+        if not minutes or step == self.total:
+            return False
+        due = time.perf_counter() - self.last_save >= 60.0 * minutes
+        if self.devices.count > 1:
+            if not self._due(step, self.config.log_every):
+                return False
+            from jax.experimental import multihost_utils
+
+            due = bool(multihost_utils.broadcast_one_to_all(np.int32(due)))
+        return due
 
     def _elapsed(self) -> float:
         return self.time_offset + time.perf_counter() - self.clock
@@ -356,8 +485,10 @@ class _Loop:
     def _save(self, ts: TrainState, step: int) -> None:
         meta = dict(self.record)
         meta |= {"position": self.position.to_json(), "time": self._elapsed(), "step": step}
-        self.ckpts.save(ts, meta)
-        self._write_record(step)
+        with self.stop.saving_checkpoint():
+            self.ckpts.save(ts, meta)
+            self._write_record(step)
+        self.last_save = time.perf_counter()
 
     def _write_record(self, step: int) -> None:
         if self.devices.is_main:

@@ -15,21 +15,45 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from lbdl_dsl.core.errors import os_error
 from lbdl_dsl.output import write_atomic
 
 Record = dict[str, Any]
 
 
 class MetricsFile:
-    """``metrics.jsonl``: one JSON object a line, flushed as written."""
+    """``metrics.jsonl``: one JSON object a line, flushed as written.
+
+    Read leniently: a line that is not a record (what a power cut or a full disk leaves at the
+    end, half written) is dropped, and `dropped` says which, for the run to note."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.dropped: list[str] = []
 
     def read(self) -> list[Record]:
-        if not self.path.is_file():
+        try:
+            text = self.path.read_bytes().decode("utf-8", "replace")
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return [json.loads(line) for line in self.path.read_text("utf-8").splitlines() if line]
+        except (OSError, RuntimeError) as exc:
+            raise os_error(exc, "read", self.path) from None
+        records, self.dropped = [], []
+        lines = text.splitlines()
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            step = record.get("step") if isinstance(record, dict) else None
+            if not isinstance(step, int) or isinstance(step, bool):
+                where = "its last line" if number == len(lines) else f"line {number}"
+                self.dropped.append(f"{where} is not a whole record and was dropped")
+                continue
+            records.append(record)
+        return records
 
     def keep_until(self, step: int) -> list[Record]:
         """Drop the records after ``step`` (a resumed run redoes those steps); return the rest."""

@@ -37,7 +37,7 @@ class Model:
         namespace: dict[str, Any] = {"__name__": f"lbdl_generated_{self.name}"}
         exec(compile(self.source, f"<lbdl {compiled.file}>", "exec"), namespace)  # noqa: S102
         self.module = namespace
-        self.init: Callable = namespace["init"]
+        self._init: Callable = namespace["init"]
         self._apply: Callable = namespace["apply"]
         self._specs = [
             InputSpec(name, tuple(t.shape), t.dtype, t.vocab.as_int() if t.vocab else None)
@@ -50,6 +50,16 @@ class Model:
         # and chooses the loss as `lbdl train` does; `lbdl_dsl.compile` connects it (the
         # training floor is above this one, which names none of its modules)
         self.evaluator: Callable | None = None
+
+    def init(self, key: Any) -> tuple[Any, Any]:
+        """The generated module's ``init(key) -> (params, state)``, after checking that ``key``
+        is a JAX key (``jax.random.key(0)``, or a legacy ``PRNGKey``)."""
+        if not isinstance(key, (jax.Array, np.ndarray)):
+            raise ArgumentError(
+                f"key must be a JAX random key, got {type(key).__name__}",
+                hint="model.init(jax.random.key(0))",
+            )
+        return self._init(key)  # type: ignore[no-any-return]
 
     def apply(self, params: Any, state: Any, *inputs: Any, train: bool = False, key: Any = None):
         """The generated module's ``apply``, after checking what it is given.
@@ -198,16 +208,17 @@ class Model:
         cut = paths.cut(self.checked.root)
         return {p: (v, i, tuple(_int(d, v) for d in s)) for p, (v, i, s) in cut.items()}
 
-    def load(self, path: str | Path) -> tuple[Any, Any]:
+    def load(self, path: str | Path, *, allow_nonfinite: bool = False) -> tuple[Any, Any]:
         """(params, state) from a file written by `save`, `lbdl train` or `lbdl import`.
 
         Every path and shape is checked against the model first; a file of another model (or of
         this one with other ``--set`` values) is refused with the list of differences. A file
         whose short ×N groups are stacked (lbdl's layout before they kept their copies apart,
-        `storage`) is read too, each copy cut from its stack.
+        `storage`) is read too, each copy cut from its stack. Values that are not real numbers
+        are refused, and NaN or infinite ones too unless ``allow_nonfinite``.
         """
         tables = self.module["PARAMS"], self.module["STATE"]
-        params, state = weights.load_checked(path, *tables, self.cut())
+        params, state = weights.load_checked(path, *tables, self.cut(), allow_nonfinite)
         as_jax = {k: jnp.asarray(v) for k, v in params.items()}
         return unflatten(as_jax), unflatten({k: jnp.asarray(v) for k, v in state.items()})
 

@@ -11,13 +11,17 @@ model before anything is handed back, and reports every difference at once.
 from __future__ import annotations
 
 import io
+import json
+import os
+import stat
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import ArgumentError, LbdlError, os_error
 from lbdl_dsl.output import write_atomic
 
 FORMATS = (".safetensors", ".npz")
@@ -47,6 +51,14 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _path(path: Any, what: str = "path") -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(
+            f"{what} must be a file name (str or os.PathLike), got {type(path).__name__}"
+        )
+    return Path(path)
+
+
 def _format(path: Path) -> str:
     if path.suffix not in FORMATS:
         raise LbdlError(
@@ -60,8 +72,13 @@ def _format(path: Path) -> str:
 def save(path: str | Path, params: Any, state: Any = None, cut: Cut | None = None) -> Path:
     """Write ``params`` (and ``state``) to ``path``, atomically; the suffix picks the format.
     With ``cut`` (`Model.cut`), copies kept apart are written stacked: the logical layout."""
-    path = Path(path)
+    path = _path(path)
     fmt = _format(path)
+    for name, tree in (("params", params), ("state", state)):
+        if tree is not None and not isinstance(tree, Mapping):
+            raise ArgumentError(
+                f"{name} must be the nested dictionary init returns, got {type(tree).__name__}"
+            )
     groups = [("params", flatten(params)), ("state", flatten(state))]
     flat = {
         f"{kind}/{k}": np.ascontiguousarray(v)
@@ -69,9 +86,7 @@ def save(path: str | Path, params: Any, state: Any = None, cut: Cut | None = Non
         for k, v in (stack_copies(arrays, cut) if cut else arrays).items()
     }
     if fmt == ".safetensors":
-        from safetensors.numpy import save as st_save
-
-        data = st_save(flat, metadata={"format": "lbdl", "layout": "params/<path>, state/<path>"})
+        data = safetensors_bytes(flat, METADATA)
     else:
         buffer = io.BytesIO()
         np.savez(buffer, **flat)
@@ -79,27 +94,110 @@ def save(path: str | Path, params: Any, state: Any = None, cut: Cut | None = Non
     return write_atomic(path, data)
 
 
+METADATA = {"format": "lbdl", "layout": "params/<path>, state/<path>"}
+
+# NumPy's dtype names → safetensors' (bfloat16 and the float8 types come from ml_dtypes)
+_ST_DTYPES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
+    "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
+}  # fmt: skip
+
+
+def safetensors_bytes(flat: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
+    """A safetensors file's bytes with its header in a fixed order (the metadata, then the
+    tensors by name), so that the same arrays always give the same bytes: the reference
+    writer keeps its metadata in a hash map, whose order changes from one process to the next.
+    """
+    header: dict[str, Any] = {"__metadata__": {k: metadata[k] for k in sorted(metadata)}}
+    chunks, offset = [], 0
+    for key in sorted(flat):
+        array = np.ascontiguousarray(flat[key])
+        dtype = _ST_DTYPES.get(array.dtype.name)
+        if dtype is None:
+            raise LbdlError(
+                f"`{key}`: arrays of {array.dtype} cannot be saved",
+                None,
+                hint="parameters are real numbers: float32, bfloat16, ...",
+            )
+        raw = array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[key] = {"dtype": dtype, "shape": list(array.shape),
+                       "data_offsets": [offset, offset + len(raw)]}  # fmt: skip
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+
+
 def read(path: str | Path) -> dict[str, np.ndarray]:
     """Every array of a weights file, by key, as NumPy arrays."""
-    path = Path(path)
+    path = _path(path)
     fmt = _format(path)
     from safetensors import SafetensorError
 
-    try:
-        if fmt == ".safetensors":
-            from safetensors.numpy import load_file
+    hint = "was it written completely, and by lbdl (`model.save`, `lbdl train`)?"
+    if fmt == ".npz":
+        from lbdl_dsl.npzfile import load_npz
 
-            return dict(load_file(str(path)))
-        with np.load(path) as data:
-            return {k: data[k] for k in data.files}
+        return load_npz(path, str(path), hint)
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise LbdlError(f"{path}: not a regular file", None, hint=hint)
+        from safetensors.numpy import load_file
+
+        return dict(load_file(str(path)))
     except FileNotFoundError:
         raise LbdlError(f"{path}: no such file") from None
-    except (OSError, ValueError, SafetensorError) as exc:  # a truncated or foreign file
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a folder, a file we may not read
+        if isinstance(exc, OSError) and exc.errno is None:
+            raise LbdlError(f"{path}: not a readable .safetensors weights file ({exc})") from None
+        raise os_error(exc, "read", path) from None
+    except (ValueError, SafetensorError, MemoryError) as exc:  # a truncated or foreign file
         raise LbdlError(
             f"{path}: not a readable {fmt} weights file ({exc})",
             None,
             hint="was it written completely, and by lbdl (`model.save`, `lbdl train`)?",
         ) from None
+
+
+_LOW_FLOATS = ("bfloat16", "float8", "float4", "float6")  # ml_dtypes' floats, of kind "V"
+
+
+def check_values(flat: Mapping[str, np.ndarray], path: Any, allow_nonfinite: bool) -> None:
+    """Refuse arrays of a dtype that is not a real number, and (unless ``allow_nonfinite``)
+    arrays holding NaN or infinity, naming each (at most 12)."""
+    problems = []
+    for key in sorted(flat):
+        dtype = np.asarray(flat[key]).dtype
+        if dtype.kind not in "fiub" and not dtype.name.startswith(_LOW_FLOATS):
+            problems.append(f"`{key}` holds {dtype} values, not real numbers")
+    if problems:
+        raise LbdlError(
+            f"{path}: the weights are not real numbers:\n  " + "\n  ".join(problems[:12]),
+            None,
+            hint="parameters are float32 (or bfloat16...): convert them before saving",
+        )
+    if allow_nonfinite:
+        return
+    for key in sorted(flat):
+        array = np.asarray(flat[key])
+        if array.dtype.kind in "iub":
+            continue
+        bad = int(np.count_nonzero(~np.isfinite(array.astype(np.float32, copy=False))))
+        if bad:
+            problems.append(f"`{key}`: {bad:,} of {array.size:,} values are NaN or infinite")
+    if problems:
+        more = [f"... and {len(problems) - 12} more"] if len(problems) > 12 else []
+        raise LbdlError(
+            f"{path}: the weights hold values that are not finite:\n  "
+            + "\n  ".join(problems[:12] + more),
+            None,
+            hint="they came from a run that diverged, or a damaged file; "
+            "`Model.load(path, allow_nonfinite=True)` reads them anyway",
+        )
 
 
 def split(flat: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -167,13 +265,20 @@ def load_checked(
     params_table: Mapping[str, Any],
     state_table: Mapping[str, Any],
     cut: Cut | None = None,
+    allow_nonfinite: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Flat (params, state) from ``path``, refused unless they fit the tables exactly.
 
     ``cut`` (`Model.cut`: a stored path → its array in the stacked view and its index there)
     reads a file written with every ×N group stacked, as lbdl wrote all of them before short groups
-    kept their copies apart: each copy is cut from its stacked array."""
-    params, state = split(read(path))
+    kept their copies apart: each copy is cut from its stacked array.
+
+    Arrays that are not real numbers (complex, text, objects) are refused, and so, unless
+    ``allow_nonfinite``, are NaN and infinite values: a model run with them gives NaN outputs
+    that nothing downstream would question."""
+    flat = read(path)
+    check_values(flat, path, allow_nonfinite)
+    params, state = split(flat)
     problems = mismatches(params, params_table, "parameter")
     problems += mismatches(state, state_table, "state array")
     if problems and cut:  # perhaps the stacked layout: the copies cut, all must fit
