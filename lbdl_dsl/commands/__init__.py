@@ -17,4 +17,5 @@ VERBS: dict[str, str] = {
     "import": "import_",
     "export": "export",
     "launch": "launch",
+    "generate": "generate",
 }

@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lbdl_dsl.compiler import paths
-from lbdl_dsl.compiler.graph import ExpertsNode, LayerNode
+from lbdl_dsl.compiler.graph import ExpertsNode, InputNode, LayerNode, Program
 from lbdl_dsl.compiler.instance import Checked, Inst
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.base import Ctx, PSpec, Step
-from lbdl_dsl.core.symbolic import Expr
+from lbdl_dsl.core.symbolic import Expr, sym
 
 _HINT = (
     "generate needs a causal language model: one input `X: T int<V>`, an output T×V, and "
@@ -44,6 +44,19 @@ class Plan:
     limit: int | None
 
 
+def sequence_symbol(program: Program) -> str | None:
+    """The symbol a model's token input is written with (``T`` of ``X: T int<V>``), if one:
+    decoding keeps it free, as the length changes from call to call."""
+    graph = program.model.body
+    for nid in graph.inputs:
+        node = graph.node(nid)
+        if isinstance(node, InputNode) and node.dtype == "int" and node.annotation is not None:
+            free = sorted(node.annotation.dims[0].free_symbols) if node.annotation.dims else []
+            if len(free) == 1 and node.annotation.dims[0] == sym(free[0]):
+                return free[0]
+    return None
+
+
 def step_of(inst: Inst) -> Step:
     """A primitive box's `Step`, from its entry, resolved record and input shapes."""
     layer = lookup(inst.node.op)
@@ -60,18 +73,20 @@ def step_of(inst: Inst) -> Step:
     return layer.step(ctx)
 
 
-def primitives(insts: list[Inst]) -> Iterator[Inst]:
-    """Every primitive box a sequence flows through, depth first; a mixture of experts' inside
+def primitives(insts: list[Inst], at: Span | None = None) -> Iterator[tuple[Inst, Span]]:
+    """Every primitive box a sequence flows through, depth first, with the span to show for it
+    (a composite's own line for the boxes inside it, ``at``); a mixture of experts' inside
     works on one token's vector and is not entered (its routing is per token)."""
     for inst in insts:
         if isinstance(inst.node, ExpertsNode):
             continue
+        span = at or inst.node.span
         if isinstance(inst.node, LayerNode) and inst.inside is None:
-            yield inst
-        yield from primitives(inst.body)
-        yield from primitives(inst.shortcut)
+            yield inst, span
+        yield from primitives(inst.body, span if inst.inside is not None else at)
+        yield from primitives(inst.shortcut, at)
         for cp in inst.copies:
-            yield from primitives(cp.body)
+            yield from primitives(cp.body, at)
 
 
 def plan(checked: Checked) -> Plan:
@@ -90,10 +105,10 @@ def plan(checked: Checked) -> Plan:
     if not outs:
         raise LbdlError("model has no output of one vector per position (T×V)", None, _HINT)
     limits = [seq.as_int()] if seq.as_int() is not None else []
-    for inst in primitives(checked.root):
+    for inst, span in primitives(checked.root):
         step = step_of(inst)
         if not step.kind:
-            raise LbdlError(f"cannot decode token by token: {step.why}", inst.node.span, _HINT)
+            raise LbdlError(f"cannot decode token by token: {step.why}", span, _HINT)
         if step.limit is not None and step.limit.as_int() is not None:
             limits.append(int(step.limit.as_int()))
     vocab = tensor.vocab.as_int() if tensor.vocab is not None else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -103,9 +103,14 @@ class Decoder:
     """Decodes with one model: ``prefill`` a prompt into a fresh cache, then ``step`` one token
     at a time; ``stream`` and ``generate`` do both."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, limit: int | None = None) -> None:
+        """``limit``: the most positions to decode, beside the model's own (the length a run
+        was trained on, `lbdl generate`)."""
         self.model = model
         self.plan = decoding.plan(model.checked)
+        if limit is not None:
+            own = self.plan.limit
+            self.plan = replace(self.plan, limit=limit if own is None else min(own, limit))
         self.source = generate(model.compiled, dtype=model.dtype, decode=True)
         namespace: dict[str, Any] = {"__name__": f"lbdl_decode_{model.name}"}
         exec(compile(self.source, f"<lbdl decode {model.compiled.file}>", "exec"), namespace)  # noqa: S102
