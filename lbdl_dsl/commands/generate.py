@@ -174,7 +174,9 @@ def _compiled(spec: str, overrides: dict[str, Any]) -> tuple[Any, int | None]:
     limit = None
     if seq is not None and seq in overrides:
         limit = int(str(overrides.pop(seq)).replace("_", ""))
-    return lbdl_dsl.compile(spec, **overrides), limit
+    model = lbdl_dsl.compile(spec, **overrides)
+    decoding.plan(model.checked)  # a model that cannot generate says so before any file is read
+    return model, limit
 
 
 def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Loaded:
