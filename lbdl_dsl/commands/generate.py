@@ -91,19 +91,26 @@ def generate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     new: list[int] = []
     logprobs: list[float] = []
     shown = ""
+    # the new text is what decoding everything adds to the prompt's: a tokenizer may join a
+    # token to the one before it (a word's leading space, half a character's bytes)
+    before = tokenizer.decode(prompt)
+
+    def continuation() -> str:
+        return tokenizer.decode(prompt + new)[len(before) :]
+
     if not args.json:
         print(args.prompt, end="", flush=True)
     for token, logp, _ in steps:
         new.append(int(token[0]))
         logprobs.append(float(logp[0]))
-        if not args.json:  # decode what is there so far: a token may be half a character
-            now = tokenizer.decode(new)
-            if not now.endswith("\ufffd"):
+        if not args.json:
+            now = continuation()
+            if not now.endswith("\ufffd"):  # half a character: wait for the rest
                 print(now[len(shown) :], end="", flush=True)
                 shown = now
         if new[-1] in loaded.stop:
             break
-    written = tokenizer.decode(new)
+    written = continuation()
     if args.json:
         record = {
             "prompt": args.prompt,
