@@ -1,0 +1,155 @@
+"""Text generation with a KV cache against transformers' PyTorch ``generate`` with its cache.
+
+GPT-2 small (specs/gpt2.lbdl at its defaults: 124,439,808 parameters), random weights of the
+same shapes on both sides, batch 1, a prompt of 128 tokens, 128 new tokens, greedy, float32.
+Both sides run in this one invocation, back to back (the peer in a subprocess of
+/work/refvenv's Python, which has torch and transformers; the project's own environment has
+neither): each warms up once (compilation, allocation), then is timed ``--repeats`` times and
+the best run kept. Reported per side: the prefill (the prompt's one forward pass, up to its
+first new token) in ms, the steps after it in tokens/s, and the whole in tokens/s.
+
+    python bench/generate.py [--prompt 128] [--new 128] [--repeats 3] [--json FILE]
+
+On an accelerator, ``--bandwidth PEAK_GB_S`` also reports the memory-bandwidth use of a decoded
+token: the bytes one step must read (every parameter once, in the compute dtype, plus the KV
+cache up to that position, `compiler.memory.kv_cache`) over the step's time, over the device's
+peak (an H100 SXM's HBM3: 3350 GB/s). ``--spec``, ``--set`` and ``--dtype bfloat16`` choose the
+model (the issue's GPU row: a LLaMA-shaped 1B spec in bf16; it has not been run, as no GPU was
+at hand when this was written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PEER_PYTHON = os.environ.get("LBDL_PEER_PYTHON", "/work/refvenv/bin/python")
+
+PEER = r"""
+import json, sys, time
+import torch, transformers
+prompt_len, new, repeats, threads = (int(a) for a in sys.argv[1:5])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+ids = torch.randint(0, 50257, (1, prompt_len))
+def prefill():
+    with torch.no_grad():
+        return model(ids, use_cache=True)
+def whole():
+    with torch.no_grad():
+        return model.generate(ids, do_sample=False, max_new_tokens=new, min_new_tokens=new,
+                              use_cache=True, pad_token_id=0)
+prefill(); whole()  # warm-up
+pre, total = [], []
+for _ in range(repeats):
+    t = time.perf_counter(); prefill(); pre.append(time.perf_counter() - t)
+    t = time.perf_counter(); out = whole(); total.append(time.perf_counter() - t)
+assert out.shape[1] == prompt_len + new
+print(json.dumps({"prefill_s": min(pre), "total_s": min(total), "torch": torch.__version__,
+                  "transformers": transformers.__version__, "threads": threads}))
+"""
+
+
+def ours(args: argparse.Namespace) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import lbdl_dsl
+    from lbdl_dsl.backends.jax.decode import Sampling
+    from lbdl_dsl.compiler import memory
+
+    sets = dict(s.split("=", 1) for s in args.set)
+    model = lbdl_dsl.compile(str(ROOT / args.spec), dtype=args.dtype, **sets)
+    params, state = model.init(jax.random.key(0))
+    decoder = model.decoder
+    prompt = np.random.default_rng(0).integers(0, decoder.plan.vocab, (1, args.prompt))
+    greedy = Sampling(greedy=True)
+    context = decoder.context(args.prompt + args.new)
+
+    def prefill() -> float:
+        cache = decoder.init_cache(1, context, state)
+        jax.block_until_ready(cache)
+        t = time.perf_counter()
+        out = decoder.run(params, cache, jnp.asarray(prompt, jnp.int32), 0, jax.random.key(0),
+                          context, greedy)
+        jax.block_until_ready(out)
+        return time.perf_counter() - t
+
+    def whole() -> float:
+        t = time.perf_counter()
+        out = decoder.generate(params, prompt, args.new, greedy, state=state)
+        assert out.ids.shape == (1, args.prompt + args.new)
+        return time.perf_counter() - t
+
+    prefill()
+    whole()  # warm-up: compiles the prompt's shape and the step's
+    pre = min(prefill() for _ in range(args.repeats))
+    total = min(whole() for _ in range(args.repeats))
+    result = {"prefill_s": pre, "total_s": total, "jax": jax.__version__,
+              "backend": jax.default_backend(), "compiles": decoder.traces}
+    if args.bandwidth:
+        step = (total - pre) / (args.new - 1)
+        itemsize = 2 if args.dtype == "bfloat16" else 4
+        weights = model.param_count * itemsize
+        cache = memory.kv_cache(model.checked)
+        assert cache is not None
+        # the cache read by the average step: positions prompt .. prompt + new, float32
+        average = args.prompt + args.new / 2
+        kv = int(cache.per_token.as_int() or 0) * average
+        read = weights + kv
+        result |= {"bytes_per_token": read, "step_s": step,
+                   "bandwidth_use": read / step / (args.bandwidth * 1e9)}
+    return result
+
+
+def peer(args: argparse.Namespace) -> dict:
+    cmd = [PEER_PYTHON, "-c", PEER, str(args.prompt), str(args.new), str(args.repeats),
+           str(args.threads)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the peer failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rates(r: dict, args: argparse.Namespace) -> dict:
+    """Tokens/s of the steps after the prefill, and of the whole generation."""
+    steps = r["total_s"] - r["prefill_s"]
+    return r | {"decode_tokens_per_s": (args.new - 1) / steps, "tokens_per_s": args.new / r["total_s"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--spec", default="specs/gpt2.lbdl")
+    p.add_argument("--set", nargs="*", default=[], metavar="K=V")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--prompt", type=int, default=128)
+    p.add_argument("--new", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch's threads")
+    p.add_argument("--bandwidth", type=float, metavar="PEAK_GB_S", help="the device's peak")
+    p.add_argument("--no-peer", action="store_true", help="time lbdl only (a GPU run)")
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args()
+    results = {"lbdl": rates(ours(args), args)}
+    if not args.no_peer:
+        results["transformers"] = rates(peer(args), args)
+    for side, r in results.items():
+        print(f"{side:13} prefill {r['prefill_s'] * 1e3:8.1f} ms   decode "
+              f"{r['decode_tokens_per_s']:7.1f} tokens/s   whole {r['tokens_per_s']:7.1f} tokens/s")
+        if "bandwidth_use" in r:
+            print(f"{'':13} {r['bytes_per_token'] / 1e6:.1f} MB read per token: "
+                  f"{r['bandwidth_use']:.0%} of the peak bandwidth")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
