@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "docs" / "performance-generate.json"  # --record: beside docs/performance.md
+HEADING = "## Text generation: lbdl against transformers' PyTorch generate"
 PEER_PYTHON = os.environ.get("LBDL_PEER_PYTHON", "/work/refvenv/bin/python")
 
 PEER = r"""
@@ -78,8 +80,9 @@ def ours(args: argparse.Namespace) -> dict:
         cache = decoder.init_cache(1, context, state)
         jax.block_until_ready(cache)
         t = time.perf_counter()
-        out = decoder.run(params, cache, jnp.asarray(prompt, jnp.int32), 0, jax.random.key(0),
-                          context, greedy)
+        out = decoder.run(
+            params, cache, jnp.asarray(prompt, jnp.int32), 0, jax.random.key(0), context, greedy
+        )
         jax.block_until_ready(out)
         return time.perf_counter() - t
 
@@ -93,8 +96,13 @@ def ours(args: argparse.Namespace) -> dict:
     whole()  # warm-up: compiles the prompt's shape and the step's
     pre = min(prefill() for _ in range(args.repeats))
     total = min(whole() for _ in range(args.repeats))
-    result = {"prefill_s": pre, "total_s": total, "jax": jax.__version__,
-              "backend": jax.default_backend(), "compiles": decoder.traces}
+    result = {
+        "prefill_s": pre,
+        "total_s": total,
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "compiles": decoder.traces,
+    }
     if args.bandwidth:
         step = (total - pre) / (args.new - 1)
         itemsize = 2 if args.dtype == "bfloat16" else 4
@@ -105,14 +113,24 @@ def ours(args: argparse.Namespace) -> dict:
         average = args.prompt + args.new / 2
         kv = int(cache.per_token.as_int() or 0) * average
         read = weights + kv
-        result |= {"bytes_per_token": read, "step_s": step,
-                   "bandwidth_use": read / step / (args.bandwidth * 1e9)}
+        result |= {
+            "bytes_per_token": read,
+            "step_s": step,
+            "bandwidth_use": read / step / (args.bandwidth * 1e9),
+        }
     return result
 
 
 def peer(args: argparse.Namespace) -> dict:
-    cmd = [PEER_PYTHON, "-c", PEER, str(args.prompt), str(args.new), str(args.repeats),
-           str(args.threads)]
+    cmd = [
+        PEER_PYTHON,
+        "-c",
+        PEER,
+        str(args.prompt),
+        str(args.new),
+        str(args.repeats),
+        str(args.threads),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"the peer failed:\n{done.stderr[-2000:]}")
@@ -122,7 +140,24 @@ def peer(args: argparse.Namespace) -> dict:
 def rates(r: dict, args: argparse.Namespace) -> dict:
     """Tokens/s of the steps after the prefill, and of the whole generation."""
     steps = r["total_s"] - r["prefill_s"]
-    return r | {"decode_tokens_per_s": (args.new - 1) / steps, "tokens_per_s": args.new / r["total_s"]}
+    return r | {
+        "decode_tokens_per_s": (args.new - 1) / steps,
+        "tokens_per_s": args.new / r["total_s"],
+    }
+
+
+def show(side: str, r: dict) -> None:
+    print(
+        f"{side:13} prefill {r['prefill_s'] * 1e3:8.1f} ms   decode "
+        f"{r['decode_tokens_per_s']:7.1f} tokens/s   whole {r['tokens_per_s']:7.1f} tokens/s",
+        flush=True,
+    )
+    if "bandwidth_use" in r:
+        print(
+            f"{'':13} {r['bytes_per_token'] / 1e6:.1f} MB read per token: "
+            f"{r['bandwidth_use']:.0%} of the peak bandwidth",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -137,18 +172,73 @@ def main() -> None:
     p.add_argument("--bandwidth", type=float, metavar="PEAK_GB_S", help="the device's peak")
     p.add_argument("--no-peer", action="store_true", help="time lbdl only (a GPU run)")
     p.add_argument("--json", metavar="FILE")
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help=f"save the figures ({RECORD.name}) and write their section of docs/performance.md",
+    )
     args = p.parse_args()
     results = {"lbdl": rates(ours(args), args)}
+    show("lbdl", results["lbdl"])
     if not args.no_peer:
         results["transformers"] = rates(peer(args), args)
-    for side, r in results.items():
-        print(f"{side:13} prefill {r['prefill_s'] * 1e3:8.1f} ms   decode "
-              f"{r['decode_tokens_per_s']:7.1f} tokens/s   whole {r['tokens_per_s']:7.1f} tokens/s")
-        if "bandwidth_use" in r:
-            print(f"{'':13} {r['bytes_per_token'] / 1e6:.1f} MB read per token: "
-                  f"{r['bandwidth_use']:.0%} of the peak bandwidth")
+        show("transformers", results["transformers"])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    if args.record:
+        results["command"] = "python bench/generate.py " + " ".join(sys.argv[1:])
+        results["load"] = os.getloadavg()
+        RECORD.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        write_section(ROOT / "docs" / "performance.md", results)
+
+
+def section(record: dict) -> list[str]:
+    """docs/performance.md's section on generation, from `--record`'s figures."""
+    ours, peer = record["lbdl"], record["transformers"]
+    rows = [
+        ("prefill, 128 tokens (ms)", ours["prefill_s"] * 1e3, peer["prefill_s"] * 1e3, "≤ 1"),
+        ("decode (tokens/s)", ours["decode_tokens_per_s"], peer["decode_tokens_per_s"], "≥ 1"),
+        ("whole generation (tokens/s)", ours["tokens_per_s"], peer["tokens_per_s"], "≥ 1"),
+    ]
+    table = ["| metric | lbdl | transformers | ratio | target |", "|---|---:|---:|---:|---|"]
+    for name, a, b, target in rows:
+        table.append(f"| {name} | {a:.4g} | {b:.4g} | {a / b:.3g} | {target} |")
+    load = ", ".join(f"{x:.1f}" for x in record.get("load", []))
+    return [
+        HEADING,
+        "",
+        "Written by `bench/generate.py --record` (edit that, not this). GPT-2 small "
+        "(specs/gpt2.lbdl, 124,439,808 parameters, random weights of the same shapes on both "
+        "sides), batch 1, a 128-token prompt and 128 new tokens, greedy, float32, on this "
+        f"CPU; the best of the runs of each side, run back to back in one invocation (the peer: "
+        f"torch {peer['torch']} with {peer['threads']} threads, transformers "
+        f"{peer['transformers']}, its own KV cache). The machine is shared: its load average "
+        f"was {load or 'not recorded'} during the run, so each figure moves from run to run.",
+        "",
+        *table,
+        "",
+        "```sh",
+        record["command"],
+        "```",
+        "",
+        "On a GPU, `--spec` (a LLaMA-shaped 1B spec), `--dtype bfloat16 --no-peer --bandwidth "
+        "PEAK_GB_S` gives the memory-bandwidth use of a decoded token (weights and cache bytes "
+        "read over the step's time, over the device's peak; the target is ≥ 60 %). **Not run**: "
+        "no GPU was at hand.",
+    ]
+
+
+def write_section(doc: Path, record: dict) -> None:
+    """Replace (or add at the end) the section in ``doc``."""
+    text = doc.read_text(encoding="utf-8")
+    lines = "\n".join(section(record))
+    if HEADING in text:
+        start = text.index(HEADING)
+        rest = text.find("\n## ", start + len(HEADING))
+        text = text[:start] + lines + ("\n" + text[rest:] if rest != -1 else "\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + lines + "\n"
+    doc.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
