@@ -143,3 +143,30 @@ def test_a_spec_that_cannot_generate_and_tensors_that_do_not_fit(run_dir: Path, 
     )
     assert code == 1 and "Traceback" not in err
     assert "do not fit this model" in err and "the model needs (32, 32)" in err
+
+
+def test_a_checkpoint_folder_and_a_spec_that_does_not_fit_it(tmp_path: Path, capsys) -> None:
+    """A Hugging Face folder generates through from_pretrained, its tokenizer and its end id;
+    beside a SPEC of other sizes it is refused, naming the tensors that differ."""
+    pytest.importorskip("lbdl_dsl.interop.hf")
+    folder = str(REPO / "tests" / "fixtures" / "hf" / "gpt2")
+    code, out, err = generate(
+        capsys, "--params", folder, "--prompt", "The king", "--greedy", "--max-new", "6", "--json"
+    )
+    assert code == 0, err
+    assert len(json.loads(out)["ids"]) <= 6
+    code, _, err = generate(
+        capsys,
+        str(REPO / "specs" / "gpt2.lbdl"),
+        "--set",
+        "N=2",
+        "D=64",
+        "H=4",
+        "V=96",
+        "L=64",
+        "--params",
+        folder,
+        "--prompt",
+        "The king",
+    )
+    assert code == 1 and "does not fit the spec" in err and "Traceback" not in err

@@ -87,6 +87,8 @@ def generate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         top_k=args.top_k or 0,
         top_p=1.0 if args.top_p is None else args.top_p,
     )
+    decoder.check_prompt(prompt)
+    decoder.context(len(prompt) + args.max_new)  # refused here, before anything is printed
     steps = decoder.stream(loaded.params, prompt, args.max_new, sampling, args.seed, loaded.state)
     new: list[int] = []
     logprobs: list[float] = []
@@ -96,7 +98,7 @@ def generate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     before = tokenizer.decode(prompt)
 
     def continuation() -> str:
-        return tokenizer.decode(prompt + new)[len(before) :]
+        return str(tokenizer.decode(prompt + new))[len(before) :]
 
     if not args.json:
         print(args.prompt, end="", flush=True)

@@ -104,13 +104,15 @@ def plan(checked: Checked) -> Plan:
     ]
     if not outs:
         raise LbdlError("model has no output of one vector per position (T×V)", None, _HINT)
-    limits = [seq.as_int()] if seq.as_int() is not None else []
+    given = seq.as_int()
+    limits: list[int] = [int(given)] if given is not None else []
     for inst, span in primitives(checked.root):
         step = step_of(inst)
         if not step.kind:
             raise LbdlError(f"cannot decode token by token: {step.why}", span, _HINT)
-        if step.limit is not None and step.limit.as_int() is not None:
-            limits.append(int(step.limit.as_int()))
+        bound = step.limit.as_int() if step.limit is not None else None
+        if bound is not None:
+            limits.append(int(bound))
     vocab = tensor.vocab.as_int() if tensor.vocab is not None else None
     if vocab is None:
         raise LbdlError(f"the vocabulary {tensor.vocab} of `{name}` has no value", None, _HINT)

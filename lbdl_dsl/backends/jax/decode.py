@@ -94,6 +94,13 @@ class Generation:
     logits: np.ndarray | None = None
 
 
+def _known(d: Any) -> int:
+    """A size that has its value (an `Expr`'s, or a whole number)."""
+    v = d.as_int() if hasattr(d, "as_int") else d
+    assert isinstance(v, int), d  # the model is compiled: every size has a value
+    return v
+
+
 def chunks(n: int) -> list[int]:
     """``n`` as a sum of powers of two, largest first: the prefill's call lengths."""
     return [1 << b for b in reversed(range(n.bit_length())) if n >> b & 1]
@@ -131,7 +138,7 @@ class Decoder:
         size = max(MIN_CONTEXT, 1 << max(needed - 1, 0).bit_length())
         return size if limit is None else min(size, limit)
 
-    def init_cache(self, batch: int, context: int, state: Any = None) -> dict:
+    def init_cache(self, batch: int, context: int, state: Any = None) -> dict[str, Any]:
         """Zeros for every box's cache, merged with the model's state (as the module's
         ``apply`` reads them both from one tree)."""
         flat: dict[str, Any] = {}
@@ -142,15 +149,25 @@ class Decoder:
 
             flat.update(weights.flatten(state))
         for array in decoding.cache_arrays(self.model.checked.root, context):
-            sizes = [int(d.as_int() if hasattr(d, "as_int") else d) for d in array.stack]
-            per = [int(d.as_int() if hasattr(d, "as_int") else d) for d in array.spec.shape]
+            sizes = [_known(d) for d in array.stack]
+            per = [_known(d) for d in array.spec.shape]
             flat[array.path] = jnp.zeros((*sizes, batch, *per), jnp.float32)
-        return unflatten(flat)
+        tree: dict[str, Any] = unflatten(flat)
+        return tree
 
     # -- one call of the module -----------------------------------------------------------------
     @functools.cached_property
     def _forward(self) -> Any:
-        def forward(params, cache, ids, pos, key, *, context: int, sampling: Sampling):
+        def forward(
+            params: Any,
+            cache: Any,
+            ids: Any,
+            pos: Any,
+            key: Any,
+            *,
+            context: int,
+            sampling: Sampling,
+        ) -> tuple[Any, Any, Any, Any]:
             self.traces += 1
             out, cache = self._apply(params, cache, ids, pos=pos, context=context)
             logits = (out[self.plan.output] if self._many else out)[:, -1].astype(jnp.float32)
@@ -159,7 +176,16 @@ class Decoder:
 
         return jax.jit(forward, static_argnames=("context", "sampling"))
 
-    def run(self, params, cache, ids, pos: int, key, context: int, sampling: Sampling):
+    def run(
+        self,
+        params: Any,
+        cache: Any,
+        ids: Any,
+        pos: int,
+        key: Any,
+        context: int,
+        sampling: Sampling,
+    ) -> Any:
         """The module on ``ids`` (B, t) at positions pos..pos+t-1; returns the next token, its
         log-probability and the logits after the last of them, and the cache."""
         return self._forward(
@@ -204,7 +230,9 @@ class Decoder:
         cache = self.init_cache(batch, context, state)
         key = jax.random.key(seed)
         pos = 0
-        token = logp = logits = None
+        token: Any = None
+        logp: Any = None
+        logits: Any = None
         for n in chunks(t):
             key, sub = jax.random.split(key)
             piece = jnp.asarray(prompt[:, pos : pos + n])
