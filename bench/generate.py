@@ -212,8 +212,10 @@ def section(record: dict) -> list[str]:
         "sides), batch 1, a 128-token prompt and 128 new tokens, greedy, float32, on this "
         f"CPU; the best of the runs of each side, run back to back in one invocation (the peer: "
         f"torch {peer['torch']} with {peer['threads']} threads, transformers "
-        f"{peer['transformers']}, its own KV cache). The machine is shared: its load average "
-        f"was {load or 'not recorded'} during the run, so each figure moves from run to run.",
+        f"{peer['transformers']}, its own KV cache). The machine is shared and was loaded: "
+        f"2 cores, and a load average (1, 5 and 15 minutes) of {load or 'not recorded'} when "
+        "the figures were saved, so both sides ran many times slower than on an idle machine "
+        "and each figure moves from run to run; the ratios are what the run compares.",
         "",
         *table,
         "",
@@ -221,10 +223,12 @@ def section(record: dict) -> list[str]:
         record["command"],
         "```",
         "",
-        "On a GPU, `--spec` (a LLaMA-shaped 1B spec), `--dtype bfloat16 --no-peer --bandwidth "
-        "PEAK_GB_S` gives the memory-bandwidth use of a decoded token (weights and cache bytes "
-        "read over the step's time, over the device's peak; the target is ≥ 60 %). **Not run**: "
-        "no GPU was at hand.",
+        "On a GPU, a LLaMA-shaped 1B model in bf16 (`--spec specs/llama2-7b.lbdl --set N=22 "
+        "D=2048 H=32 F=5632 --dtype bfloat16 --no-peer --bandwidth 3350` on an H100 SXM) gives "
+        "the memory-bandwidth use of a decoded token: the bytes a step reads (every parameter "
+        "once, and the KV cache up to its position) over the step's time, over the device's "
+        "peak; the target is ≥ 60 %. **Not run**: no GPU was at hand in the session that wrote "
+        "this.",
     ]
 
 
