@@ -197,6 +197,8 @@ def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Load
     spec = spec or config.get("spec")
     if not spec:
         raise LbdlError(f"{folder}/run.json names no spec", hint="give the SPEC")
+    if not Path(spec).is_file() and (folder.parent.parent / spec).is_file():
+        spec = str(folder.parent.parent / spec)  # named from where `runs/` was made
     model, limit = _compiled(spec, {**config.get("overrides", {}), **overrides})
     params_file = folder / "params.safetensors"
     if not params_file.is_file():
