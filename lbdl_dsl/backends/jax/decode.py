@@ -147,7 +147,8 @@ class Decoder:
         if state is not None:
             from lbdl_dsl.backends.jax import weights
 
-            flat.update(weights.flatten(state))
+            # copies: the cache is donated to each step, the caller's state must stay theirs
+            flat.update({k: jnp.array(v) for k, v in weights.flatten(state).items()})
         for array in decoding.cache_arrays(self.model.checked.root, context):
             sizes = [_known(d) for d in array.stack]
             per = [_known(d) for d in array.spec.shape]
@@ -174,7 +175,8 @@ class Decoder:
             token, logp = choose(logits, key, sampling)
             return token, logp, logits, cache
 
-        return jax.jit(forward, static_argnames=("context", "sampling"))
+        # the cache is donated: its buffers are the new cache's, updated in place
+        return jax.jit(forward, static_argnames=("context", "sampling"), donate_argnames="cache")
 
     def run(
         self,
