@@ -118,7 +118,10 @@ class Decoder:
         if limit is not None:
             own = self.plan.limit
             self.plan = replace(self.plan, limit=limit if own is None else min(own, limit))
-        self.source = generate(model.compiled, dtype=model.dtype, decode=True)
+        # ×N groups unrolled: a one-token step reads each layer's weights once, and a loop
+        # copies them out of their stack first (GPT-2 small's step: 69 ms unrolled, 102 ms
+        # scanned, on an idle 2-core CPU)
+        self.source = generate(model.compiled, dtype=model.dtype, decode=True, unroll=True)
         namespace: dict[str, Any] = {"__name__": f"lbdl_decode_{model.name}"}
         exec(compile(self.source, f"<lbdl decode {model.compiled.file}>", "exec"), namespace)  # noqa: S102
         self.module = namespace
