@@ -128,6 +128,7 @@ class Decoder:
         self._apply = namespace["apply"]
         self._many = len(model.checked.outputs) > 1
         self.traces = 0  # how many times a forward was traced (compiled): tests read it
+        self._split: tuple[Any, Any] | None = None
 
     # -- the cache ------------------------------------------------------------------------------
     def context(self, needed: int) -> int:
@@ -157,6 +158,25 @@ class Decoder:
             per = [_known(d) for d in array.spec.shape]
             flat[array.path] = jnp.zeros((*sizes, batch, *per), jnp.float32)
         tree: dict[str, Any] = unflatten(flat)
+        return tree
+
+    def split(self, params: Any) -> Any:
+        """The parameters with each array stacked over an unrolled ×N group as a list of its
+        layers (what the module's `each_layer` reads), made once per parameters given."""
+        if self._split is not None and self._split[0] is params:
+            return self._split[1]
+        from lbdl_dsl.backends.jax import weights
+        from lbdl_dsl.compiler import paths
+
+        stacked = {
+            a.path: _known(a.stack[0])
+            for a in paths.arrays(self.model.checked.root)
+            if a.trainable and a.stack and a.stack_roles[:1] == ("layers",)
+        }
+        flat = weights.flatten(params)
+        out = {k: [v[i] for i in range(stacked[k])] if k in stacked else v for k, v in flat.items()}
+        tree = unflatten(out)
+        self._split = (params, tree)
         return tree
 
     # -- one call of the module -----------------------------------------------------------------
@@ -194,7 +214,7 @@ class Decoder:
         """The module on ``ids`` (B, t) at positions pos..pos+t-1; returns the next token, its
         log-probability and the logits after the last of them, and the cache."""
         return self._forward(
-            params, cache, ids, jnp.int32(pos), key, context=context, sampling=sampling
+            self.split(params), cache, ids, jnp.int32(pos), key, context=context, sampling=sampling
         )
 
     # -- generation -----------------------------------------------------------------------------

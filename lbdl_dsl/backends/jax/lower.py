@@ -537,6 +537,8 @@ class Lowerer:
             else:
                 # a copy that changes the shape (always counted once) cannot be a scan's body
                 loop = "unrolled" if self.unroll or count == 1 else "scan_group"
+                if self.decode and loop == "unrolled":  # weights split per layer beforehand
+                    loop = "each_layer"
                 self.runtime.add(loop)
                 fn.line(f"{target}, {out} = {loop}({step}, {x.name}, {xs}, {count})")
             collected.append(out)

@@ -146,3 +146,16 @@ def recurrent_from(x: jax.Array, p: dict, carry: tuple, *, kind: str) -> tuple:
     carry = tuple(c.astype(xs.dtype) for c in carry)
     carry, hs = jax.lax.scan(step, carry, xs)
     return jnp.swapaxes(hs, 0, 1), carry
+
+
+def each_layer(step, x, xs, length: int):
+    """`unrolled` for a decoding module, whose caller split each stacked weight into a list of
+    its layers (`Decoder.split`): the step reads layer i's arrays as they are, where a slice of
+    the stack is a copy on XLA:CPU; a stacked array (a cache) is sliced, and the new states are
+    stacked again."""
+    ys = []
+    for i in range(length):
+        pick = jax.tree.map(lambda a, i=i: a[i], xs, is_leaf=lambda a: isinstance(a, list))
+        x, y = step(x, pick)
+        ys.append(y)
+    return x, jax.tree.map(lambda *a: jnp.stack(a), *ys)
