@@ -580,8 +580,18 @@ def report(
         "",
         *([*spread_section(spread), ""] if spread else []),
         analysis(rows, kinds),
+        *generation_section(),
     ]
     return "\n".join(lines) + "\n"
+
+
+def generation_section() -> list[str]:
+    """`bench/generate.py --record`'s section, kept when this report is written again."""
+    from bench import generate
+
+    if not generate.RECORD.exists():
+        return []
+    return ["", *generate.section(json.loads(generate.RECORD.read_text(encoding="utf-8")))]
 
 
 def table(rows: Sequence[harness.Row]) -> str:

@@ -60,6 +60,19 @@ def fmt_bytes(e: Expr) -> str:
     return " + ".join(parts)
 
 
+def kv_cache_text(cache: memory.KvCache) -> str:
+    """``72.0 KiB per token, 72.0 MiB at the full context of 1024``; a cache whose size does
+    not grow with the text (a recurrent carry) is one figure."""
+    if cache.per_token == Expr():
+        return f"{fmt_bytes(cache.fixed)} whatever the length"
+    fixed = f" + {fmt_bytes(cache.fixed)}" if cache.fixed != Expr() else ""
+    full = fmt_bytes(cache.full)
+    if cache.context.as_int() is None and not cache.full.free_symbols & cache.context.free_symbols:
+        return f"{fmt_bytes(cache.per_token)} per token up to its window{fixed}, {full} at most"
+    per = fmt_bytes(cache.per_token)
+    return f"{per} per token{fixed}, {full} at the full context of {cache.context}"
+
+
 def _value(e: Expr) -> int | str:
     v = e.as_int()
     return v if v is not None else str(e)
@@ -145,6 +158,9 @@ def render(checked: Checked, plan: Plan, depth: int | None = 1) -> str:
     )
     console.print(f"inputs       {fmt_bytes(whole.inputs)}")
     console.print(f"total        {fmt_bytes(whole.total)} per device")
+    cache = memory.kv_cache(checked, plan.layout, plan.per_device_batch)
+    if cache is not None:
+        console.print(f"kv cache     {kv_cache_text(cache)} (decoding, float32)")
     for note in plan.layout.notes:
         console.print(f"note         {note}")
     for a in plan.layout.assumptions:

@@ -133,6 +133,7 @@ def to_json(checked: Checked, depth: int | None = None) -> dict[str, Any]:
         "symbols": checked.free,
         "parameters": {k: _env_json(v) for k, v in checked.env.items()},
         "assumptions": checked.assumptions,
+        "kv_cache": _kv_cache_json(checked),
         "layers": [
             {
                 "path": r.path,
@@ -163,6 +164,24 @@ def _env_json(v: Any) -> Any:
 
 def dumps(checked: Checked) -> str:
     return json.dumps(to_json(checked), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def _kv_cache_json(checked: Checked) -> dict[str, Any] | None:
+    from lbdl_dsl.compiler import memory
+
+    cache = memory.kv_cache(checked)
+    if cache is None:
+        return None
+    return {k: _count(getattr(cache, k)) for k in ("per_token", "fixed", "full", "context")}
+
+
+def _kv_cache(checked: Checked) -> str | None:
+    """The decoding cache's line, for a model that generates (`compiler.memory.kv_cache`)."""
+    from lbdl_dsl.compiler import memory
+    from lbdl_dsl.memory_report import kv_cache_text
+
+    cache = memory.kv_cache(checked)
+    return kv_cache_text(cache) if cache is not None else None
 
 
 def _bytes(e: Expr) -> str:
@@ -296,6 +315,9 @@ def render_table(checked: Checked, depth: int | None = 1, terminal: bool = False
         f"MACs     {fmt_count(t['macs'])} per sample",
         f"memory   {_bytes(t['activations'] * 4)} of float32 activations per sample",
     ]
+    cache = _kv_cache(checked)
+    if cache:
+        foot.append(f"kv cache {cache} (decoding, float32, per sample)")
     if checked.free:
         foot.append(f"symbols  {', '.join(checked.free)} left symbolic (give values with --set)")
     foot += [printable(f"assumes  {a}") for a in checked.assumptions]

@@ -613,3 +613,21 @@ def test_compile_profile_quick_sees_a_scanned_groups_kernels(tmp_path: Path) -> 
         assert name in rows, name
     with pytest.raises(SystemExit):
         compile_profile.main(["--blocks", "0"])
+
+
+def test_generate_section_is_written_in_place(tmp_path: Path) -> None:
+    """bench/generate.py --record's section of docs/performance.md: the ratios from the figures,
+    replaced in place when written again, the rest of the document kept."""
+    from bench import generate
+
+    side = {"prefill_s": 0.5, "total_s": 4.0, "decode_tokens_per_s": 30.0, "tokens_per_s": 32.0}
+    peer = side | {"prefill_s": 1.0, "decode_tokens_per_s": 20.0, "torch": "2", "threads": 2}
+    record = {"lbdl": side, "transformers": peer | {"transformers": "5"}, "command": "c"}
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\n## Analysis\n\ntext\n", encoding="utf-8")
+    generate.write_section(doc, record)
+    generate.write_section(doc, record | {"lbdl": side | {"prefill_s": 0.25}})
+    text = doc.read_text(encoding="utf-8")
+    assert text.count(generate.HEADING) == 1 and text.startswith("# Performance\n\n## Analysis")
+    assert "| prefill, 128 tokens (ms) | 250 | 1000 | 0.25 | ≤ 1 |" in text
+    assert "| decode (tokens/s) | 30 | 20 | 1.5 | ≥ 1 |" in text

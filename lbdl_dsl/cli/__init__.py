@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "train": "train",
     "evaluate": "evaluate",
     "predict": "predict",
+    "generate": "generate",
     "from-hf": "from_hf",
     "import": "import_",
     "export": "export",

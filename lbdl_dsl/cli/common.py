@@ -39,7 +39,7 @@ EXTRAS: dict[str, str] = {
     "jax2onnx": "onnx",
     "onnx": "onnx",
     "onnxruntime": "onnx",
-    "tokenizers": "hf",
+    "tokenizers": "text",
     "PIL": "data",
     "starlette": "serve",
     "uvicorn": "serve",
@@ -50,7 +50,7 @@ EXTRA_NEEDS: dict[str, tuple[str, ...]] = {
     "train": ("jax",),
     "data": ("jax", "train"),
     "onnx": ("jax",),
-    "hf": ("jax",),
+    "text": ("jax",),
     "bench": ("jax",),
 }
 

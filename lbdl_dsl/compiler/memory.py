@@ -275,3 +275,64 @@ def _numel(shape: tuple[Expr, ...]) -> Expr:
     for d in shape:
         out = out * d
     return out
+
+
+@dataclass(frozen=True)
+class KvCache:
+    """What decoding keeps (`compiler.decoding`), float32, per sample or, with a layout, per
+    device for ``B`` samples there: ``per_token`` bytes each position adds (until a sliding
+    window is full), ``fixed`` bytes whatever the length (a recurrent carry), and ``full``
+    bytes at ``context`` positions (the model's limit, or the symbol of its length)."""
+
+    per_token: Expr
+    fixed: Expr
+    full: Expr
+    context: Expr
+
+
+def kv_cache(
+    checked: Checked, layout: Layout | None = None, batch: int | None = None
+) -> KvCache | None:
+    """The decoding cache's bytes, counted from each box's registry entry like the other
+    figures (no JAX); None for a model that does not generate. Under a mesh, each array is
+    split where a rule puts one of its roles (tensor parallelism's kv heads) and the batch
+    over the axes that split it."""
+    from lbdl_dsl.compiler import decoding
+    from lbdl_dsl.core.errors import LbdlError
+
+    try:
+        plan = decoding.plan(checked)
+    except LbdlError:
+        return None
+    context = Expr.lift(plan.limit) if plan.limit is not None else sym(plan.seq or "T")
+    samples = Expr.lift(1) if layout is None else sym(BATCH) if batch is None else Expr.lift(batch)
+
+    def size(s: Expr | int) -> Expr:
+        out = Expr.lift(0)
+        for array in decoding.cache_arrays(checked.root, s):
+            n = Expr.lift(FLOAT) * samples
+            for d in array.shape:
+                n = n * d
+            out = out + n / _pieces(array, layout)
+        return out
+
+    one, two = size(1), size(2)
+    return KvCache(two - one, one - (two - one), size(context), context)
+
+
+def _pieces(array: paths.Array, layout: Layout | None) -> int:
+    """How many pieces the rules cut a cache array into (the batch aside)."""
+    if layout is None:
+        return 1
+    pieces, taken = 1, set()
+    for d, role in zip(array.shape, array.roles):
+        for rule in layout.rules.rules:
+            if rule.is_symbol or rule.target != role or taken & set(rule.mesh_axes):
+                continue
+            n = layout.mesh.size(rule.mesh_axes)
+            v = Expr.lift(d).as_int()
+            if v is not None and v % n == 0:
+                pieces *= n
+                taken |= set(rule.mesh_axes)
+                break
+    return pieces

@@ -17,7 +17,7 @@ kind, in its own scope. The JAX module's tables, weight files, the importers' ma
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from lbdl_dsl.compiler import storage
@@ -65,32 +65,54 @@ class _Apart:
     copy: tuple[int, ...]  # the copy numbers, within their runs, of the groups kept apart
 
 
-def _arrays(insts: list[Inst], prefix: str, stack: _Stack, apart: _Apart | None) -> Iterator[Array]:
+Own = Callable[[Inst], Iterator[tuple[str, PSpec, bool]]]
+"""A box's own arrays: (name, spec, trainable)."""
+
+
+def _own(inst: Inst) -> Iterator[tuple[str, PSpec, bool]]:
+    for name, spec in inst.params.items():
+        yield name, spec, True
+    for name, spec in inst.state.items():
+        yield name, spec, False
+
+
+def arrays_of(root: list[Inst], specs: Callable[[Inst], dict[str, PSpec]]) -> Iterator[Array]:
+    """Arrays a box declares beyond its parameters and state (a decoding cache, `decoding`),
+    named and stacked as the model stores its state."""
+
+    def own(inst: Inst) -> Iterator[tuple[str, PSpec, bool]]:
+        for name, spec in specs(inst).items():
+            yield name, spec, False
+
+    return _arrays(root, "", (), _Apart("", ()), own)
+
+
+def _arrays(
+    insts: list[Inst], prefix: str, stack: _Stack, apart: _Apart | None, own: Own = _own
+) -> Iterator[Array]:
     # At module level, not nested in `arrays`: a nested function that calls itself is a
     # reference cycle that keeps what it captures alive until the cycle collector runs.
     for inst in insts:
         here = f"{prefix}{inst.id}"
         counts, roles = tuple(c for c, _ in stack), tuple(r for _, r in stack)
         view = f"{apart.prefix}{inst.id}" if apart else here
-        for name, spec in inst.params.items():
-            yield _array(f"{here}/{name}", spec, counts, inst, True, roles, view, apart)
-        for name, spec in inst.state.items():
-            yield _array(f"{here}/{name}", spec, counts, inst, False, roles, view, apart)
+        for name, spec, trainable in own(inst):
+            yield _array(f"{here}/{name}", spec, counts, inst, trainable, roles, view, apart)
         inner = apart and _Apart(f"{view}/", apart.copy)
-        yield from _arrays(inst.body, f"{here}/", stack, inner)
+        yield from _arrays(inst.body, f"{here}/", stack, inner, own)
         inner = apart and _Apart(f"{view}/shortcut/", apart.copy)
-        yield from _arrays(inst.shortcut, f"{here}/shortcut/", stack, inner)
+        yield from _arrays(inst.shortcut, f"{here}/shortcut/", stack, inner, own)
         if apart is not None and not stack and storage.per_copy(inst):
             steps = dict((id(cp), step) for step, cp in inst.copy_prefixes())
             for first, count, cp in storage.numbered(inst):
                 for k in range(count):
                     at = _Apart(f"{view}/{steps[id(cp)]}", (*apart.copy, k))
-                    yield from _arrays(cp.body, f"{here}/{first + k}/", stack, at)
+                    yield from _arrays(cp.body, f"{here}/{first + k}/", stack, at, own)
             continue
         for step, copies in inst.copy_prefixes():
             grown = (*stack, (copies.count, copies.role))
             inner = apart and _Apart(f"{view}/{step}", apart.copy)
-            yield from _arrays(copies.body, f"{here}/{step}", grown, inner)
+            yield from _arrays(copies.body, f"{here}/{step}", grown, inner, own)
 
 
 def _array(

@@ -47,6 +47,7 @@ CALLS: dict[str, tuple[list[str], int]] = {
     "predict": (["predict", "specs/digits-cnn.lbdl", "--params", "p.safetensors", "x.npz"], 1),
     "evaluate": (["evaluate", "specs/mlp.lbdl", "--params", "p", "--data", "synthetic"], 1),
     "serve": (["serve", "specs", "--port", "0"], 1),
+    "generate": (["generate", "specs/gpt.lbdl", "--params", "p", "--prompt", "To be"], 1),
 }
 
 

@@ -85,8 +85,15 @@ def _input_symbols(fn: Fn, inputs: list[tuple[str, Any]]) -> None:
                 fn.sources[name] = f"{var}.shape[{axis + 1}]"
 
 
-def generate(compiled: Compiled, *, unroll: bool = False, dtype: str = "float32") -> str:
-    """The module's text for a checked model (``--emit py``)."""
+def generate(
+    compiled: Compiled, *, unroll: bool = False, dtype: str = "float32", decode: bool = False
+) -> str:
+    """The module's text for a checked model (``--emit py``).
+
+    With ``decode``, the module decodes (`backends/jax/decode.py`): ``apply`` takes the tokens
+    at positions ``pos`` to ``pos + T - 1`` and, in ``state``, each box's cache for a context
+    of ``context`` positions (`compiler/decoding.py`), and returns the caches updated beside
+    the new state; everything else is the same module."""
     checked = compiled.checked
     program = compiled.program
     model = program.model
@@ -94,7 +101,7 @@ def generate(compiled: Compiled, *, unroll: bool = False, dtype: str = "float32"
     names = Namespace(RESERVED | LOCAL_RESERVED | available() | bound_names())
     for block in sorted(program.blocks):
         names(block)  # block functions keep their spec names; nothing else may take them
-    low = Lowerer(program, compiled.sources, names, unroll, RESERVED | available())
+    low = Lowerer(program, compiled.sources, names, unroll, RESERVED | available(), decode)
     apply_locals = low.local_names()
     fn = Fn(apply_locals)
     input_vars = []
@@ -108,7 +115,7 @@ def generate(compiled: Compiled, *, unroll: bool = False, dtype: str = "float32"
         for _, var, t in input_vars:
             if t.dtype == "float":
                 fn.line(f"{var} = {var}.astype({compute})")
-    has_state = checked.totals["state"] != Expr()
+    has_state = checked.totals["state"] != Expr() or any(map(low.stateful, checked.root))
     if has_state:
         fn.line("new_state = {}")
     dicts = Dicts("params", "state" if has_state else None, "new_state" if has_state else None)
@@ -180,7 +187,10 @@ COMPUTE = {compute}
         '    """The model on a batch: a leading axis on every input; '
         'returns (outputs, new state)."""'
     )
-    head = layout.statement(f"def apply(params, state, {args}, *, train=False, key=None):")
+    decode_keys = ", pos=0, context=0" if decode else ""
+    head = layout.statement(
+        f"def apply(params, state, {args}, *, train=False, key=None{decode_keys}):"
+    )
     apply_fn = "\n".join([*head, apply_doc, *layout.lines(body)])
     parts = [
         header,

@@ -23,10 +23,10 @@ from pathlib import PurePath
 from typing import Any
 
 from lbdl_dsl.backends.jax import layout
-from lbdl_dsl.backends.jax.lowering import LOWERINGS
+from lbdl_dsl.backends.jax.lowering import DECODE_LOWERINGS, LOWERINGS
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, size_code
 from lbdl_dsl.backends.jax.runtime_source import defaults
-from lbdl_dsl.compiler import composite, storage
+from lbdl_dsl.compiler import composite, decoding, storage
 from lbdl_dsl.compiler.graph import (
     CallNode,
     ExpertsNode,
@@ -43,6 +43,8 @@ from lbdl_dsl.core.layers.base import Attrs, fmt_shape
 from lbdl_dsl.core.symbolic import Expr
 
 _INDENT = "    "
+DECODE_KEYS = ("pos", "context")
+"""The keywords a decoding module threads to the boxes that read them (`_Emit.decoding`)."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,13 @@ class _Emit:
         (self.fn.owner or self.fn).uses.add("train")
         return "train"
 
+    def decoding(self, name: str) -> str:
+        """``pos`` (the position of the step's first token) or ``context`` (the cache's length,
+        static), keywords of a decoding module's ``apply``, passed down to where used."""
+        assert name in DECODE_KEYS, name
+        (self.fn.owner or self.fn).uses.add(name)
+        return name
+
 
 @dataclass
 class BlockFn:
@@ -224,6 +233,7 @@ class BlockFn:
     symbols: list[str]  # keyword arguments: run-time sizes the body reads
     train: bool
     key: bool
+    decode: tuple[str, ...] = ()  # the `DECODE_KEYS` its body reads
 
 
 class Lowerer:
@@ -236,7 +246,10 @@ class Lowerer:
         globals_: Namespace,
         unroll: bool,
         module_names: frozenset[str] = frozenset(),
+        decode: bool = False,
     ) -> None:
+        self.decode = decode  # a decoding module: caches threaded as state, `pos` passed down
+        self._keeps: dict[int, bool] = {}
         self.program = program
         self.module_names = module_names
         self.sources = sources
@@ -246,6 +259,10 @@ class Lowerer:
         self.functions: list[str] = []
         self.blocks: dict[tuple, BlockFn] = {}
         self.stacked = 0  # stacked groups and mixtures of experts around what is lowered now
+
+    def stateful(self, inst: Inst) -> bool:
+        """Whether a box reads and writes state: its own, or in a decoding module a cache."""
+        return has_state(inst) or (self.decode and decoding.keeps_cache(inst, self._keeps))
 
     # -- values ---------------------------------------------------------------------------------
     def convert(self, fn: Fn, var: Var, layout: str, reuse: bool) -> Var:
@@ -327,9 +344,16 @@ class Lowerer:
     # -- layers ---------------------------------------------------------------------------------
     def layer(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         if inst.inside is not None:  # a composite: its primitives, inline
-            inner = d.sub(inst.id, has_params(inst), has_state(inst))
+            stateful = self.stateful(inst)
+            inner = d.sub(inst.id, has_params(inst), stateful)
+            if stateful:  # its boxes' new states gathered under its id
+                inner = Dicts(inner.p, inner.s, fn.names.fresh(f"ns_{inst.id}"))
+                fn.line(f"{inner.ns} = {{}}")
             env = dict(zip(inst.inside.body.inputs, ins))
-            return self.scope(fn, inst.body, inst.inside.body, env, inner, target)
+            out = self.scope(fn, inst.body, inst.inside.body, env, inner, target)
+            if stateful:
+                fn.line(f'{d.ns}["{inst.id}"] = {inner.ns}')
+            return out
         layer = lookup(inst.node.op)
         want = layer.layout
         if want == "attrs":  # the axis a norm or a scale works on is chosen per box
@@ -338,7 +362,8 @@ class Lowerer:
             want = ins[0].layout if all(v.rank == ins[0].rank for v in ins) else "cf"
         xs = [self.convert(fn, v, want, reuse=v.name == target) for v in ins]
         emit = _Emit(self, fn, inst, [v.name for v in xs], d, target)
-        expr = LOWERINGS[layer.name](emit)
+        lowering = DECODE_LOWERINGS.get(layer.name) if self.decode else None
+        expr = (lowering or LOWERINGS[layer.name])(emit)
         if expr != target:
             fn.line(f"{target} = {expr}")
         if emit.new_state:
@@ -352,8 +377,8 @@ class Lowerer:
     def residual(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         node = inst.node
         nb = len(node.body.inputs)
-        inner = d.sub(inst.id, has_params(inst), has_state(inst))
-        if has_state(inst):
+        inner = d.sub(inst.id, has_params(inst), self.stateful(inst))
+        if self.stateful(inst):
             ns = fn.names.fresh(f"ns_{inst.id}")
             fn.line(f"{ns} = {{}}")
             inner = Dicts(inner.p, inner.s, ns)
@@ -364,7 +389,7 @@ class Lowerer:
             fn.comment("shortcut")
             env = dict(zip(node.shortcut.inputs, [ins[0], *ins[nb:]]))
             short = inner.sub(
-                "shortcut", _any(inst.shortcut, has_params), _any(inst.shortcut, has_state)
+                "shortcut", _any(inst.shortcut, has_params), _any(inst.shortcut, self.stateful)
             )
             if short.s is not None:
                 ns_short = fn.names.fresh("ns_shortcut")
@@ -374,7 +399,7 @@ class Lowerer:
         added = self.convert(fn, added, main.layout, reuse=False)
         fn.comment("+ (the residual sum)")
         fn.line(f"{target} = {main.name} + {added.name}")
-        if has_state(inst):
+        if self.stateful(inst):
             fn.line(f'{d.ns}["{inst.id}"] = {inner.ns}')
         return Var(target, main.layout, main.rank)
 
@@ -387,6 +412,9 @@ class Lowerer:
         if bfn.train:
             (fn.owner or fn).uses.add("train")
             args.append("train=train")
+        for name in bfn.decode:
+            (fn.owner or fn).uses.add(name)
+            args.append(f"{name}={name}")
         if bfn.key:
             args.append(f"key={fn.next_key()}")
         out = f'{target}, {d.ns}["{inst.id}"]' if bfn.state else target
@@ -403,7 +431,7 @@ class Lowerer:
         local = self.local_names()
         args = [local(block.body.node(nid).name or "x") for nid in block.body.inputs]
         fn = Fn(local, params=True, shapes=False)
-        params, state = has_params(inst), has_state(inst)
+        params, state = has_params(inst), self.stateful(inst)
         env = {
             nid: Var(a, lay, len(t.shape))
             for nid, a, lay, t in zip(block.body.inputs, args, layouts, inst.inputs)
@@ -418,7 +446,8 @@ class Lowerer:
         fn.line(f"return {result.name}, ns" if state else f"return {result.name}")
         symbols = fn.used_symbols()
         train, key = "train" in fn.uses, "key" in fn.uses
-        signature = (params, state, tuple(symbols), train, key)
+        decode = tuple(k for k in DECODE_KEYS if k in fn.uses)
+        signature = (params, state, tuple(symbols), train, key, decode)
         cache_key = (block.name, "\n".join(fn.lines), tuple(layouts), signature)
         if cache_key not in self.blocks:
             taken = {b.name for b in self.blocks.values()}
@@ -428,6 +457,7 @@ class Lowerer:
             head = [p for p, on in (("p", params), ("s", state)) if on] + args
             keywords = [fn.symbols[s] for s in symbols]
             keywords += (["train=False"] if train else []) + (["key=None"] if key else [])
+            keywords += [f"{k}=0" for k in decode]
             star = ["*", *keywords] if keywords else []
             returns = "(output, new state)" if state else "its output"
             where = PurePath(composite.shown_name(block.span.file)).name
@@ -438,7 +468,7 @@ class Lowerer:
             head_lines = layout.statement(f"def {name}({', '.join(head + star)}):")
             self.functions.append("\n".join([*head_lines, doc, *layout.lines(fn.lines)]))
             self.blocks[cache_key] = BlockFn(
-                name, result.layout, params, state, symbols, train, key
+                name, result.layout, params, state, symbols, train, key, decode
             )
         return self.blocks[cache_key]
 
@@ -449,7 +479,7 @@ class Lowerer:
         with that copy's arrays."""
         body = inst.node.body
         x = ins[0]
-        outer = d.sub(inst.id, has_params(inst), has_state(inst))
+        outer = d.sub(inst.id, has_params(inst), self.stateful(inst))
         apart = not self.stacked and storage.per_copy(inst)
         several = len(inst.copies) > 1
         collected = []
@@ -457,12 +487,12 @@ class Lowerer:
             if apart or not several:
                 group = Dicts(
                     outer.p if _any(copies.body, has_params) else None,
-                    outer.s if _any(copies.body, has_state) else None,
+                    outer.s if _any(copies.body, self.stateful) else None,
                     outer.ns,
                 )
             else:
                 group = outer.sub(
-                    str(ci), _any(copies.body, has_params), _any(copies.body, has_state)
+                    str(ci), _any(copies.body, has_params), _any(copies.body, self.stateful)
                 )
             step = fn.names.fresh(f"step_{inst.id}")
             carry = fn.names.fresh("x")
@@ -508,11 +538,13 @@ class Lowerer:
             else:
                 # a copy that changes the shape (always counted once) cannot be a scan's body
                 loop = "unrolled" if self.unroll or count == 1 else "scan_group"
+                if self.decode and loop == "unrolled":  # weights split per layer beforehand
+                    loop = "each_layer"
                 self.runtime.add(loop)
                 fn.line(f"{target}, {out} = {loop}({step}, {x.name}, {xs}, {count})")
             collected.append(out)
             x = Var(target, x.layout, x.rank)
-        if has_state(inst):
+        if self.stateful(inst):
             news = [r for r in collected if r != "_"]
             if apart:  # each run's new states by copy number: one dict of them all
                 value = news[0] if len(news) == 1 else "{" + ", ".join(f"**{r}" for r in news) + "}"
@@ -535,7 +567,9 @@ class Lowerer:
         outer = d.sub(inst.id, True, True)
         buffers, gates, aux = (fn.names.fresh(n) for n in ("buffers", "gates", "aux"))
         self.runtime |= {"moe_dispatch", "moe_combine"}
-        keywords = f"k={inst.hp['k']}, capacity={inst.hp['cap']!r}"
+        # decoding drops no token: buffers that hold every token (capacity E/k)
+        cap = inst.hp["e"] / inst.hp["k"] if self.decode else inst.hp["cap"]
+        keywords = f"k={inst.hp['k']}, capacity={cap!r}"
         fn.line(
             f'{buffers}, {gates}, {aux} = moe_dispatch({x.name}, {outer.p}["router"], {keywords})'
         )

@@ -196,6 +196,38 @@ class Model:
             )
         return self.evaluator(self, params, state, data, **options)
 
+    # -- text generation --------------------------------------------------------------------------
+    @functools.cached_property
+    def decoder(self) -> Any:
+        """The model's `decode.Decoder` (made on first use; refused, with the reason, for a
+        model that is not a causal language model)."""
+        from lbdl_dsl.backends.jax.decode import Decoder
+
+        return Decoder(self)
+
+    def generate(
+        self,
+        params: Any,
+        ids: Any,
+        max_new: int = 32,
+        *,
+        greedy: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        state: Any = None,
+    ) -> Any:
+        """``max_new`` tokens after the prompt ``ids`` ((T,) or (B, T) token ids), with a KV
+        cache: the most likely each time (``greedy``), or drawn from the softmax of
+        logits/``temperature`` kept to ``top_k`` tokens and to the ``top_p`` mass, with the
+        random numbers of ``seed``. Returns a `decode.Generation`: ``ids`` (B, T + max_new),
+        ``tokens`` (B, max_new) and their ``logprobs``."""
+        from lbdl_dsl.backends.jax.decode import Sampling
+
+        sampling = Sampling(greedy, temperature, top_k, top_p)
+        return self.decoder.generate(params, ids, max_new, sampling, seed, state)
+
     # -- parameters on disk ---------------------------------------------------------------------
     def save(self, path: str | Path, params: Any, state: Any = None) -> Path:
         """Parameters (and state) to ``.safetensors`` (or ``.npz``), keyed by their logical

@@ -24,7 +24,8 @@ RESERVED = frozenset(
 """Module-level names of a generated module (runtime function names are added to them)."""
 
 LOCAL_RESERVED = frozenset(
-    {"p", "s", "ns", "xs", "key", "train", "params", "state", "jax", "jnp", "np", "_"}
+    {"p", "s", "ns", "xs", "key", "train", "params", "state", "jax", "jnp", "np", "_", "pos"}
+    | {"context"}
 )
 """Locals every generated function has; a spec's tensor names never take them."""
 

@@ -270,8 +270,8 @@ def load_checked(
     """Flat (params, state) from ``path``, refused unless they fit the tables exactly.
 
     ``cut`` (`Model.cut`: a stored path → its array in the stacked view and its index there)
-    reads a file written with every ×N group stacked, as lbdl wrote all of them before short groups
-    kept their copies apart: each copy is cut from its stacked array.
+    reads a file in the logical layout, every ×N group stacked, as `save` writes it whatever the
+    module keeps apart: each copy is cut from its stacked array.
 
     Arrays that are not real numbers (complex, text, objects) are refused, and so, unless
     ``allow_nonfinite``, are NaN and infinite values: a model run with them gives NaN outputs
@@ -281,11 +281,13 @@ def load_checked(
     params, state = split(flat)
     problems = mismatches(params, params_table, "parameter")
     problems += mismatches(state, state_table, "state array")
-    if problems and cut:  # perhaps the stacked layout: the copies cut, all must fit
+    if problems and cut:  # the logical layout (`save`'s): each copy cut from its stack
         params_cut, state_cut = cut_copies(params, cut), cut_copies(state, cut)
-        fits = not mismatches(params_cut, params_table, "")
-        if fits and not mismatches(state_cut, state_table, ""):
-            params, state, problems = params_cut, state_cut, []
+        again = mismatches(params_cut, params_table, "parameter")
+        again += mismatches(state_cut, state_table, "state array")
+        views = {view for view, _, _ in cut.values()}
+        if not again or views & (set(params) | set(state)):  # a logical file: its problems
+            params, state, problems = params_cut, state_cut, again
     if problems:
         more = [f"... and {len(problems) - 12} more"] if len(problems) > 12 else []
         raise LbdlError(

@@ -6,7 +6,17 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, AxisAttrs, Ctx, Layer, Shape, numpy, resolve_axis
+from lbdl_dsl.core.layers.base import (
+    HP,
+    TOKEN,
+    AxisAttrs,
+    Ctx,
+    Layer,
+    Shape,
+    numpy,
+    per_token_axis,
+    resolve_axis,
+)
 
 
 def _unary(
@@ -28,6 +38,7 @@ def _unary(
         example=("32×8×8", name if not hps else f"{name} {hps[0].name}={hps[0].default}"),
         cases=cases,
         reference=reference,
+        step=lambda c: TOKEN,
     )
 
 
@@ -88,6 +99,7 @@ SOFTARGMAX = Layer(
     hparams=(HP("axis", "axis", -1, "the axis that sums to 1"),),
     resolve=lambda c: AxisAttrs(resolve_axis(c)),
     example=("16×10", "softargmax"),
+    step=lambda c: per_token_axis(c, c.a.axis),
     cases=(("6×8", "softargmax axis=0"),),
     reference=lambda xs, p, s, a: softmax_ref(xs[0], a.axis + 1),
 )
@@ -111,6 +123,7 @@ def _dropout(name: str, doc: str, layout: str, aliases: tuple[str, ...] = ()) ->
         layout=layout,
         rf=True,
         stochastic=True,
+        step=(lambda c: TOKEN) if layout == "any" else lambda c: per_token_axis(c, 0),
         example=("32×8×8", f"{name} p=0.2"),
         reference=lambda xs, p, s, a: xs[0],  # evaluation: the identity
     )

@@ -23,6 +23,7 @@ from lbdl_dsl.core.layers.base import (
     Layer,
     PSpec,
     Shape,
+    Step,
     Weights,
     fmt_shape,
     numel,
@@ -305,6 +306,30 @@ def _keys_input(c: Ctx) -> int | None:
     return 1 if n > 1 else None
 
 
+def _mha_step(c: Ctx) -> Step:
+    """A causal self-attention decodes with a cache of its keys and values: the kv heads only
+    (grouped-query), and only the last W positions under a sliding window (a ring buffer;
+    while the context is a symbol, taken to be at least W, as the MACs take it)."""
+    a = c.a
+    if _keys_input(c) is not None:
+        return Step("", "`mha` reads its keys from another sequence (cross-attention)")
+    if a.masked:
+        return Step("", "`mha` masks padding keys with an input of flags")
+    if not a.causal:
+        return Step("", "`mha` without causal=true lets each position see the later ones")
+    kv = a.kv or a.heads
+
+    def cache(s: Expr) -> dict[str, PSpec]:
+        n = s
+        if a.window:
+            known = s.as_int()
+            n = Expr.lift(a.window if known is None else min(known, a.window))
+        roles = ("kv", "cached", "cached")
+        return {"k": PSpec((kv, n, a.dqk), ZEROS, roles), "v": PSpec((kv, n, a.dv), ZEROS, roles)}
+
+    return Step("cache", cache=cache)
+
+
 def _mha_z(c: Ctx) -> Shape:
     i = _keys_input(c)
     return c.ins[i] if i is not None else c.x
@@ -336,6 +361,7 @@ MHA = Layer(
     macs=lambda c: _mha_macs(c, c.x[0], c.x[1], _mha_z(c)[0], _mha_z(c)[1], c.y[1]),
     from_annotation=(("out", -1),),
     example=("16×64", "mha h=4"),
+    step=lambda c: _mha_step(c),
     cases=(
         ("5×8", "mha h=2 bias=true causal=true"),
         ("6×16", "mha h=4 kv=2"),

@@ -122,6 +122,7 @@ ROLES: dict[str, str] = {
     "hidden": "a recurrent layer's hidden state",
     "experts": "the E experts of a mixture, stacked",
     "layers": "the copies of a ×N group, stacked (added by the parameter table, not by entries)",
+    "cached": "a decoding cache's positions and per-head features (kept whole on each device)",
 }
 """The logical role of each parameter axis: what sharding rules map to mesh axes."""
 
@@ -261,6 +262,40 @@ def _attr_text(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Step:
+    """How a box decodes a sequence a few tokens at a time (prefill, then one token per step),
+    with axis 0 of each input the sequence's positions: what `lbdl generate` asks of an entry.
+
+    - ``token``: each position alone (fc, norms over features, activations, a mixture of
+      experts routing each token): a step computes what the whole sequence would, row by row;
+    - ``offset``: like ``token`` once told the position of the step's first token (positional
+      encodings); ``limit`` is the most positions it has (a learned table's rows), if any;
+    - ``cache``: keeps arrays from step to step, ``cache(S)`` per sample for a context of ``S``
+      positions (a causal attention's keys and values, a recurrent layer's carry);
+    - ``""``: cannot be decoded so; ``why`` says why, for the error.
+    """
+
+    kind: str
+    why: str = ""
+    cache: Callable[[Expr], dict[str, PSpec]] | None = None
+    limit: Expr | None = None
+
+
+TOKEN = Step("token")
+
+
+def _no_step(c: Ctx) -> Step:
+    return Step("", f"`{c.op}` is not known to act on each position alone")
+
+
+def per_token_axis(c: Ctx, axis: int) -> Step:
+    """`TOKEN` when the box works on an axis other than the sequence's (axis 0)."""
+    if axis == 0:
+        return Step("", f"`{c.op}` works along the sequence's axis")
+    return TOKEN
+
+
+@dataclass(frozen=True)
 class Layer:
     """One registry entry; see the module docstring."""
 
@@ -299,6 +334,7 @@ class Layer:
     # input it reads (that input if the box has it, else its first): mha's Q from the first
     # input, K and V from the second (cross-attention's Z) or the first again (§ 4.8, Fig. 5.6)
     ports: tuple[tuple[str, int], ...] = ()
+    step: Callable[[Ctx], Step] = _no_step  # decoding a token at a time (`Step`)
 
     def hparam(self, name: str) -> HP | None:
         by_name: dict[str, HP] | None = self.__dict__.get("_hparams_by_name")

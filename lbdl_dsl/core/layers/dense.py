@@ -5,7 +5,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, Layer, PSpec, Shape, Std, numel, numpy
+from lbdl_dsl.core.layers.base import (
+    HP,
+    TOKEN,
+    ZEROS,
+    Ctx,
+    Layer,
+    PSpec,
+    Shape,
+    Std,
+    Step,
+    numel,
+    numpy,
+    per_token_axis,
+)
 from lbdl_dsl.core.layers.inits import INIT_HPS, weight_init
 
 
@@ -46,6 +59,7 @@ FC = Layer(
     from_annotation=(("out", -1),),
     ties=(("embed", {"w": ("table", True)}),),
     example=("50", "fc  25"),
+    step=lambda c: per_token_axis(c, len(c.x) - 1),
     cases=(
         ("6×8", "fc bias=false  6×5"),
         ("6×8", "fc init=xavier  6×5"),
@@ -91,6 +105,7 @@ EMBED = Layer(
     params=_embed_params,
     from_annotation=(("d", -1),),
     example=("T int<100>", "embed  T×64"),
+    step=lambda c: TOKEN,
     reference=lambda xs, p, s, a: numpy().asarray(p["table"], numpy().float64)[xs[0]],
 )
 
@@ -114,6 +129,7 @@ POS_ENC = Layer(
     "features, cos on odd ones, period base T=10⁴. No parameters.",
     shape=lambda c: c.rank(2, what="T×D sequence"),
     example=("T×64", "pos-enc"),
+    step=lambda c: Step("offset"),
     reference=lambda xs, p, s, a: xs[0] + sinusoidal_ref(*xs[0].shape[1:])[None],
 )
 
@@ -146,6 +162,7 @@ POS_EMBED = Layer(
     shape=_pos_embed_shape,
     params=_pos_embed_params,
     example=("T×64", "pos-embed len=128"),
+    step=lambda c: Step("offset", limit=c.a.len if c.a.len is not None else c.x[0]),
     reference=lambda xs, p, s, a: xs[0] + p["table"][None, : xs[0].shape[1]],
 )
 

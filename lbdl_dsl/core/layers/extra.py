@@ -7,7 +7,7 @@ scalar kept as its logarithm, CLIP's temperature on the similarity of its two em
 
 from __future__ import annotations
 
-from lbdl_dsl.core.layers.base import ZEROS, Layer, PSpec, numpy
+from lbdl_dsl.core.layers.base import TOKEN, ZEROS, Layer, PSpec, numpy
 
 RELU6 = Layer(
     name="relu6",
@@ -16,6 +16,7 @@ RELU6 = Layer(
     layout="any",
     rf=True,
     example=("32×8×8", "relu6"),
+    step=lambda c: TOKEN,
     reference=lambda xs, p, s, a: numpy().clip(xs[0], 0.0, 6.0),
 )
 
@@ -30,6 +31,7 @@ SCALE = Layer(
     layout="any",
     rf=True,
     example=("8×8", "scale"),
+    step=lambda c: TOKEN,
     reference=lambda xs, p, s, a: xs[0] * numpy().exp(p["log_s"]),
 )
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from lbdl_dsl.core.layers.base import (
     HP,
+    TOKEN,
     Attrs,
     Const,
     Ctx,
@@ -66,6 +67,7 @@ TIMES = Layer(
     layout="any",
     rf=True,
     example=("16×64", "times rsqrt=64"),
+    step=lambda c: TOKEN,
     cases=(("6×8", "times a=1.702"), ("6×8", "times a=-0.5 sqrt=8")),
     reference=lambda xs, p, s, a: xs[0] * a.factor,
 )
@@ -78,6 +80,7 @@ NEG = Layer(
     layout="any",
     rf=True,
     example=("32×8×8", "neg"),
+    step=lambda c: TOKEN,
     reference=lambda xs, p, s, a: -xs[0],
 )
 
@@ -88,6 +91,7 @@ SIN = Layer(
     layout="any",
     rf=True,
     example=("16×64", "sin"),
+    step=lambda c: TOKEN,
     reference=lambda xs, p, s, a: numpy().sin(xs[0]),
 )
 
@@ -98,6 +102,7 @@ COS = Layer(
     layout="any",
     rf=True,
     example=("16×64", "cos"),
+    step=lambda c: TOKEN,
     reference=lambda xs, p, s, a: numpy().cos(xs[0]),
 )
 

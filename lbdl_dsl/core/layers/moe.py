@@ -15,7 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from lbdl_dsl.core.layers.activation import gelu_ref
-from lbdl_dsl.core.layers.base import HP, ZEROS, Attrs, Ctx, FanIn, Layer, PSpec, Weights, numpy
+from lbdl_dsl.core.layers.base import (
+    HP,
+    TOKEN,
+    ZEROS,
+    Attrs,
+    Ctx,
+    FanIn,
+    Layer,
+    PSpec,
+    Weights,
+    numpy,
+)
 from lbdl_dsl.core.symbolic import Expr
 
 
@@ -137,6 +148,7 @@ MOE = Layer(
     state=lambda c: {"aux": PSpec((), ZEROS, ())},
     macs=_macs,
     example=("6×8", "moe e=4 k=2 hidden=12"),
+    step=lambda c: TOKEN,
     cases=(
         ("8×8", "moe e=4 k=1 hidden=6 cap=0.5 act=geglu"),
         ("7×8", "moe e=3 k=2 hidden=5 cap=4.0"),

@@ -15,8 +15,10 @@ from lbdl_dsl.core.layers.base import (
     Layer,
     PSpec,
     Shape,
+    Step,
     Weights,
     numpy,
+    per_token_axis,
     resolve_axis,
 )
 
@@ -114,6 +116,13 @@ def _ln_attrs(c: Ctx) -> LayerNormAttrs:
     return LayerNormAttrs(n, c.hp["eps"], None, affine)
 
 
+def _ln_step(c: Ctx) -> Step:
+    """Each position alone when the sequence's axis 0 is not among those normalised."""
+    if c.a.axis is not None:
+        return per_token_axis(c, c.a.axis)
+    return per_token_axis(c, 0 if c.a.n_axes >= len(c.x) else len(c.x) - 1)
+
+
 def _normalised(c: Ctx) -> Shape:
     """The shape the scale and shift have: the chosen axis, or the last ``n_axes`` axes."""
     if c.a.axis is not None:
@@ -174,6 +183,7 @@ LAYERNORM = Layer(
     params=_ln_params,
     layout="attrs",
     example=("16×64", "layernorm"),
+    step=_ln_step,
     cases=(
         ("2×3×3", "layernorm"),
         ("4×6×8", "layernorm axes=2"),
@@ -275,6 +285,7 @@ RMSNORM = Layer(
     params=lambda c: {"scale": PSpec((c.x[c.a.axis],), ONES, ("norm",))} if c.a.affine else {},
     layout="attrs",
     example=("16×64", "rmsnorm"),
+    step=lambda c: per_token_axis(c, c.a.axis),
     cases=(("8×5×6", "rmsnorm axis=0"), ("4×6×8", "rmsnorm axis=1 affine=false")),
     reference=lambda xs, p, s, a: _at_axis(
         xs[0], a.axis, lambda m: rmsnorm_ref(m, p.get("scale"), a.eps)

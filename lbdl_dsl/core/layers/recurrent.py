@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, FanIn, Layer, PSpec, Weights, numpy
+from lbdl_dsl.core.layers.base import HP, ZEROS, Ctx, FanIn, Layer, PSpec, Step, Weights, numpy
 
 
 def _rnn(name: str, gates: int, doc: str) -> Layer:
@@ -17,6 +17,11 @@ def _rnn(name: str, gates: int, doc: str) -> Layer:
             "b_hh": PSpec((gates * h,), ZEROS, ("hidden",)),
         }
 
+    def carry(c: Ctx) -> dict[str, PSpec]:
+        """The state a step hands the next: h, and an LSTM's cell c."""
+        names = ("h", "c") if name == "lstm" else ("h",)
+        return {n: PSpec((c.a.h,), ZEROS, ("hidden",)) for n in names}
+
     return Layer(
         name=name,
         category="Recurrent",
@@ -27,6 +32,7 @@ def _rnn(name: str, gates: int, doc: str) -> Layer:
         macs=lambda c: c.x[0] * (c.x[1] + c.a.h) * gates * c.a.h,
         from_annotation=(("h", -1),),
         example=("16×32", f"{name}  16×64"),
+        step=lambda c: Step("cache", cache=lambda s: carry(c)),
         reference=lambda xs, p, s, a: recurrent_ref(xs[0], p, name),
     )
 

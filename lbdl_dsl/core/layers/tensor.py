@@ -11,6 +11,7 @@ from typing import Any
 
 from lbdl_dsl.core.layers.base import (
     HP,
+    TOKEN,
     Arrays,
     Attrs,
     AxisAttrs,
@@ -293,6 +294,7 @@ ADD = Layer(
     glyph="+",
     ident="add",
     example=("32×8×8", "+(X)"),
+    step=lambda c: TOKEN,
     reference=lambda xs, p, s, a: sum(xs[1:], xs[0]),
 )
 
@@ -308,6 +310,7 @@ MUL = Layer(
     layout="any",
     rf=True,
     example=("32×8×8", "mul(X)"),
+    step=lambda c: TOKEN,
     reference=lambda xs, p, s, a: numpy().prod(numpy().stack(numpy().broadcast_arrays(*xs)), 0),
 )
 

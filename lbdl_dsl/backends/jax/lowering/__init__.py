@@ -27,4 +27,11 @@ for _family in (dense, conv, norm, activation, attention, tensor, generic, const
         assert _name not in LOWERINGS, _name
         LOWERINGS[_name] = _lower
 
-__all__ = ["LOWERINGS"]
+DECODE_LOWERINGS: dict[str, Lowering] = {
+    name: lower
+    for family in (dense, attention, moe)
+    for name, lower in family.DECODE.items()  # type: ignore[attr-defined]
+}
+"""A decoding module's lowering where it differs (`Step`: positions, caches, routing)."""
+
+__all__ = ["DECODE_LOWERINGS", "LOWERINGS"]

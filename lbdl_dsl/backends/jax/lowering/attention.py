@@ -50,6 +50,32 @@ def attention(e: Emit) -> str:
     return f"{e.call('attention', q, k, v, *mask, **switches)}[:, 0]"
 
 
+def mha_step(e: Emit) -> str:
+    """A causal self-attention in a decoding module: the step with its cache of keys and
+    values (`runtime_extra/decode.py`), which it returns updated."""
+    weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
+    a = e.a
+    options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
+    call = e.call(
+        "mha_step",
+        e.x[0],
+        weights,
+        e.state("k"),
+        e.state("v"),
+        pos=e.decoding("pos"),
+        heads=a.heads,
+        kv=a.kv or a.heads,
+        **options,
+    )
+    y, k, v = e.unpack(call, e.target, "k", "v")
+    e.set_state("k", k)
+    e.set_state("v", v)
+    return y
+
+
+DECODE: dict[str, Lowering] = {"mha": mha_step}
+"""Lowerings that differ in a decoding module (`Lowerer(decode=True)`)."""
+
 LOWER: dict[str, Lowering] = {
     "attention": attention,
     "mha": mha,

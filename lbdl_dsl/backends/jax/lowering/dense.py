@@ -23,6 +23,37 @@ def recurrent(fn: str) -> Lowering:
     return lower
 
 
+def recurrent_from(kind: str) -> Lowering:
+    """A recurrent layer in a decoding module: from the carry in its cache, which it updates."""
+
+    def lower(e: Emit) -> str:
+        names = ("w_ih", "w_hh", "b_ih", "b_hh")
+        weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in names) + "}"
+        held = ("h", "c") if kind == "lstm" else ("h",)
+        carry = "(" + "".join(f"{e.state(n)}, " for n in held) + ")"
+        y, new = e.unpack(
+            e.call("recurrent_from", e.x[0], weights, carry, kind=repr(kind)), e.target, "carry"
+        )
+        for i, n in enumerate(held):
+            e.set_state(n, f"{new}[{i}]")
+        return y
+
+    return lower
+
+
+DECODE: dict[str, Lowering] = {
+    "pos-enc": lambda e: e.call(
+        "add_positions_at", e.x[0], pos=e.decoding("pos"), context=e.decoding("context")
+    ),
+    "pos-embed": lambda e: e.call(
+        "add_learned_positions_at", e.x[0], e.param("table"), pos=e.decoding("pos")
+    ),
+    "rnn": recurrent_from("rnn"),
+    "lstm": recurrent_from("lstm"),
+    "gru": recurrent_from("gru"),
+}
+"""Lowerings that differ in a decoding module: positions from ``pos``, carries kept."""
+
 LOWER: dict[str, Lowering] = {
     "fc": fc,
     "embed": lambda e: e.call("embed", e.x[0], e.param("table")),

@@ -1,0 +1,161 @@
+"""Decoding a few tokens at a time: the runtime of a decoding module's boxes (`--emit py` of a
+model for `lbdl generate`, `backends/jax/decode.py`).
+
+The module's ``apply`` reads tokens at positions ``pos`` to ``pos + t - 1`` (a prefill: the
+prompt, pos = 0; then one token per step) with each box's cache in its state: a causal
+attention's keys and values, a recurrent layer's carry. Each function returns its output and
+its cache updated, so the prefill and the one-token step are the same function, compiled once
+per shape.
+
+An attention's cache is a ring of S slots, (B, KV, S, d): the kv heads only under grouped-query
+attention, S = the window under a sliding window, else the context. Position p lives in slot
+p mod S; the new tokens attend to the cache (what it held before this step) and to each other,
+in one softmax over both; then the last min(t, S) of them are written to their slots.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lbdl_dsl.backends.jax.runtime import dense, sinusoidal_positions
+
+
+def add_positions_at(x: jax.Array, *, pos, context: int) -> jax.Array:
+    """x (B, t, D) + the sinusoidal encodings of positions pos..pos+t-1: rows of the same
+    float64 table `add_positions` uses, made for the ``context`` positions of the cache."""
+    table = sinusoidal_positions(context, x.shape[-1], x.dtype)
+    return x + jax.lax.dynamic_slice_in_dim(table, pos, x.shape[-2], axis=0)[None]
+
+
+def add_learned_positions_at(x: jax.Array, table: jax.Array, *, pos) -> jax.Array:
+    """x (B, t, D) + rows pos..pos+t-1 of a learned table (Tmax, D)."""
+    rows = jax.lax.dynamic_slice_in_dim(table, pos, x.shape[-2], axis=0)
+    return x + rows[None].astype(x.dtype)
+
+
+def rope_at(x: jax.Array, pos, *, theta: float, fraction: float = 1.0) -> jax.Array:
+    """`rope` of (B, H, t, d) at positions pos..pos+t-1 (the same angles, the same products)."""
+    t, d = x.shape[-2], x.shape[-1]
+    r = int(d * fraction) // 2 * 2
+    half = r // 2
+    inv = 1.0 / theta ** (jnp.arange(half, dtype=jnp.float32) * 2.0 / r)
+    angles = (pos + jnp.arange(t)).astype(jnp.float32)[:, None] * inv[None, :]
+    cos = jnp.concatenate([jnp.cos(angles)] * 2, axis=-1).reshape(1, 1, t, r)
+    sin = jnp.concatenate([jnp.sin(angles)] * 2, axis=-1).reshape(1, 1, t, r)
+    xr = x[..., :r].astype(jnp.float32)
+    turned = jnp.concatenate([-xr[..., half:], xr[..., :half]], axis=-1)
+    y = (xr * cos + turned * sin).astype(x.dtype)
+    return jnp.concatenate([y, x[..., r:]], axis=-1) if r < d else y
+
+
+def ring_write(cache: jax.Array, new: jax.Array, pos) -> jax.Array:
+    """Write the (B, KV, t, d) entries of positions pos..pos+t-1 into a ring (B, KV, S, d):
+    position p to slot p mod S, only the last S of them when t > S."""
+    s, t = cache.shape[2], new.shape[2]
+    m = min(t, s)
+    new = new[:, :, t - m :].astype(cache.dtype)
+    if m == 1:  # one token: one slot, written in place
+        return jax.lax.dynamic_update_slice_in_dim(cache, new, jnp.mod(pos + t - 1, s), axis=2)
+    slots = jnp.mod(pos + t - m + jnp.arange(m), s)
+    return cache.at[:, :, slots].set(new)
+
+
+def cached_attention(q, k, v, ck, cv, pos, *, window: int = 0) -> jax.Array:
+    """Queries q (B, H, t, dk) at positions pos.. over the ring (ck, cv) (B, KV, S, d), which
+    holds the positions before pos, and over the new keys and values k, v (B, KV, t, d): one
+    softmax over both, causal, within the window if any. Returns (B, H, t, dv)."""
+    b, h, t, dk = q.shape
+    kv, s = ck.shape[1], ck.shape[2]
+    qg = q.reshape(b, kv, h // kv, t, dk)
+    scale = float(np.sqrt(dk))
+    ck, cv = ck.astype(q.dtype), cv.astype(q.dtype)
+    old = jnp.einsum("bkgtd,bksd->bkgts", qg, ck) / scale
+    new = jnp.einsum("bkgtd,bkud->bkgtu", qg, k) / scale
+    at = pos + jnp.arange(t)  # the queries' positions
+    held = pos - 1 - jnp.mod(pos - 1 - jnp.arange(s), s)  # the position in each slot (< 0: none)
+    keep_old = jnp.broadcast_to(held[None, :] >= 0, (t, s))
+    keep_new = at[None, :] <= at[:, None]
+    if window:
+        keep_old = keep_old & (at[:, None] - held[None, :] < window)
+        keep_new = keep_new & (at[:, None] - at[None, :] < window)
+    scores = jnp.concatenate([old, new], axis=-1)
+    keep = jnp.concatenate([keep_old, keep_new], axis=-1)
+    scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    out = jnp.einsum("bkgts,bksd->bkgtd", weights[..., :s], cv)
+    out = out + jnp.einsum("bkgtu,bkud->bkgtd", weights[..., s:], v)
+    return out.reshape(b, h, t, -1)
+
+
+def mha_step(
+    x: jax.Array,
+    p: dict,
+    ck: jax.Array,
+    cv: jax.Array,
+    *,
+    pos,
+    heads: int,
+    kv: int,
+    window: int = 0,
+    theta: float = 0.0,
+    fraction: float = 1.0,
+) -> tuple:
+    """Causal self-attention (`mha`, `mha_lm`) of x (B, t, D) at positions pos.., with its
+    cache of keys and values; returns (output (B, t, out), keys, values) with the cache
+    updated."""
+    b, t = x.shape[0], x.shape[1]
+    q = dense(x, p["wq"], p.get("bq"))
+    k = dense(x, p["wk"], p.get("bk"))
+    v = dense(x, p["wv"], p.get("bv"))
+    dk = q.shape[-1] // heads
+    dv = v.shape[-1] // kv
+    q = q.reshape(b, t, heads, dk).transpose(0, 2, 1, 3)
+    k = k.reshape(b, t, kv, dk).transpose(0, 2, 1, 3)
+    v = v.reshape(b, t, kv, dv).transpose(0, 2, 1, 3)
+    if theta:
+        q = rope_at(q, pos, theta=theta, fraction=fraction)
+        k = rope_at(k, pos, theta=theta, fraction=fraction)
+    out = cached_attention(q, k, v, ck, cv, pos, window=window)
+    y = dense(out.transpose(0, 2, 1, 3).reshape(b, t, heads * dv), p["wo"], p.get("bo"))
+    return y, ring_write(ck, k, pos), ring_write(cv, v, pos)
+
+
+def recurrent_from(x: jax.Array, p: dict, carry: tuple, *, kind: str) -> tuple:
+    """`rnn`, `lstm` or `gru` (``kind``) of x (B, t, D) from the carry a previous step left
+    ((h,) or, for an LSTM, (h, c)); returns (all hidden states (B, t, Hd), the new carry)."""
+    w_hh, b_hh = p["w_hh"], p.get("b_hh")
+    xs = jnp.swapaxes(dense(x, p["w_ih"], p.get("b_ih")), 0, 1)
+
+    def step(carry, xi):
+        h = carry[0]
+        hh = dense(h, w_hh, b_hh)
+        if kind == "rnn":
+            h = jnp.tanh(xi + hh)
+            return (h,), h
+        if kind == "lstm":
+            i, f, g, o = jnp.split(xi + hh, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * carry[1] + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+        xr, xz, xn = jnp.split(xi, 3, axis=-1)
+        hr, hz, hn = jnp.split(hh, 3, axis=-1)
+        r, z = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xz + hz)
+        h = (1 - z) * jnp.tanh(xn + r * hn) + z * h
+        return (h,), h
+
+    carry = tuple(c.astype(xs.dtype) for c in carry)
+    carry, hs = jax.lax.scan(step, carry, xs)
+    return jnp.swapaxes(hs, 0, 1), carry
+
+
+def each_layer(step, x, xs, length: int):
+    """`unrolled` for a decoding module, whose caller split each stacked weight into a list of
+    its layers (`Decoder.split`): the step reads layer i's arrays as they are, where a slice of
+    the stack is a copy on XLA:CPU; a stacked array (a cache) is sliced, and the new states are
+    stacked again."""
+    ys = []
+    for i in range(length):
+        pick = jax.tree.map(lambda a, i=i: a[i], xs, is_leaf=lambda a: isinstance(a, list))
+        x, y = step(x, pick)
+        ys.append(y)
+    return x, jax.tree.map(lambda *a: jnp.stack(a), *ys)

@@ -1,0 +1,260 @@
+"""``lbdl generate SPEC --params P|RUN_DIR|HF_DIR --prompt TEXT``: text from a causal language
+model, with a KV cache (`backends/jax/decode.py`), streamed to the terminal as it is made.
+
+Where the parameters come from decides the rest:
+- a run folder of `lbdl train` (``run.json``): its ``--set`` values, its ``params.safetensors``
+  and, for a character model, its vocabulary; the length it was trained on is the context;
+- a Hugging Face folder (``config.json``): `lbdl_dsl.interop.hf.from_pretrained` and its
+  ``tokenizer.json``; a SPEC given beside it must have the checkpoint's parameters;
+- a parameters file (``.safetensors``, ``.npz``): the SPEC with ``--set``, and ``--tokenizer``.
+
+``--json`` prints one object instead: the prompt's and the new ids, the new text and each new
+token's log-probability under the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lbdl_dsl.cli import common
+
+EXTRAS = ("jax", "text")
+HELP = "write text with a causal language model (a run folder, a checkpoint, a params file)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", nargs="?", help="the .lbdl file (optional with a run or HF folder)")
+    p.add_argument("--set", nargs="+", default=[], metavar="K=V", help="override parameters")
+    p.add_argument(
+        "--params",
+        required=True,
+        metavar="P|RUN_DIR|HF_DIR",
+        help="parameters: a .safetensors/.npz file, a run folder of `lbdl train`, or a "
+        "Hugging Face checkpoint folder",
+    )
+    p.add_argument("--prompt", required=True, metavar="TEXT", help="the text to continue")
+    p.add_argument("--max-new", type=int, default=64, metavar="N", help="new tokens (64)")
+    p.add_argument("--tokenizer", metavar="FILE", help="a tokenizer.json (default: the folder's)")
+    p.add_argument("--greedy", action="store_true", help="the most likely token each time")
+    p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (1.0)")
+    p.add_argument("--top-k", type=int, metavar="K", help="draw among the K most likely (all)")
+    p.add_argument("--top-p", type=float, metavar="P", help="draw within the mass P (1.0)")
+    p.add_argument("--seed", type=int, default=0, help="the random numbers of sampling (0)")
+    p.add_argument("--json", action="store_true", help="print ids, text and log-probabilities")
+
+
+def run(args: argparse.Namespace) -> int:
+    def work() -> int:
+        from lbdl_dsl.core.errors import LbdlError
+
+        if args.greedy and any(v is not None for v in (args.temperature, args.top_k, args.top_p)):
+            raise LbdlError(
+                "--greedy takes the most likely token: it has no --temperature, --top-k, --top-p"
+            )
+        if args.max_new < 0:
+            raise LbdlError(f"--max-new must be ≥ 0, got {args.max_new}")
+        overrides = common.parse_overrides(args.set, args.parser)
+        return generate(args, overrides)
+
+    return common.guarded(work, args.spec or args.params)
+
+
+def generate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    import jax  # noqa: F401  (a missing extra is `common.guarded`'s message)
+
+    from lbdl_dsl.backends.jax.decode import Decoder, Sampling
+    from lbdl_dsl.interop import text
+
+    loaded = load(args.spec, Path(args.params), overrides, args.tokenizer)
+    decoder = Decoder(loaded.model, limit=loaded.limit)
+    tokenizer = loaded.tokenizer
+    text.fit(tokenizer, decoder.plan.vocab)
+    prompt = tokenizer.encode(args.prompt)
+    if not prompt:
+        from lbdl_dsl.core.errors import LbdlError
+
+        raise LbdlError("the prompt has no tokens", hint="give --prompt some text")
+    sampling = Sampling(
+        greedy=args.greedy,
+        temperature=1.0 if args.temperature is None else args.temperature,
+        top_k=args.top_k or 0,
+        top_p=1.0 if args.top_p is None else args.top_p,
+    )
+    decoder.check_prompt(prompt)
+    decoder.context(len(prompt) + args.max_new)  # refused here, before anything is printed
+    steps = decoder.stream(loaded.params, prompt, args.max_new, sampling, args.seed, loaded.state)
+    new: list[int] = []
+    logprobs: list[float] = []
+    shown = ""
+    # the new text is what decoding everything adds to the prompt's: a tokenizer may join a
+    # token to the one before it (a word's leading space, half a character's bytes)
+    before = tokenizer.decode(prompt)
+
+    def continuation() -> str:
+        return str(tokenizer.decode(prompt + new))[len(before) :]
+
+    if not args.json:
+        print(args.prompt, end="", flush=True)
+    for token, logp, _ in steps:
+        new.append(int(token[0]))
+        logprobs.append(float(logp[0]))
+        if not args.json:
+            now = continuation()
+            if not now.endswith("\ufffd"):  # half a character: wait for the rest
+                print(now[len(shown) :], end="", flush=True)
+                shown = now
+        if new[-1] in loaded.stop:
+            break
+    written = continuation()
+    if args.json:
+        record = {
+            "prompt": args.prompt,
+            "prompt_ids": prompt,
+            "ids": new,
+            "text": written,
+            "logprobs": [round(x, 6) for x in logprobs],
+        }
+        print(json.dumps(record, ensure_ascii=False))
+    else:
+        print(written[len(shown) :])
+    return 0
+
+
+@dataclass
+class Loaded:
+    """What generation reads: the model, its parameters and state, a tokenizer, the most
+    positions to decode (a run's training length; None: the model's own), the ids that end
+    the text (a checkpoint's end-of-sequence)."""
+
+    model: Any
+    params: Any
+    state: Any
+    tokenizer: Any
+    limit: int | None = None
+    stop: frozenset[int] = frozenset()
+
+
+def load(spec: str | None, where: Path, overrides: dict[str, Any], tokenizer: str | None) -> Loaded:
+    from lbdl_dsl.core.errors import LbdlError
+    from lbdl_dsl.interop import text
+
+    if where.is_dir() and (where / "run.json").is_file():
+        loaded = _from_run(spec, where, overrides)
+    elif where.is_dir() and (where / "config.json").is_file():
+        loaded = _from_hf(spec, where, overrides)
+    elif where.is_dir():
+        raise LbdlError(
+            f"--params {where}: a folder without run.json (lbdl train) or config.json "
+            "(a Hugging Face checkpoint)"
+        )
+    else:
+        if spec is None:
+            raise LbdlError(f"--params {where}: a parameters file needs the SPEC it belongs to")
+        model, limit = _compiled(spec, overrides)
+        params, state = model.load(where)
+        loaded = Loaded(model, params, state, None, limit)
+    if tokenizer is not None:
+        loaded.tokenizer = text.Pretrained(Path(tokenizer))
+    if loaded.tokenizer is None:
+        raise LbdlError(
+            f"no tokenizer for {where}",
+            hint="give --tokenizer tokenizer.json (a run folder of a text model has its own)",
+        )
+    return loaded
+
+
+def _compiled(spec: str, overrides: dict[str, Any]) -> tuple[Any, int | None]:
+    """The spec's model with the sequence's length left free (decoding changes it from call to
+    call); a length given with --set is the most positions to decode."""
+    import lbdl_dsl
+    from lbdl_dsl.compiler import decoding
+    from lbdl_dsl.compiler.driver import compile_spec
+
+    seq = decoding.sequence_symbol(
+        compile_spec(Path(spec).read_text(encoding="utf-8"), file=spec, stop_after="build").program
+    )
+    limit = None
+    if seq is not None and seq in overrides:
+        limit = int(str(overrides.pop(seq)).replace("_", ""))
+    model = lbdl_dsl.compile(spec, **overrides)
+    decoding.plan(model.checked)  # a model that cannot generate says so before any file is read
+    return model, limit
+
+
+def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Loaded:
+    from lbdl_dsl.core.errors import LbdlError
+    from lbdl_dsl.interop import text
+
+    record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    config = record.get("config") or {}
+    spec = spec or config.get("spec")
+    if not spec:
+        raise LbdlError(f"{folder}/run.json names no spec", hint="give the SPEC")
+    if not Path(spec).is_file() and (folder.parent.parent / spec).is_file():
+        spec = str(folder.parent.parent / spec)  # named from where `runs/` was made
+    model, limit = _compiled(spec, {**config.get("overrides", {}), **overrides})
+    params_file = folder / "params.safetensors"
+    if not params_file.is_file():
+        raise LbdlError(f"{folder} has no params.safetensors yet", hint="let the run finish")
+    params, state = model.load(params_file)
+    return Loaded(model, params, state, text.from_run(record, folder), limit)
+
+
+def _from_hf(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Loaded:
+    from lbdl_dsl.core.errors import LbdlError
+    from lbdl_dsl.interop import text
+
+    try:
+        from lbdl_dsl.interop.hf import from_pretrained
+    except ImportError:
+        raise LbdlError(
+            f"--params {folder}: reading a Hugging Face folder needs `lbdl from-hf`",
+            hint="or write its spec and parameters: lbdl import SPEC DIR --map FAMILY -o P",
+        ) from None
+    model, params, state = from_pretrained(folder)
+    if spec is not None:
+        mine, _ = _compiled(spec, overrides)
+        _same_arrays(mine, model, folder)
+        model = mine
+    tokenizer = folder / "tokenizer.json"
+    return Loaded(
+        model,
+        params,
+        state,
+        text.Pretrained(tokenizer) if tokenizer.is_file() else None,
+        stop=_end_ids(folder),
+    )
+
+
+def _same_arrays(mine: Any, theirs: Any, folder: Path) -> None:
+    """Refuse a spec whose parameters are not the checkpoint's, naming the differences."""
+    from lbdl_dsl.core.errors import LbdlError
+
+    want = {k: tuple(v[0]) for k, v in mine.module["PARAMS"].items()}
+    have = {k: tuple(v[0]) for k, v in theirs.module["PARAMS"].items()}
+    wrong = [
+        f"{k}: the spec has {want.get(k)}, the checkpoint {have.get(k)}"
+        for k in sorted(want.keys() | have.keys())
+        if want.get(k) != have.get(k)
+    ]
+    if wrong:
+        raise LbdlError(
+            f"the checkpoint in {folder} does not fit the spec: {len(wrong)} tensors differ: "
+            + "; ".join(wrong[:5]),
+            hint="write the checkpoint's own spec: lbdl from-hf DIR -o NAME.lbdl",
+        )
+
+
+def _end_ids(folder: Path) -> frozenset[int]:
+    """The checkpoint's end-of-sequence ids (generation_config.json, else config.json)."""
+    for name in ("generation_config.json", "config.json"):
+        path = folder / name
+        if path.is_file():
+            eos = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+            if eos is not None:
+                return frozenset(eos if isinstance(eos, list) else [eos])
+    return frozenset()

@@ -1,0 +1,156 @@
+"""Whether a checked model decodes token by token, and the cache it keeps: pure, no JAX.
+
+A model generates text when it reads one sequence of tokens (``X: T int<V>``), writes one
+distribution per position (``T×V``), and every box on the way either works on each position
+alone, or is told where its tokens are (positional encodings), or keeps a cache from step to
+step (a causal attention's keys and values, a recurrent layer's carry). Each box's registry
+entry says which (`Layer.step`, `Step`); nothing here tests a layer's name. The cache's arrays
+are named like state arrays (`paths`), stacked over ×N groups, so a ×N group of attentions keeps
+one stacked cache and the JAX backend scans over it as over the parameters.
+
+`plan` checks a model and returns what decoding needs; `cache_arrays` lists the cache for a
+context of S positions, per sample; `cache_bytes` counts it (`--check` prints it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from lbdl_dsl.compiler import paths
+from lbdl_dsl.compiler.graph import ExpertsNode, InputNode, LayerNode, Program
+from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.core.errors import LbdlError, Span
+from lbdl_dsl.core.layers import lookup
+from lbdl_dsl.core.layers.base import Ctx, PSpec, Step
+from lbdl_dsl.core.symbolic import Expr, sym
+
+_HINT = (
+    "generate needs a causal language model: one input `X: T int<V>`, an output T×V, and "
+    "attention with causal=true (specs/gpt.lbdl, specs/llama2-7b.lbdl)"
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What decoding a model needs: its token input and vocabulary, the output it samples
+    from, the symbol of the sequence's length (None when given a value), and the most
+    positions it takes (None: no bound in the spec)."""
+
+    input: str
+    vocab: int
+    output: str
+    seq: str | None
+    limit: int | None
+
+
+def sequence_symbol(program: Program) -> str | None:
+    """The symbol a model's token input is written with (``T`` of ``X: T int<V>``), if one:
+    decoding keeps it free, as the length changes from call to call."""
+    graph = program.model.body
+    for nid in graph.inputs:
+        node = graph.node(nid)
+        if isinstance(node, InputNode) and node.dtype == "int" and node.annotation is not None:
+            free = sorted(node.annotation.dims[0].free_symbols) if node.annotation.dims else []
+            if len(free) == 1 and node.annotation.dims[0] == sym(free[0]):
+                return free[0]
+    return None
+
+
+def step_of(inst: Inst) -> Step:
+    """A primitive box's `Step`, from its entry, resolved record and input shapes."""
+    layer = lookup(inst.node.op)
+    assert layer is not None, inst.node.op  # checked models hold known boxes only
+    ctx = Ctx(
+        inst.node.op,
+        [t.shape for t in inst.inputs],
+        inst.hp,
+        [t.dtype for t in inst.inputs],
+        [t.vocab for t in inst.inputs],
+        inst.output.shape if inst.output is not None else None,
+        inst.attrs,
+    )
+    return layer.step(ctx)
+
+
+def primitives(insts: list[Inst], at: Span | None = None) -> Iterator[tuple[Inst, Span]]:
+    """Every primitive box a sequence flows through, depth first, with the span to show for it
+    (a composite's own line for the boxes inside it, ``at``); a mixture of experts' inside
+    works on one token's vector and is not entered (its routing is per token)."""
+    for inst in insts:
+        if isinstance(inst.node, ExpertsNode):
+            continue
+        span = at or inst.node.span
+        if isinstance(inst.node, LayerNode) and inst.inside is None:
+            yield inst, span
+        yield from primitives(inst.body, span if inst.inside is not None else at)
+        yield from primitives(inst.shortcut, at)
+        for cp in inst.copies:
+            yield from primitives(cp.body, at)
+
+
+def plan(checked: Checked) -> Plan:
+    """The model's decoding plan, or an `LbdlError` saying why it cannot generate."""
+    tokens = [(n, t) for n, t in checked.inputs.items() if t.dtype == "int" and len(t.shape) == 1]
+    if len(checked.inputs) != 1 or not tokens or tokens[0][1].vocab is None:
+        shown = ", ".join(f"{n}: {t}" for n, t in checked.inputs.items())
+        raise LbdlError(f"model has inputs {shown}, not one sequence of tokens", None, _HINT)
+    name, tensor = tokens[0]
+    seq = tensor.shape[0]
+    outs = [
+        n
+        for n, t in checked.outputs.items()
+        if t is not None and len(t.shape) == 2 and t.shape[0] == seq
+    ]
+    if not outs:
+        raise LbdlError("model has no output of one vector per position (T×V)", None, _HINT)
+    given = seq.as_int()
+    limits: list[int] = [int(given)] if given is not None else []
+    for inst, span in primitives(checked.root):
+        step = step_of(inst)
+        if not step.kind:
+            raise LbdlError(f"cannot decode token by token: {step.why}", span, _HINT)
+        bound = step.limit.as_int() if step.limit is not None else None
+        if bound is not None:
+            limits.append(int(bound))
+    vocab = tensor.vocab.as_int() if tensor.vocab is not None else None
+    if vocab is None:
+        raise LbdlError(f"the vocabulary {tensor.vocab} of `{name}` has no value", None, _HINT)
+    free = sorted(seq.free_symbols)
+    return Plan(
+        name, int(vocab), outs[0], free[0] if len(free) == 1 else None, min(limits, default=None)
+    )
+
+
+def caches(inst: Inst, s: Expr) -> dict[str, PSpec]:
+    """One box's cache arrays, per sample, for a context of ``s`` positions ({} if none)."""
+    if not isinstance(inst.node, LayerNode) or inst.inside is not None:
+        return {}
+    step = step_of(inst)
+    return step.cache(s) if step.kind == "cache" and step.cache is not None else {}
+
+
+def cache_arrays(root: list[Inst], s: Expr | int) -> list[paths.Array]:
+    """Every cache array, per sample, named and stacked as state arrays are."""
+    size = Expr.lift(s)
+    return list(paths.arrays_of(root, lambda inst: caches(inst, size)))
+
+
+def keeps_cache(inst: Inst, memo: dict[int, bool]) -> bool:
+    """Whether a box, or one inside it, keeps a cache (the code then threads it through)."""
+    key = id(inst)
+    if key not in memo:
+        inner = [*inst.body, *inst.shortcut, *(i for cp in inst.copies for i in cp.body)]
+        memo[key] = bool(caches(inst, Expr.lift(1))) or any(keeps_cache(i, memo) for i in inner)
+    return memo[key]
+
+
+def cache_bytes(root: list[Inst], s: Expr | int, itemsize: int = 4) -> Expr:
+    """The cache's bytes per sample for a context of ``s`` positions."""
+    total = Expr.lift(0)
+    for array in cache_arrays(root, s):
+        n = Expr.lift(itemsize)
+        for d in array.shape:
+            n = n * d
+        total = total + n
+    return total

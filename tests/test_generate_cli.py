@@ -1,0 +1,172 @@
+"""`lbdl generate` as a user runs it: a run folder of a character model (its vocabulary and
+sizes from run.json), a parameters file with a tokenizer.json, `--json`, and each refusal as
+one message and exit 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import pytest
+
+import lbdl_dsl
+from lbdl_dsl.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+GPT = str(REPO / "specs" / "gpt.lbdl")
+VOCAB = "\n !',.:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+SIZES = {"N": "1", "D": "16", "H": "2", "V": str(len(VOCAB)), "T": "24"}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A run folder as `lbdl train ... --data shakespeare` leaves one (its parameters drawn)."""
+    folder = tmp_path_factory.mktemp("run")
+    model = lbdl_dsl.compile(GPT, **SIZES)
+    params, state = model.init(jax.random.key(0))
+    model.save(folder / "params.safetensors", params, state)
+    record = {
+        "config": {"spec": GPT, "data": "shakespeare", "overrides": SIZES},
+        "data": {"name": "shakespeare", "vocab": VOCAB},
+    }
+    (folder / "run.json").write_text(json.dumps(record))
+    return folder
+
+
+def generate(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["generate", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_run_folder_writes_text_and_a_seed_repeats_it(run_dir: Path, capsys) -> None:
+    code, first, err = generate(
+        capsys, "--params", str(run_dir), "--prompt", "ROMEO:", "--max-new", "12", "--seed", "3"
+    )
+    assert code == 0, err
+    assert first.startswith("ROMEO:") and len(first.rstrip("\n")) >= len("ROMEO:") + 1
+    assert set(first[6:]) <= set(VOCAB)
+    _, again, _ = generate(
+        capsys, "--params", str(run_dir), "--prompt", "ROMEO:", "--max-new", "12", "--seed", "3"
+    )
+    assert again == first
+
+
+def test_json_has_ids_text_and_logprobs(run_dir: Path, capsys) -> None:
+    code, out, err = generate(
+        capsys,
+        GPT,
+        "--params",
+        str(run_dir),
+        "--prompt",
+        "To be",
+        "--max-new",
+        "5",
+        "--greedy",
+        "--json",
+    )
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["prompt_ids"] == [VOCAB.index(c) for c in "To be"]
+    assert len(record["ids"]) == len(record["logprobs"]) == 5
+    assert record["text"] == "".join(VOCAB[i] for i in record["ids"])
+    assert all(lp <= 0 for lp in record["logprobs"])
+
+
+def test_a_params_file_with_a_tokenizer(run_dir: Path, capsys) -> None:
+    tokenizer = REPO / "tests" / "fixtures" / "hf" / "gpt2" / "tokenizer.json"
+    sizes = [f"{k}={v}" for k, v in {**SIZES, "V": "96"}.items()]
+    model = lbdl_dsl.compile(GPT, **{**SIZES, "V": "96"})
+    params, state = model.init(jax.random.key(1))
+    path = run_dir.parent / "p96.safetensors"
+    model.save(path, params, state)
+    code, out, err = generate(
+        capsys,
+        GPT,
+        "--set",
+        *sizes,
+        "--params",
+        str(path),
+        "--tokenizer",
+        str(tokenizer),
+        "--prompt",
+        "The king",
+        "--max-new",
+        "4",
+        "--json",
+    )
+    assert code == 0, err
+    assert len(json.loads(out)["ids"]) <= 4  # it stops early at the end-of-text id, if drawn
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--prompt", "x" * 30], "exceed the model's context of 24"),
+        (["--prompt", "€uro"], "characters the model never saw: '€'"),
+        (["--prompt", "hi", "--greedy", "--top-k", "3"], "--greedy takes the most likely"),
+        (["--prompt", "hi", "--top-p", "1.5"], "top_p must be in (0, 1]"),
+        (
+            ["--prompt", "hi", "--tokenizer", str(REPO / "tests/fixtures/hf/gpt2/tokenizer.json")],
+            f"has 96 tokens, more than the model's vocabulary of {len(VOCAB)}",
+        ),
+    ],
+)
+def test_refusals_are_one_message(run_dir: Path, capsys, argv: list[str], message: str) -> None:
+    code, _, err = generate(capsys, "--params", str(run_dir), *argv)
+    assert code == 1
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_a_spec_that_cannot_generate_and_tensors_that_do_not_fit(run_dir: Path, capsys) -> None:
+    code, _, err = generate(
+        capsys,
+        str(REPO / "specs" / "mlp.lbdl"),
+        "--params",
+        str(run_dir / "params.safetensors"),
+        "--prompt",
+        "hi",
+    )
+    assert code == 1 and "not one sequence of tokens" in err and "Traceback" not in err
+    sizes = [f"{k}={v}" for k, v in {**SIZES, "D": "32"}.items()]
+    code, _, err = generate(
+        capsys,
+        GPT,
+        "--set",
+        *sizes,
+        "--params",
+        str(run_dir / "params.safetensors"),
+        "--prompt",
+        "hi",
+    )
+    assert code == 1 and "Traceback" not in err
+    assert "do not fit this model" in err and "the model needs (32, 32)" in err
+
+
+def test_a_checkpoint_folder_and_a_spec_that_does_not_fit_it(tmp_path: Path, capsys) -> None:
+    """A Hugging Face folder generates through from_pretrained, its tokenizer and its end id;
+    beside a SPEC of other sizes it is refused, naming the tensors that differ."""
+    pytest.importorskip("lbdl_dsl.interop.hf")
+    folder = str(REPO / "tests" / "fixtures" / "hf" / "gpt2")
+    code, out, err = generate(
+        capsys, "--params", folder, "--prompt", "The king", "--greedy", "--max-new", "6", "--json"
+    )
+    assert code == 0, err
+    assert len(json.loads(out)["ids"]) <= 6
+    code, _, err = generate(
+        capsys,
+        str(REPO / "specs" / "gpt2.lbdl"),
+        "--set",
+        "N=2",
+        "D=64",
+        "H=4",
+        "V=96",
+        "L=64",
+        "--params",
+        folder,
+        "--prompt",
+        "The king",
+    )
+    assert code == 1 and "does not fit the spec" in err and "Traceback" not in err
