@@ -16,7 +16,7 @@ such box is named at once; its value is then a placeholder, and the graph is not
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,9 +50,11 @@ class Where:
     names: str = ""
     params: str = ""
     index: tuple[int, ...] = ()
+    written: Span | None = None  # inside a composite box: the line the user wrote it at
 
-    def inside(self, step: str) -> Where:
-        return Where(f"{self.names}{step}/", f"{self.params}{step}/", self.index)
+    def inside(self, step: str, written: Span | None = None) -> Where:
+        at = self.written or written
+        return Where(f"{self.names}{step}/", f"{self.params}{step}/", self.index, at)
 
 
 @dataclass(frozen=True)
@@ -125,13 +127,15 @@ class Walk:
 
     def refuse(self, scope: Scope, inst: Inst, where: Where, reason: str) -> str:
         op = inst.node.op or inst.kind
-        self.unsupported.append(Refused(where.names + inst.id, op, reason, inst.node.span))
+        span = where.written or inst.node.span
+        self.unsupported.append(Refused(where.names + inst.id, op, reason, span))
         return scope.fresh(f"{where.names}{inst.id}")  # a placeholder: nothing is written
 
     # -- boxes -------------------------------------------------------------------------------
     def layer(self, scope: Scope, inst: Inst, ins: list[str], where: Where) -> str:
         if inst.inside is not None:  # a composite: its primitives, inline
-            return self.scope(scope, inst.body, inst.inside.body, ins, where.inside(inst.id))
+            inner = where.inside(inst.id, inst.node.span)
+            return self.scope(scope, inst.body, inst.inside.body, ins, inner)
         layer = lookup(inst.node.op)
         assert layer is not None, "the checker knows every box"
         lowering = ONNX.get(layer.name)
@@ -145,7 +149,9 @@ class Walk:
         except Unsupported as why:
             return self.refuse(scope, inst, where, str(why))
 
-    def reader(self, scope: Scope, inst: Inst, where: Where):  # noqa: ANN201 - a closure
+    def reader(
+        self, scope: Scope, inst: Inst, where: Where
+    ) -> Callable[[str], tuple[str, np.ndarray, bool]]:
         """``param(name)`` for one box: its value's name in ``scope``, its array, and whether
         the box uses it transposed (a tied parameter)."""
 
@@ -189,10 +195,10 @@ class Walk:
             return x
         number = 0
         for step, copies in inst.copy_prefixes():
-            count = copies.count.as_int()
-            if count is None:
+            n = copies.count.as_int()
+            if n is None:
                 return self.refuse(scope, inst, where, f"a ×{copies.count} left open")
-            for k in range(count):
+            for k in range(n):
                 names = f"{where.names}{here}{number}/"
                 at = Where(names, f"{where.params}{here}{step}", (*where.index, k))
                 x = self.scope(scope, copies.body, node.body, [x, *ins[1:]], at)

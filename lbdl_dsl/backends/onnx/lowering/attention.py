@@ -8,7 +8,7 @@ from lbdl_dsl.backends.onnx.emit import Emit, Lowering, Unsupported, known
 
 
 def _project(e: Emit, x: str, w: str, b: str, sub: str) -> str:
-    y = e.node("MatMul", [x, e.param(w)], sub=sub if not e.has_param(b) else f"{sub}_matmul")
+    y = e.node("MatMul", [x, e.param(w)], sub=sub if not e.has_param(b) else f"{sub}/matmul")
     return e.node("Add", [y, e.param(b)], sub=sub) if e.has_param(b) else y
 
 
@@ -30,7 +30,7 @@ def mha(e: Emit) -> str:
         kv_num_heads=known(a.kv or a.heads),
         is_causal=1 if a.causal else None,
     )
-    y = e.node("MatMul", [heads, e.param("wo")], sub="out" if e.has_param("bo") else "")
+    y = e.node("MatMul", [heads, e.param("wo")], sub="matmul" if e.has_param("bo") else "")
     return e.node("Add", [y, e.param("bo")]) if e.has_param("bo") else y
 
 

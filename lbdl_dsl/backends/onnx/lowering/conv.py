@@ -3,6 +3,7 @@ them, so no transposes; the weights are laid out as ONNX wants them once, at exp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ def _pads(pads: Any) -> list[int]:
     return [int(lo) for lo, _ in pairs] + [int(hi) for _, hi in pairs]
 
 
-def _oihw(n: int):  # noqa: ANN202 - a layout function
+def _oihw(n: int) -> Callable[[np.ndarray], np.ndarray]:
     """(*k, Cin/g, Cout), the JAX model's, → (Cout, Cin/g, *k)."""
     return lambda w: np.transpose(w, (n + 1, n, *range(n)))
 
