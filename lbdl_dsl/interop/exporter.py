@@ -55,7 +55,8 @@ class Exported:
         where = "as inputs" if self.params_as_inputs else "baked in"
         out = [f"wrote {self.path} ({self.format}, {batch}, parameters {where})"]
         if self.format == "onnx" and self.lowering == "graph":
-            fns = f", {self.functions_written} block functions" if self.functions_written else ""
+            n = self.functions_written
+            fns = f", {n} block function{'s' if n > 1 else ''}" if n else ""
             folded = ", batchnorms folded" if self.fold else ""
             out.append(f"lowered box by box: {self.nodes} nodes{fns}{folded}")
         out += self.notes
