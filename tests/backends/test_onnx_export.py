@@ -44,7 +44,6 @@ TORCH = json.loads((REPO / "tests" / "fixtures" / "onnx" / "torch_counts.json").
 TOLERANCE = 1e-5
 
 FALLBACK = {  # spec → the boxes with no ONNX lowering here, which send it to the traced path
-    "dit-s2": {"timestep-embed", "sincos-2d", "token-drop"},
     "gru-classifier": {"gru"},
     "llama2-7b": {"mha"},  # rotary positions
     "lstm-lm": {"lstm"},

@@ -13,6 +13,7 @@ from lbdl_dsl.backends.onnx.emit import Lowering
 from lbdl_dsl.backends.onnx.lowering import (
     activation,
     attention,
+    constants,
     conv,
     dense,
     generic,
@@ -21,7 +22,7 @@ from lbdl_dsl.backends.onnx.lowering import (
 )
 
 ONNX: dict[str, Lowering] = {}
-for _family in (dense, conv, norm, activation, attention, tensor, generic):
+for _family in (dense, conv, norm, activation, attention, tensor, generic, constants):
     for _name, _lower in _family.LOWER.items():
         assert _name not in ONNX, _name
         ONNX[_name] = _lower

@@ -91,17 +91,18 @@ def avgpool(e: Emit) -> str:
 
 
 def upsample(e: Emit) -> str:
-    if e.a.mode != "nearest":
-        raise Unsupported(f"`mode={e.a.mode}` is not ONNX's Resize")
+    """``Resize`` by the factor: nearest (each value repeated), or bilinear with PyTorch's
+    ``align_corners=False`` sampling, which is ONNX's ``pytorch_half_pixel``."""
     f = float(known(e.a.f))
     scales = e.const([1.0, 1.0] + [f] * (len(e.shape()) - 1), "scales")
-    return e.node(
-        "Resize",
-        [e.x[0], "", scales],
-        mode="nearest",
-        coordinate_transformation_mode="asymmetric",
-        nearest_mode="floor",
-    )
+    if e.a.mode == "nearest":
+        how = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric"}
+        how["nearest_mode"] = "floor"
+    elif e.a.mode == "bilinear":
+        how = {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}
+    else:
+        raise Unsupported(f"`mode={e.a.mode}` is not ONNX's Resize")
+    return e.node("Resize", [e.x[0], "", scales], **how)
 
 
 def patches(e: Emit) -> str:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
-from lbdl_dsl.backends.onnx.emit import Emit, Lowering
+from lbdl_dsl.backends.onnx.emit import Emit, Lowering, Unsupported, known
 
 
 def layer_scale(e: Emit) -> str:
@@ -14,6 +15,24 @@ def layer_scale(e: Emit) -> str:
     return e.node("Mul", [e.x[0], e.param("gamma", lambda v: np.reshape(v, shape))])
 
 
+def timestep_embed(e: Emit) -> str:
+    """cos(t·w_i) and sin(t·w_i), w_i = period^(-i/half), as the runtime's
+    ``timestep_embedding``: in float32, a new last axis against the frequencies."""
+    a = e.a
+    d = known(a.d)
+    if d % 2:
+        raise Unsupported("an odd number of features (its zero column)")
+    half = d // 2
+    freqs = np.exp(-np.log(float(a.period)) * np.arange(half, dtype=np.float64) / half)
+    t = e.x[0]
+    if e.inst.inputs[0].dtype != "float":
+        t = e.node("Cast", [t], sub="float", to=onnx.TensorProto.FLOAT)
+    t = e.node("Unsqueeze", [t, e.ints([-1], "axes")], sub="column")
+    args = e.node("Mul", [t, e.const(freqs, "freqs")], sub="args")
+    sin, cos = e.node("Sin", [args], sub="sin"), e.node("Cos", [args], sub="cos")
+    return e.node("Concat", [sin, cos] if a.sin_first else [cos, sin], axis=-1)
+
+
 LOWER: dict[str, Lowering] = {
     "times": lambda e: e.node("Mul", [e.x[0], e.const(float(e.a.factor), "factor")]),
     "neg": lambda e: e.node("Neg", [e.x[0]]),
@@ -21,4 +40,6 @@ LOWER: dict[str, Lowering] = {
     "cos": lambda e: e.node("Cos", [e.x[0]]),
     "drop-path": lambda e: e.x[0],  # evaluation: every branch kept
     "layer-scale": layer_scale,
+    "timestep-embed": timestep_embed,
+    "token-drop": lambda e: e.x[0],  # evaluation: every sample's tokens kept
 }
