@@ -45,10 +45,8 @@ TOLERANCE = 1e-5
 
 FALLBACK = {  # spec → the boxes with no ONNX lowering here, which send it to the traced path
     "gru-classifier": {"gru"},
-    "llama2-7b": {"mha"},  # rotary positions
     "lstm-lm": {"lstm"},
-    "mistral-7b": {"mha"},  # rotary positions, sliding window
-    "mixtral-8x7b": {"mha", "moe"},
+    "mixtral-8x7b": {"moe"},
     "swin-t": {"window-att", "space-to-depth"},
 }
 
