@@ -44,8 +44,6 @@ TORCH = json.loads((REPO / "tests" / "fixtures" / "onnx" / "torch_counts.json").
 TOLERANCE = 1e-5
 
 FALLBACK = {  # spec → the boxes with no ONNX lowering here, which send it to the traced path
-    "gru-classifier": {"gru"},
-    "lstm-lm": {"lstm"},
     "mixtral-8x7b": {"moe"},
     "swin-t": {"window-att", "space-to-depth"},
 }

@@ -18,11 +18,13 @@ from lbdl_dsl.backends.onnx.lowering import (
     dense,
     generic,
     norm,
+    recurrent,
     tensor,
 )
 
 ONNX: dict[str, Lowering] = {}
-for _family in (dense, conv, norm, activation, attention, tensor, generic, constants):
+_FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent, generic, constants)
+for _family in _FAMILIES:
     for _name, _lower in _family.LOWER.items():
         assert _name not in ONNX, _name
         ONNX[_name] = _lower

@@ -84,7 +84,13 @@ def attention(e: Emit) -> str:
         return e.node("Attention", e.x[:3], q_num_heads=1, kv_num_heads=1, is_causal=causal)
     if a.rank == 3:
         return e.node("Attention", e.x[:3], is_causal=causal)
-    raise Unsupported(f"attention over {a.rank} axes")
+    # more leading axes: flattened into one heads axis, and back
+    flat = [
+        e.node("Reshape", [x, e.ints([0, -1, *e.shape(i)[-2:]], f"flat_{i}")], sub=f"flat_{i}")
+        for i, x in enumerate(e.x[:3])
+    ]
+    y = e.node("Attention", flat, sub="heads", is_causal=causal)
+    return e.node("Reshape", [y, e.ints([0, *e.out], "shape")])
 
 
 LOWER: dict[str, Lowering] = {"mha": mha, "attention": attention}

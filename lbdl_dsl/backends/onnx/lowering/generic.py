@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lbdl_dsl.backends.onnx.emit import Emit, Lowering, Unsupported, known
+from lbdl_dsl.backends.onnx.emit import Emit, Lowering, known
 
 
 def layer_scale(e: Emit) -> str:
@@ -20,8 +20,6 @@ def timestep_embed(e: Emit) -> str:
     ``timestep_embedding``: in float32, a new last axis against the frequencies."""
     a = e.a
     d = known(a.d)
-    if d % 2:
-        raise Unsupported("an odd number of features (its zero column)")
     half = d // 2
     freqs = np.exp(-np.log(float(a.period)) * np.arange(half, dtype=np.float64) / half)
     t = e.x[0]
@@ -30,7 +28,12 @@ def timestep_embed(e: Emit) -> str:
     t = e.node("Unsqueeze", [t, e.ints([-1], "axes")], sub="column")
     args = e.node("Mul", [t, e.const(freqs, "freqs")], sub="args")
     sin, cos = e.node("Sin", [args], sub="sin"), e.node("Cos", [args], sub="cos")
-    return e.node("Concat", [sin, cos] if a.sin_first else [cos, sin], axis=-1)
+    parts = [sin, cos] if a.sin_first else [cos, sin]
+    if d % 2:  # a zero column, as wide as one argument
+        first = [args, e.ints([0], "start"), e.ints([1], "stop"), e.ints([-1], "axis")]
+        column = e.node("Slice", first, sub="first")
+        parts.append(e.node("Mul", [column, e.const(0.0, "zero")], sub="zeros"))
+    return e.node("Concat", parts, axis=-1)
 
 
 LOWER: dict[str, Lowering] = {
