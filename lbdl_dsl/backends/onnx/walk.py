@@ -17,7 +17,7 @@ such box is named at once; its value is then a placeholder, and the graph is not
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -51,10 +51,13 @@ class Where:
     params: str = ""
     index: tuple[int, ...] = ()
     written: Span | None = None  # inside a composite box: the line the user wrote it at
+    outer: str = ""  # inside a block's function: the call's path, which `names` goes on from
 
     def inside(self, step: str, written: Span | None = None) -> Where:
         at = self.written or written
-        return Where(f"{self.names}{step}/", f"{self.params}{step}/", self.index, at)
+        return replace(
+            self, names=f"{self.names}{step}/", params=f"{self.params}{step}/", written=at
+        )
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,8 @@ class Walk:
     def refuse(self, scope: Scope, inst: Inst, where: Where, reason: str) -> str:
         op = inst.node.op or inst.kind
         span = where.written or inst.node.span
-        self.unsupported.append(Refused(where.names + inst.id, op, reason, span))
+        path = where.outer + where.names + inst.id
+        self.unsupported.append(Refused(path, op, reason, span))
         return scope.fresh(f"{where.names}{inst.id}")  # a placeholder: nothing is written
 
     # -- boxes -------------------------------------------------------------------------------
@@ -190,7 +194,9 @@ class Walk:
         if not where.index and storage.per_copy(inst):
             for first, count, copies in storage.numbered(inst):
                 for k in range(first, first + count):
-                    at = Where(f"{where.names}{here}{k}/", f"{where.params}{here}{k}/", ())
+                    at = replace(
+                        where, names=f"{where.names}{here}{k}/", params=f"{where.params}{here}{k}/"
+                    )
                     x = self.scope(scope, copies.body, node.body, [x, *ins[1:]], at)
             return x
         number = 0
@@ -200,7 +206,12 @@ class Walk:
                 return self.refuse(scope, inst, where, f"a ×{copies.count} left open")
             for k in range(n):
                 names = f"{where.names}{here}{number}/"
-                at = Where(names, f"{where.params}{here}{step}", (*where.index, k))
+                at = replace(
+                    where,
+                    names=names,
+                    params=f"{where.params}{here}{step}",
+                    index=(*where.index, k),
+                )
                 x = self.scope(scope, copies.body, node.body, [x, *ins[1:]], at)
                 number += 1
         return x
@@ -214,9 +225,8 @@ class Walk:
             return self.scope(scope, inst.body, block.body, ins, inner)
         body = Scope(function=True)
         inputs = [body.fresh(_ascii(block.body.node(nid).name or "x")) for nid in block.body.inputs]
-        result = self.scope(
-            body, inst.body, block.body, inputs, Where("", inner.params, inner.index)
-        )
+        at = replace(inner, names="", outer=where.outer + inner.names)
+        result = self.scope(body, inst.body, block.body, inputs, at)
         if result in inputs or result not in body.made:  # the body passes an input through
             out = body.fresh("y")
             body.add(helper.make_node("Identity", [result], [out], name=out))
