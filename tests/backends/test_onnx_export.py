@@ -192,3 +192,18 @@ def test_the_command_line_lowers_names_folds_and_falls_back(tmp_path, capsys) ->
     assert "swin-t.lbdl:25 (swin2_0/swin_0/residual_0/window_att_0 and 11 more: " in err
     assert main(["export", swin, *sets, "--format", "stablehlo", "--fold"]) == 1
     assert "--fold and --output-names are for --format onnx" in capsys.readouterr().err
+
+
+def test_a_batchnorm_is_not_folded_into_weights_another_box_shares() -> None:
+    text = (
+        "model tied:\n  input X: 4×8×8\n  conv-2d k=3 p=1 bias=false 4×8×8 -> a\n  batchnorm\n"
+        "  conv-2d k=3 p=1 bias=false tie=a 4×8×8\n  output Y\n"
+    )
+    model = lbdl_dsl.compile("tied.lbdl", text=text)
+    values = model.init(jax.random.key(0))
+    (refused,) = to_onnx(model.compiled, arrays(model, values), fold=True).unsupported
+    assert (refused.path, refused.span.line) == ("conv_2d_0", 5)
+    assert "folded" in refused.reason
+    plain = to_onnx(model.compiled, arrays(model, values)).model
+    assert [n.op_type for n in plain.graph.node] == ["Conv", "BatchNormalization", "Conv"]
+    assert error(model, values, plain) <= TOLERANCE

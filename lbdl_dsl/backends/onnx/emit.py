@@ -52,6 +52,7 @@ class Scope:
     made: dict[str, Made] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
     outputs: set[str] = field(default_factory=set)  # the model's outputs, once named
+    folded: set[str] = field(default_factory=set)  # weights a batchnorm was folded into
 
     def fresh(self, name: str) -> str:
         """``name``, or ``name_1``... when a node or value of this graph has it already."""
@@ -146,10 +147,13 @@ class Emit:
         """The value of parameter ``name`` (a tied one, transposed where it is used so), laid
         out by ``layout`` where ONNX wants another order than the JAX model's."""
         value, array, transposed = self._param(name)
+        if value in self.scope.folded and name in self.inst.tied:
+            raise Unsupported("it shares a convolution's weights that a batchnorm was folded into")
         if layout is not None:
-            if transposed or value in self.scope.weights:
-                raise Unsupported("a parameter shared with another box in another layout")
             array = layout(array)
+            held = self.scope.weights.get(value)
+            if transposed or (held is not None and not np.array_equal(held, array)):
+                raise Unsupported("a parameter shared with another box in another layout")
         self.scope.weights.setdefault(value, np.ascontiguousarray(array, np.float32))
         if transposed:
             return self.node("Transpose", [value], sub=f"{name}_T", perm=[1, 0])

@@ -36,8 +36,9 @@ def conv(e: Emit) -> str:
         dilations=list(sizes(a.dilation)),
         group=known(a.groups),
     )
-    made = e.scope.made[out]
-    made.weights = {"w": ins[1], **({"b": ins[2]} if len(ins) > 2 else {})}
+    if not e.inst.tied:  # its own weights, which a batchnorm after it may fold into
+        made = e.scope.made[out]  # (a box that shares them later is then refused)
+        made.weights = {"w": ins[1], **({"b": ins[2]} if len(ins) > 2 else {})}
     return out
 
 

@@ -22,6 +22,7 @@ def batchnorm(e: Emit) -> str:
     if conv is not None and "w" in conv.weights:
         factor = scale / np.sqrt(e.array("var").astype(np.float64) + eps)
         weights = e.scope.weights
+        e.scope.folded |= set(conv.weights.values())
         w = weights[conv.weights["w"]]
         weights[conv.weights["w"]] = (w * factor.reshape(-1, *[1] * (w.ndim - 1))).astype(
             np.float32
