@@ -45,7 +45,6 @@ TOLERANCE = 1e-5
 
 FALLBACK = {  # spec → the boxes with no ONNX lowering here, which send it to the traced path
     "mixtral-8x7b": {"moe"},  # (which refuses it: tests/interop/test_export.py)
-    "swin-t": {"window-att", "space-to-depth"},
 }
 
 
@@ -184,13 +183,15 @@ def test_the_command_line_lowers_names_folds_and_falls_back(tmp_path, capsys) ->
     assert "checked in onnxruntime" in err and "traced" not in err
     proto = onnx.load(str(out))
     assert [o.name for o in proto.graph.output] == ["logits"]
-    swin = str(REPO / "specs" / "swin-t.lbdl")
-    sets = ["--set", "I=32", "C=24", "w=2", "s=1", "classes=10"]
-    assert main(["export", swin, *sets, "--no-verify", "-o", str(tmp_path / "s.onnx")]) == 0
+    pooled = REPO / "tests" / "fixtures" / "onnx" / "pooled.lbdl"  # adaptive pooling: none
+    assert main(["export", str(pooled), "-o", str(tmp_path / "p.onnx")]) == 0
     err = capsys.readouterr().err
-    assert "note: traced through jax2onnx: no ONNX lowering here for `window-att` at " in err
-    assert "swin-t.lbdl:25 (swin2_0/swin_0/residual_0/window_att_0 and 11 more: " in err
-    assert main(["export", swin, *sets, "--format", "stablehlo", "--fold"]) == 1
+    assert "note: traced through jax2onnx: no ONNX lowering here for `adaptive-avgpool` at " in err
+    assert "pooled.lbdl:6 (adaptive_avgpool_0: no ONNX operator)" in err
+    assert "checked in onnxruntime" in err
+    proto = onnx.load(str(tmp_path / "p.onnx"))
+    assert [o.name for o in proto.graph.output] == ["Y_hat"]  # ASCII on the traced path too
+    assert main(["export", str(pooled), "--format", "stablehlo", "--fold"]) == 1
     assert "--fold and --output-names are for --format onnx" in capsys.readouterr().err
 
 

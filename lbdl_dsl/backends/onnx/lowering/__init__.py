@@ -20,10 +20,22 @@ from lbdl_dsl.backends.onnx.lowering import (
     norm,
     recurrent,
     tensor,
+    vision,
 )
 
 ONNX: dict[str, Lowering] = {}
-_FAMILIES = (dense, conv, norm, activation, attention, tensor, recurrent, generic, constants)
+_FAMILIES = (
+    dense,
+    conv,
+    norm,
+    activation,
+    attention,
+    tensor,
+    recurrent,
+    generic,
+    constants,
+    vision,
+)
 for _family in _FAMILIES:
     for _name, _lower in _family.LOWER.items():
         assert _name not in ONNX, _name
