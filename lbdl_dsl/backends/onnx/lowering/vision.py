@@ -9,6 +9,7 @@ import numpy as np
 
 from lbdl_dsl.backends.onnx.emit import Emit, Lowering, known
 from lbdl_dsl.core.layers.constants import rel_index_ref
+from lbdl_dsl.core.layers.vision import shift_regions
 
 
 def _roll(e: Emit, x: str, shift: int, axis: int, size: int, sub: str) -> str:
@@ -32,15 +33,11 @@ def _roll(e: Emit, x: str, shift: int, axis: int, size: int, sub: str) -> str:
 
 def _shift_mask(h: int, w: int, window: int, shift: int) -> np.ndarray:
     """(nW, w·w, w·w): true where two tokens of a window lie in the same region of the map
-    after Swin's cyclic shift (the runtime's ``shift_mask``)."""
-    labels = np.zeros((h, w), np.int64)
-    bands = ((0, -window), (-window, -shift), (-shift, None))
-    for i, (r0, r1) in enumerate(bands):
-        for j, (c0, c1) in enumerate(bands):
-            labels[r0:r1, c0:c1] = 3 * i + j
+    after Swin's cyclic shift (the registry's `shift_regions`, cut into windows)."""
+    labels = np.asarray(shift_regions(h, w, window, shift))
     cells = labels.reshape(h // window, window, w // window, window).transpose(0, 2, 1, 3)
-    cells = cells.reshape(-1, window * window)
-    return cells[:, :, None] == cells[:, None, :]
+    flat = cells.reshape(-1, window * window)
+    return np.asarray(flat[:, :, None] == flat[:, None, :])
 
 
 def window_att(e: Emit) -> str:
