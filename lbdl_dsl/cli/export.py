@@ -38,6 +38,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=None, help="a fixed batch size (default: symbolic)")
     p.add_argument("--seed", type=int, default=0, help="init's seed, without --weights")
     p.add_argument(
+        "--fold",
+        action="store_true",
+        help="onnx: fold each batchnorm into the convolution before it (as torch.onnx.export)",
+    )
+    p.add_argument(
+        "--inline",
+        action="store_true",
+        help="onnx: write block calls inline rather than as local functions named by the block",
+    )
+    p.add_argument(
+        "--output-names",
+        metavar="NAME,...",
+        help="onnx: the outputs' names, in the spec's order (default: the spec's, in ASCII: "
+        "Ŷ is Y_hat)",
+    )
+    p.add_argument(
         "--no-verify",
         action="store_true",
         help="skip running the exported file against the JAX model",
@@ -60,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
             overrides=overrides,
             seed=args.seed,
             verify=not args.no_verify,
+            fold=args.fold,
+            functions=not args.inline,
+            output_names=args.output_names.split(",") if args.output_names else None,
         )
         for line in result.lines():
             print(line, file=sys.stderr)

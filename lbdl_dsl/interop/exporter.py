@@ -1,4 +1,5 @@
-"""A model out to serving stacks: StableHLO through ``jax.export``, ONNX through jax2onnx.
+"""A model out to serving stacks: StableHLO through ``jax.export``; ONNX from the checked graph
+(`lbdl_dsl.backends.onnx`), or through jax2onnx where a box has no ONNX lowering there.
 
 ``export(spec, "model.onnx")`` traces the generated ``apply`` in evaluation mode with the batch
 size symbolic (``batch=`` fixes it) and the parameters baked in as constants (from ``weights=``,
@@ -18,7 +19,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,24 @@ class Exported:
     params_as_inputs: bool
     random_weights: bool
     max_error: float | None = None  # on example inputs, relative; None when not verified
+    fold: bool = False  # ONNX: batchnorms folded into the convolutions before them
+    functions: bool = True  # ONNX: block calls as local functions (else inline)
+    output_names: list[str] | None = None  # ONNX: the outputs' names (default: ASCII spec's)
+    lowering: str = "traced"  # ONNX: "graph" (box by box) or "traced" (jax2onnx)
+    nodes: int = 0  # ONNX from the graph: nodes, with the functions' inlined
+    functions_written: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         batch = "symbolic batch" if self.batch is None else f"batch {self.batch}"
         where = "as inputs" if self.params_as_inputs else "baked in"
         out = [f"wrote {self.path} ({self.format}, {batch}, parameters {where})"]
+        if self.format == "onnx" and self.lowering == "graph":
+            n = self.functions_written
+            fns = f", {n} block function{'s' if n > 1 else ''}" if n else ""
+            folded = ", batchnorms folded" if self.fold else ""
+            out.append(f"lowered box by box: {self.nodes} nodes{fns}{folded}")
+        out += self.notes
         if self.random_weights and not self.params_as_inputs:
             out.append("note: the parameters are init's random ones; give --weights FILE")
         if self.max_error is not None:
@@ -66,14 +80,21 @@ def export(
     overrides: dict[str, Any] | None = None,
     seed: int = 0,
     verify: bool = True,
+    fold: bool = False,
+    functions: bool = True,
+    output_names: list[str] | None = None,
 ) -> Exported:
-    """Write ``spec`` (a path, or a compiled `Model`) as StableHLO or ONNX; see the module."""
+    """Write ``spec`` (a path, or a compiled `Model`) as StableHLO or ONNX; see the module.
+    For ONNX, ``fold`` folds each batchnorm into the convolution before it, ``functions=False``
+    writes block calls inline, and ``output_names`` names the outputs."""
     import jax
 
     from lbdl_dsl.backends.jax.model import Model
 
     fmt = _format(format, output)
     _check_arguments(params, batch, seed)
+    if fmt != "onnx" and (fold or output_names):
+        raise LbdlError("--fold and --output-names are for --format onnx")
     if isinstance(spec, Model):
         model = spec
     else:
@@ -102,6 +123,9 @@ def export(
         batch,
         params == "inputs",
         weights is None,
+        fold=fold,
+        functions=functions,
+        output_names=list(output_names) if output_names else None,
     )
     if fmt == "onnx":
         from lbdl_dsl.interop import onnx_export

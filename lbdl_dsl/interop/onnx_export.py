@@ -1,10 +1,14 @@
-"""ONNX through jax2onnx (the optional ``onnx`` extra), and onnxruntime to check the result.
+"""ONNX from the checked graph, else through jax2onnx; and onnxruntime to check the result.
 
-The generated module is executed afresh with `onnx_ops`' two replacements swapped in, so the
-user's `Model` is untouched and XLA keeps its faster functions. Graph inputs are the spec's
-inputs (channels first, as the spec writes them) with a symbolic batch ``B``, preceded by the
+A model whose every box has an ONNX lowering (`lbdl_dsl.backends.onnx`) is written box by box:
+standard operators named by the boxes' paths, block calls as local functions, channels first
+and no transposes. Otherwise, or with the parameters as inputs, the generated module is traced
+by jax2onnx (the optional ``onnx`` extra), and a note names the boxes that made it so. For the
+trace the module is executed afresh with `onnx_ops`' replacements swapped in, so the user's
+`Model` is untouched and XLA keeps its faster functions. Graph inputs are the spec's inputs
+(channels first, as the spec writes them) with a symbolic batch ``B``, preceded by the
 parameters (``params/<path>``, ``state/<path>``) when they are inputs; outputs are the spec's
-outputs, in its order.
+outputs, in its order; every name is ASCII (``Ŷ`` → ``Y_hat``).
 """
 
 from __future__ import annotations
@@ -81,10 +85,79 @@ def _refuse_unsupported(model: Any) -> None:
 
 
 def write(model: Any, values: tuple[Any, Any], result: Any) -> None:
+    """Write ``result.path``: from the checked graph where every box has an ONNX lowering and
+    the parameters are baked in, else traced, with a note saying why."""
+    if result.params_as_inputs:
+        result.notes.append("note: parameters as inputs: traced through jax2onnx")
+    else:
+        refused = _from_graph(model, values, result)
+        if not refused:
+            return
+        result.notes.append(f"note: traced through jax2onnx: {_refused(refused)}")
+    _traced(model, values, result)
+
+
+def _refused(refused: list[Any]) -> str:
+    """The boxes that have no ONNX lowering, each kind once with its line, its first path and
+    how many more uses it has: ``no ONNX lowering here for `gru` (gru_0, 1 more; ...)``."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for r in refused:
+        at = f"{Path(r.span.file).name}:{r.span.line}" if r.span is not None else "?"
+        groups.setdefault((r.op, at, r.reason), []).append(r.path)
+    parts = []
+    for (op, at, reason), paths in groups.items():
+        more = f" and {len(paths) - 1} more" if len(paths) > 1 else ""
+        parts.append(f"`{op}` at {at} ({paths[0]}{more}: {reason})")
+    return "no ONNX lowering here for " + "; ".join(parts)
+
+
+def _from_graph(model: Any, values: tuple[Any, Any], result: Any) -> list[Any]:
+    """Write the model from its checked graph; returns the boxes that have no ONNX form
+    (nothing written then)."""
+    try:
+        from lbdl_dsl.backends.onnx import to_onnx
+    except ImportError:
+        raise LbdlError(
+            "ONNX export needs the onnx package, which is not installed",
+            None,
+            hint="pip install 'lbdl-dsl[onnx]'",
+        ) from None
+    from lbdl_dsl.backends.jax import weights as files
+    from lbdl_dsl.output import write_atomic
+
+    arrays = {k: np.asarray(v) for k, v in files.flatten(values[0]).items()}
+    arrays |= {k: np.asarray(v) for k, v in files.flatten(values[1]).items()}
+    lowered = to_onnx(
+        model.compiled,
+        arrays,
+        name=model.name,
+        fold=result.fold,
+        functions=result.functions,
+        batch=result.batch,
+        output_names=result.output_names,
+    )
+    if lowered.model is None:
+        return lowered.unsupported
+    write_atomic(result.path, lowered.model.SerializeToString())
+    result.lowering = "graph"
+    result.nodes = _node_count(lowered.model)
+    result.functions_written = len(lowered.model.functions)
+    return []
+
+
+def _node_count(model: Any) -> int:
+    """The nodes of the graph with every function call replaced by the function's nodes."""
+    import onnx.inliner
+
+    return len(onnx.inliner.inline_local_functions(model).graph.node)
+
+
+def _traced(model: Any, values: tuple[Any, Any], result: Any) -> None:
     import jax
     import jax.numpy as jnp
 
     from lbdl_dsl.backends.jax import weights as files
+    from lbdl_dsl.backends.onnx.names import ascii_names
     from lbdl_dsl.interop.exporter import failure, forward
 
     _refuse_unsupported(model)
@@ -113,7 +186,8 @@ def write(model: Any, values: tuple[Any, Any], result: Any) -> None:
         jax.ShapeDtypeStruct((dim, *shape), jnp.dtype(dtype))
         for shape, dtype in model.inputs.values()
     ]
-    names += list(model.inputs)
+    names += ascii_names(list(model.inputs))
+    outputs = list(result.output_names) if result.output_names else ascii_names(list(model.outputs))
     try:
         proto = to_onnx(
             f,
@@ -121,7 +195,7 @@ def write(model: Any, values: tuple[Any, Any], result: Any) -> None:
             model_name=model.name,
             opset=OPSET,
             input_names=names,
-            output_names=list(model.outputs),
+            output_names=outputs,
         )
     except Exception as exc:  # noqa: BLE001 - named at the box the converter stopped at
         raise failure(model, exc, "the ONNX converter (jax2onnx)") from None
@@ -145,5 +219,15 @@ def run(path: Path, values: tuple[Any, Any] | None, inputs: list[Any]) -> list[n
         feed |= {f"params/{k}": np.asarray(v) for k, v in files.flatten(values[0]).items()}
         feed |= {f"state/{k}": np.asarray(v) for k, v in files.flatten(values[1]).items()}
     data = [i.name for i in session.get_inputs() if i.name not in feed]
-    feed |= {name: np.asarray(x) for name, x in zip(data, inputs, strict=True)}
+    types = {i.name: i.type for i in session.get_inputs()}
+    feed |= {name: _as(types[name], x) for name, x in zip(data, inputs, strict=True)}
     return list(session.run(None, feed))
+
+
+_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32}
+
+
+def _as(onnx_type: str, x: Any) -> np.ndarray:
+    """An input in the type the graph declares (token ids as int64 or int32)."""
+    kind = _TYPES.get(onnx_type)
+    return np.asarray(x) if kind is None else np.asarray(x).astype(kind, copy=False)

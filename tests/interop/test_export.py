@@ -194,7 +194,8 @@ def test_a_box_the_converter_cannot_express_is_named_at_its_line(
     spec, tmp_path, monkeypatch
 ) -> None:
     """As if jax2onnx had no translation for a primitive: the error names the box the user
-    wrote, at its line, not a traceback."""
+    wrote, at its line, not a traceback. (With the parameters as inputs, the spec is traced
+    even where every box has an ONNX lowering.)"""
     from jax2onnx.plugins import plugin_system
 
     from lbdl_dsl.interop import onnx_export
@@ -206,7 +207,7 @@ def test_a_box_the_converter_cannot_express_is_named_at_its_line(
     monkeypatch.chdir(REPO)
     sets = sizes(spec) | ({"N": 1} if spec == "gpt2" else {})
     with pytest.raises(LbdlError) as err:
-        export(lbdl_dsl.compile(f"specs/{spec}.lbdl", **sets), tmp_path / "b.onnx")
+        export(lbdl_dsl.compile(f"specs/{spec}.lbdl", **sets), tmp_path / "b.onnx", params="inputs")
     text = str(err.value)
     assert text.startswith(f"{where}: error: `{box}"), text
     assert f"JAX's `{plugins[0]}`" in text and not (tmp_path / "b.onnx").exists()

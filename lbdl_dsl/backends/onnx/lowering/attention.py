@@ -1,0 +1,96 @@
+"""ONNX lowerings of attention: the projections as ``MatMul`` (and ``Add``), the heads in one
+``Attention`` node (opset 23: heads, grouped keys and values, causal masking), the output
+projection; rotary positions as ``RotaryEmbedding`` nodes on queries and keys, and a sliding
+window as a constant mask. Key masks (a run-time input) have no form here yet: ONNX gives a
+row whose keys are all masked another value than ours (zeros)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lbdl_dsl.backends.onnx.emit import Emit, Lowering, Unsupported, known
+
+
+def _project(e: Emit, x: str, w: str, b: str, sub: str) -> str:
+    y = e.node("MatMul", [x, e.param(w)], sub=sub if not e.has_param(b) else f"{sub}/matmul")
+    return e.node("Add", [y, e.param(b)], sub=sub) if e.has_param(b) else y
+
+
+def _rotary(e: Emit, q: str, k: str) -> tuple[str, str]:
+    """Rotary positions on the projected queries and keys (B, T, heads·d), rotate-half form,
+    the first r = rot·d features of each head turned, as the runtime's ``rope``."""
+    a = e.a
+    t, d = e.shape(0)[0], known(a.dqk)
+    r = int(d * float(a.rot)) // 2 * 2
+    inv = 1.0 / float(a.theta) ** (np.arange(r // 2, dtype=np.float32) * 2.0 / r)
+    angles = np.arange(t, dtype=np.float32)[:, None] * inv[None, :]
+    cos, sin = e.const(np.cos(angles), "cos"), e.const(np.sin(angles), "sin")
+    batch = e.node("Shape", [q], sub="batch", start=0, end=1)
+    size = e.node("Concat", [batch, e.ints([t], "length")], sub="positions_shape", axis=0)
+    positions = e.node("Expand", [e.ints([list(range(t))], "positions"), size], sub="positions")
+    dim = r if r < d else None
+    turned = []
+    for x, heads, sub in ((q, a.heads, "q_rotary"), (k, a.kv or a.heads, "k_rotary")):
+        ins = [x, cos, sin, positions]
+        turned.append(
+            e.node(
+                "RotaryEmbedding", ins, sub=sub, num_heads=known(heads), rotary_embedding_dim=dim
+            )
+        )
+    return turned[0], turned[1]
+
+
+def _window(e: Emit) -> str:
+    """The sliding window (and causality) as a constant (Tq, Tk) mask, true where kept."""
+    tq, tk = e.shape(0)[0], e.shape(1)[0] if len(e.x) > 1 else e.shape(0)[0]
+    i, j = np.arange(tq)[:, None], np.arange(tk)[None, :]
+    keep = np.abs(i - j) < known(e.a.window)
+    if e.a.causal:
+        keep &= j <= i
+    return e.const(keep, "window", np.bool_)
+
+
+def mha(e: Emit) -> str:
+    a = e.a
+    if a.masked:
+        raise Unsupported("a key mask (no ONNX form here)")
+    x = e.x[0]
+    z = e.x[1] if len(e.x) > 1 else x
+    q = _project(e, x, "wq", "bq", "q")
+    k = _project(e, z, "wk", "bk", "k")
+    v = _project(e, z, "wv", "bv", "v")
+    if a.theta:
+        q, k = _rotary(e, q, k)
+    mask = [_window(e)] if a.window else []
+    heads = e.node(
+        "Attention",
+        [q, k, v, *mask],
+        sub="heads",
+        q_num_heads=known(a.heads),
+        kv_num_heads=known(a.kv or a.heads),
+        is_causal=1 if a.causal and not mask else None,
+    )
+    y = e.node("MatMul", [heads, e.param("wo")], sub="matmul" if e.has_param("bo") else "")
+    return e.node("Add", [y, e.param("bo")]) if e.has_param("bo") else y
+
+
+def attention(e: Emit) -> str:
+    """Queries, keys and values given: one head on T×D, or heads as axes (h×T×d)."""
+    a = e.a
+    if len(e.x) > 3:
+        raise Unsupported("a mask (no ONNX form here)")
+    causal = 1 if a.causal else None
+    if a.rank == 2:
+        return e.node("Attention", e.x[:3], q_num_heads=1, kv_num_heads=1, is_causal=causal)
+    if a.rank == 3:
+        return e.node("Attention", e.x[:3], is_causal=causal)
+    # more leading axes: flattened into one heads axis, and back
+    flat = [
+        e.node("Reshape", [x, e.ints([0, -1, *e.shape(i)[-2:]], f"flat_{i}")], sub=f"flat_{i}")
+        for i, x in enumerate(e.x[:3])
+    ]
+    y = e.node("Attention", flat, sub="heads", is_causal=causal)
+    return e.node("Reshape", [y, e.ints([0, *e.out], "shape")])
+
+
+LOWER: dict[str, Lowering] = {"mha": mha, "attention": attention}
