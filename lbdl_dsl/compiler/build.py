@@ -342,7 +342,7 @@ class _Builder:
             )
         e = as_size(given["e"].value, "e", scope.known)
         k = as_size(given["k"].value, "k", scope.known) if "k" in given else Expr.lift(2)
-        cap = 1.25
+        cap: float | None = None
         if "cap" in given:
             value = given["cap"].value
             number = value.value if isinstance(value, ast.Literal) else None

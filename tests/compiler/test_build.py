@@ -334,7 +334,9 @@ def test_hyphenated_words_are_words(build, compile_text) -> None:
     assert ffw.hp["act"] == "gelu-tanh"
     assert [d.as_int() for d in compiled.checked.outputs["Y"].shape] == [8, 14]
     with pytest.raises(
-        LbdlError, match="is one of `gelu`, `gelu-tanh`, `relu`, `swiglu`, `geglu`, not `gelu-tan`"
+        LbdlError,
+        match="is one of `gelu`, `gelu-tanh`, `relu`, `swiglu`, `geglu`, `geglu-tanh`, "
+        "not `gelu-tan`",
     ):
         compile_text("model m:\n  input X: 8×16\n  ffw hidden=64 act=gelu-tan\n")
 

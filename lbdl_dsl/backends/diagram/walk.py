@@ -289,7 +289,7 @@ class Walker:
         ek = (inst.hp["e"], inst.hp["k"]) if inst is not None and inst.hp else (0, 0)
         e = ek[0] or node.experts.as_int() or 2
         k = ek[1] or node.k.as_int() or 1
-        cap = f" cap={node.capacity:g}" if node.capacity != 1.25 else ""
+        cap = f" cap={node.capacity:g}" if node.capacity is not None else ""
         frame = Frame(f"cluster:{path}", "experts", "experts", f"e={e} k={k}{cap}")
         copies = inst.copies[0].body if inst is not None and inst.copies else []
         body = (node.body, copies)

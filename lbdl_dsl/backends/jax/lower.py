@@ -534,7 +534,10 @@ class Lowerer:
         outer = d.sub(inst.id, True, True)
         buffers, gates, aux = (fn.names.fresh(n) for n in ("buffers", "gates", "aux"))
         self.runtime |= {"moe_dispatch", "moe_combine"}
-        keywords = f"k={inst.hp['k']}, capacity={inst.hp['cap']!r}"
+        keywords = f"k={inst.hp['k']}"
+        if inst.hp["cap"] is not None:  # a capacity bounds the buffers in training only
+            (fn.owner or fn).uses.add("train")
+            keywords += f", capacity={inst.hp['cap']!r}, train=train"
         fn.line(
             f'{buffers}, {gates}, {aux} = moe_dispatch({x.name}, {outer.p}["router"], {keywords})'
         )

@@ -536,7 +536,8 @@ def _ffw_attrs(c: Ctx) -> FfwAttrs:
 
 
 _ACT = {"gelu": "gelu", "gelu-tanh": "gelu approximate=true", "relu": "relu"}
-_GATED = {"swiglu": "silu", "geglu": "gelu"}
+_GATED = {"swiglu": "silu", "geglu": "gelu", "geglu-tanh": "gelu approximate=true"}
+"""Each gated form with the activation box of its gate: every GELU form `gelu` has."""
 
 
 def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
@@ -572,7 +573,7 @@ def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
     h = _norm_ref(xs[0], p["ln"], a.norm, a.eps)
     if a.act in _GATED:
         g = dense_ref(h, p["gate"]["w"], p["gate"].get("b"))
-        g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, False)
+        g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, a.act == "geglu-tanh")
         h = g * dense_ref(h, p["up"]["w"], p["up"].get("b"))
         return xs[0] + dense_ref(h, p["down"]["w"], p["down"].get("b"))
     h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))
@@ -586,8 +587,8 @@ FFW = Layer(
     category="Transformer",
     doc="The feed-forward block of Fig. 5.6: layernorm, fc to a hidden dimension (4D by "
     "default), gelu, fc back to D, dropout, and the residual sum. `act=swiglu` (LLaMA, "
-    "Mistral) or `act=geglu` make it gated (Shazeer 2020): act(x·W_gate) ⊙ x·W_up, then "
-    "W_down; parameters gate/w (D, hidden), up/w (D, hidden), down/w (hidden, D). LLaMA's "
+    "Mistral), `act=geglu` or `act=geglu-tanh` (the gate's GELU in its tanh form) make it "
+    "gated (Shazeer 2020): act(x·W_gate) ⊙ x·W_up, then W_down; parameters gate/w (D, hidden), up/w (D, hidden), down/w (hidden, D). LLaMA's "
     "hidden size 256·⌈(8D/3)/256⌉ is written as a number in the spec (11008 for D=4096).",
     hparams=(
         HP("hidden", "size", None, "hidden dimension (default 4D)"),
@@ -597,7 +598,7 @@ FFW = Layer(
             "act",
             "choice",
             "gelu",
-            "the activation (gelu-tanh: GPT-2's approximation; swiglu, geglu: gated)",
+            "the activation (gelu-tanh: GPT-2's approximation; swiglu, geglu, geglu-tanh: gated)",
             ("gelu", "gelu-tanh", "relu", *_GATED),
         ),
         HP(*_NORM),
@@ -612,6 +613,7 @@ FFW = Layer(
         ("6×8", "ffw act=relu hidden=5"),
         ("6×8", "ffw act=swiglu hidden=12 bias=false p=0.0 norm=rmsnorm"),
         ("6×8", "ffw act=geglu hidden=6"),
+        ("6×8", "ffw act=geglu-tanh hidden=6"),
     ),
     reference=_ffw_ref,
 )

@@ -263,7 +263,20 @@ SPLIT = Layer(
 )
 
 
+def refuse_bool(c: Ctx) -> None:
+    """Arithmetic on a Boolean tensor is refused: read as 0/1 it silently gives numbers that a
+    mask was never meant to be. The cast that says so is one box."""
+    for i, dtype in enumerate(c.dtypes):
+        if dtype == "bool":
+            which = "the flowing tensor" if i == 0 else f"input {i + 1}"
+            c.fail(
+                f"`{c.op}` computes with numbers, but {which} is a Boolean tensor",
+                "cast it explicitly where 0/1 is meant: `cast to=float` (or `cast to=int`)",
+            )
+
+
 def _broadcast(c: Ctx) -> Shape:
+    refuse_bool(c)
     rank = max(len(s) for s in c.ins)
     out = []
     for axis in range(rank):
@@ -388,6 +401,40 @@ L2NORM = Layer(
 )
 
 
+def _cast_type(c: Ctx) -> tuple[str, Expr | None]:
+    to = c.hp["to"]
+    if to == "int" and c.dtypes and c.dtypes[0] == "float":
+        c.fail(
+            "`cast to=int` of a float tensor would truncate it",
+            "cast Booleans or whole numbers; round a float with a box that says how",
+            hparam="to",
+        )
+    vocab = Expr.lift(2) if to == "int" and c.dtypes and c.dtypes[0] == "bool" else None
+    if to == "int" and c.dtypes and c.dtypes[0] == "int":
+        vocab = c.vocab[0]
+    return to, vocab
+
+
+def _cast_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
+    np = numpy()
+    return np.asarray(xs[0]).astype({"float": np.float64, "int": np.int32, "bool": bool}[a.to])
+
+
+CAST = Layer(
+    name="cast",
+    aliases=("astype",),
+    category="Tensor",
+    doc="Converts a tensor's type: `cast to=float` reads a Boolean mask as 0/1 (or whole "
+    "numbers as numbers), `cast to=int` a mask as 0/1 indices, `cast to=bool` nonzero as true. "
+    "Arithmetic refuses a Boolean tensor without it.",
+    hparams=(HP("to", "choice", "float", "the type", ("float", "int", "bool")),),
+    layout="any",
+    out_type=_cast_type,
+    example=("8×8 bool", "cast to=float"),
+    cases=(("6 int<5>", "cast to=float"),),
+    reference=_cast_ref,
+)
+
 SAMPLE = Layer(
     name="sample",
     aliases=("reparam",),
@@ -412,6 +459,7 @@ LAYERS = (
     MUL,
     CONCAT,
     MATMUL,
+    CAST,
     MEAN,
     L2NORM,
     SAMPLE,

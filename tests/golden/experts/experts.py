@@ -108,7 +108,13 @@ def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
     new_state = {}
     # experts.lbdl:13: experts e=E k=K cap=1.5:  ->  6×8
-    buffers, gates, aux = moe_dispatch(X, params["experts_0"]["router"], k=2, capacity=1.5)
+    (buffers, gates, aux) = moe_dispatch(
+        X,
+        params["experts_0"]["router"],
+        k=2,
+        capacity=1.5,
+        train=train,
+    )
 
     def expert_experts_0(p, tokens):
         # experts.lbdl:14: fc 2D
@@ -128,7 +134,7 @@ def apply(params, state, X, *, train=False, key=None):
         p, s = xs
         ns = {}
         # experts.lbdl:18: experts e=3 k=1:  ->  6×8
-        buffers1, gates1, aux1 = moe_dispatch(x1, p["experts_0"]["router"], k=1, capacity=1.25)
+        buffers1, gates1, aux1 = moe_dispatch(x1, p["experts_0"]["router"], k=1)
 
         def expert_experts_01(p, tokens1):
             # experts.lbdl:19: ffn F=12  ->  8
@@ -406,12 +412,22 @@ def unflatten(flat: dict) -> dict:
     return out
 
 
-def moe_dispatch(x: jax.Array, router: jax.Array, *, k: int, capacity: float) -> tuple:
+def moe_dispatch(
+    x: jax.Array,
+    router: jax.Array,
+    *,
+    k: int,
+    capacity: float | None = None,
+    train: bool = False,
+) -> tuple:
     """Route the tokens of x (B, ..., D) to E expert buffers; returns (buffers (E, C, D), the
     combining weights (tokens, E, C), the load-balancing loss).
 
     The gates are the softmax of the router's logits renormalised over the k chosen experts
-    (Mixtral). Each expert holds C = ceil(capacity·k·tokens/E) tokens. The auxiliary loss is
+    (Mixtral). With a ``capacity`` factor, in training, each expert holds
+    C = ceil(capacity·k·tokens/E) tokens; otherwise C is every token, so none is dropped and one
+    sample's output never depends on the rest of its batch (evaluation, and a spec that asks for
+    no capacity, compute what Mixtral's reference computes). The auxiliary loss is
     Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went to expert e
     and P_e its mean router probability.
     """
@@ -425,8 +441,11 @@ def moe_dispatch(x: jax.Array, router: jax.Array, *, k: int, capacity: float) ->
     onehot = jax.nn.one_hot(chosen, e, dtype=jnp.int32)  # (n, k, E)
     ranked = onehot.transpose(1, 0, 2).reshape(k * n, e)  # choice rank first, then token
     slot = (jnp.cumsum(ranked, axis=0) - 1).reshape(k, n, e).transpose(1, 0, 2)
-    num, den = float(capacity).as_integer_ratio()
-    c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
+    if capacity is None or not train:
+        c = n  # a token picks an expert at most once: n slots never overflow
+    else:
+        num, den = float(capacity).as_integer_ratio()
+        c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
     kept = (onehot > 0) & (slot < c)
     where = jax.nn.one_hot(jnp.where(kept, slot, c), c, dtype=x.dtype)  # (n, k, E, C)
     buffers = jnp.einsum("nec,nd->ecd", jnp.sum(where, axis=1), tokens)
