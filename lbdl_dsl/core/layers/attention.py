@@ -588,7 +588,8 @@ FFW = Layer(
     doc="The feed-forward block of Fig. 5.6: layernorm, fc to a hidden dimension (4D by "
     "default), gelu, fc back to D, dropout, and the residual sum. `act=swiglu` (LLaMA, "
     "Mistral), `act=geglu` or `act=geglu-tanh` (the gate's GELU in its tanh form) make it "
-    "gated (Shazeer 2020): act(x·W_gate) ⊙ x·W_up, then W_down; parameters gate/w (D, hidden), up/w (D, hidden), down/w (hidden, D). LLaMA's "
+    "gated (Shazeer 2020): act(x·W_gate) ⊙ x·W_up, then W_down; "
+    "parameters gate/w (D, hidden), up/w (D, hidden), down/w (hidden, D). LLaMA's "
     "hidden size 256·⌈(8D/3)/256⌉ is written as a number in the spec (11008 for D=4096).",
     hparams=(
         HP("hidden", "size", None, "hidden dimension (default 4D)"),

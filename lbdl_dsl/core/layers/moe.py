@@ -128,7 +128,8 @@ MOE = Layer(
     "a capacity: with `cap=1.25`, in training each expert takes at most ⌈cap·k·tokens/E⌉ "
     "tokens of a batch (GShard/Switch capacity; overflow is dropped by that expert); in "
     "evaluation every token is routed, so a sample's output never depends on its batch. The "
-    "load-balancing loss E·Σ f_e·P_e is the state entry `aux` of the new state `apply` returns: add it, scaled, to the training loss. Parameters: router (D, E), gate and "
+    "load-balancing loss E·Σ f_e·P_e is the state entry `aux` of the new state "
+    "`apply` returns: add it, scaled, to the training loss. Parameters: router (D, E), gate and "
     "up (E, D, hidden), down (E, hidden, D).",
     hparams=(
         HP("e", "size", doc="number of experts"),
