@@ -285,6 +285,7 @@ class Layer:
     glyph: str | None = None  # drawn as this symbol in a circle (`+`), not as a box
     ident: str | None = None  # the name in node ids and code, when `name` is not one (`+`)
     keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
+    positive: bool = False  # defined for positive inputs only (log, sqrt): tests feed |x| + ½
     out_type: Callable[[Ctx], tuple[str, Expr | None]] | None = None  # (type, range) it makes
     reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
 
