@@ -352,8 +352,14 @@ def attention(
     dropout: float = 0.0,
     train: bool = False,
     key=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
+
+    ``bias`` (optional) is added to the scores before the softmax, broadcast from its last
+    axes to (B, H, Tq, Tk) (T5's relative positions, ALiBi); ``scale`` replaces 1/sqrt(Dqk)
+    (1.0: none, as T5).
 
     ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
     ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
@@ -364,7 +370,10 @@ def attention(
     Dropout is applied to the attention weights in training mode.
     """
     tq, tk = q.shape[-2], k.shape[-2]
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / float(np.sqrt(q.shape[-1]))
+    factor = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * factor
+    if bias is not None:
+        scores = scores + jnp.broadcast_to(trailing(bias, 4), scores.shape).astype(scores.dtype)
     keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
     if causal:
         tri = jnp.broadcast_to(jnp.tril(jnp.ones((tq, tk), dtype=bool)), scores.shape)
@@ -389,13 +398,16 @@ def mha(
     train: bool = False,
     key=None,
     mask=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
 
     ``p`` holds wq (D, H*Dqk), wk (Dkv, H*Dqk), wv (Dkv, H*Dv), wo (H*Dv, Dout) and optionally
     bq, bk, bv, bo. Pass ``z = x`` for self-attention. Heads are contiguous slices of the
     projected features (head h uses columns h*Dqk:(h+1)*Dqk), as in PyTorch.
-    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend.
+    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend; ``bias``
+    and ``scale`` are `attention`'s.
     """
     b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
     q = dense(x, p["wq"], p.get("bq"))
@@ -407,11 +419,22 @@ def mha(
     k = k.reshape(b, tk, heads, dqk)
     v = v.reshape(b, tk, heads, dv)
     out = None
-    if mask is None and not (train and dropout > 0.0):
+    if mask is None and bias is None and scale is None and not (train and dropout > 0.0):
         out = fused_attention(q, k, v, causal=causal)
     if out is None:
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
-        out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
+        out = attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            dropout=dropout,
+            train=train,
+            key=key,
+            bias=bias,
+            scale=scale,
+        )
         out = out.transpose(0, 2, 1, 3)
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
 

@@ -320,8 +320,14 @@ def attention(
     dropout: float = 0.0,
     train: bool = False,
     key=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
+
+    ``bias`` (optional) is added to the scores before the softmax, broadcast from its last
+    axes to (B, H, Tq, Tk) (T5's relative positions, ALiBi); ``scale`` replaces 1/sqrt(Dqk)
+    (1.0: none, as T5).
 
     ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
     ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
@@ -332,7 +338,10 @@ def attention(
     Dropout is applied to the attention weights in training mode.
     """
     tq, tk = q.shape[-2], k.shape[-2]
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / float(np.sqrt(q.shape[-1]))
+    factor = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * factor
+    if bias is not None:
+        scores = scores + jnp.broadcast_to(trailing(bias, 4), scores.shape).astype(scores.dtype)
     keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
     if causal:
         tri = jnp.broadcast_to(jnp.tril(jnp.ones((tq, tk), dtype=bool)), scores.shape)
@@ -478,6 +487,8 @@ def mha_lm(
     train: bool = False,
     key=None,
     mask=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
     rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
@@ -501,10 +512,22 @@ def mha_lm(
         band = window_mask(tq, tk, window).reshape(1, 1, tq, tk)
         mask = band if mask is None else jnp.logical_and(mask, band)
     out = None
-    if mask is None and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
+    plain = mask is None and bias is None and scale is None
+    if plain and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
         heads_last = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
         out = fused_attention(*heads_last, causal=causal)
     if out is None:
-        out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
+        out = attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            dropout=dropout,
+            train=train,
+            key=key,
+            bias=bias,
+            scale=scale,
+        )
         out = out.transpose(0, 2, 1, 3)
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))

@@ -112,7 +112,6 @@ def apply(params, state, X, *, train=False, key=None):
                 "down": p["residual_0"]["moe"]["down"],
             },
             k=2,
-            capacity=1.25,
             act="silu",
         )
         ns_residual_0["moe"] = {"aux": aux}
@@ -336,8 +335,14 @@ def attention(
     dropout: float = 0.0,
     train: bool = False,
     key=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
+
+    ``bias`` (optional) is added to the scores before the softmax, broadcast from its last
+    axes to (B, H, Tq, Tk) (T5's relative positions, ALiBi); ``scale`` replaces 1/sqrt(Dqk)
+    (1.0: none, as T5).
 
     ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
     ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
@@ -348,7 +353,10 @@ def attention(
     Dropout is applied to the attention weights in training mode.
     """
     tq, tk = q.shape[-2], k.shape[-2]
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / float(np.sqrt(q.shape[-1]))
+    factor = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * factor
+    if bias is not None:
+        scores = scores + jnp.broadcast_to(trailing(bias, 4), scores.shape).astype(scores.dtype)
     keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
     if causal:
         tri = jnp.broadcast_to(jnp.tril(jnp.ones((tq, tk), dtype=bool)), scores.shape)
@@ -484,6 +492,8 @@ def mha_lm(
     train: bool = False,
     key=None,
     mask=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
     rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
@@ -507,21 +517,43 @@ def mha_lm(
         band = window_mask(tq, tk, window).reshape(1, 1, tq, tk)
         mask = band if mask is None else jnp.logical_and(mask, band)
     out = None
-    if mask is None and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
+    plain = mask is None and bias is None and scale is None
+    if plain and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
         heads_last = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
         out = fused_attention(*heads_last, causal=causal)
     if out is None:
-        out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
+        out = attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            dropout=dropout,
+            train=train,
+            key=key,
+            bias=bias,
+            scale=scale,
+        )
         out = out.transpose(0, 2, 1, 3)
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
 
 
-def moe_dispatch(x: jax.Array, router: jax.Array, *, k: int, capacity: float) -> tuple:
+def moe_dispatch(
+    x: jax.Array,
+    router: jax.Array,
+    *,
+    k: int,
+    capacity: float | None = None,
+    train: bool = False,
+) -> tuple:
     """Route the tokens of x (B, ..., D) to E expert buffers; returns (buffers (E, C, D), the
     combining weights (tokens, E, C), the load-balancing loss).
 
     The gates are the softmax of the router's logits renormalised over the k chosen experts
-    (Mixtral). Each expert holds C = ceil(capacity·k·tokens/E) tokens. The auxiliary loss is
+    (Mixtral). With a ``capacity`` factor, in training, each expert holds
+    C = ceil(capacity·k·tokens/E) tokens; otherwise C is every token, so none is dropped and one
+    sample's output never depends on the rest of its batch (evaluation, and a spec that asks for
+    no capacity, compute what Mixtral's reference computes). The auxiliary loss is
     Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went to expert e
     and P_e its mean router probability.
     """
@@ -535,8 +567,11 @@ def moe_dispatch(x: jax.Array, router: jax.Array, *, k: int, capacity: float) ->
     onehot = jax.nn.one_hot(chosen, e, dtype=jnp.int32)  # (n, k, E)
     ranked = onehot.transpose(1, 0, 2).reshape(k * n, e)  # choice rank first, then token
     slot = (jnp.cumsum(ranked, axis=0) - 1).reshape(k, n, e).transpose(1, 0, 2)
-    num, den = float(capacity).as_integer_ratio()
-    c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
+    if capacity is None or not train:
+        c = n  # a token picks an expert at most once: n slots never overflow
+    else:
+        num, den = float(capacity).as_integer_ratio()
+        c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
     kept = (onehot > 0) & (slot < c)
     where = jax.nn.one_hot(jnp.where(kept, slot, c), c, dtype=x.dtype)  # (n, k, E, C)
     buffers = jnp.einsum("nec,nd->ecd", jnp.sum(where, axis=1), tokens)
@@ -553,14 +588,22 @@ def moe_combine(ys: jax.Array, weights: jax.Array, lead: tuple) -> jax.Array:
     return y.reshape(*lead, ys.shape[-1])
 
 
-def moe(x: jax.Array, p: dict, *, k: int, capacity: float, act: str) -> tuple:
+def moe(
+    x: jax.Array,
+    p: dict,
+    *,
+    k: int,
+    act: str,
+    capacity: float | None = None,
+    train: bool = False,
+) -> tuple:
     """Sparse mixture of gated experts on x (B, T, D); returns (y, load-balancing loss).
 
     ``p``: router (D, E); gate, up (E, D, F); down (E, F, D).
     """
-    buffers, weights, aux = moe_dispatch(x, p["router"], k=k, capacity=capacity)
+    buffers, weights, aux = moe_dispatch(x, p["router"], k=k, capacity=capacity, train=train)
     g = jnp.einsum("ecd,edf->ecf", buffers, p["gate"])
-    g = silu(g) if act == "silu" else gelu(g)
+    g = silu(g) if act == "silu" else gelu(g, approximate=act == "gelu-tanh")
     h = g * jnp.einsum("ecd,edf->ecf", buffers, p["up"])
     ys = jnp.einsum("ecf,efd->ecd", h, p["down"])
     return moe_combine(ys, weights, x.shape[:-1]), aux
