@@ -14,6 +14,7 @@ from lbdl_dsl.core.layers import (
     moe,
     norm,
     recurrent,
+    ssm,
     tensor,
     vision,
 )
@@ -27,6 +28,7 @@ _FAMILIES = (
     attention,
     tensor,
     recurrent,
+    ssm,
     extra,
     generic,
     maths,
