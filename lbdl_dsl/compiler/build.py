@@ -300,7 +300,14 @@ class _Builder:
         framed: bool = False,
     ) -> None:
         count = self.count(scope, st.count)
-        body, sub = self.subgraph(scope, st.body, framed)
+        index = st.index
+        if index is not None and (index in scope.known or index in scope.params):
+            raise LbdlError(
+                f"the copy's index `{index}` would hide the size or parameter `{index}`",
+                st.span,
+                hint="name the index differently, e.g. `×N as k:`",
+            )
+        body, sub = self.subgraph(scope, st.body, framed, index)
         node = RepeatNode(
             id=scope.new_id("repeat"),
             span=st.span,
@@ -308,6 +315,7 @@ class _Builder:
             count=count,
             count_span=st.count.span,
             annotation=annotation,
+            index=index,
         )
         self.emit(scope, node, [self.flowing(scope, st.span), *sub.captures])
 
@@ -432,9 +440,16 @@ class _Builder:
         return expr
 
     def subgraph(
-        self, scope: _Scope, stmts: tuple[ast.Stmt, ...], framed: bool = False
+        self,
+        scope: _Scope,
+        stmts: tuple[ast.Stmt, ...],
+        framed: bool = False,
+        index: str | None = None,
     ) -> tuple[Graph, _Scope]:
-        sub = _Scope(Graph(), scope.known, scope.params, parent=scope, in_model=scope.in_model)
+        known, params = scope.known, scope.params
+        if index is not None:  # `×N as i:`: the copy's index, for rates that follow depth
+            known, params = known | {index}, params | {index}
+        sub = _Scope(Graph(), known, params, parent=scope, in_model=scope.in_model)
         first = scope.graph.node(self.flowing(scope, stmts[0].span)) if stmts else None
         sub.graph.add(InputNode(id="input", span=first.span if first else Span.point("", 1, 1)))
         sub.graph.inputs.append("input")

@@ -116,7 +116,8 @@ class CallNode:
 
 @dataclass(frozen=True, kw_only=True)
 class RepeatNode:
-    """A ×N frame; `body` is one copy."""
+    """A ×N frame; `body` is one copy. ``index`` names the copy's number (``×N as i:``), which
+    a number-valued hyper-parameter of the body may read (a rate that grows with depth)."""
 
     kind: ClassVar[str] = "repeat"
     op: ClassVar[str] = ""
@@ -127,6 +128,7 @@ class RepeatNode:
     count_span: Span
     annotation: Annotation | None = None
     name: str | None = None
+    index: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

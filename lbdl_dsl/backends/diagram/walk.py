@@ -272,7 +272,9 @@ class Walker:
         ins = [s for s, _ in srcs]
         if isinstance(count, Expr) and count.as_int() == 1 and inst is not None and not failed:
             return self.result(node.body, body, ins, f"{path}/", depth, into)  # no ×1 frame
-        frame = Frame(f"cluster:{path}", "repeat", f"×{count}")
+        # a schedule over the copies names its index, whose formula the boxes inside show
+        named = f" as {node.index}" if node.index else ""
+        frame = Frame(f"cluster:{path}", "repeat", f"×{count}{named}")
         into.append(frame)
         before = len(self.sites)
         result = self.result(node.body, body, ins, f"{path}/", depth, frame.items)

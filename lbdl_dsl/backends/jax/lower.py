@@ -24,7 +24,7 @@ from typing import Any
 
 from lbdl_dsl.backends.jax import layout
 from lbdl_dsl.backends.jax.lowering import LOWERINGS
-from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, size_code
+from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, rate_code, size_code
 from lbdl_dsl.backends.jax.runtime_source import defaults
 from lbdl_dsl.compiler import composite, storage
 from lbdl_dsl.compiler.graph import (
@@ -40,7 +40,7 @@ from lbdl_dsl.compiler.instance import Inst
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.base import Attrs, fmt_shape
-from lbdl_dsl.core.symbolic import Expr
+from lbdl_dsl.core.symbolic import Expr, PerCopy
 
 _INDENT = "    "
 
@@ -150,6 +150,9 @@ class _AttrView:
 
 
 def _code_value(value: Any, fn: Fn) -> Any:
+    if isinstance(value, PerCopy):  # a rate of the copy's index: computed in its step
+        e = value.expr
+        return Code(rate_code(e, {s: fn.symbol(s) for s in e.free_symbols}))
     if isinstance(value, Expr):
         v = value.as_int()
         if v is not None:
@@ -472,9 +475,21 @@ class Lowerer:
             if group.s:
                 sub.line("ns = {}")
             env = dict(zip(body.inputs, [Var(carry, x.layout, x.rank), *ins[1:]]))
+            index = inst.node.index
+            owner = fn.owner or fn
+            hidden = owner.symbols.get(index) if index else None
+            if index:  # the copy's index, a step's input (its values by copy: `first` on)
+                owner.symbols[index] = fn.names.fresh(index)
             self.stacked += not apart
             result = self.scope(sub, copies.body, body, env, inner, fn.names.fresh("h"))
             self.stacked -= not apart
+            read = bool(index) and f"${index}" in owner.uses
+            var = ""
+            if index:
+                var = owner.symbols.pop(index)
+                owner.uses.discard(f"${index}")
+                if hidden is not None:
+                    owner.symbols[index] = hidden
             result = self.convert(sub, result, x.layout, reuse=False)
             sub.line(f"return {result.name}, {'ns' if group.s else 'None'}")
             parts = [
@@ -482,9 +497,10 @@ class Lowerer:
                 for name, expr in (
                     ("p", group.p),
                     ("s", group.s),
+                    (var, f"jnp.arange({first}, {first + count})" if read else ""),
                     ("key", "key" in sub.uses or None),
                 )
-                if expr
+                if name and expr
             ]
             if "key" in sub.uses:
                 self.runtime.add("split_keys")
