@@ -666,7 +666,7 @@ def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Ar
     """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
     if key is None:
         raise ValueError("dropout in training mode needs a PRNG key, but key is None")
-    if p >= 1.0:
+    if isinstance(p, (int, float)) and p >= 1.0:
         return jnp.zeros_like(x)
     keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
     return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
@@ -678,7 +678,7 @@ def dropout_channels(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
     One Bernoulli draw per (batch, channel) zeroes whole feature maps; kept ones are scaled
     by 1/(1-p). Identity when not training or p == 0.
     """
-    if not train or p == 0:
+    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
         return x
     mask_shape = (x.shape[0],) + (1,) * (x.ndim - 2) + (x.shape[-1],)
     return dropout_mask_apply(x, p, key, mask_shape)

@@ -587,7 +587,7 @@ def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Ar
     """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
     if key is None:
         raise ValueError("dropout in training mode needs a PRNG key, but key is None")
-    if p >= 1.0:
+    if isinstance(p, (int, float)) and p >= 1.0:
         return jnp.zeros_like(x)
     keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
     return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
@@ -598,7 +598,7 @@ def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
 
     Identity when not training or p == 0. The same key gives the same mask.
     """
-    if not train or p == 0:
+    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
         return x
     return dropout_mask_apply(x, p, key, x.shape)
 
