@@ -95,7 +95,19 @@ class Const:
         return {0.0: "zeros", 1.0: "ones"}.get(self.value, f"constant {self.value}")
 
 
-Init = Union[FanIn, Std, Const]
+@dataclass(frozen=True)
+class Normal:
+    """A normal law of standard deviation ``std``; ``truncated``: cut at ±2σ (the draws
+    beyond redrawn, as JAX's and TensorFlow's truncated normal), its std then ``std``·0.88."""
+
+    std: float
+    truncated: bool = False
+
+    def describe(self) -> str:
+        return f"{'truncated ' if self.truncated else ''}normal, std {self.std}"
+
+
+Init = Union[FanIn, Std, Const, Normal]
 """How a parameter starts: one small family; the JAX runtime's `init_arrays` interprets it."""
 
 ZEROS, ONES = Const(0.0), Const(1.0)
