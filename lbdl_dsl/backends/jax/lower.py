@@ -475,7 +475,7 @@ class Lowerer:
             if group.s:
                 sub.line("ns = {}")
             env = dict(zip(body.inputs, [Var(carry, x.layout, x.rank), *ins[1:]]))
-            index = inst.node.index
+            index = inst.node.index if isinstance(inst.node, RepeatNode) else None
             owner = fn.owner or fn
             hidden = owner.symbols.get(index) if index else None
             if index:  # the copy's index, a step's input (its values by copy: `first` on)

@@ -133,7 +133,8 @@ def _mamba_macs(c: Ctx) -> Expr:
     a = c.a
     e, n, r = a.inner, a.state, a.rank
     projections: Expr = t * d * 2 * e + t * e * (r + 2 * n) + t * r * e + t * e * d
-    return projections + t * e * a.conv + t * e * n * 3 + t * e * 2  # conv, scan, D·x and gate
+    rest: Expr = t * e * a.conv + t * e * n * 3 + t * e * 2  # conv, scan, D·x and gate
+    return projections + rest
 
 
 def mamba_ref(x: Any, p: Weights, a: Any) -> Any:
