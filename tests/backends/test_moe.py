@@ -9,9 +9,10 @@ from pathlib import Path
 import jax
 import numpy as np
 import optax
+import pytest
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax.runtime_extra.moe import moe
+from lbdl_dsl.backends.jax.runtime_extra.moe import moe, pooled_balance_loss
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
@@ -91,3 +92,37 @@ def test_a_training_step_adds_the_load_balancing_loss() -> None:
     opt = optax.adamw(1e-3)
     updates, _ = jax.jit(lambda g, p: opt.update(g, opt.init(p), p))(grads, params)
     assert jax.tree.structure(optax.apply_updates(params, updates)) == jax.tree.structure(params)
+
+
+def _hf_pooled(logits: list[np.ndarray], k: int) -> float:
+    """transformers' load_balancing_loss_func, in NumPy: the layers' router logits
+    concatenated, top-k one-hots and probabilities averaged over all their tokens."""
+    cat = np.concatenate(logits)
+    probs = np.exp(cat - cat.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    chosen = np.argsort(-probs, axis=-1)[:, :k]
+    mask = np.eye(cat.shape[-1])[chosen]  # (tokens, k, E)
+    return float(cat.shape[-1] * np.sum(mask.mean(0) * probs.mean(0)[None]))
+
+
+def test_the_load_balancing_loss_pooled_across_layers_is_transformers() -> None:
+    """Two mixtures with `pool=true` (one on X, one on its double): the pooled loss of their
+    statistics is transformers' over both layers' logits, not the mean of the two losses."""
+    text = (
+        "model m(D=8):\n  input X: 6×D\n  moe e=4 k=2 hidden=5 pool=true -> a\n"
+        "  from X\n  times a=2.0\n  moe e=4 k=2 hidden=5 pool=true -> b\n  +(a)\n  output Y\n"
+    )
+    model = lbdl_dsl.compile("m.lbdl", text=text)
+    params, state = model.init(jax.random.key(0))
+    (x,) = model.example_inputs(jax.random.key(1), batch=3)
+    _, new_state = model.apply(params, state, x)
+    tokens = np.asarray(x, np.float64).reshape(-1, 8)
+    logits = [
+        tokens @ np.asarray(params["a"]["router"]),
+        2 * tokens @ np.asarray(params["b"]["router"]),
+    ]
+    pooled = float(pooled_balance_loss(new_state))
+    assert pooled == pytest.approx(_hf_pooled(logits, 2), rel=1e-5)
+    per_layer = [2 * float(new_state[n]["aux"]) for n in ("a", "b")]  # k·ours is theirs
+    assert per_layer[0] == pytest.approx(_hf_pooled(logits[:1], 2), rel=1e-5)
+    assert pooled != pytest.approx(sum(per_layer) / 2, rel=1e-6)

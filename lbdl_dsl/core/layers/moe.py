@@ -26,6 +26,7 @@ class MoeAttrs(Attrs):
     hidden: Expr
     capacity: float | None  # bounds each expert's buffer in training; None: drops none
     act: str  # the gate's activation: silu (SwiGLU experts), gelu or gelu-tanh (GeGLU)
+    pool: bool = False  # keep the routing statistics (`load`, `prob`) to pool across layers
 
 
 _ACTS = {"swiglu": "silu", "geglu": "gelu", "geglu-tanh": "gelu-tanh"}
@@ -43,8 +44,24 @@ def _attrs(c: Ctx) -> MoeAttrs:
         c.fail(f"the capacity factor must be positive, got {c.hp['cap']}", hparam="cap")
     hidden = c.hp.get("hidden")
     return MoeAttrs(
-        e, k, hidden if hidden is not None else 4 * c.x[1], c.hp["cap"], _ACTS[c.hp["act"]]
+        e,
+        k,
+        hidden if hidden is not None else 4 * c.x[1],
+        c.hp["cap"],
+        _ACTS[c.hp["act"]],
+        c.hp["pool"],
     )
+
+
+def _state(c: Ctx) -> dict[str, PSpec]:
+    """The layer's load-balancing loss; with `pool=true` also what it is made of, per expert:
+    the share of the k·tokens choices it got (`load`, times k) and its mean probability
+    (`prob`), which `pooled_balance_loss` averages over the layers before multiplying."""
+    out = {"aux": PSpec((), ZEROS, ())}
+    if c.a.pool:
+        e = c.a.experts
+        out |= {"load": PSpec((e,), ZEROS, ("experts",)), "prob": PSpec((e,), ZEROS, ("experts",))}
+    return out
 
 
 def _params(c: Ctx) -> dict[str, PSpec]:
@@ -137,6 +154,13 @@ MOE = Layer(
         HP("hidden", "size", None, "each expert's hidden dimension (default 4D)"),
         HP("act", "choice", "swiglu", "each expert's gated activation", tuple(_ACTS)),
         HP(
+            "pool",
+            "bool",
+            False,
+            "keep each layer's routing statistics (state `load`, `prob`) for a loss pooled "
+            "across layers (`pooled_balance_loss`, transformers' Mixtral's)",
+        ),
+        HP(
             "cap",
             "float",
             None,
@@ -147,13 +171,14 @@ MOE = Layer(
     resolve=_attrs,
     shape=lambda c: c.x,
     params=_params,
-    state=lambda c: {"aux": PSpec((), ZEROS, ())},
+    state=_state,
     macs=_macs,
     example=("6×8", "moe e=4 k=2 hidden=12"),
     cases=(
         ("8×8", "moe e=4 k=1 hidden=6 cap=0.5 act=geglu"),
         ("7×8", "moe e=3 k=2 hidden=5 cap=4.0"),
         ("6×8", "moe e=3 k=2 hidden=5 act=geglu-tanh"),
+        ("6×8", "moe e=4 k=2 hidden=5 pool=true"),
     ),
     reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
     expert=_expert,

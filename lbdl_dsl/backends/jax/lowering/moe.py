@@ -10,8 +10,15 @@ def moe(e: Emit) -> str:
     kw: dict[str, object] = {"k": e.a.k, "act": repr(e.a.act)}
     if e.a.capacity is not None:  # a capacity bounds the buffers in training only
         kw |= {"capacity": e.a.capacity, "train": e.train}
-    call = e.call("moe", e.x[0], weights + "}", **kw)
-    y, aux = e.unpack(call, e.target, "aux")
+    if e.a.pool:  # the routing statistics, for a loss pooled across layers
+        kw["stats"] = True
+        y, aux, load, prob = e.unpack(
+            e.call("moe", e.x[0], weights + "}", **kw), e.target, "aux", "load", "prob"
+        )
+        e.set_state("load", load)
+        e.set_state("prob", prob)
+    else:
+        y, aux = e.unpack(e.call("moe", e.x[0], weights + "}", **kw), e.target, "aux")
     e.set_state("aux", aux)
     return y
 

@@ -74,14 +74,53 @@ def moe(
     act: str,
     capacity: float | None = None,
     train: bool = False,
+    stats: bool = False,
 ) -> tuple:
-    """Sparse mixture of gated experts on x (B, T, D); returns (y, load-balancing loss).
+    """Sparse mixture of gated experts on x (B, T, D); returns (y, load-balancing loss), and
+    with ``stats`` each expert's load (k times its share of the choices) and mean probability,
+    which `pooled_balance_loss` pools across layers.
 
     ``p``: router (D, E); gate, up (E, D, F); down (E, F, D).
     """
     buffers, weights, aux = moe_dispatch(x, p["router"], k=k, capacity=capacity, train=train)
+    if stats:
+        load, prob = routing_stats(x, p["router"], k=k)
     g = jnp.einsum("ecd,edf->ecf", buffers, p["gate"])
     g = silu(g) if act == "silu" else gelu(g, approximate=act == "gelu-tanh")
     h = g * jnp.einsum("ecd,edf->ecf", buffers, p["up"])
     ys = jnp.einsum("ecf,efd->ecd", h, p["down"])
+    if stats:
+        return moe_combine(ys, weights, x.shape[:-1]), aux, load, prob
     return moe_combine(ys, weights, x.shape[:-1]), aux
+
+
+def routing_stats(x: jax.Array, router: jax.Array, *, k: int) -> tuple:
+    """Per expert: the number of times it is among a token's top k, per token (k times its
+    share of the choices), and its mean router probability, over the tokens of x."""
+    tokens = x.reshape(-1, x.shape[-1])
+    probs = jax.nn.softmax(dense(tokens, router).astype(jnp.float32), axis=-1)
+    _, chosen = jax.lax.top_k(probs, k)
+    load = jnp.mean(jnp.sum(jax.nn.one_hot(chosen, router.shape[-1]), axis=1), axis=0)
+    return load, jnp.mean(probs, axis=0)
+
+
+def pooled_balance_loss(state) -> jax.Array:
+    """The load-balancing loss pooled across layers, as transformers' Mixtral computes it
+    (``load_balancing_loss_func``): E·Σ_e load_e·prob_e with each expert's load and mean
+    probability averaged over every `moe` layer of ``state`` (each layer's `load` and `prob`,
+    kept with ``pool=true``; a stacked ×N group holds one row per layer) before multiplying,
+    rather than a mean of the layers' own losses."""
+    loads, probs = [], []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if "load" in node and "prob" in node:
+                loads.append(node["load"].reshape(-1, node["load"].shape[-1]))
+                probs.append(node["prob"].reshape(-1, node["prob"].shape[-1]))
+            for value in node.values():
+                walk(value)
+
+    walk(state)
+    load = jnp.mean(jnp.concatenate(loads), axis=0)
+    prob = jnp.mean(jnp.concatenate(probs), axis=0)
+    return load.shape[-1] * jnp.sum(load * prob)
