@@ -94,3 +94,13 @@ def test_a_forward_pass_and_a_training_step() -> None:
     assert float(loss(optax.apply_updates(params, updates))) < float(value)
     a_log = jax.tree.leaves({k: v for k, v in grads.items() if k == "repeat_0"})
     assert any(g.shape[-1] == 16 and float(jnp.abs(g).sum()) > 0 for g in a_log)
+
+
+def test_the_scan_s_states_are_counted_as_activations() -> None:
+    """A sequence of T holds T·E·N states per layer while training (E = 2D, N = 16): the
+    activations count them beside each box's output."""
+    small = lbdl_dsl.compile(str(SPEC), N=2, D=32, V=100, T=16)
+    text = "model m:\n  input X: 16×32\n  mamba\n"
+    one = lbdl_dsl.compile("m.lbdl", text=text).checked.totals["activations"].as_int()
+    assert one == 16 * 32 + 16 * 64 * 16  # the output, and the states
+    assert small.checked.totals["activations"].as_int() > 2 * 16 * 64 * 16
