@@ -601,12 +601,27 @@ def _needs(layer: Layer, decl: HP, plan: _LayerPlan, st: ast.Box) -> LbdlError:
     )
 
 
+_FILLER = frozenset({"number", "of", "the", "a", "an"})
+
+
 def _named_by_doc(word: str, hparams: tuple[HP, ...]) -> str | None:
-    """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`)."""
+    """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`).
+    The one whose doc names it first wins, singular or plural and past "number of", so that
+    `heads=4` on attention suggests `h` ("number of heads"), not `kv` ("key/value heads")."""
+    wanted = word.lower().rstrip("s")
+    best: tuple[tuple[int, int], HP] | None = None
     for h in hparams:
-        if word.lower() in (w.strip(",;:()`").lower() for w in h.doc.split()[:2]):
-            return f"did you mean `{h.name}` ({h.doc.split(',')[0]})?"
-    return None
+        clause = h.doc.split(",")[0]
+        words = [w.strip(",;:()`").lower() for w in clause.split()]
+        words = [w.rstrip("s") for w in words if w not in _FILLER]
+        if wanted in words[:2]:
+            rank = (words.index(wanted), len(words))
+            if best is None or rank < best[0]:
+                best = (rank, h)
+    if best is None:
+        return None
+    h = best[1]
+    return f"did you mean `{h.name}` ({h.doc.split(',')[0]})?"
 
 
 def _annot(shape: ast.ShapeAST, dims: tuple[Expr, ...]) -> Annotation:

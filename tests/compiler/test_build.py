@@ -495,3 +495,13 @@ def test_every_stage_of_compile_spec_collects_less_often(monkeypatch: pytest.Mon
     finally:
         gc.set_threshold(*before)
     assert seen == {"parse": YOUNG, "check": YOUNG}
+
+
+def test_a_hint_names_the_hyper_parameter_its_doc_names_first(
+    build: Callable[[str], Program],
+) -> None:
+    """`heads=4` on attention meant `h` ("number of heads"), which the hint once missed for
+    `kv` ("key/value heads"): the doc that names the word first wins."""
+    with pytest.raises(LbdlError) as err:
+        build("model m:\n  input X: 8×16\n  self-att heads=4\n")
+    assert err.value.first.hint == "did you mean `h` (number of heads)?"
