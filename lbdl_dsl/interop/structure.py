@@ -78,12 +78,12 @@ def renames(
             loose.setdefault(_loose(form), []).append(path)
     out: dict[str, str] = {}
     for path in missing:
-        if (form := theirs.get(path)) is None:
+        if (shape := theirs.get(path)) is None:
             continue
-        found = exact.get(form) or loose.get(_loose(form), [])
+        found = exact.get(shape) or loose.get(_loose(shape), [])
         if len(found) > 1:
             raise LbdlError(
-                f"the map's `{path}` ({form}) fits several arrays of the spec: "
+                f"the map's `{path}` ({shape}) fits several arrays of the spec: "
                 + ", ".join(f"`{p}`" for p in found),
                 None,
                 hint="name the boxes as the map's spec does, or keep one box of each kind "
