@@ -99,6 +99,9 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("llama2-7b", {"T": 4096}, {"P": (4096, 32_000)}, 6_738_415_616),
     ("mistral-7b", {"T": 4096}, {"P": (4096, 32_000)}, 7_241_732_096),
     ("mixtral-8x7b", {"T": 4096}, {"P": (4096, 32_000)}, 46_702_792_704),
+    # Encoder-decoder with relative positions computed in the spec (issue 41): transformers'
+    ("t5-small", {}, {"Z": (64, 512), "P": (64, 32_128)}, 60_506_624),  # google-t5/t5-small
+    ("mamba-130m", {"T": 64}, {"P": (64, 50_280)}, 129_135_360),  # state-spaces/mamba-130m
     # Vision and diffusion (issue 13): torchvision, timm and the DiT authors' code.
     ("convnext-t", {}, {"Ŷ": (1000,)}, 28_589_128),  # torchvision convnext_tiny
     ("swin-t", {}, {"Ŷ": (1000,)}, 28_288_354),  # torchvision swin_t

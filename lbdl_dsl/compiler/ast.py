@@ -83,11 +83,12 @@ class Box:
 
 @dataclass(frozen=True)
 class RepeatGroup:
-    """A dashed frame ``×N`` around a group of boxes."""
+    """A dashed frame ``×N`` around a group of boxes; ``×N as i:`` names the copy's index."""
 
     count: SizeExpr
     body: tuple[Stmt, ...]
     span: Span
+    index: str | None = None  # the name of the copy's index (from 0), if the spec gives one
 
 
 @dataclass(frozen=True)

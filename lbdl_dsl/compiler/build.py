@@ -300,7 +300,14 @@ class _Builder:
         framed: bool = False,
     ) -> None:
         count = self.count(scope, st.count)
-        body, sub = self.subgraph(scope, st.body, framed)
+        index = st.index
+        if index is not None and (index in scope.known or index in scope.params):
+            raise LbdlError(
+                f"the copy's index `{index}` would hide the size or parameter `{index}`",
+                st.span,
+                hint="name the index differently, e.g. `×N as k:`",
+            )
+        body, sub = self.subgraph(scope, st.body, framed, index)
         node = RepeatNode(
             id=scope.new_id("repeat"),
             span=st.span,
@@ -308,6 +315,7 @@ class _Builder:
             count=count,
             count_span=st.count.span,
             annotation=annotation,
+            index=index,
         )
         self.emit(scope, node, [self.flowing(scope, st.span), *sub.captures])
 
@@ -342,7 +350,7 @@ class _Builder:
             )
         e = as_size(given["e"].value, "e", scope.known)
         k = as_size(given["k"].value, "k", scope.known) if "k" in given else Expr.lift(2)
-        cap = 1.25
+        cap: float | None = None
         if "cap" in given:
             value = given["cap"].value
             number = value.value if isinstance(value, ast.Literal) else None
@@ -432,9 +440,16 @@ class _Builder:
         return expr
 
     def subgraph(
-        self, scope: _Scope, stmts: tuple[ast.Stmt, ...], framed: bool = False
+        self,
+        scope: _Scope,
+        stmts: tuple[ast.Stmt, ...],
+        framed: bool = False,
+        index: str | None = None,
     ) -> tuple[Graph, _Scope]:
-        sub = _Scope(Graph(), scope.known, scope.params, parent=scope, in_model=scope.in_model)
+        known, params = scope.known, scope.params
+        if index is not None:  # `×N as i:`: the copy's index, for rates that follow depth
+            known, params = known | {index}, params | {index}
+        sub = _Scope(Graph(), known, params, parent=scope, in_model=scope.in_model)
         first = scope.graph.node(self.flowing(scope, stmts[0].span)) if stmts else None
         sub.graph.add(InputNode(id="input", span=first.span if first else Span.point("", 1, 1)))
         sub.graph.inputs.append("input")
@@ -586,12 +601,27 @@ def _needs(layer: Layer, decl: HP, plan: _LayerPlan, st: ast.Box) -> LbdlError:
     )
 
 
+_FILLER = frozenset({"number", "of", "the", "a", "an"})
+
+
 def _named_by_doc(word: str, hparams: tuple[HP, ...]) -> str | None:
-    """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`)."""
+    """`stride=2` on a convolution: the hyper-parameter whose doc opens with that word (`s`).
+    The one whose doc names it first wins, singular or plural and past "number of", so that
+    `heads=4` on attention suggests `h` ("number of heads"), not `kv` ("key/value heads")."""
+    wanted = word.lower().rstrip("s")
+    best: tuple[tuple[int, int], HP] | None = None
     for h in hparams:
-        if word.lower() in (w.strip(",;:()`").lower() for w in h.doc.split()[:2]):
-            return f"did you mean `{h.name}` ({h.doc.split(',')[0]})?"
-    return None
+        clause = h.doc.split(",")[0]
+        words = [w.strip(",;:()`").lower() for w in clause.split()]
+        words = [w.rstrip("s") for w in words if w not in _FILLER]
+        if wanted in words[:2]:
+            rank = (words.index(wanted), len(words))
+            if best is None or rank < best[0]:
+                best = (rank, h)
+    if best is None:
+        return None
+    h = best[1]
+    return f"did you mean `{h.name}` ({h.doc.split(',')[0]})?"
 
 
 def _annot(shape: ast.ShapeAST, dims: tuple[Expr, ...]) -> Annotation:

@@ -116,7 +116,8 @@ class CallNode:
 
 @dataclass(frozen=True, kw_only=True)
 class RepeatNode:
-    """A ×N frame; `body` is one copy."""
+    """A ×N frame; `body` is one copy. ``index`` names the copy's number (``×N as i:``), which
+    a number-valued hyper-parameter of the body may read (a rate that grows with depth)."""
 
     kind: ClassVar[str] = "repeat"
     op: ClassVar[str] = ""
@@ -127,6 +128,7 @@ class RepeatNode:
     count_span: Span
     annotation: Annotation | None = None
     name: str | None = None
+    index: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,8 +147,9 @@ class ResidualNode:
 
 @dataclass(frozen=True, kw_only=True)
 class ExpertsNode:
-    """``experts e=E k=K cap=1.25:``: a router and E copies of `body` (one expert, which sees
-    one token's vector); each token goes to its top k experts, within each one's capacity."""
+    """``experts e=E k=K:``: a router and E copies of `body` (one expert, which sees one
+    token's vector); each token goes to its top k experts. ``cap=1.25`` bounds each expert's
+    buffer in training; without it (and always in evaluation) no token is dropped."""
 
     kind: ClassVar[str] = "experts"
     op: ClassVar[str] = ""
@@ -155,7 +158,7 @@ class ExpertsNode:
     body: Graph
     experts: Expr
     k: Expr
-    capacity: float
+    capacity: float | None = None
     spans: tuple[tuple[str, Span], ...] = ()  # where each hyper-parameter is written
     annotation: Annotation | None = None
     name: str | None = None

@@ -121,6 +121,9 @@ def normalise(layer: Layer, hp: HP, value: ast.Value, known: set[str], params: s
     if kind == "bool":
         return _as_bool(value, hp.name, params)
     if kind == "float":
+        word = getattr(value, "bare_name", None)
+        if word is not None and word in hp.choices:  # a float's words: `scale=none`
+            return str(word)
         return _as_float(value, hp.name, params)
     if kind == "choice":
         return _as_choice(value, hp, params)
@@ -175,6 +178,8 @@ def coerce(layer: Layer, hp: HP, value: HValue, where: str) -> HValue:
     if kind == "bool":
         bad = not isinstance(value, bool)
     elif kind == "float":
+        if isinstance(value, str) and value in hp.choices:
+            return value
         if isinstance(value, Expr) and value.is_const:
             return float(value.const_value)
         bad = isinstance(value, bool) or not isinstance(value, (int, float))

@@ -11,6 +11,7 @@ copy sees the shapes of the copy before it.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 from collections.abc import Hashable
@@ -42,11 +43,37 @@ from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
 from lbdl_dsl.core.layers import Ctx, Layer, ShapeFailure, lookup
 from lbdl_dsl.core.layers.base import ZEROS, FanIn, PSpec, Shape, fmt_shape
-from lbdl_dsl.core.symbolic import Expr, InexactDivision
+from lbdl_dsl.core.symbolic import Expr, InexactDivision, PerCopy
 
 _MAX_DIAGNOSTICS = 20
 
 Env = dict[str, Any]
+
+_INDICES: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "indices", default=frozenset()
+)
+"""The names of the copy indices of the ×N groups being checked (``×N as i:``)."""
+_RANGES: contextvars.ContextVar[tuple[tuple[str, tuple[int, int | None]], ...]] = (
+    contextvars.ContextVar("ranges", default=())
+)
+"""Each index's first and last value over the copies being checked (None: not known)."""
+
+
+def _attrs_per_copy(attrs: Any, per_copy: dict[str, PerCopy], node: Any) -> Any:
+    """The resolved record with each per-copy value in place of the first copy's: only a
+    hyper-parameter the record keeps as written may follow the index."""
+    if attrs is None:
+        return attrs
+    names = {name for name, _ in attrs.items()}
+    for key in per_copy:
+        if key not in names:
+            raise LbdlError(f"`{key}` of `{node.op}` cannot follow the copy's index", node.span)
+    values = tuple((k, per_copy.get(k, v)) for k, v in attrs.items())
+    if type(attrs).__name__ == "Given":
+        return type(attrs)(values)
+    return dataclasses.replace(attrs, **{k: v for k, v in per_copy.items()})
+
+
 """Symbols and parameters in scope: sizes as `Expr`, and any other hyper-parameter value."""
 RF = tuple[Expr, Expr] | None  # receptive field and cumulative stride, when it has one
 Window = tuple[int, int, int] | None  # a layer's kernel, stride and dilation, for the RF
@@ -299,6 +326,7 @@ class Checker:
                     node.span,
                     hint=f"write `{name}=...` or the output shape at the right of the box",
                 )
+        hp, per_copy = self.at_the_ends(inst, layer, hp, ann)
         key = _rules_key(node.op, hp, inst.inputs)
         known = self.rules_memo.get(key) if key is not None else None
         if known is None:
@@ -311,12 +339,39 @@ class Checker:
                 self.compare(inst, ann, known.out)
         out = known.out
         inst.hp, inst.attrs = hp, known.attrs
+        if per_copy:
+            inst.hp, inst.attrs = hp | per_copy, _attrs_per_copy(known.attrs, per_copy, node)
         if layer.inside is not None:
             self.composite(inst, layer, out)
         if node.shares:
             self.tie(inst, graph, layer)
         rf = self.rf(inst, layer, known.window, out)
         return Tensor(out, known.dtype, known.vocab, _where(node), node.span, rf)
+
+    def at_the_ends(
+        self,
+        inst: Inst,
+        layer: Layer,
+        hp: dict[str, Any],
+        ann: Shape | None,
+    ) -> tuple[dict[str, Any], dict[str, PerCopy]]:
+        """A box whose rates follow a copy's index: its rules run at the first and the last
+        copy's values (a rate the rules refuse fails at its copy); the first copy's values
+        are then the box's, as the counts do not depend on them."""
+        per_copy = {k: v for k, v in hp.items() if isinstance(v, PerCopy)}
+        if not per_copy:
+            return hp, per_copy
+        ranges = _RANGES.get()
+        for index, (lo, hi) in ranges:
+            for end in {lo, hi} - {None}:
+                assert end is not None  # for mypy: removed above
+                ends = {k: PerCopy(v.expr.subs({index: end})) for k, v in per_copy.items()}
+                if all(v.expr.is_const for v in ends.values()):
+                    self.run_rules(
+                        inst, layer, hp | {k: v.at(index, end) for k, v in ends.items()}, ann
+                    )
+        first = {k: v.expr.subs({i: lo for i, (lo, _) in ranges}) for k, v in per_copy.items()}
+        return hp | {k: float(v.const_value) for k, v in first.items()}, per_copy
 
     def run_rules(self, inst: Inst, layer: Layer, hp: dict[str, Any], ann: Shape | None) -> _Rules:
         """The entry's rules on one box: attributes, output shape (compared with the
@@ -386,6 +441,16 @@ class Checker:
                 continue
             value = _subs(raw, env)
             decl = layer.hparam(key)
+            if isinstance(value, Expr) and value.free_symbols & _INDICES.get():
+                if decl is None or decl.kind != "float":
+                    raise LbdlError(
+                        f"`{key}` of `{node.op}` cannot follow the copy's index: only a number "
+                        "(a rate) may differ between the copies of a ×N group",
+                        node.span,
+                        hint="the copies of a frame share their shapes, so a size cannot vary",
+                    )
+                hp[key] = PerCopy(value)
+                continue
             if isinstance(raw, ParamRef) or (
                 isinstance(raw, Expr) and decl is not None and decl.kind == "float"
             ):
@@ -625,9 +690,18 @@ class Checker:
             return x
         seen_in = x
         done = 0
+        if node.index is not None:  # the index stays a symbol: each copy's values follow it
+            env = env | {node.index: Expr({((node.index, 1),): Fraction(1)})}
         while n is None or done < n:
             before = self.layers_seen
-            body, result, _ = self.graph(node.body, [seen_in, *captures], env)
+            scope = {node.index: (done, None if n is None else n - 1)} if node.index else {}
+            indices = _INDICES.set(_INDICES.get() | scope.keys())
+            ranges = _RANGES.set((*_RANGES.get(), *scope.items()))
+            try:
+                body, result, _ = self.graph(node.body, [seen_in, *captures], env)
+            finally:
+                _INDICES.reset(indices)
+                _RANGES.reset(ranges)
             if result is None:
                 inst.copies = copies + [Copies(body, Expr.lift(1))]
                 raise _poison()

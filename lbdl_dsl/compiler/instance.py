@@ -190,6 +190,9 @@ def _totals(inst: Inst, memo: dict[int, _Sums], kept: _Kept) -> _Sums:
     out = inst.output
     if out is not None and inst.inside is None and isinstance(inst.node, LayerNode):
         acts = _numel(out.shape)
+        held = getattr(inst.attrs, "scan_state", None)  # a state-space box's states (Mamba)
+        if isinstance(held, Expr):
+            acts = acts + (c if (c := held.as_int()) is not None else held)
     macs: Count | None = inst.macs.as_int()
     if macs is None:  # a polynomial
         macs = inst.macs

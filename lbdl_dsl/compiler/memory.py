@@ -133,8 +133,12 @@ def _splits(checked: Checked, layout: Layout) -> _Splits:
 
 
 def _attention_inside(inst: Inst) -> Expr:
-    """What attention keeps for its backward pass beyond its output, per sample: Q, K and V."""
+    """What attention keeps for its backward pass beyond its output, per sample: Q, K and V;
+    and what a state-space box's record says its scan holds (`scan_state`: Mamba's T·E·N)."""
     a = inst.attrs
+    held = getattr(a, "scan_state", None)
+    if isinstance(held, Expr):
+        return held
     if inst.node.op != "mha" or not isinstance(a, HeadsAttrs):
         return Expr()
     t, s = inst.inputs[0].shape[0], inst.inputs[-1].shape[0]

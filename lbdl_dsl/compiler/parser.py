@@ -779,7 +779,8 @@ class _ToAst:
         return tuple(c)
 
     def repeat_group(self, meta: Span, c: Children) -> ast.RepeatGroup:
-        return ast.RepeatGroup(self._size(c[1]), c[2], meta)
+        index = str(c[2]) if c[2] is not None else None
+        return ast.RepeatGroup(self._size(c[1]), c[3], meta, index)
 
     def shortcut(self, meta: Span, c: Children) -> Shortcut:
         return (c[0], meta)

@@ -127,7 +127,8 @@ def _node_line(node: Node, preds: list[str]) -> str:
             head = "residual"
         case ExpertsNode():
             head = "experts"
-            hp = f"e={node.experts} k={node.k} cap={node.capacity}"
+            hp = f"e={node.experts} k={node.k}"
+            hp += f" cap={node.capacity}" if node.capacity is not None else ""
         case LayerNode() | CallNode():
             hp = " ".join(f"{k}={_value(v)}" for k, v in node.hparams if v is not None)
             if isinstance(node, LayerNode) and node.shares:
@@ -175,7 +176,7 @@ def shapes_text(checked: Checked) -> str:
         macs = inst.totals.get("macs", Expr())
         attrs = inst.attrs.text() if inst.attrs is not None else ""
         if inst.kind == "experts":
-            attrs = " ".join(f"{k}={v}" for k, v in inst.hp.items())
+            attrs = " ".join(f"{k}={v}" for k, v in inst.hp.items() if v is not None)
         lines.append(
             f"{'/'.join(path)}: {inst.node.op or inst.kind} -> {out}"
             f"  params={fmt_count(params)} macs={fmt_count(macs)}{times}"

@@ -415,3 +415,18 @@ def fmt_count(value: Expr | int) -> str:
             return str(value)
         value = as_int
     return f"{value:,}"
+
+
+@dataclass(frozen=True)
+class PerCopy:
+    """A number that follows the copy's index in a ×N group (``×N as i:`` … ``p=0.1*i/17``):
+    the expression, in the index's symbol, kept as written so that the figure shows the
+    schedule once and the code computes each copy's value from its index."""
+
+    expr: Expr
+
+    def at(self, index: str, value: int) -> float:
+        return float(self.expr.subs({index: value}).const_value)
+
+    def __str__(self) -> str:
+        return str(self.expr)

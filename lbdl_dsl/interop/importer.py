@@ -16,13 +16,14 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span, did_you_mean
+from lbdl_dsl.interop import structure
 from lbdl_dsl.interop.fit import Binding, Plan, Problem, bind, check, choose_variant, coverage
 from lbdl_dsl.interop.fit import listing as _list
 from lbdl_dsl.interop.layout import FamilyMap
@@ -226,11 +227,31 @@ def plan_import(
     state = model.module["STATE"]
     tables = view_table(model)
     fam = choose_variant(variants, tables, shapes)
+    plan = bind(fam, shapes)
+    # a spec that names its boxes otherwise: the map's paths found by their structure
+    moved = structure.renames(model, fam.spec, plan.targets, tables)
+    if moved:
+        for b in plan.bindings:
+            names = tuple(moved.get(t, t) for t in b.rule.targets)
+            b.rule = replace(b.rule, target=names[0] if isinstance(b.rule.target, str) else names)
+        plan.targets = {t: (b, k) for b in plan.bindings for k, t in enumerate(b.rule.targets)}
+    back = {v: k for k, v in moved.items()}
     cut = copies(model)
-    computed = {k: v for k, v in state.items() if fam.computes(cut[k].view if k in cut else k)}
+
+    def computes(path: str) -> bool:
+        view = cut[path].view if path in cut else path
+        if fam.computes(view):
+            return True
+        *box, name = view.split("/")
+        return any(
+            fam.computes(f"{k.rsplit('/', 1)[0]}/{name}")
+            for v, k in back.items()
+            if v.rsplit("/", 1)[0] == "/".join(box)
+        )
+
+    computed = {k: v for k, v in state.items() if computes(k)}
     skip = {cut[k].view if k in cut else k for k in computed}
     tables = {k: v for k, v in tables.items() if k not in skip}
-    plan = bind(fam, shapes)
     return plan, check(plan, shapes, tables), computed
 
 

@@ -66,6 +66,9 @@ NO_ONNX = {
     "has no ONNX form that onnxruntime runs",
     "experts": "its token dispatch (a one-hot into expert buffers whose capacity follows the "
     "batch) has no ONNX form that onnxruntime runs",
+    "scan": "its associative scan pads with interior padding, which ONNX's Pad has not",
+    "mamba": "its selective scan is an associative scan, which pads with interior padding, "
+    "which ONNX's Pad has not",
 }
 """Boxes refused before converting, with the reason: the converter would fail deep inside, or
 write a file onnxruntime cannot load (OneHot), and neither says which box is to blame."""

@@ -24,6 +24,7 @@ CATEGORIES = (
     ("Pooling", "Pooling, upsampling and patches."),
     ("Normalisation", "Normalisation layers (book § 4.6)."),
     ("Activation", "Activations and dropout: shape-preserving, parameter-free."),
+    ("Maths", "Elementwise functions: shape-preserving, parameter-free, Booleans refused."),
     ("Attention", "The attention operator and multi-head attention (book § 4.8)."),
     ("Transformer", "The three transformer blocks of Fig. 5.6, each drawn as one tall box."),
     ("Tensor", "Moving and picking values without parameters."),

@@ -54,7 +54,7 @@ def _ffn(p: dict, t: np.ndarray) -> np.ndarray:
     return t + h @ q["fc_1"]["w"] + q["fc_1"]["b"]
 
 
-def _mixture(x: np.ndarray, p: dict, k: int, cap: float, body: Any) -> np.ndarray:
+def _mixture(x: np.ndarray, p: dict, k: int, cap: float | None, body: Any) -> np.ndarray:
     """A dense loop over experts: each kept (token, expert) adds gate · expert_e(token)."""
     tokens = x.reshape(-1, x.shape[-1])
     out = np.zeros_like(tokens)
@@ -86,9 +86,9 @@ def test_the_lowering_matches_a_dense_loop_over_experts(model: Any) -> None:
     (x,) = model.example_inputs(jax.random.key(1), batch=3)
     y, new_state = model.apply(params, state, x)
     p = _np(params)
-    want = _mixture(np.asarray(x, np.float64), p["experts_0"], 2, 1.5, _mlp)
+    want = _mixture(np.asarray(x, np.float64), p["experts_0"], 2, None, _mlp)  # evaluation
     for layer in range(2):
-        want = _mixture(want, _copy(p, layer, model)["experts_0"], 1, 1.25, _ffn)
+        want = _mixture(want, _copy(p, layer, model)["experts_0"], 1, None, _ffn)
     np.testing.assert_allclose(np.asarray(y), want, rtol=2e-4, atol=2e-5)
     assert new_state["experts_0"]["aux"].shape == ()
     for layer in range(2):
@@ -106,11 +106,18 @@ def test_a_full_expert_drops_the_tokens_beyond_its_capacity(model: Any) -> None:
     cap = math.ceil(1.5 * 2 * 6 / 4)  # 5 of the 6 first choices fit
     assert sum(1 for _, e, _ in routes if e == 0) == cap
     first = _mixture(x.astype(np.float64), p["experts_0"], 2, 1.5, _mlp)
-    jitted = jax.jit(lambda pr, s, a: model.apply(pr, s, a))
+    jitted = jax.jit(lambda pr, s, a: model.apply(pr, s, a, train=True))
     y, _ = jitted(params, state, x)
-    out = _mixture(first, _copy(p, 0, model)["experts_0"], 1, 1.25, _ffn)
-    out = _mixture(out, _copy(p, 1, model)["experts_0"], 1, 1.25, _ffn)
+    out = _mixture(first, _copy(p, 0, model)["experts_0"], 1, None, _ffn)  # no cap: no drop
+    out = _mixture(out, _copy(p, 1, model)["experts_0"], 1, None, _ffn)
     np.testing.assert_allclose(np.asarray(y), out, rtol=2e-4, atol=2e-5)
+    # evaluation routes every token, whatever the spec's capacity
+    y_eval, _ = model.apply(params, state, x)
+    every = _mixture(x.astype(np.float64), p["experts_0"], 2, None, _mlp)
+    for layer in range(2):
+        every = _mixture(every, _copy(p, layer, model)["experts_0"], 1, None, _ffn)
+    np.testing.assert_allclose(np.asarray(y_eval), every, rtol=2e-4, atol=2e-5)
+    assert not np.allclose(np.asarray(y_eval), np.asarray(y), atol=1e-3)
 
 
 def test_the_counts_are_all_experts_parameters_and_k_experts_macs() -> None:

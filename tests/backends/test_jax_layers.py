@@ -64,6 +64,14 @@ def _sizes(shape: str) -> dict[str, int]:
     return {"T": 6} if "T" in re.split(r"[×\s]", shape) else {}
 
 
+def _domain(layer, arrays: list) -> list:
+    """The example inputs inside the entry's domain: |x| + ½ for a function of positive
+    values (log, sqrt), so that its reference and its gradient are numbers."""
+    if not layer.positive:
+        return arrays
+    return [jnp.abs(a) + 0.5 if jnp.issubdtype(a.dtype, jnp.floating) else a for a in arrays]
+
+
 def _as_reference(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
@@ -75,7 +83,7 @@ def test_every_lowering_matches_its_entry_s_reference(layer, shape, line):
     reference in channels-first order, in evaluation mode."""
     model = lbdl_dsl.compile("case.lbdl", text=example_spec(shape, line), **_sizes(shape))
     params, state = model.init(jax.random.key(0))
-    arrays = model.example_inputs(jax.random.key(1), batch=2)
+    arrays = _domain(layer, model.example_inputs(jax.random.key(1), batch=2))
     # jitted: one program to compile, where running op by op compiled each operation apart
     # (the eager run is the next test's)
     y, _ = jax.jit(model.apply)(params, state, *arrays)
@@ -148,7 +156,7 @@ def test_every_entry_lowers_runs_and_differentiates(layer):
     sizes = {"T": 16} if "T" in re.split(r"[×\s]", layer.example[0]) else {}
     model = lbdl_dsl.compile("example.lbdl", text=example_spec(*layer.example), **sizes)
     params, state = model.init(jax.random.key(0))
-    inputs = model.example_inputs(jax.random.key(1), batch=2)
+    inputs = _domain(layer, model.example_inputs(jax.random.key(1), batch=2))
     y, _ = model.apply(params, state, *inputs)
     y = y["Y"] if isinstance(y, dict) else y  # a constant's model passes its input X through
     assert y.shape == (1 if layer.source else 2, *model.outputs["Y"])  # a constant: batch 1

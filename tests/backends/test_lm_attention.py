@@ -134,12 +134,16 @@ def test_bad_options_are_user_errors(compile_text, line: str, message: str) -> N
         compile_text(text)
 
 
-def test_a_float_mask_is_refused_with_a_hint(compile_text) -> None:
+def test_a_float_t_by_s_input_is_a_score_bias_and_two_masks_are_refused(compile_text) -> None:
+    """A float T×S after Q, K, V is added to the scores (an additive 0/−∞ mask reads as
+    meant); a Boolean one masks; two of either kind are refused with a hint."""
     text = "model m:\n  input M: T×T\n  input K: T×8\n  input X: T×8\n  attention(K, K, M)\n"
-    with pytest.raises(LbdlError, match="the mask must be Boolean") as err:
-        compile_text(text)
-    assert "declare it `bool`" in str(err.value)
+    compile_text(text)
     compile_text(text.replace("M: T×T", "M: T×T bool"))
+    two = "model m:\n  input M: T×T bool\n  input K: T×8\n  input X: T×8\n  attention(K, K, M, M)\n"
+    with pytest.raises(LbdlError, match="one Boolean mask and one additive score bias") as err:
+        compile_text(two)
+    assert "a mask is `bool`" in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +184,7 @@ def test_a_key_padding_mask_from_an_input(compile_text, inputs: str, line: str) 
 @pytest.mark.parametrize(
     ("inputs", "line", "message"),
     [
-        ("  input M: 7\n  input X: 7×16\n", "self-att(M) h=2", "its second input can only"),
+        ("  input M: 7\n  input X: 7×16\n", "self-att(M) h=2", "self-att reads one sequence"),
         ("  input M: 6 bool\n  input X: 7×16\n", "self-att(M) h=2", "the key mask must be 7"),
         ("  input M: 5×16\n  input Z: 5×16\n  input X: 7×16\n", "mha(Z, M) h=2", "must be bool"),
     ],

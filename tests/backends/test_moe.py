@@ -9,9 +9,10 @@ from pathlib import Path
 import jax
 import numpy as np
 import optax
+import pytest
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax.runtime_extra.moe import moe
+from lbdl_dsl.backends.jax.runtime_extra.moe import moe, pooled_balance_loss
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 
@@ -27,17 +28,36 @@ def test_tokens_beyond_capacity_are_dropped() -> None:
     p["router"][:] = 0.0
     p["router"][:, 0] = 100.0  # every token prefers expert 0 ...
     x = np.abs(np.random.default_rng(1).normal(size=(1, 8, 4))).astype(np.float32)
-    y, _ = moe(x, p, k=1, capacity=0.5, act="silu")  # ... which holds ⌈0.5·8/2⌉ = 2
+    y, _ = moe(x, p, k=1, capacity=0.5, act="silu", train=True)  # ... holds ⌈0.5·8/2⌉ = 2
     kept = np.abs(np.asarray(y)).sum(-1)[0] > 0
     assert kept.tolist() == [True, True] + [False] * 6
+    y, _ = moe(x, p, k=1, capacity=0.5, act="silu")  # evaluation: every token is routed
+    assert (np.abs(np.asarray(y)).sum(-1)[0] > 0).all()
+
+
+def test_in_evaluation_a_sample_never_depends_on_its_batch() -> None:
+    """Mixtral's reference drops no token: one sample's logits are the same alone or batched
+    (with the old default capacity 1.25 they differed by up to 0.66)."""
+    model = lbdl_dsl.compile(
+        str(SPECS / "mixtral-8x7b.lbdl"), N=1, D=16, H=2, KV=1, F=24, E=4, V=40, T=8
+    )
+    params, state = model.init(jax.random.key(0))
+    params = jax.tree_util.tree_map_with_path(  # every token's first choice is expert 0,
+        lambda path, v: v.at[..., 0].add(10.0) if "router" in str(path[-1]) else v,  # which a
+        params,  # capacity would overflow
+    )
+    (tokens,) = model.example_inputs(jax.random.key(1), batch=6)
+    alone, _ = model.apply(params, state, tokens[:1])
+    batched, _ = model.apply(params, state, tokens)
+    np.testing.assert_allclose(np.asarray(batched[:1]), np.asarray(alone), atol=1e-5)
 
 
 def test_balanced_routing_has_the_least_auxiliary_loss() -> None:
     p = _experts(4, 4, 3)
     x = np.random.default_rng(2).normal(size=(2, 16, 4)).astype(np.float32)
-    _, aux = moe(x, p, k=2, capacity=2.0, act="silu")
+    _, aux = moe(x, p, k=2, act="silu")
     p["router"][:] = 0.0
-    _, uniform = moe(x, p, k=2, capacity=2.0, act="silu")
+    _, uniform = moe(x, p, k=2, act="silu")
     assert float(uniform) <= float(aux) + 1e-6
     np.testing.assert_allclose(float(uniform), 1.0, rtol=1e-5)  # E · Σ_e (1/E)·(1/E) = 1
 
@@ -72,3 +92,37 @@ def test_a_training_step_adds_the_load_balancing_loss() -> None:
     opt = optax.adamw(1e-3)
     updates, _ = jax.jit(lambda g, p: opt.update(g, opt.init(p), p))(grads, params)
     assert jax.tree.structure(optax.apply_updates(params, updates)) == jax.tree.structure(params)
+
+
+def _hf_pooled(logits: list[np.ndarray], k: int) -> float:
+    """transformers' load_balancing_loss_func, in NumPy: the layers' router logits
+    concatenated, top-k one-hots and probabilities averaged over all their tokens."""
+    cat = np.concatenate(logits)
+    probs = np.exp(cat - cat.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    chosen = np.argsort(-probs, axis=-1)[:, :k]
+    mask = np.eye(cat.shape[-1])[chosen]  # (tokens, k, E)
+    return float(cat.shape[-1] * np.sum(mask.mean(0) * probs.mean(0)[None]))
+
+
+def test_the_load_balancing_loss_pooled_across_layers_is_transformers() -> None:
+    """Two mixtures with `pool=true` (one on X, one on its double): the pooled loss of their
+    statistics is transformers' over both layers' logits, not the mean of the two losses."""
+    text = (
+        "model m(D=8):\n  input X: 6×D\n  moe e=4 k=2 hidden=5 pool=true -> a\n"
+        "  from X\n  times a=2.0\n  moe e=4 k=2 hidden=5 pool=true -> b\n  +(a)\n  output Y\n"
+    )
+    model = lbdl_dsl.compile("m.lbdl", text=text)
+    params, state = model.init(jax.random.key(0))
+    (x,) = model.example_inputs(jax.random.key(1), batch=3)
+    _, new_state = model.apply(params, state, x)
+    tokens = np.asarray(x, np.float64).reshape(-1, 8)
+    logits = [
+        tokens @ np.asarray(params["a"]["router"]),
+        2 * tokens @ np.asarray(params["b"]["router"]),
+    ]
+    pooled = float(pooled_balance_loss(new_state))
+    assert pooled == pytest.approx(_hf_pooled(logits, 2), rel=1e-5)
+    per_layer = [2 * float(new_state[n]["aux"]) for n in ("a", "b")]  # k·ours is theirs
+    assert per_layer[0] == pytest.approx(_hf_pooled(logits[:1], 2), rel=1e-5)
+    assert pooled != pytest.approx(sum(per_layer) / 2, rel=1e-6)

@@ -209,3 +209,22 @@ def test_a_rate_may_be_an_expression_of_a_block_parameter():
     assert rates == pytest.approx([0.3, 0.7])
     with pytest.raises(LbdlError, match="9/2, not a whole number"):
         compile_spec("model m(n=9/2):\n  input X: 4\n  fc n\n", file="n.lbdl")
+
+
+def test_window_attention_pads_a_map_as_torchvision_s_swin() -> None:
+    """torchvision's shifted_window_attention on a 5×7 map with a 3×3 window shifted by 1: it
+    pads to 6×9 with zeros at the bottom and right, attends, and crops; so does window-att
+    (tests/fixtures/swin/make_padded_window.py; measured 4.8e-7 of outputs up to 3.1)."""
+    from lbdl_dsl.backends.jax.runtime_extra.vision import window_attention
+
+    d = np.load(Path(__file__).resolve().parents[1] / "fixtures" / "swin" / "padded-window.npz")
+    c = 8
+    w, b = d["qkv_w"], d["qkv_b"]
+    p = {f"w{n}": w[i * c : (i + 1) * c].T for i, n in enumerate("qkv")}
+    p |= {f"b{n}": b[i * c : (i + 1) * c] for i, n in enumerate("qkv")}
+    p |= {"wo": d["proj_w"].T, "bo": d["proj_b"], "table": d["table"]}
+    checked = compile_spec("model m:\n  input X: 8×5×7\n  window-att h=2 w=3 shift=1\n")
+    a = checked.checked.root[0].attrs
+    assert (a.window, a.shift, a.pad) == (3, 1, (1, 2))
+    y = window_attention(d["x"], p, heads=2, window=3, shift=1, pad=a.pad)
+    np.testing.assert_allclose(np.asarray(y), d["y"], atol=5e-6)

@@ -334,7 +334,9 @@ def test_hyphenated_words_are_words(build, compile_text) -> None:
     assert ffw.hp["act"] == "gelu-tanh"
     assert [d.as_int() for d in compiled.checked.outputs["Y"].shape] == [8, 14]
     with pytest.raises(
-        LbdlError, match="is one of `gelu`, `gelu-tanh`, `relu`, `swiglu`, `geglu`, not `gelu-tan`"
+        LbdlError,
+        match="is one of `gelu`, `gelu-tanh`, `relu`, `swiglu`, `geglu`, `geglu-tanh`, "
+        "not `gelu-tan`",
     ):
         compile_text("model m:\n  input X: 8×16\n  ffw hidden=64 act=gelu-tan\n")
 
@@ -493,3 +495,13 @@ def test_every_stage_of_compile_spec_collects_less_often(monkeypatch: pytest.Mon
     finally:
         gc.set_threshold(*before)
     assert seen == {"parse": YOUNG, "check": YOUNG}
+
+
+def test_a_hint_names_the_hyper_parameter_its_doc_names_first(
+    build: Callable[[str], Program],
+) -> None:
+    """`heads=4` on attention meant `h` ("number of heads"), which the hint once missed for
+    `kv` ("key/value heads"): the doc that names the word first wins."""
+    with pytest.raises(LbdlError) as err:
+        build("model m:\n  input X: 8×16\n  self-att heads=4\n")
+    assert err.value.first.hint == "did you mean `h` (number of heads)?"

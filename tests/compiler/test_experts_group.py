@@ -37,10 +37,10 @@ def test_the_group_builds_one_node_whose_body_is_one_expert(compile_text) -> Non
     assert "experts_0 = experts(input:X) e=E k=1 cap=2.0" in graph_text(program)
 
 
-def test_k_and_cap_default_to_two_and_one_and_a_quarter(compile_text) -> None:
+def test_k_defaults_to_two_and_there_is_no_capacity_unless_asked(compile_text) -> None:
     checked = compile_text(HEAD + "  experts e=E:\n" + BODY)
     assert "experts_0: experts -> 6×8" in shapes_text(checked)
-    assert "[e=4 k=2 cap=1.25]" in shapes_text(checked)
+    assert "[e=4 k=2]" in shapes_text(checked)
 
 
 @pytest.mark.parametrize(

@@ -120,7 +120,13 @@ def test_the_order_as_added_is_the_sorted_order(
     monkeypatch.setattr(Graph, "_added_in_order", lambda self: False)
     assert all(g._topological() == fast[id(g)] for g in graphs)
     assert short[id(program.model.body)]
-    assert sum(short.values()) * 2 > len(graphs)
+
+
+def test_most_graphs_take_the_short_way() -> None:
+    """Over all the specs: a frame whose first box reads a captured tensor (T5's stacks read
+    their bias so) is sorted through the heap, but most graphs are added in order."""
+    graphs = [g for spec in SPECS for g in _graphs(compile_spec(spec, stop_after="build").program)]
+    assert sum(g._added_in_order() for g in graphs) * 2 > len(graphs)
 
 
 def test_a_graph_not_added_in_order_is_sorted_by_the_heap() -> None:

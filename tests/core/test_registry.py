@@ -30,6 +30,7 @@ CATEGORIES = {
     "Pooling",
     "Normalisation",
     "Activation",
+    "Maths",
     "Attention",
     "Transformer",
     "Tensor",

@@ -99,7 +99,7 @@ def round_trips(name: str, tmp: Path, batch: int = 2) -> dict[str, float]:
     return errors
 
 
-NO_ONNX = {"mixtral-8x7b": "moe"}  # specs with a box of onnx_export.NO_ONNX
+NO_ONNX = {"mixtral-8x7b": "moe", "mamba-130m": "mamba"}  # specs with a box of onnx_export.NO_ONNX
 
 
 @pytest.mark.parametrize("name", [n for n in SPECS if not heavy(n)])

@@ -330,7 +330,9 @@ class Walker:
         ins = [s for s, _ in srcs]
         if isinstance(count, Expr) and count.as_int() == 1 and inst is not None and not failed:
             return self.result(node.body, body, ins, f"{path}/", depth, into)  # no ×1 frame
-        frame = Frame(f"cluster:{path}", "repeat", f"×{count}")
+        # a schedule over the copies names its index, whose formula the boxes inside show
+        named = f" as {node.index}" if node.index else ""
+        frame = Frame(f"cluster:{path}", "repeat", f"×{count}{named}")
         into.append(frame)
         before = len(self.sites)
         result = self.result(node.body, body, ins, f"{path}/", depth, frame.items)
@@ -347,7 +349,7 @@ class Walker:
         ek = (inst.hp["e"], inst.hp["k"]) if inst is not None and inst.hp else (0, 0)
         e = ek[0] or node.experts.as_int() or 2
         k = ek[1] or node.k.as_int() or 1
-        cap = f" cap={node.capacity:g}" if node.capacity != 1.25 else ""
+        cap = f" cap={node.capacity:g}" if node.capacity is not None else ""
         frame = Frame(f"cluster:{path}", "experts", "experts", f"e={e} k={k}{cap}")
         copies = inst.copies[0].body if inst is not None and inst.copies else []
         body = (node.body, copies)

@@ -23,7 +23,7 @@ from lbdl_dsl.backends.jax.runtime_source import available, bound_names, source_
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.compiler.paths import arrays
 from lbdl_dsl.core.errors import LbdlError
-from lbdl_dsl.core.layers.base import Const, FanIn, Init, Std, fmt_shape
+from lbdl_dsl.core.layers.base import Const, FanIn, Init, Normal, Std, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, sym
 
 _DTYPES = {"float32": "jnp.float32", "bfloat16": "jnp.bfloat16"}
@@ -41,6 +41,8 @@ def init_row(init: Init) -> tuple[str, float]:
             return "std", float(std)
         case Const(value=value):
             return "const", float(value)
+        case Normal(std=std, truncated=truncated):
+            return ("truncated_normal" if truncated else "normal"), float(std)
     raise AssertionError(init)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from lbdl_dsl.backends.jax import layout
 from lbdl_dsl.backends.jax.lowering import DECODE_LOWERINGS, LOWERINGS
-from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, size_code
+from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, rate_code, size_code
 from lbdl_dsl.backends.jax.runtime_source import defaults
 from lbdl_dsl.compiler import composite, decoding, storage
 from lbdl_dsl.compiler.graph import (
@@ -40,7 +40,7 @@ from lbdl_dsl.compiler.instance import Inst
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.base import Attrs, fmt_shape
-from lbdl_dsl.core.symbolic import Expr
+from lbdl_dsl.core.symbolic import Expr, PerCopy
 
 _INDENT = "    "
 DECODE_KEYS = ("pos", "context")
@@ -152,6 +152,9 @@ class _AttrView:
 
 
 def _code_value(value: Any, fn: Fn) -> Any:
+    if isinstance(value, PerCopy):  # a rate of the copy's index: computed in its step
+        e = value.expr
+        return Code(rate_code(e, {s: fn.symbol(s) for s in e.free_symbols}))
     if isinstance(value, Expr):
         v = value.as_int()
         if v is not None:
@@ -503,9 +506,21 @@ class Lowerer:
             if group.s:
                 sub.line("ns = {}")
             env = dict(zip(body.inputs, [Var(carry, x.layout, x.rank), *ins[1:]]))
+            index = inst.node.index if isinstance(inst.node, RepeatNode) else None
+            owner = fn.owner or fn
+            hidden = owner.symbols.get(index) if index else None
+            if index:  # the copy's index, a step's input (its values by copy: `first` on)
+                owner.symbols[index] = fn.names.fresh(index)
             self.stacked += not apart
             result = self.scope(sub, copies.body, body, env, inner, fn.names.fresh("h"))
             self.stacked -= not apart
+            read = bool(index) and f"${index}" in owner.uses
+            var = ""
+            if index:
+                var = owner.symbols.pop(index)
+                owner.uses.discard(f"${index}")
+                if hidden is not None:
+                    owner.symbols[index] = hidden
             result = self.convert(sub, result, x.layout, reuse=False)
             sub.line(f"return {result.name}, {'ns' if group.s else 'None'}")
             parts = [
@@ -513,9 +528,10 @@ class Lowerer:
                 for name, expr in (
                     ("p", group.p),
                     ("s", group.s),
+                    (var, f"jnp.arange({first}, {first + count})" if read else ""),
                     ("key", "key" in sub.uses or None),
                 )
-                if expr
+                if name and expr
             ]
             if "key" in sub.uses:
                 self.runtime.add("split_keys")
@@ -530,18 +546,8 @@ class Lowerer:
                 xs = f"({', '.join(e for _, e in parts)})" if parts else "None"
             fn.lines += sub.lines
             out = fn.names.fresh(f"ns_{inst.id}") if group.s else "_"
-            if apart:
-                self.runtime.add("each_copy")
-                remat = "" if storage.checkpointed_on_cpu(inst) else ", remat_on_cpu=False"
-                call = f"each_copy({step}, {x.name}, {xs}, {first}, {count}{remat})"
-                fn.line(f"{target}, {out} = {call}")
-            else:
-                # a copy that changes the shape (always counted once) cannot be a scan's body
-                loop = "unrolled" if self.unroll or count == 1 else "scan_group"
-                if self.decode and loop == "unrolled":  # weights split per layer beforehand
-                    loop = "each_layer"
-                self.runtime.add(loop)
-                fn.line(f"{target}, {out} = {loop}({step}, {x.name}, {xs}, {count})")
+            call = self.copies_call(inst, step, f"{x.name}, {xs}", first, count, apart)
+            fn.line(f"{target}, {out} = {call}")
             collected.append(out)
             x = Var(target, x.layout, x.rank)
         if self.stateful(inst):
@@ -556,6 +562,22 @@ class Lowerer:
             fn.line(f'{d.ns}["{inst.id}"] = {value}')
         return x
 
+    def copies_call(
+        self, inst: Inst, step: str, args: str, first: int, count: int, apart: bool
+    ) -> str:
+        """The call that runs one run of a ×N group's copies: each copy with its own arrays
+        (kept apart), or a loop over the stacked ones (a scan, or unrolled)."""
+        if apart:
+            self.runtime.add("each_copy")
+            remat = "" if storage.checkpointed_on_cpu(inst) else ", remat_on_cpu=False"
+            return f"each_copy({step}, {args}, {first}, {count}{remat})"
+        # a copy that changes the shape (always counted once) cannot be a scan's body
+        loop = "unrolled" if self.unroll or count == 1 else "scan_group"
+        if self.decode and loop == "unrolled":  # weights split per layer beforehand
+            loop = "each_layer"
+        self.runtime.add(loop)
+        return f"{loop}({step}, {args}, {count})"
+
     # -- mixtures of experts --------------------------------------------------------------------
     def experts(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         """Dispatch the tokens to (E, C, D) buffers, run one function of the body on every
@@ -567,9 +589,10 @@ class Lowerer:
         outer = d.sub(inst.id, True, True)
         buffers, gates, aux = (fn.names.fresh(n) for n in ("buffers", "gates", "aux"))
         self.runtime |= {"moe_dispatch", "moe_combine"}
-        # decoding drops no token: buffers that hold every token (capacity E/k)
-        cap = inst.hp["e"] / inst.hp["k"] if self.decode else inst.hp["cap"]
-        keywords = f"k={inst.hp['k']}, capacity={cap!r}"
+        keywords = f"k={inst.hp['k']}"
+        if inst.hp["cap"] is not None:  # a capacity bounds the buffers in training only
+            (fn.owner or fn).uses.add("train")
+            keywords += f", capacity={inst.hp['cap']!r}, train=train"
         fn.line(
             f'{buffers}, {gates}, {aux} = moe_dispatch({x.name}, {outer.p}["router"], {keywords})'
         )

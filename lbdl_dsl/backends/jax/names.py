@@ -88,6 +88,16 @@ class Namespace:
         return out
 
 
+def rate_code(expr: Expr, names: dict[str, str]) -> str:
+    """A float Python expression for a number that follows a copy's index (``0.1 * i / 17``):
+    each term's coefficient as a float times its symbols, true division, no rounding."""
+    terms = []
+    for mono, coef in expr.terms:
+        factors = [_atom_code(a, names) + (f" ** {p}" if p != 1 else "") for a, p in mono]
+        terms.append(" * ".join([repr(float(coef)), *factors]))
+    return " + ".join(terms) if terms else "0.0"
+
+
 def size_code(expr: Expr, names: dict[str, str]) -> str:
     """An integer Python expression for a size; exact divisions become one floor division."""
     c = expr.as_int()

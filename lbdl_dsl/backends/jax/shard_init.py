@@ -17,7 +17,7 @@ from math import prod
 
 import numpy as np
 
-_RANDOM = ("fan_in", "std")
+_RANDOM = ("fan_in", "std", "normal", "truncated_normal")
 _PERIOD = 1 << 128  # PCG64 advances modulo its period, so a jump back is a long jump forward
 _CHUNK = 1 << 18  # numbers drawn and scaled at a time, as init_arrays does
 
@@ -56,6 +56,8 @@ def offsets(table: Mapping[str, tuple]) -> dict[str, int]:
 
 def _bound(how: str, scale: float) -> np.float32:
     """The half-width of the uniform law, computed as `runtime.init_arrays` computes it."""
+    if how in ("normal", "truncated_normal"):
+        return np.float32(1.0)  # transformed by runtime.normal_from_uniform
     return np.float32(np.sqrt(3.0 / scale) if how == "fan_in" else np.sqrt(3.0) * scale)
 
 
@@ -95,4 +97,8 @@ def block(stream: Stream, entry: tuple, offset: int, index: tuple[slice, ...] | 
             stream.floats(offset + start + at, chunk)
             chunk *= np.float32(2.0) * bound  # [0, 1) -> [-bound, bound), as init_arrays
             chunk -= bound
+    if how in ("normal", "truncated_normal"):
+        from lbdl_dsl.backends.jax.runtime import normal_from_uniform
+
+        normal_from_uniform(out, scale, truncated=how == "truncated_normal")
     return out.reshape(dims)

@@ -54,6 +54,9 @@ class HeadsAttrs(Attrs):
     window: int = 0  # sliding window (keys within `window` positions); 0: none
     norm: str = "layernorm"  # the pre-norm, for self-att and cross-att
     masked: bool = False  # the last input is a key-padding mask (S bool)
+    keys_at: int = 0  # the input the keys and values come from (0: the queries' own)
+    bias_at: int = 0  # the input that is an additive score bias (G×T×S); 0: none
+    scale: float | None = None  # the scores' factor; None: 1/√dqk
 
 
 @dataclass(frozen=True)
@@ -133,13 +136,16 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
     """Resolve the heads of `mha`, `self-att` and `cross-att` against the query input."""
     x = c.rank(2, what="T×D sequence")
     masked = _masked(c)
-    if len(c.ins) == 3 and not masked:
+    others = [i for i in range(1, len(c.ins)) if i != _bias_input(c)]
+    if len(others) - masked > 1:
         c.fail(
-            "the third input of attention is a key mask and must be bool",
-            "declare it `M: S bool` (true keeps a key)",
+            "attention reads its queries, at most one sequence for its keys, a G×T×S score "
+            "bias and a key mask, which must be bool and come last",
+            "declare the mask `M: S bool` (true keeps a key); a score bias has three axes",
         )
-    if _keys_input(c) is not None:
-        c.rank(2, what="S×D sequence", i=1)
+    keys = _keys_input(c)
+    if keys is not None:
+        c.rank(2, what="S×D sequence", i=keys)
     z = _mha_z(c)
     if masked and c.ins[-1] != (z[0],):
         c.fail(
@@ -147,6 +153,13 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
             "true keeps a key; padding positions are false",
         )
     h, dqk, dv = _heads(c, x[1])
+    bias_at = _bias_input(c) or 0
+    if bias_at and c.ins[bias_at][1:] != (x[0], z[0]) or bias_at and not _heads_fit(c, bias_at, h):
+        c.fail(
+            f"the score bias must be {h}×{x[0]}×{z[0]} or 1×{x[0]}×{z[0]} (heads × queries × "
+            f"keys), got {fmt_shape(c.ins[bias_at])}",
+            "a bias shared by the heads has a first axis of 1",
+        )
     theta = c.hp["theta"] if c.hp["rope"] else 0.0
     rot = c.hp["rot"]
     if theta:
@@ -182,7 +195,27 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         window=window,
         norm=c.hp.get("norm", "layernorm"),
         masked=masked,
+        keys_at=keys or 0,
+        bias_at=bias_at,
+        scale=_scale(c),
     )
+
+
+def _heads_fit(c: Ctx, i: int, h: int) -> bool:
+    g = c.ins[i][0]
+    return g == Expr.lift(1) or g == Expr.lift(h)
+
+
+def _scale(c: Ctx) -> float | None:
+    """`scale=`: the scores' factor; `none` is 1 (T5); left out, 1/√d."""
+    s = c.hp.get("scale")
+    if s is None:
+        return None
+    if s == "none":
+        return 1.0
+    if not s > 0:
+        c.fail(f"the scale must be positive, got {s}", "`scale=none` multiplies by 1", "scale")
+    return float(s)
 
 
 def rope_ref(x: Any, theta: float, fraction: float = 1.0) -> Any:
@@ -212,9 +245,17 @@ def band_ref(tq: int, tk: int, window: int) -> Any:
     return keep
 
 
-def attention_ref(q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False) -> Any:
-    """softargmax(QKᵀ/√d)·V over (B, H, T, d) arrays, position by position; a query whose keys
-    are all masked gives zeros."""
+def attention_ref(
+    q: Any,
+    k: Any,
+    v: Any,
+    mask: Any = None,
+    causal: bool = False,
+    bias: Any = None,
+    scale: float | None = None,
+) -> Any:
+    """softargmax(QKᵀ/√d + bias)·V over (B, H, T, d) arrays, position by position (``scale``
+    instead of 1/√d where given); a query whose keys are all masked gives zeros."""
     np = numpy()
     b, h, tq, d = q.shape
     keep = np.ones((b, h, tq, k.shape[2]), bool)
@@ -222,7 +263,10 @@ def attention_ref(q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False
         keep &= np.broadcast_to(mask, keep.shape)
     if causal:
         keep &= np.tri(tq, k.shape[2], dtype=bool)
-    scores = np.where(keep, q @ k.swapaxes(-1, -2) / math.sqrt(d), -np.inf)
+    scores = q @ k.swapaxes(-1, -2) * (1 / math.sqrt(d) if scale is None else scale)
+    if bias is not None:
+        scores = scores + np.broadcast_to(bias, scores.shape)
+    scores = np.where(keep, scores, -np.inf)
     top = np.max(scores, axis=-1, keepdims=True)
     e = np.where(keep, np.exp(scores - np.where(np.isfinite(top), top, 0.0)), 0.0)
     total = e.sum(-1, keepdims=True)
@@ -230,14 +274,21 @@ def attention_ref(q: Any, k: Any, v: Any, mask: Any = None, causal: bool = False
 
 
 def _mha_call_ref(xs: Arrays, p: Weights, a: Any) -> Any:
-    """`mha`'s inputs as written: X, then keys Z if given, then a key mask if `a.masked`."""
+    """`mha`'s inputs as written: X, then keys Z and a score bias if given, then a key mask
+    if `a.masked`."""
     mask = xs[-1] if a.masked else None
-    xs = xs[:-1] if a.masked else xs
-    return mha_ref(xs[0], xs[-1], p, a, key_mask=mask)
+    bias = xs[a.bias_at] if a.bias_at else None
+    return mha_ref(xs[0], xs[a.keys_at], p, a, key_mask=mask, bias=bias)
 
 
 def mha_ref(
-    x: Any, z: Any, p: Weights, a: HeadsAttrs, prefix: str = "", key_mask: Any = None
+    x: Any,
+    z: Any,
+    p: Weights,
+    a: HeadsAttrs,
+    prefix: str = "",
+    key_mask: Any = None,
+    bias: Any = None,
 ) -> Any:
     """Multi-head attention with separate projections; heads split on the last axis."""
     np = numpy()
@@ -260,7 +311,7 @@ def mha_ref(
     if key_mask is not None:
         keys = np.asarray(key_mask, bool)[:, None, None, :]
         mask = keys if mask is None else keys & mask
-    o = attention_ref(q, k, v, mask, a.causal)
+    o = attention_ref(q, k, v, mask, a.causal, bias, a.scale)
     o = o.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1)
     return np.asarray(proj(o, "o"))
 
@@ -288,6 +339,13 @@ _ATT_HP = (
     HP("theta", "float", 10000.0, "the rotary base θ"),
     HP("rot", "float", 1.0, "the fraction of each head's features that rotate"),
     HP("window", "size", None, "sliding window: keys fewer than this many positions away"),
+    HP(
+        "scale",
+        "float",
+        None,
+        "the scores' factor (default 1/√dqk; `none`: 1, as T5)",
+        ("none",),
+    ),
 )
 
 
@@ -300,10 +358,20 @@ def _masked(c: Ctx) -> bool:
     return len(c.ins) > 1 and len(c.dtypes) == len(c.ins) and c.dtypes[-1] == "bool"
 
 
+def _bias_input(c: Ctx) -> int | None:
+    """The index of an additive score bias: a number input of three axes (G×T×S, G the heads
+    or 1) beyond the queries; a sequence of keys has two."""
+    for i in range(1, len(c.ins)):
+        if len(c.ins[i]) == 3 and (len(c.dtypes) != len(c.ins) or c.dtypes[i] != "bool"):
+            return i
+    return None
+
+
 def _keys_input(c: Ctx) -> int | None:
     """The index of the keys' sequence when it is not the queries' own."""
     n = len(c.ins) - (1 if _masked(c) else 0)
-    return 1 if n > 1 else None
+    rest = [i for i in range(1, n) if i != _bias_input(c)]
+    return rest[0] if rest else None
 
 
 def _mha_step(c: Ctx) -> Step:
@@ -346,14 +414,17 @@ MHA = Layer(
     "queries and keys (rotate-half form, base `theta`, fraction `rot` of each head), `window=W` "
     "a sliding window (keys fewer than W positions away; MACs count the band), `obias` the "
     "output projection's bias apart from the others'. A last input of type bool (S flags, "
-    "true keeps) masks padding keys: `mha(M)`, `mha(Z, M)`. Parameters: wq (D, h·dqk), "
+    "true keeps) masks padding keys: `mha(M)`, `mha(Z, M)`. An input of three axes, G×T×S "
+    "(G the heads or 1), is added to the scores before the softargmax (T5's relative "
+    "positions, ALiBi): `mha(B)`, `mha(Z, B, M)`; `scale=` replaces 1/√dqk (`none`: 1). "
+    "Parameters: wq (D, h·dqk), "
     "wk (D, kv·dqk), wv (D, kv·dv), wo (h·dv, out), biases bq, bk, bv, bo.",
     hparams=(
         *_ATT_HP,
         HP("causal", "bool", False, "mask attention to later positions"),
         HP("out", "size", None, "output dimension (default D)"),
     ),
-    arity=(1, 3),
+    arity=(1, 4),
     ports=(("Q", 0), ("K", 1), ("V", 1)),
     resolve=lambda c: _heads_attrs(c, c.hp.get("out")),
     shape=_mha_shape,
@@ -368,6 +439,8 @@ MHA = Layer(
         ("9×16", "mha h=4 kv=1 causal=true window=4"),
         ("7×16", "mha h=2 window=2"),
         ("6×12", "mha h=2 rope=true theta=500.0 bias=true obias=false"),
+        ("6×8; B: 2×6×6", "mha(B) h=2 scale=none"),
+        ("6×8; Z: 5×8; B: 1×6×5", "mha(Z, B) h=2 scale=0.5 kv=1"),
     ),
     reference=lambda xs, p, s, a: _mha_call_ref(xs, p, a),
 )
@@ -389,16 +462,19 @@ def _att_shape(c: Ctx) -> Shape:
         c.fail(f"queries ({q[-1]}) and keys ({k[-1]}) must have the same dimension")
     if k[-2] != v[-2]:
         c.fail(f"keys ({k[-2]}) and values ({v[-2]}) must have the same length")
-    if len(c.ins) > 3 and c.ins[3] not in ((q[-2], k[-2]), (*lead, q[-2], k[-2])):
+    kinds = [c.dtypes[i] if i < len(c.dtypes) else "float" for i in range(3, len(c.ins))]
+    if kinds.count("bool") > 1 or len(kinds) - kinds.count("bool") > 1:
         c.fail(
-            f"the mask must be {q[-2]}×{k[-2]} (or with the leading axes), "
-            f"got {fmt_shape(c.ins[3])}"
+            "after Q, K and V, attention takes one Boolean mask and one additive score bias",
+            "a mask is `bool` (M: T×S bool, true keeps); a bias is numbers added to the scores",
         )
-    if len(c.ins) > 3 and len(c.dtypes) > 3 and c.dtypes[3] != "bool":
-        c.fail(
-            f"the mask must be Boolean (true keeps a key), got {c.dtypes[3]}",
-            "declare it `bool` (M: T×S bool); an additive 0/−∞ mask would be read inverted",
-        )
+    for i in range(3, len(c.ins)):
+        if c.ins[i] not in ((q[-2], k[-2]), (*lead, q[-2], k[-2])):
+            what = "mask" if kinds[i - 3] == "bool" else "score bias"
+            c.fail(
+                f"the {what} must be {q[-2]}×{k[-2]} (or with the leading axes), "
+                f"got {fmt_shape(c.ins[i])}"
+            )
     return (*lead, q[-2], v[-1])
 
 
@@ -407,6 +483,23 @@ class AttAttrs(Attrs):
     causal: bool
     p: float
     rank: int  # the queries' axes per sample: 2 for T×D, more with leading (heads) axes
+    mask_at: int = 0  # the input that is a Boolean mask; 0: none
+    bias_at: int = 0  # the input that is an additive score bias; 0: none
+    scale: float | None = None  # None: 1/√D
+
+
+def _att_attrs(c: Ctx) -> AttAttrs:
+    extra = range(3, len(c.ins))
+    masks = [i for i in extra if i < len(c.dtypes) and c.dtypes[i] == "bool"]
+    biases = [i for i in extra if i not in masks]
+    return AttAttrs(
+        c.hp["causal"],
+        c.hp["p"],
+        len(c.x),
+        masks[0] if masks else 0,
+        biases[0] if biases else 0,
+        _scale(c),
+    )
 
 
 def _att_macs(c: Ctx) -> Expr:
@@ -418,11 +511,14 @@ def _att_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
     """Leading axes flattened into one heads axis, the mask broadcast over them."""
     np = numpy()
     q, k, v = (x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in xs[:3])
-    mask = None
-    if len(xs) > 3:
-        m = np.asarray(xs[3], bool)
+    mask = bias = None
+    if a.mask_at:
+        m = np.asarray(xs[a.mask_at], bool)
         mask = m.reshape(m.shape[0], -1, *m.shape[-2:])
-    out = attention_ref(q, k, v, mask, a.causal)
+    if a.bias_at:
+        b = np.asarray(xs[a.bias_at])
+        bias = b.reshape(b.shape[0], -1, *b.shape[-2:])
+    out = attention_ref(q, k, v, mask, a.causal, bias, a.scale)
     return out.reshape(*xs[0].shape[:-1], xs[2].shape[-1])
 
 
@@ -431,20 +527,27 @@ ATTENTION = Layer(
     aliases=("att",),
     category="Attention",
     doc="The attention operator of § 4.8 on queries Q (T×D), keys K (S×D), values V (S×D'), "
-    "and an optional Boolean T×S mask M (true keeps): softargmax(QKᵀ/√D)·V. Masked and, with "
+    "an optional Boolean T×S mask M (true keeps) and an optional T×S score bias B (numbers): "
+    "softargmax(QKᵀ/√D + B)·V, `scale=` replacing 1/√D (`none`: 1). Masked and, with "
     "`causal=true`, future scores are set to −∞ before the softargmax. Leading axes are "
     "batch-like (heads as an axis: h×T×d queries with h×S×d keys and values give h×T×d'); a "
     "T×S mask applies to every one of them.",
     hparams=(
         HP("causal", "bool", False, "mask attention to later positions"),
         HP("p", "float", 0.0, "dropout on the attention weights"),
+        _ATT_HP[-1],
     ),
-    arity=(3, 4),
-    resolve=lambda c: AttAttrs(c.hp["causal"], c.hp["p"], len(c.x)),
+    arity=(3, 5),
+    resolve=_att_attrs,
     shape=_att_shape,
     macs=_att_macs,
     example=("16×64", "attention(K, V)"),
-    cases=(("4×6×8", "attention(K, V) causal=true"), ("2×3×5×4", "attention(K, V)")),
+    cases=(
+        ("4×6×8", "attention(K, V) causal=true"),
+        ("2×3×5×4", "attention(K, V)"),
+        ("6×8; K: 5×8; V: 5×4; B: 6×5", "attention(K, V, B) scale=none"),
+        ("2×6×8; K: 2×6×8; V: 2×6×8; B: 2×6×6; M: 6×6 bool", "attention(K, V, B, M)"),
+    ),
     reference=_att_ref,
 )
 
@@ -456,7 +559,7 @@ def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
 
 _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 # Passed on only when set: the classic models' insides stay as they were.
-_MHA_OPTIONS = ("kv", "obias", "window")
+_MHA_OPTIONS = ("kv", "obias", "window", "scale")
 _ROPE = ("rope", "theta", "rot")
 _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm"))
 
@@ -467,9 +570,13 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
         if hp.get("rope"):
             passed += _ROPE
         args = "".join(f" {n}={n}" for n in passed)
-        masked = len(ranks) > (2 if cross else 1)
+        biased = 3 in ranks[1:]
+        masked = len(ranks) - biased > (2 if cross else 1)
         on = "X: T×D, Z: S×E" if cross else "X: T×D"
         reads = ["Z"] if cross else []
+        if biased:
+            on += ", B: G×T×S" if cross else ", B: G×T×T"
+            reads = [*reads, "B"]
         if masked:
             on += ", M: S bool" if cross else ", M: T bool"
             reads = [*reads, "M"]
@@ -484,9 +591,10 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
 
 
 def _self_attrs(c: Ctx) -> HeadsAttrs:
-    if len(c.ins) > 1 and not _masked(c):
+    if _keys_input(c) is not None:
         c.fail(
-            "self-att reads one sequence; its second input can only be a key mask",
+            "self-att reads one sequence; besides it, it takes only a G×T×T score bias and a "
+            "key mask",
             "declare the mask `M: T bool`, or use cross-att(Z) for keys from another sequence",
         )
     return _heads_attrs(c)
@@ -506,10 +614,11 @@ def _norm_ref(x: Any, p: Weights, norm: str, eps: float) -> Any:
 
 def _pre_norm_ref(xs: Arrays, p: Weights, a: HeadsAttrs) -> Any:
     mask = xs[-1] if a.masked else None
-    xs = xs[:-1] if a.masked else xs
+    bias = xs[a.bias_at] if a.bias_at else None
     assert a.eps is not None, "self-att and cross-att declare `eps`; only a bare mha has none"
     h = _norm_ref(xs[0], p["ln"], a.norm, a.eps)
-    return xs[0] + mha_ref(h, xs[1] if len(xs) > 1 else h, p["att"], a, key_mask=mask)
+    z = xs[a.keys_at] if a.keys_at else h
+    return xs[0] + mha_ref(h, z, p["att"], a, key_mask=mask, bias=bias)
 
 
 SELF_ATT = Layer(
@@ -519,14 +628,15 @@ SELF_ATT = Layer(
     doc="The self-attention block of Fig. 5.6: layernorm, multi-head attention with Q, K and V "
     "from that one sequence, and the residual sum. `causal=true` masks the future. LLaMA's and "
     "Mistral's: `norm=rmsnorm rope=true kv=8 window=4096` (the options of `mha`). "
-    "`self-att(M)` with M: T bool masks padding keys.",
+    "`self-att(M)` with M: T bool masks padding keys; `self-att(B)` with B: G×T×T adds a score "
+    "bias (G the heads or 1: T5's relative positions, ALiBi).",
     hparams=(
         *_ATT_HP,
         HP("causal", "bool", False, "mask attention to later positions"),
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
     ),
-    arity=(1, 2),
+    arity=(1, 3),
     resolve=lambda c: _self_attrs(c),
     inside=_att_inside(cross=False),
     example=("16×64", "self-att h=4 causal=true"),
@@ -534,6 +644,7 @@ SELF_ATT = Layer(
         ("5×8", "self-att h=2 bias=true kbias=false"),
         ("7×16", "self-att h=4 kv=2 rope=true window=3 causal=true norm=rmsnorm"),
         ("6×16", "self-att h=4 kv=1 bias=true obias=false rope=true rot=0.5 theta=100.0"),
+        ("6×8; B: 2×6×6; M: 6 bool", "self-att(B, M) h=2 scale=none norm=rmsnorm causal=true"),
     ),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )
@@ -545,12 +656,13 @@ CROSS_ATT = Layer(
     doc="The cross-attention block of Fig. 5.6: layernorm on X for the queries, keys and values "
     "from a second sequence Z (the encoder's output, given in parentheses), multi-head "
     "attention, and the residual sum with X. `cross-att(Z, M)` with M: S bool masks padding "
-    "keys.",
+    "keys; `cross-att(Z, B)` with B: G×T×S adds a score bias.",
     hparams=(*_ATT_HP, HP(*_NORM), HP("eps", "float", 1e-5, "the pre-norm's epsilon")),
-    arity=(2, 3),
+    arity=(2, 4),
     resolve=lambda c: _cross_attrs(c),
     inside=_att_inside(cross=True),
     example=("16×64", "cross-att(Z) h=4"),
+    cases=(("6×8; Z: 5×8; B: 2×6×5", "cross-att(Z, B) h=2 scale=none"),),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )
 
@@ -563,7 +675,8 @@ def _ffw_attrs(c: Ctx) -> FfwAttrs:
 
 
 _ACT = {"gelu": "gelu", "gelu-tanh": "gelu approximate=true", "relu": "relu"}
-_GATED = {"swiglu": "silu", "geglu": "gelu"}
+_GATED = {"swiglu": "silu", "geglu": "gelu", "geglu-tanh": "gelu approximate=true"}
+"""Each gated form with the activation box of its gate: every GELU form `gelu` has."""
 
 
 def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
@@ -599,7 +712,7 @@ def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
     h = _norm_ref(xs[0], p["ln"], a.norm, a.eps)
     if a.act in _GATED:
         g = dense_ref(h, p["gate"]["w"], p["gate"].get("b"))
-        g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, False)
+        g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, a.act == "geglu-tanh")
         h = g * dense_ref(h, p["up"]["w"], p["up"].get("b"))
         return xs[0] + dense_ref(h, p["down"]["w"], p["down"].get("b"))
     h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))
@@ -613,8 +726,9 @@ FFW = Layer(
     category="Transformer",
     doc="The feed-forward block of Fig. 5.6: layernorm, fc to a hidden dimension (4D by "
     "default), gelu, fc back to D, dropout, and the residual sum. `act=swiglu` (LLaMA, "
-    "Mistral) or `act=geglu` make it gated (Shazeer 2020): act(x·W_gate) ⊙ x·W_up, then "
-    "W_down; parameters gate/w (D, hidden), up/w (D, hidden), down/w (hidden, D). LLaMA's "
+    "Mistral), `act=geglu` or `act=geglu-tanh` (the gate's GELU in its tanh form) make it "
+    "gated (Shazeer 2020): act(x·W_gate) ⊙ x·W_up, then W_down; "
+    "parameters gate/w (D, hidden), up/w (D, hidden), down/w (hidden, D). LLaMA's "
     "hidden size 256·⌈(8D/3)/256⌉ is written as a number in the spec (11008 for D=4096).",
     hparams=(
         HP("hidden", "size", None, "hidden dimension (default 4D)"),
@@ -624,7 +738,7 @@ FFW = Layer(
             "act",
             "choice",
             "gelu",
-            "the activation (gelu-tanh: GPT-2's approximation; swiglu, geglu: gated)",
+            "the activation (gelu-tanh: GPT-2's approximation; swiglu, geglu, geglu-tanh: gated)",
             ("gelu", "gelu-tanh", "relu", *_GATED),
         ),
         HP(*_NORM),
@@ -639,6 +753,7 @@ FFW = Layer(
         ("6×8", "ffw act=relu hidden=5"),
         ("6×8", "ffw act=swiglu hidden=12 bias=false p=0.0 norm=rmsnorm"),
         ("6×8", "ffw act=geglu hidden=6"),
+        ("6×8", "ffw act=geglu-tanh hidden=6"),
     ),
     reference=_ffw_ref,
 )

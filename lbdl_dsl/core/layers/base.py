@@ -103,7 +103,19 @@ class Const:
         return {0.0: "zeros", 1.0: "ones"}.get(self.value, f"constant {self.value}")
 
 
-Init = Union[FanIn, Std, Const]
+@dataclass(frozen=True)
+class Normal:
+    """A normal law of standard deviation ``std``; ``truncated``: cut at ±2σ (the draws
+    beyond redrawn, as JAX's and TensorFlow's truncated normal), its std then ``std``·0.88."""
+
+    std: float
+    truncated: bool = False
+
+    def describe(self) -> str:
+        return f"{'truncated ' if self.truncated else ''}normal, std {self.std}"
+
+
+Init = Union[FanIn, Std, Const, Normal]
 """How a parameter starts: one small family; the JAX runtime's `init_arrays` interprets it."""
 
 ZEROS, ONES = Const(0.0), Const(1.0)
@@ -328,6 +340,7 @@ class Layer:
     glyph: str | None = None  # drawn as this symbol in a circle (`+`), not as a box
     ident: str | None = None  # the name in node ids and code, when `name` is not one (`+`)
     keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
+    positive: bool = False  # defined for positive inputs only (log, sqrt): tests feed |x| + ½
     out_type: Callable[[Ctx], tuple[str, Expr | None]] | None = None  # (type, range) it makes
     reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
     # The named points a figure draws the box's inputs into, left to right, each with the

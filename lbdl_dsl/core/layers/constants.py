@@ -225,8 +225,148 @@ REL_INDEX = Layer(
     shape=lambda c: (Expr.lift(c.a.n), Expr.lift(c.a.n)),
     out_type=lambda c: ("int", Expr.lift(c.a.values)),
     example=("", "rel-index grid=(7, 7)  49×49"),
-    cases=(("", "rel-index grid=5  5×5"), ("", "rel-index grid=(2, 3)  6×6")),
+    cases=(
+        ("", "rel-index grid=5  5×5"),
+        ("", "rel-index grid=(2, 3)  6×6"),
+        ("", "rel-index grid=(4,)  4×4"),
+    ),
     reference=lambda xs, p, s, a: rel_index_ref(a.grid),
 )
 
-LAYERS = (SINCOS_1D, SINCOS_2D, BAND, REL_INDEX)
+
+@dataclass(frozen=True)
+class BucketAttrs(Attrs):
+    t: int
+    s: int
+    n: int  # buckets
+    far: int  # the distance from which every position shares the last bucket
+    bidirectional: bool
+
+
+def _bucket_attrs(c: Ctx) -> BucketAttrs:
+    t = _known(c, "t")
+    s = t if c.hp.get("s") is None else _known(c, "s")
+    n, far = _known(c, "n", 2), _known(c, "far", 1)
+    half = n // 2 if c.hp["bidirectional"] else n
+    if c.hp["bidirectional"] and n % 2:
+        c.fail(f"bidirectional buckets split in two halves: n={n} is odd", hparam="n")
+    if far <= half // 2:
+        c.fail(
+            f"far={far} must exceed the {half // 2} exact buckets",
+            "T5's is n=32 far=128",
+            "far",
+        )
+    return BucketAttrs(t, s, n, far, c.hp["bidirectional"])
+
+
+def t5_bucket(rel: int, n: int, far: int, bidirectional: bool) -> int:
+    """T5's bucket of one relative position (key − query), from its formula (Raffel et al.
+    2020; transformers' ``_relative_position_bucket``): half the buckets per direction when
+    bidirectional (later keys in the upper half), else only earlier keys count; distances below
+    n/2 have a bucket each, larger ones share buckets spaced logarithmically up to ``far``,
+    beyond which all share the last."""
+    bucket = 0
+    if bidirectional:
+        n //= 2
+        bucket += n if rel > 0 else 0
+        rel = abs(rel)
+    else:
+        rel = -min(rel, 0)
+    exact = n // 2
+    if rel < exact:
+        return bucket + rel
+    large = exact + int(math.log(rel / exact) / math.log(far / exact) * (n - exact))
+    return bucket + min(large, n - 1)
+
+
+def buckets_ref(a: Any) -> Any:
+    np = numpy()
+    table = [
+        [t5_bucket(j - i, a.n, a.far, a.bidirectional) for j in range(a.s)] for i in range(a.t)
+    ]
+    return np.asarray(table, np.int32)[None]
+
+
+REL_BUCKETS = Layer(
+    name="rel-buckets",
+    aliases=("t5-buckets", "relative-buckets"),
+    category="Constant",
+    doc="T5's relative position buckets as a T×S constant of whole numbers in [0, n): for query "
+    "i and key j, the bucket of j − i (Raffel et al. 2020): exact for distances under n/4 "
+    "(bidirectional) or n/2, logarithmic up to `far`, the last bucket beyond; later keys take "
+    "the upper half when `bidirectional=true` (an encoder), and all later keys bucket 0 "
+    "otherwise (a decoder). `embed d=h` turns it into T5's learned bias, T×S×h.",
+    hparams=(
+        HP("t", "size", doc="rows, the queries (from the annotation when left out)"),
+        HP("s", "size", None, "columns, the keys (default: t)"),
+        HP("n", "size", 32, "buckets"),
+        HP("far", "size", 128, "the distance from which all positions share the last bucket"),
+        HP("bidirectional", "bool", True, "keys on both sides (encoder); false: earlier keys only"),
+    ),
+    arity=(0, 0),
+    resolve=_bucket_attrs,
+    shape=lambda c: (Expr.lift(c.a.t), Expr.lift(c.a.s)),
+    from_annotation=(("t", 0), ("s", 1)),
+    out_type=lambda c: ("int", Expr.lift(c.a.n)),
+    example=("", "rel-buckets  64×64"),
+    cases=(
+        ("", "rel-buckets n=8 far=20 bidirectional=false  30×30"),
+        ("", "rel-buckets n=16 far=40  9×50"),
+    ),
+    reference=lambda xs, p, s, a: buckets_ref(a),
+)
+
+
+@dataclass(frozen=True)
+class AlibiAttrs(Attrs):
+    h: int
+    t: int
+    s: int
+
+
+def _alibi_attrs(c: Ctx) -> AlibiAttrs:
+    t = _known(c, "t")
+    return AlibiAttrs(_known(c, "h"), t, t if c.hp.get("s") is None else _known(c, "s"))
+
+
+def alibi_slopes(h: int) -> list[float]:
+    """Press et al. 2022: for h a power of two, the geometric sequence 2^(−8/h), 2^(−16/h), …;
+    otherwise those of the power of two below, then every other slope of the one above."""
+    if math.log2(h).is_integer():
+        start = 2 ** (-8 / h)
+        return [start ** (i + 1) for i in range(h)]
+    below = 2 ** math.floor(math.log2(h))
+    return alibi_slopes(below) + alibi_slopes(2 * below)[0::2][: h - below]
+
+
+def alibi_ref(a: Any) -> Any:
+    np = numpy()
+    out = np.zeros((a.h, a.t, a.s))
+    for head, m in enumerate(alibi_slopes(a.h)):
+        for i in range(a.t):
+            for j in range(a.s):
+                out[head, i, j] = -m * abs(i - j)
+    return out[None]
+
+
+ALIBI = Layer(
+    name="alibi",
+    category="Constant",
+    doc="ALiBi's score bias (Press et al. 2022) as an h×T×S constant: −m_h·|i − j| for query i "
+    "and key j, with head h's slope m_h from the paper's geometric sequence (2^(−8/h), … for h "
+    "a power of two). For `attention`'s or `self-att`'s score bias: `self-att(B) causal=true`.",
+    hparams=(
+        HP("h", "size", doc="heads"),
+        HP("t", "size", doc="rows, the queries (from the annotation when left out)"),
+        HP("s", "size", None, "columns, the keys (default: t)"),
+    ),
+    arity=(0, 0),
+    resolve=_alibi_attrs,
+    shape=lambda c: (Expr.lift(c.a.h), Expr.lift(c.a.t), Expr.lift(c.a.s)),
+    from_annotation=(("h", 0), ("t", 1), ("s", 2)),
+    example=("", "alibi h=8  8×16×16"),
+    cases=(("", "alibi h=6  6×5×7"),),
+    reference=lambda xs, p, s, a: alibi_ref(a),
+)
+
+LAYERS = (SINCOS_1D, SINCOS_2D, BAND, REL_INDEX, REL_BUCKETS, ALIBI)

@@ -35,11 +35,13 @@ class MoeAttrs(Attrs):
     experts: int
     k: int
     hidden: Expr
-    capacity: float
-    act: str  # the gate's activation: silu (SwiGLU experts) or gelu (GeGLU)
+    capacity: float | None  # bounds each expert's buffer in training; None: drops none
+    act: str  # the gate's activation: silu (SwiGLU experts), gelu or gelu-tanh (GeGLU)
+    pool: bool = False  # keep the routing statistics (`load`, `prob`) to pool across layers
 
 
-_ACTS = {"swiglu": "silu", "geglu": "gelu"}
+_ACTS = {"swiglu": "silu", "geglu": "gelu", "geglu-tanh": "gelu-tanh"}
+_BOX = {"silu": "silu", "gelu": "gelu", "gelu-tanh": "gelu approximate=true"}
 
 
 def _attrs(c: Ctx) -> MoeAttrs:
@@ -49,12 +51,28 @@ def _attrs(c: Ctx) -> MoeAttrs:
         c.fail("a mixture needs at least one expert", hparam="e")
     if not 1 <= k <= e:
         c.fail(f"k={k} experts per token must be between 1 and e={e}", hparam="k")
-    if c.hp["cap"] <= 0:
+    if c.hp["cap"] is not None and c.hp["cap"] <= 0:
         c.fail(f"the capacity factor must be positive, got {c.hp['cap']}", hparam="cap")
     hidden = c.hp.get("hidden")
     return MoeAttrs(
-        e, k, hidden if hidden is not None else 4 * c.x[1], c.hp["cap"], _ACTS[c.hp["act"]]
+        e,
+        k,
+        hidden if hidden is not None else 4 * c.x[1],
+        c.hp["cap"],
+        _ACTS[c.hp["act"]],
+        c.hp["pool"],
     )
+
+
+def _state(c: Ctx) -> dict[str, PSpec]:
+    """The layer's load-balancing loss; with `pool=true` also what it is made of, per expert:
+    the share of the k·tokens choices it got (`load`, times k) and its mean probability
+    (`prob`), which `pooled_balance_loss` averages over the layers before multiplying."""
+    out = {"aux": PSpec((), ZEROS, ())}
+    if c.a.pool:
+        e = c.a.experts
+        out |= {"load": PSpec((e,), ZEROS, ("experts",)), "prob": PSpec((e,), ZEROS, ("experts",))}
+    return out
 
 
 def _params(c: Ctx) -> dict[str, PSpec]:
@@ -74,17 +92,20 @@ def _macs(c: Ctx) -> Expr:
     return router + experts  # the router, k active experts
 
 
-def moe_routes(tokens: Any, router: Any, k: int, capacity: float) -> list[tuple[int, int, float]]:
+def moe_routes(
+    tokens: Any, router: Any, k: int, capacity: float | None = None
+) -> list[tuple[int, int, float]]:
     """(token, expert, gate) of every kept choice, as a dense loop finds them: tokens (rows of
-    ``tokens``, batch-major) ranked by choice then position; expert e keeps its first C; the
-    gate is the softmax renormalised over the token's k choices."""
+    ``tokens``, batch-major) ranked by choice then position; with a capacity, expert e keeps its
+    first C (training); without, every choice (evaluation); the gate is the softmax
+    renormalised over the token's k choices."""
     np = numpy()
     n, e = tokens.shape[0], router.shape[-1]
     logits = tokens @ router
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     chosen = np.argsort(-probs, axis=-1)[:, :k]
-    cap = math.ceil(capacity * k * n / e)
+    cap = n if capacity is None else math.ceil(capacity * k * n / e)
     out = []
     for expert in range(e):
         taken = 0
@@ -97,14 +118,15 @@ def moe_routes(tokens: Any, router: Any, k: int, capacity: float) -> list[tuple[
     return out
 
 
-def moe_ref(x: Any, p: Weights, a: Any) -> Any:
-    """A dense loop over the routes of `moe_routes`: each kept token adds gate · expert(token)."""
+def moe_ref(x: Any, p: Weights, a: Any, train: bool = False) -> Any:
+    """A dense loop over the routes of `moe_routes`: each kept token adds gate · expert(token).
+    Evaluation (the registry's reference) routes every token, as Mixtral's reference does."""
     np = numpy()
     tokens = np.asarray(x, np.float64).reshape(-1, x.shape[-1])
     out = np.zeros_like(tokens)
-    for i, expert, gate in moe_routes(tokens, p["router"], a.k, a.capacity):
+    for i, expert, gate in moe_routes(tokens, p["router"], a.k, a.capacity if train else None):
         g = tokens[i] @ p["gate"][expert]
-        g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, False)
+        g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, a.act == "gelu-tanh")
         h = g * (tokens[i] @ p["up"][expert])
         out[i] += gate * (h @ p["down"][expert])
     return out.reshape(x.shape)
@@ -117,7 +139,7 @@ def _expert(a: MoeAttrs, d: Expr) -> str:
         f"  fc out={a.hidden} bias=false -> up\n"
         "  from X\n"
         f"  fc out={a.hidden} bias=false -> gate\n"
-        f"  {a.act}\n"
+        f"  {_BOX[a.act]}\n"
         "  mul(up)\n"
         f"  fc out={d} bias=false -> down\n"
     )
@@ -130,9 +152,11 @@ MOE = Layer(
     doc="A sparse mixture of E gated feed-forward experts (Mixtral's SwiGLU experts by default): "
     "a router (fc D→E) scores the experts, each token goes to its top k, weighted by the "
     "softmax renormalised over those k. The MACs are the router's and k experts' (the active "
-    "compute); the parameters are all E experts'. Each expert takes at most "
-    "⌈cap·k·tokens/E⌉ tokens of a batch (GShard/Switch capacity; overflow is dropped by that "
-    "expert). The load-balancing loss E·Σ f_e·P_e is the state entry `aux` of the new state "
+    "compute); the parameters are all E experts'. No token is dropped unless the spec asks for "
+    "a capacity: with `cap=1.25`, in training each expert takes at most ⌈cap·k·tokens/E⌉ "
+    "tokens of a batch (GShard/Switch capacity; overflow is dropped by that expert); in "
+    "evaluation every token is routed, so a sample's output never depends on its batch. The "
+    "load-balancing loss E·Σ f_e·P_e is the state entry `aux` of the new state "
     "`apply` returns: add it, scaled, to the training loss. Parameters: router (D, E), gate and "
     "up (E, D, hidden), down (E, hidden, D).",
     hparams=(
@@ -140,18 +164,33 @@ MOE = Layer(
         HP("k", "size", 2, "experts per token", shown=True),
         HP("hidden", "size", None, "each expert's hidden dimension (default 4D)"),
         HP("act", "choice", "swiglu", "each expert's gated activation", tuple(_ACTS)),
-        HP("cap", "float", 1.25, "capacity factor: expert buffers hold cap·k·tokens/E tokens"),
+        HP(
+            "pool",
+            "bool",
+            False,
+            "keep each layer's routing statistics (state `load`, `prob`) for a loss pooled "
+            "across layers (`pooled_balance_loss`, transformers' Mixtral's)",
+        ),
+        HP(
+            "cap",
+            "float",
+            None,
+            "capacity factor in training: expert buffers hold cap·k·tokens/E tokens "
+            "(default: none, no token dropped)",
+        ),
     ),
     resolve=_attrs,
     shape=lambda c: c.x,
     params=_params,
-    state=lambda c: {"aux": PSpec((), ZEROS, ())},
+    state=_state,
     macs=_macs,
     example=("6×8", "moe e=4 k=2 hidden=12"),
     step=lambda c: TOKEN,
     cases=(
         ("8×8", "moe e=4 k=1 hidden=6 cap=0.5 act=geglu"),
         ("7×8", "moe e=3 k=2 hidden=5 cap=4.0"),
+        ("6×8", "moe e=3 k=2 hidden=5 act=geglu-tanh"),
+        ("6×8", "moe e=4 k=2 hidden=5 pool=true"),
     ),
     reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
     expert=_expert,

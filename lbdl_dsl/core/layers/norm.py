@@ -11,6 +11,7 @@ from lbdl_dsl.core.layers.base import (
     ZEROS,
     Arrays,
     Attrs,
+    Const,
     Ctx,
     Layer,
     PSpec,
@@ -81,6 +82,7 @@ class LayerNormAttrs(Attrs):
     affine: bool = True
     layout: str = "cf"
     last: bool = True  # what is normalised is the last axes in the code (the common case)
+    offset: float = 0.0  # the gain is offset + scale (Gemma's 1 + w)
 
     def items(self) -> tuple[tuple[str, Any], ...]:
         out: list[tuple[str, Any]] = [("n_axes", self.n_axes), ("eps", self.eps)]
@@ -88,6 +90,8 @@ class LayerNormAttrs(Attrs):
             out = [("axis", self.axis), ("eps", self.eps)]
         if not self.affine:
             out.append(("affine", False))
+        if self.offset:
+            out.append(("offset", self.offset))
         return tuple(out)
 
 
@@ -105,7 +109,7 @@ def _ln_attrs(c: Ctx) -> LayerNormAttrs:
             c.fail("give either `axes=` (the last n axes) or `axis=` (one axis), not both")
         axis, layout = _chosen_axis(c)
         last = layout == "cl" or axis == len(c.x) - 1
-        return LayerNormAttrs(1, c.hp["eps"], axis, affine, layout, last)
+        return LayerNormAttrs(1, c.hp["eps"], axis, affine, layout, last, _offset(c))
     n = c.hp.get("axes")
     if n is None:
         n = len(c.x) if len(c.x) == 3 else 1
@@ -113,7 +117,19 @@ def _ln_attrs(c: Ctx) -> LayerNormAttrs:
         n = c.const("axes")
         if not 1 <= n <= len(c.x):
             c.fail(f"`axes={n}` must be between 1 and the input's {len(c.x)} axes", hparam="axes")
-    return LayerNormAttrs(n, c.hp["eps"], None, affine)
+    return LayerNormAttrs(n, c.hp["eps"], None, affine, offset=_offset(c))
+
+
+def _offset(c: Ctx) -> float:
+    """`offset=1`: the gain is 1 + w, w starting at 0 (Gemma's norms), so weights trained so
+    import as they are."""
+    off = float(c.hp.get("offset", 0.0))
+    if off and not c.hp.get("affine", True):
+        c.fail("`offset=` shifts the trainable gain, which `affine=false` leaves out")
+    return off
+
+
+_OFFSET = HP("offset", "float", 0.0, "the gain is offset + w (1: Gemma's 1 + w, w from 0)")
 
 
 def _ln_step(c: Ctx) -> Step:
@@ -135,7 +151,8 @@ def _ln_params(c: Ctx) -> dict[str, PSpec]:
         return {}
     shape = _normalised(c)
     roles = ("norm",) * len(shape)
-    return {"scale": PSpec(shape, ONES, roles), "bias": PSpec(shape, ZEROS, roles)}
+    scale = Const(1.0 - c.a.offset)  # the gain starts at 1 whatever the offset
+    return {"scale": PSpec(shape, scale, roles), "bias": PSpec(shape, ZEROS, roles)}
 
 
 def layernorm_ref(x: Any, scale: Any, bias: Any, eps: float, n_axes: int) -> Any:
@@ -158,6 +175,7 @@ def _at_axis(x: Any, axis: int, fn: Any, *vectors: Any) -> Any:
 
 def _ln_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
     scale, bias = p.get("scale"), p.get("bias")
+    scale = None if scale is None else scale + a.offset
     if a.axis is None:
         return layernorm_ref(xs[0], scale, bias, a.eps, a.n_axes)
     return _at_axis(xs[0], a.axis, lambda m: layernorm_ref(m, scale, bias, a.eps, 1))
@@ -178,6 +196,7 @@ LAYERNORM = Layer(
         HP("axes", "size", None, "how many trailing axes to normalise"),
         HP("axis", "axis", None, "normalise this one axis instead (0: the channels of a map)"),
         HP("affine", "bool", True, "a trainable scale and shift"),
+        _OFFSET,
     ),
     resolve=_ln_attrs,
     params=_ln_params,
@@ -189,6 +208,7 @@ LAYERNORM = Layer(
         ("4×6×8", "layernorm axes=2"),
         ("8×5×6", "layernorm axis=0 eps=1e-6"),
         ("4×6×8", "layernorm axis=1"),
+        ("6×8", "layernorm offset=1.0"),
         ("6×8", "layernorm affine=false"),
         ("8×5×6", "layernorm axis=0 affine=false"),
     ),
@@ -243,6 +263,7 @@ class RmsNormAttrs(Attrs):
     affine: bool = True
     layout: str = "cf"
     last: bool = True  # the axis is the last one in the code (the common case)
+    offset: float = 0.0  # the gain is offset + scale (Gemma's 1 + w)
 
     def items(self) -> tuple[tuple[str, Any], ...]:
         out: list[tuple[str, Any]] = [("eps", self.eps)]
@@ -250,6 +271,8 @@ class RmsNormAttrs(Attrs):
             out.append(("axis", self.axis))
         if not self.affine:
             out.append(("affine", False))
+        if self.offset:
+            out.append(("offset", self.offset))
         return tuple(out)
 
 
@@ -257,7 +280,7 @@ def _rms_attrs(c: Ctx) -> RmsNormAttrs:
     c.rank(1, 2, 3, 4)
     axis, layout = _chosen_axis(c)
     last = layout == "cl" or axis == len(c.x) - 1
-    return RmsNormAttrs(c.hp["eps"], axis, c.hp["affine"], layout, last)
+    return RmsNormAttrs(c.hp["eps"], axis, c.hp["affine"], layout, last, _offset(c))
 
 
 def rmsnorm_ref(x: Any, scale: Any, eps: float) -> Any:
@@ -280,15 +303,24 @@ RMSNORM = Layer(
         HP("eps", "float", 1e-6, "added to the mean square"),
         HP("axis", "axis", -1, "the axis normalised (0: the channels of a map)"),
         HP("affine", "bool", True, "a trainable scale"),
+        _OFFSET,
     ),
     resolve=_rms_attrs,
-    params=lambda c: {"scale": PSpec((c.x[c.a.axis],), ONES, ("norm",))} if c.a.affine else {},
+    params=lambda c: (
+        {"scale": PSpec((c.x[c.a.axis],), Const(1.0 - c.a.offset), ("norm",))} if c.a.affine else {}
+    ),
     layout="attrs",
     example=("16×64", "rmsnorm"),
     step=lambda c: per_token_axis(c, c.a.axis),
-    cases=(("8×5×6", "rmsnorm axis=0"), ("4×6×8", "rmsnorm axis=1 affine=false")),
+    cases=(
+        ("8×5×6", "rmsnorm axis=0"),
+        ("4×6×8", "rmsnorm axis=1 affine=false"),
+        ("6×8", "rmsnorm offset=1.0"),
+    ),
     reference=lambda xs, p, s, a: _at_axis(
-        xs[0], a.axis, lambda m: rmsnorm_ref(m, p.get("scale"), a.eps)
+        xs[0],
+        a.axis,
+        lambda m: rmsnorm_ref(m, None if "scale" not in p else p["scale"] + a.offset, a.eps),
     ),
 )
 

@@ -267,7 +267,20 @@ SPLIT = Layer(
 )
 
 
+def refuse_bool(c: Ctx) -> None:
+    """Arithmetic on a Boolean tensor is refused: read as 0/1 it silently gives numbers that a
+    mask was never meant to be. The cast that says so is one box."""
+    for i, dtype in enumerate(c.dtypes):
+        if dtype == "bool":
+            which = "the flowing tensor" if i == 0 else f"input {i + 1}"
+            c.fail(
+                f"`{c.op}` computes with numbers, but {which} is a Boolean tensor",
+                "cast it explicitly where 0/1 is meant: `cast to=float` (or `cast to=int`)",
+            )
+
+
 def _broadcast(c: Ctx) -> Shape:
+    refuse_bool(c)
     rank = max(len(s) for s in c.ins)
     out = []
     for axis in range(rank):
@@ -346,13 +359,37 @@ CONCAT = Layer(
 
 
 def _matmul_shape(c: Ctx) -> Shape:
-    a = c.rank(2, 3, what="…×N×K")
-    b = c.rank(2, 3, what="…×K×M", i=1)
+    refuse_bool(c)
+    a, b = c.ins
+    for shape, what in ((a, "first"), (b, "second")):
+        if len(shape) < 2:
+            c.fail(
+                f"`matmul` multiplies matrices: its {what} operand needs two axes or more "
+                f"(…×N×K by …×K×M), got {fmt_shape(shape)}",
+                "reshape a vector to 1×K (a row) or K×1 (a column)",
+            )
+    if len(a) != len(b):
+        c.fail(
+            f"`matmul` needs operands with as many axes, got {fmt_shape(a)} and {fmt_shape(b)}",
+            "reshape one of them so that their leading axes line up (a size of 1 broadcasts)",
+        )
     if c.hp["tb"]:
         b = (*b[:-2], b[-1], b[-2])
-    if a[-1] != b[-2] or a[:-2] != b[:-2]:
-        c.fail(f"cannot multiply {fmt_shape(c.ins[0])} by {fmt_shape(c.ins[1])}")
-    return (*a[:-1], b[-1])
+    lead = []
+    for x, y in zip(a[:-2], b[:-2]):
+        if x != y and Expr.lift(1) not in (x, y):
+            c.fail(
+                f"`matmul`'s leading axes {fmt_shape(a[:-2])} and {fmt_shape(b[:-2])} differ",
+                "they must match, or be 1 to broadcast",
+            )
+        lead.append(y if x == Expr.lift(1) else x)
+    if a[-1] != b[-2]:
+        shown = f"{fmt_shape(c.ins[1])}{' transposed' if c.hp['tb'] else ''}"
+        c.fail(
+            f"cannot multiply {fmt_shape(c.ins[0])} by {shown}: {a[-1]} ≠ {b[-2]}",
+            "the first operand's last axis must be the second's next to last",
+        )
+    return (*lead, a[-2], b[-1])
 
 
 MATMUL = Layer(
@@ -360,12 +397,17 @@ MATMUL = Layer(
     aliases=("matrix-product",),
     category="Combine",
     doc="Matrix product of the flowing tensor (…×N×K) and the one in parentheses (…×K×M, or "
-    "…×M×K with `tb=true`): a GNN's aggregation A·H, CLIP's similarity matrix.",
+    "…×M×K with `tb=true`), over any number of leading axes, which match or broadcast from 1 "
+    "(heads, windows): a GNN's aggregation A·H, CLIP's similarity matrix, attention written out.",
     hparams=(HP("tb", "bool", False, "transpose the second operand"),),
     arity=(2, 2),
     shape=_matmul_shape,
     macs=lambda c: numel(c.y) * c.x[-1],
     example=("8×16", "matmul(X) tb=true  8×8"),
+    cases=(
+        ("2×3×4×5; B: 2×3×5×6", "matmul(B)  2×3×4×6"),
+        ("2×1×4×5; B: 1×3×6×5", "matmul(B) tb=true  2×3×4×6"),
+    ),
     reference=lambda xs, p, s, a: xs[0] @ (xs[1].swapaxes(-1, -2) if a.tb else xs[1]),
 )
 
@@ -394,6 +436,102 @@ L2NORM = Layer(
 )
 
 
+@dataclass(frozen=True)
+class PadAttrs(Attrs):
+    """Positions added before and after along each axis of a sample, from the first."""
+
+    widths: tuple[tuple[Expr, Expr], ...]
+    value: float
+    mode: str
+
+
+def _pad_attrs(c: Ctx) -> PadAttrs:
+    before, after = c.hp["before"] or (), c.hp["after"] or ()
+    if not before and not after:
+        c.fail("`pad` needs `before=` or `after=`", "e.g. `pad after=(1, 1)` on C×H×W")
+    n = max(len(before), len(after))
+    if n > len(c.x):
+        c.fail(f"`pad` gives {n} axes widths, but its input has {len(c.x)} axes")
+    zero = Expr.lift(0)
+    before = (zero,) * (n - len(before)) + tuple(before)
+    after = (zero,) * (n - len(after)) + tuple(after)
+    for w in (*before, *after):
+        if (v := w.as_int()) is not None and v < 0:
+            c.fail(f"`pad` adds positions: {w} is negative", "`slice` removes positions")
+    if c.hp["mode"] != "constant" and c.hp["value"] != 0.0:
+        c.fail("`value=` fills a constant pad only", hparam="value")
+    widths = ((zero, zero),) * (len(c.x) - n) + tuple(zip(before, after))
+    return PadAttrs(widths, c.hp["value"], c.hp["mode"])
+
+
+def _pad_ref(xs: Arrays, p: Weights, s: Weights, a: PadAttrs) -> Any:
+    np = numpy()
+    widths = [(0, 0)] + [(int(b), int(e)) for b, e in a.widths]
+    if a.mode == "constant":
+        return np.pad(xs[0], widths, constant_values=a.value)
+    return np.pad(xs[0], widths, mode=a.mode)
+
+
+PAD = Layer(
+    name="pad",
+    category="Tensor",
+    doc="Adds positions around a sample: `before=` and `after=` give the widths of the last "
+    "axes in order (`pad after=(1, 1)` on C×H×W adds a row at the bottom and a column at the "
+    "right, as Swin pads a map to its windows), filled with `value` (0 by default), or by "
+    "reflecting (`mode=reflect`) or repeating (`mode=edge`) the border.",
+    hparams=(
+        HP("before", "shape", None, "positions added before, per last axis"),
+        HP("after", "shape", None, "positions added after, per last axis"),
+        HP("value", "float", 0.0, "the constant filled in"),
+        HP("mode", "choice", "constant", "how to fill", ("constant", "reflect", "edge")),
+    ),
+    resolve=_pad_attrs,
+    shape=lambda c: tuple(d + b + e for d, (b, e) in zip(c.x, c.a.widths)),
+    keeps_dtype=True,
+    example=("3×5×7", "pad after=(1, 1)  3×6×8"),
+    cases=(
+        ("3×5×7", "pad before=(2, 0) after=(1, 3) value=-1.5  3×8×10"),
+        ("6×8", "pad before=2 after=2 mode=reflect  6×12"),
+        ("6×8", "pad before=1 mode=edge  6×9"),
+    ),
+    reference=_pad_ref,
+)
+
+
+def _cast_type(c: Ctx) -> tuple[str, Expr | None]:
+    to = c.hp["to"]
+    if to == "int" and c.dtypes and c.dtypes[0] == "float":
+        c.fail(
+            "`cast to=int` of a float tensor would truncate it",
+            "cast Booleans or whole numbers; round a float with a box that says how",
+            hparam="to",
+        )
+    vocab = Expr.lift(2) if to == "int" and c.dtypes and c.dtypes[0] == "bool" else None
+    if to == "int" and c.dtypes and c.dtypes[0] == "int":
+        vocab = c.vocab[0]
+    return to, vocab
+
+
+def _cast_ref(xs: Arrays, p: Weights, s: Weights, a: Any) -> Any:
+    np = numpy()
+    return np.asarray(xs[0]).astype({"float": np.float64, "int": np.int32, "bool": bool}[a.to])
+
+
+CAST = Layer(
+    name="cast",
+    aliases=("astype",),
+    category="Tensor",
+    doc="Converts a tensor's type: `cast to=float` reads a Boolean mask as 0/1 (or whole "
+    "numbers as numbers), `cast to=int` a mask as 0/1 indices, `cast to=bool` nonzero as true. "
+    "Arithmetic refuses a Boolean tensor without it.",
+    hparams=(HP("to", "choice", "float", "the type", ("float", "int", "bool")),),
+    layout="any",
+    out_type=_cast_type,
+    example=("8×8 bool", "cast to=float"),
+    cases=(("6 int<5>", "cast to=float"),),
+    reference=_cast_ref,
+)
+
 SAMPLE = Layer(
     name="sample",
     aliases=("reparam",),
@@ -418,6 +556,8 @@ LAYERS = (
     MUL,
     CONCAT,
     MATMUL,
+    PAD,
+    CAST,
     MEAN,
     L2NORM,
     SAMPLE,

@@ -47,6 +47,7 @@ class WindowAttrs(Attrs):
     window: int
     shift: int
     bias: bool
+    pad: tuple[int, int] = (0, 0)  # rows and columns added at the bottom and right (Swin's)
 
 
 def _window_attrs(c: Ctx) -> WindowAttrs:
@@ -61,14 +62,10 @@ def _window_attrs(c: Ctx) -> WindowAttrs:
         c.fail(f"the shift must be in [0, {w}), got {s}", hparam="shift")
     if min(hh, ww) <= w:  # Swin: one window covers the map, and nothing is shifted
         w, s = min(hh, ww), 0
-    for axis, n in (("H", hh), ("W", ww)):
-        if n % w:
-            c.fail(
-                f"the window side {w} does not divide {axis}={n}",
-                "choose a window that divides the map (Swin-T: 7 for 56, 28, 14 and 7)",
-                hparam="w",
-            )
-    return WindowAttrs(heads, w, s, c.hp["bias"])
+    # a map the window does not divide is padded with zeros at the bottom and the right, its
+    # padded tokens attended to, and cropped after (torchvision's Swin)
+    pad = ((-hh) % w, (-ww) % w)
+    return WindowAttrs(heads, w, s, c.hp["bias"], pad)
 
 
 def _window_params(c: Ctx) -> dict[str, PSpec]:
@@ -90,7 +87,7 @@ def _window_params(c: Ctx) -> dict[str, PSpec]:
 def _window_macs(c: Ctx) -> Expr:
     """The four projections of every token, and in each window the scores Q·Kᵀ and the
     weighted sum A·V: 4·HW·C² + 2·HW·w²·C."""
-    d, positions = c.x[0], c.x[1] * c.x[2]
+    d, positions = c.x[0], (c.x[1] + c.a.pad[0]) * (c.x[2] + c.a.pad[1])  # padded tokens too
     return Expr.lift(4 * positions * d * d + 2 * positions * (c.a.window**2) * d)
 
 
@@ -117,6 +114,8 @@ def window_att_ref(x: Any, p: Weights, a: Any) -> Any:
     """Swin's (S)W-MSA in NumPy, one window and one head at a time, in float64."""
     np = numpy()
     x = np.asarray(x, np.float64)
+    height, width = x.shape[2:]
+    x = np.pad(x, ((0, 0), (0, 0), (0, a.pad[0]), (0, a.pad[1])))
     b, ch, h, w = x.shape
     win, heads, s = a.window, a.heads, a.shift
     d = ch // heads
@@ -143,7 +142,8 @@ def window_att_ref(x: Any, p: Weights, a: Any) -> Any:
     out = proj(out, "o")  # (B, nW, N, C) back to the map
     nh, nw = h // win, w // win
     y = out.reshape(b, nh, nw, win, win, ch).transpose(0, 5, 1, 3, 2, 4).reshape(b, ch, h, w)
-    return np.roll(y, (s, s), axis=(2, 3)) if s else y
+    y = np.roll(y, (s, s), axis=(2, 3)) if s else y
+    return y[:, :, :height, :width]
 
 
 WINDOW_ATT = Layer(
@@ -155,7 +155,10 @@ WINDOW_ATT = Layer(
     "per relative position (a (2w−1)²×h table, indexed by `rel-index`'s constant). With "
     "`shift=s` the map is cyclically shifted by −s before and by +s after, and tokens that "
     "the shift brought from distant regions are masked from each other (a constant mask). A "
-    "map no larger than the window is one window and is not shifted, as in Swin. Biases on "
+    "map no larger than the window is one window and is not shifted, as in Swin; a map the "
+    "window does not divide is padded with zeros at the bottom and right to whole windows, "
+    "and cropped after, as torchvision's Swin pads it (the MACs count the padded tokens). "
+    "Biases on "
     "the query, key and value projections unless `bias=false`; the output projection always "
     "has one.",
     hparams=(
@@ -174,6 +177,8 @@ WINDOW_ATT = Layer(
         ("8×8×8", "window-att h=2 w=4 shift=2"),
         ("8×4×8", "window-att h=2 w=2 bias=false"),
         ("4×3×3", "window-att h=1 w=7"),
+        ("8×5×7", "window-att h=2 w=3 shift=1"),
+        ("4×9×4", "window-att h=1 w=4"),
     ),
     reference=lambda xs, p, s, a: window_att_ref(xs[0], p, a),
 )

@@ -26,11 +26,10 @@ the checkpoint has:
 
 The router: Hugging Face's scores are ``x @ gate.weight.T``, ours ``x @ router`` with
 ``router`` ``(D, E)``, so it is transposed; both take the softmax over the E scores, keep the
-top k and renormalise their weights to sum to one. transformers' Mixtral drops no token, where
-our `moe` keeps at most ⌈cap·k·tokens/E⌉ per expert: with the spec's cap=1.25 an expert chosen by
-more tokens than that drops the rest. A capacity factor of at least E/k is dropless and
-computes what transformers computes (tests/fixtures/interop/mixtral-tiny.lbdl); after an
-import into a spec with less, the importer says so. The layers' load-balancing losses (the
+top k and renormalise their weights to sum to one. Neither drops a token: our `moe` bounds its
+experts' buffers only where a spec asks for a capacity (`cap=`), and then only in training,
+where an expert chosen by more than ⌈cap·k·tokens/E⌉ tokens drops the rest; after an import
+into such a spec with cap under E/k, the importer says so. The layers' load-balancing losses (the
 state ``moe/aux``) are computed, not read: they start at 0.
 
 ε (1e-5) and θ (1e6) are the spec's, the released model's config values.
@@ -49,16 +48,16 @@ NORM = Rule(X + "post_attention_layernorm.weight", MOE + "norm/scale")
 
 
 def drops(model: Any) -> str:
-    """What to say after an import into a spec whose experts may drop tokens (a capacity
-    factor under E/k), which transformers' Mixtral never does."""
+    """What to say after an import into a spec whose experts may drop tokens in training (a
+    capacity factor under E/k), which transformers' Mixtral never does."""
     for path, inst, _ in model.checked.walk():
         a = inst.attrs
-        if inst.node.op == "moe" and a.capacity * a.k < a.experts:
+        if inst.node.op == "moe" and a.capacity is not None and a.capacity * a.k < a.experts:
             return (
-                f"transformers' Mixtral drops no token, where `{'/'.join(path)}` keeps at most "
-                f"⌈{a.capacity:g}·{a.k}·tokens/{a.experts}⌉ tokens of a batch per expert: "
-                f"its outputs differ where an expert is chosen more often (a spec whose moe says "
-                f"cap={a.experts / a.k:g} or more computes what transformers computes)"
+                f"transformers' Mixtral drops no token, where in training `{'/'.join(path)}` "
+                f"keeps at most ⌈{a.capacity:g}·{a.k}·tokens/{a.experts}⌉ tokens of a batch per "
+                f"expert (evaluation routes every token; drop `cap=` or make it "
+                f"{a.experts / a.k:g} or more to train as transformers computes)"
             )
     return ""
 

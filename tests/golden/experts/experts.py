@@ -108,7 +108,13 @@ def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
     new_state = {}
     # experts.lbdl:13: experts e=E k=K cap=1.5:  ->  6×8
-    buffers, gates, aux = moe_dispatch(X, params["experts_0"]["router"], k=2, capacity=1.5)
+    (buffers, gates, aux) = moe_dispatch(
+        X,
+        params["experts_0"]["router"],
+        k=2,
+        capacity=1.5,
+        train=train,
+    )
 
     def expert_experts_0(p, tokens):
         # experts.lbdl:14: fc 2D
@@ -128,7 +134,7 @@ def apply(params, state, X, *, train=False, key=None):
         p, s = xs
         ns = {}
         # experts.lbdl:18: experts e=3 k=1:  ->  6×8
-        buffers1, gates1, aux1 = moe_dispatch(x1, p["experts_0"]["router"], k=1, capacity=1.25)
+        buffers1, gates1, aux1 = moe_dispatch(x1, p["experts_0"]["router"], k=1)
 
         def expert_experts_01(p, tokens1):
             # experts.lbdl:19: ffn F=12  ->  8
@@ -166,7 +172,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     per usable core and 8.
     """
     entropy = [int(w) for w in np.asarray(key_data, np.uint32).ravel()]
-    random = ("fan_in", "std")
+    random = ("fan_in", "std", "normal", "truncated_normal")
     sizes = [int(np.prod(shape)) if how in random else 0 for shape, how, _ in table.values()]
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
@@ -174,7 +180,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     for (_, how, scale), start, n in zip(table.values(), starts, sizes):
         if not n:
             continue
-        bound = np.float32(np.sqrt(3.0 / scale) if how == "fan_in" else np.sqrt(3.0) * scale)
+        bound = np.float32(init_bound(how, scale))
         runs += [(start + at, min(1 << 18, n - at), bound) for at in range(0, n, 1 << 18)]
     total = sum(sizes)
     if not workers:
@@ -197,8 +203,50 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
-        out.append(noise[start : start + n].reshape(shape))
+        piece = noise[start : start + n]
+        if how in ("normal", "truncated_normal"):
+            normal_from_uniform(piece, scale, truncated=how == "truncated_normal")
+        out.append(piece.reshape(shape))
     return out
+
+
+def init_bound(how: str, scale: float) -> float:
+    """The half-width of the uniform numbers a law is drawn from: √(3/fan) or √3·std for the
+    uniform laws; 1 for the normal ones, which `normal_from_uniform` transforms."""
+    if how == "fan_in":
+        return float(np.sqrt(3.0 / scale))
+    return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
+
+
+def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+    """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
+    by its inverse distribution function (Acklam's rational approximation, relative error
+    1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
+    number per value, so that every block of an array is drawn as the whole array draws it."""
+    lo = 0.022750131948179195 if truncated else 1e-7  # Φ(−2), or away from 0
+    p = lo + (u.astype(np.float64) + 1.0) * 0.5 * (1.0 - 2.0 * lo)
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,
+         1.383577518672690e02, -3.066479806614716e01, 2.506628277459239e00)  # fmt: skip
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02,
+         6.680131188771972e01, -1.328068155288572e01)  # fmt: skip
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00,
+         -2.549732539343734e00, 4.374664141464968e00, 2.938163982698783e00)  # fmt: skip
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00,
+         3.754408661907416e00)  # fmt: skip
+    tail = np.minimum(p, 1.0 - p)
+    q = np.sqrt(-2.0 * np.log(np.maximum(tail, 1e-300)))
+    z_tail = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+        (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1.0
+    )
+    z_tail = np.where(p < 0.5, z_tail, -z_tail)
+    r = (p - 0.5) ** 2
+    z_mid = (
+        (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
+        * (p - 0.5)
+        / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0)
+    )
+    z = np.where(tail < 0.02425, z_tail, z_mid)
+    u[...] = (z * std).astype(u.dtype)
 
 
 def float32_buffer(n: int) -> np.ndarray:
@@ -406,12 +454,22 @@ def unflatten(flat: dict) -> dict:
     return out
 
 
-def moe_dispatch(x: jax.Array, router: jax.Array, *, k: int, capacity: float) -> tuple:
+def moe_dispatch(
+    x: jax.Array,
+    router: jax.Array,
+    *,
+    k: int,
+    capacity: float | None = None,
+    train: bool = False,
+) -> tuple:
     """Route the tokens of x (B, ..., D) to E expert buffers; returns (buffers (E, C, D), the
     combining weights (tokens, E, C), the load-balancing loss).
 
     The gates are the softmax of the router's logits renormalised over the k chosen experts
-    (Mixtral). Each expert holds C = ceil(capacity·k·tokens/E) tokens. The auxiliary loss is
+    (Mixtral). With a ``capacity`` factor, in training, each expert holds
+    C = ceil(capacity·k·tokens/E) tokens; otherwise C is every token, so none is dropped and one
+    sample's output never depends on the rest of its batch (evaluation, and a spec that asks for
+    no capacity, compute what Mixtral's reference computes). The auxiliary loss is
     Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went to expert e
     and P_e its mean router probability.
     """
@@ -425,8 +483,11 @@ def moe_dispatch(x: jax.Array, router: jax.Array, *, k: int, capacity: float) ->
     onehot = jax.nn.one_hot(chosen, e, dtype=jnp.int32)  # (n, k, E)
     ranked = onehot.transpose(1, 0, 2).reshape(k * n, e)  # choice rank first, then token
     slot = (jnp.cumsum(ranked, axis=0) - 1).reshape(k, n, e).transpose(1, 0, 2)
-    num, den = float(capacity).as_integer_ratio()
-    c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
+    if capacity is None or not train:
+        c = n  # a token picks an expert at most once: n slots never overflow
+    else:
+        num, den = float(capacity).as_integer_ratio()
+        c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
     kept = (onehot > 0) & (slot < c)
     where = jax.nn.one_hot(jnp.where(kept, slot, c), c, dtype=x.dtype)  # (n, k, E, C)
     buffers = jnp.einsum("nec,nd->ecd", jnp.sum(where, axis=1), tokens)

@@ -163,7 +163,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     per usable core and 8.
     """
     entropy = [int(w) for w in np.asarray(key_data, np.uint32).ravel()]
-    random = ("fan_in", "std")
+    random = ("fan_in", "std", "normal", "truncated_normal")
     sizes = [int(np.prod(shape)) if how in random else 0 for shape, how, _ in table.values()]
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
@@ -171,7 +171,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     for (_, how, scale), start, n in zip(table.values(), starts, sizes):
         if not n:
             continue
-        bound = np.float32(np.sqrt(3.0 / scale) if how == "fan_in" else np.sqrt(3.0) * scale)
+        bound = np.float32(init_bound(how, scale))
         runs += [(start + at, min(1 << 18, n - at), bound) for at in range(0, n, 1 << 18)]
     total = sum(sizes)
     if not workers:
@@ -194,8 +194,50 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
-        out.append(noise[start : start + n].reshape(shape))
+        piece = noise[start : start + n]
+        if how in ("normal", "truncated_normal"):
+            normal_from_uniform(piece, scale, truncated=how == "truncated_normal")
+        out.append(piece.reshape(shape))
     return out
+
+
+def init_bound(how: str, scale: float) -> float:
+    """The half-width of the uniform numbers a law is drawn from: √(3/fan) or √3·std for the
+    uniform laws; 1 for the normal ones, which `normal_from_uniform` transforms."""
+    if how == "fan_in":
+        return float(np.sqrt(3.0 / scale))
+    return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
+
+
+def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+    """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
+    by its inverse distribution function (Acklam's rational approximation, relative error
+    1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
+    number per value, so that every block of an array is drawn as the whole array draws it."""
+    lo = 0.022750131948179195 if truncated else 1e-7  # Φ(−2), or away from 0
+    p = lo + (u.astype(np.float64) + 1.0) * 0.5 * (1.0 - 2.0 * lo)
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,
+         1.383577518672690e02, -3.066479806614716e01, 2.506628277459239e00)  # fmt: skip
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02,
+         6.680131188771972e01, -1.328068155288572e01)  # fmt: skip
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00,
+         -2.549732539343734e00, 4.374664141464968e00, 2.938163982698783e00)  # fmt: skip
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00,
+         3.754408661907416e00)  # fmt: skip
+    tail = np.minimum(p, 1.0 - p)
+    q = np.sqrt(-2.0 * np.log(np.maximum(tail, 1e-300)))
+    z_tail = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+        (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1.0
+    )
+    z_tail = np.where(p < 0.5, z_tail, -z_tail)
+    r = (p - 0.5) ** 2
+    z_mid = (
+        (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
+        * (p - 0.5)
+        / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0)
+    )
+    z = np.where(tail < 0.02425, z_tail, z_mid)
+    u[...] = (z * std).astype(u.dtype)
 
 
 def float32_buffer(n: int) -> np.ndarray:

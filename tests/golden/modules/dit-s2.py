@@ -268,7 +268,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     per usable core and 8.
     """
     entropy = [int(w) for w in np.asarray(key_data, np.uint32).ravel()]
-    random = ("fan_in", "std")
+    random = ("fan_in", "std", "normal", "truncated_normal")
     sizes = [int(np.prod(shape)) if how in random else 0 for shape, how, _ in table.values()]
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
@@ -276,7 +276,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     for (_, how, scale), start, n in zip(table.values(), starts, sizes):
         if not n:
             continue
-        bound = np.float32(np.sqrt(3.0 / scale) if how == "fan_in" else np.sqrt(3.0) * scale)
+        bound = np.float32(init_bound(how, scale))
         runs += [(start + at, min(1 << 18, n - at), bound) for at in range(0, n, 1 << 18)]
     total = sum(sizes)
     if not workers:
@@ -299,8 +299,50 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
-        out.append(noise[start : start + n].reshape(shape))
+        piece = noise[start : start + n]
+        if how in ("normal", "truncated_normal"):
+            normal_from_uniform(piece, scale, truncated=how == "truncated_normal")
+        out.append(piece.reshape(shape))
     return out
+
+
+def init_bound(how: str, scale: float) -> float:
+    """The half-width of the uniform numbers a law is drawn from: √(3/fan) or √3·std for the
+    uniform laws; 1 for the normal ones, which `normal_from_uniform` transforms."""
+    if how == "fan_in":
+        return float(np.sqrt(3.0 / scale))
+    return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
+
+
+def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+    """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
+    by its inverse distribution function (Acklam's rational approximation, relative error
+    1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
+    number per value, so that every block of an array is drawn as the whole array draws it."""
+    lo = 0.022750131948179195 if truncated else 1e-7  # Φ(−2), or away from 0
+    p = lo + (u.astype(np.float64) + 1.0) * 0.5 * (1.0 - 2.0 * lo)
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,
+         1.383577518672690e02, -3.066479806614716e01, 2.506628277459239e00)  # fmt: skip
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02,
+         6.680131188771972e01, -1.328068155288572e01)  # fmt: skip
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00,
+         -2.549732539343734e00, 4.374664141464968e00, 2.938163982698783e00)  # fmt: skip
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00,
+         3.754408661907416e00)  # fmt: skip
+    tail = np.minimum(p, 1.0 - p)
+    q = np.sqrt(-2.0 * np.log(np.maximum(tail, 1e-300)))
+    z_tail = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
+        (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1.0
+    )
+    z_tail = np.where(p < 0.5, z_tail, -z_tail)
+    r = (p - 0.5) ** 2
+    z_mid = (
+        (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
+        * (p - 0.5)
+        / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0)
+    )
+    z = np.where(tail < 0.02425, z_tail, z_mid)
+    u[...] = (z * std).astype(u.dtype)
 
 
 def float32_buffer(n: int) -> np.ndarray:
@@ -637,7 +679,7 @@ def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Ar
     """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
     if key is None:
         raise ValueError("dropout in training mode needs a PRNG key, but key is None")
-    if p >= 1.0:
+    if isinstance(p, (int, float)) and p >= 1.0:
         return jnp.zeros_like(x)
     keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
     return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
@@ -648,7 +690,7 @@ def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
 
     Identity when not training or p == 0. The same key gives the same mask.
     """
-    if not train or p == 0:
+    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
         return x
     return dropout_mask_apply(x, p, key, x.shape)
 
@@ -673,8 +715,14 @@ def attention(
     dropout: float = 0.0,
     train: bool = False,
     key=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
+
+    ``bias`` (optional) is added to the scores before the softmax, broadcast from its last
+    axes to (B, H, Tq, Tk) (T5's relative positions, ALiBi); ``scale`` replaces 1/sqrt(Dqk)
+    (1.0: none, as T5).
 
     ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
     ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
@@ -685,7 +733,10 @@ def attention(
     Dropout is applied to the attention weights in training mode.
     """
     tq, tk = q.shape[-2], k.shape[-2]
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / float(np.sqrt(q.shape[-1]))
+    factor = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * factor
+    if bias is not None:
+        scores = scores + jnp.broadcast_to(trailing(bias, 4), scores.shape).astype(scores.dtype)
     keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
     if causal:
         tri = jnp.broadcast_to(jnp.tril(jnp.ones((tq, tk), dtype=bool)), scores.shape)
@@ -710,13 +761,16 @@ def mha(
     train: bool = False,
     key=None,
     mask=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
 
     ``p`` holds wq (D, H*Dqk), wk (Dkv, H*Dqk), wv (Dkv, H*Dv), wo (H*Dv, Dout) and optionally
     bq, bk, bv, bo. Pass ``z = x`` for self-attention. Heads are contiguous slices of the
     projected features (head h uses columns h*Dqk:(h+1)*Dqk), as in PyTorch.
-    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend.
+    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend; ``bias``
+    and ``scale`` are `attention`'s.
     """
     b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
     q = dense(x, p["wq"], p.get("bq"))
@@ -728,11 +782,22 @@ def mha(
     k = k.reshape(b, tk, heads, dqk)
     v = v.reshape(b, tk, heads, dv)
     out = None
-    if mask is None and not (train and dropout > 0.0):
+    if mask is None and bias is None and scale is None and not (train and dropout > 0.0):
         out = fused_attention(q, k, v, causal=causal)
     if out is None:
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
-        out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
+        out = attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            dropout=dropout,
+            train=train,
+            key=key,
+            bias=bias,
+            scale=scale,
+        )
         out = out.transpose(0, 2, 1, 3)
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
 

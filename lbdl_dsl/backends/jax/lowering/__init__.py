@@ -15,14 +15,30 @@ from lbdl_dsl.backends.jax.lowering import (
     conv,
     dense,
     generic,
+    maths,
     moe,
     norm,
+    ssm,
     tensor,
     vision,
 )
 
 LOWERINGS: dict[str, Lowering] = {}
-for _family in (dense, conv, norm, activation, attention, tensor, generic, constants, vision, moe):
+_TABLES = (
+    dense,
+    conv,
+    norm,
+    activation,
+    attention,
+    tensor,
+    generic,
+    maths,
+    constants,
+    vision,
+    moe,
+    ssm,
+)
+for _family in _TABLES:
     for _name, _lower in _family.LOWER.items():
         assert _name not in LOWERINGS, _name
         LOWERINGS[_name] = _lower

@@ -18,6 +18,10 @@ def _switches(e: Emit) -> dict[str, Any]:
         out |= {"dropout": e.a.dropout, "train": e.train, "key": e.key()}
     if e.a.masked:  # (B, S) flags of the keys, broadcast over heads and queries
         out["mask"] = e.call("key_mask", e.x[-1])
+    if e.a.bias_at:  # (B or 1, G, T, S), added to the scores
+        out["bias"] = e.x[e.a.bias_at]
+    if e.a.scale is not None:
+        out["scale"] = e.a.scale
     return out
 
 
@@ -31,22 +35,25 @@ def _mha(e: Emit, q_in: str, kv_in: str) -> str:
 
 
 def mha(e: Emit) -> str:
-    xs = e.x[:-1] if e.a.masked else e.x
-    return _mha(e, xs[0], xs[1] if len(xs) > 1 else xs[0])
+    return _mha(e, e.x[0], e.x[e.a.keys_at])
 
 
 def attention(e: Emit) -> str:
     a = e.a
-    if a.rank > 2:  # heads (and any other leading axes) are already axes
-        switches: dict[str, Any] = {"causal": True} if a.causal else {}
-        if a.p:
-            switches |= {"dropout": a.p, "train": e.train, "key": e.key()}
-        return e.call("attention_nd", *e.x, **switches)
-    q, k, v = (f"{x}[:, None]" for x in e.x[:3])
-    mask = [f"{e.x[3]}[:, None]"] if len(e.x) > 3 else []
-    switches = {"causal": True} if a.causal else {}
+    switches: dict[str, Any] = {"causal": True} if a.causal else {}
     if a.p:
         switches |= {"dropout": a.p, "train": e.train, "key": e.key()}
+    if a.scale is not None:
+        switches["scale"] = a.scale
+    if a.rank > 2:  # heads (and any other leading axes) are already axes
+        mask = [e.x[a.mask_at]] if a.mask_at else []
+        if a.bias_at:
+            switches["bias"] = e.x[a.bias_at]
+        return e.call("attention_nd", *e.x[:3], *mask, **switches)
+    q, k, v = (f"{x}[:, None]" for x in e.x[:3])
+    mask = [f"{e.x[a.mask_at]}[:, None]"] if a.mask_at else []
+    if a.bias_at:
+        switches["bias"] = f"{e.x[a.bias_at]}[:, None]"
     return f"{e.call('attention', q, k, v, *mask, **switches)}[:, 0]"
 
 

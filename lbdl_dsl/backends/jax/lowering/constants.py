@@ -25,4 +25,8 @@ LOWER: dict[str, Lowering] = {
     ),
     "band": band,
     "rel-index": lambda e: e.call("relative_index", e.a.grid),
+    "rel-buckets": lambda e: e.call(
+        "relative_buckets", e.a.t, e.a.s, e.a.n, e.a.far, bidirectional=e.a.bidirectional
+    ),
+    "alibi": lambda e: e.call("alibi_bias", e.a.h, e.a.t, e.a.s, dtype=_COMPUTE),
 }

@@ -7,8 +7,18 @@ from lbdl_dsl.backends.jax.emit import Emit, Lowering
 
 def moe(e: Emit) -> str:
     weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in ("router", "gate", "up", "down"))
-    call = e.call("moe", e.x[0], weights + "}", k=e.a.k, capacity=e.a.capacity, act=repr(e.a.act))
-    y, aux = e.unpack(call, e.target, "aux")
+    kw: dict[str, object] = {"k": e.a.k, "act": repr(e.a.act)}
+    if e.a.capacity is not None:  # a capacity bounds the buffers in training only
+        kw |= {"capacity": e.a.capacity, "train": e.train}
+    if e.a.pool:  # the routing statistics, for a loss pooled across layers
+        kw["stats"] = True
+        y, aux, load, prob = e.unpack(
+            e.call("moe", e.x[0], weights + "}", **kw), e.target, "aux", "load", "prob"
+        )
+        e.set_state("load", load)
+        e.set_state("prob", prob)
+    else:
+        y, aux = e.unpack(e.call("moe", e.x[0], weights + "}", **kw), e.target, "aux")
     e.set_state("aux", aux)
     return y
 

@@ -28,11 +28,17 @@ def _optional(e: Emit, name: str) -> str:
     return e.param(name) if e.has_param(name) else "None"
 
 
+def _gain(e: Emit) -> str:
+    """The scale, shifted by the norm's offset (Gemma's 1 + w) when it has one."""
+    scale = _optional(e, "scale")
+    return f"({scale} + {e.a.offset!r})" if e.a.offset and scale != "None" else scale
+
+
 def layernorm(e: Emit) -> str:
     """The runtime's ``layer_norm`` on the last axes, which is where a chosen axis 0 of a map
     lies once the code keeps it channels-last; ``layer_norm_at`` for any other chosen axis."""
     a = e.a
-    scale, bias = _optional(e, "scale"), _optional(e, "bias")
+    scale, bias = _gain(e), _optional(e, "bias")
     if not a.last:
         return e.call("layer_norm_at", e.x[0], scale, bias, axis=a.axis + 1, eps=a.eps)
     extra = {} if a.n_axes == 1 else {"axes": a.n_axes}
@@ -40,7 +46,7 @@ def layernorm(e: Emit) -> str:
 
 
 def rmsnorm(e: Emit) -> str:
-    a, scale = e.a, _optional(e, "scale")
+    a, scale = e.a, _gain(e)
     if a.last:
         return e.call("rms_norm", e.x[0], scale, eps=a.eps)
     return e.call("rms_norm_at", e.x[0], scale, axis=a.axis + 1, eps=a.eps)

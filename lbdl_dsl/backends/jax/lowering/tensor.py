@@ -31,6 +31,18 @@ def _operands(e: Emit) -> list[str]:
     return [f"{x}[:, {', '.join(['None'] * pad)}]" if pad else x for x, pad in zip(e.x, e.a.pads)]
 
 
+def pad(e: Emit) -> str:
+    widths = "((0, 0), " + ", ".join(f"({b}, {a})" for b, a in e.a.widths) + ")"
+    if e.a.mode == "constant":
+        return f"jnp.pad({e.x[0]}, {widths}, constant_values={e.a.value!r})"
+    return f'jnp.pad({e.x[0]}, {widths}, mode="{e.a.mode}")'
+
+
+def cast(e: Emit) -> str:
+    to = {"float": "COMPUTE", "int": "jnp.int32", "bool": "bool"}[e.a.to]
+    return f"{e.x[0]} != 0" if e.a.to == "bool" else f"{e.x[0]}.astype({to})"
+
+
 def sample(e: Emit) -> str:
     return e.call("reparameterize", e.x[0], e.x[1], train=e.train, key=e.key())
 
@@ -46,6 +58,8 @@ LOWER: dict[str, Lowering] = {
     "mul": lambda e: " * ".join(_operands(e)),
     "concat": lambda e: f"jnp.concatenate([{', '.join(e.x)}], axis={e.a.axis + 1})",
     "matmul": matmul,
+    "cast": cast,
+    "pad": pad,
     "mean": lambda e: f"{e.x[0]}.mean(axis={e.a.axis + 1})",
     "l2norm": lambda e: e.call("l2_normalize", e.x[0]),
     "sample": sample,

@@ -10,8 +10,15 @@ _WEIGHTS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "table")
 def window_att(e: Emit) -> str:
     a = e.a
     weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
+    padded = {"pad": a.pad} if any(a.pad) else {}  # a map the window does not divide
     return e.call(
-        "window_attention", e.x[0], weights, heads=a.heads, window=a.window, shift=a.shift
+        "window_attention",
+        e.x[0],
+        weights,
+        heads=a.heads,
+        window=a.window,
+        shift=a.shift,
+        **padded,
     )
 
 

@@ -45,3 +45,38 @@ def relative_index(grid: tuple) -> jax.Array:
         offset = coords[:, None, axis] - coords[None, :, axis] + g - 1
         index = index * (2 * g - 1) + offset
     return jnp.asarray(index[None], jnp.int32)
+
+
+def relative_buckets(t: int, s: int, n: int, far: int, *, bidirectional: bool = True):
+    """(1, t, s) int32: T5's bucket of key j − query i, computed as transformers' T5 computes
+    it (in float32, truncated), so that an imported table reads the same rows."""
+    rel = np.arange(s)[None, :] - np.arange(t)[:, None]
+    bucket = np.zeros((t, s), np.int64)
+    if bidirectional:
+        n //= 2
+        bucket += (rel > 0) * n
+        rel = np.abs(rel)
+    else:
+        rel = -np.minimum(rel, 0)
+    exact = n // 2
+    far_ratio = np.float32(np.log(far / exact))
+    # the distances below `exact` keep their own bucket: their logarithm is never read
+    ratio = np.log(np.maximum(rel, exact).astype(np.float32) / np.float32(exact)) / far_ratio
+    large = exact + (ratio * np.float32(n - exact)).astype(np.int64, copy=False)
+    large = np.minimum(large, n - 1)
+    bucket += np.where(rel < exact, rel, large)
+    return jnp.asarray(bucket[None], jnp.int32)
+
+
+def alibi_bias(h: int, t: int, s: int, *, dtype=jnp.float32):
+    """(1, h, t, s): ALiBi's −m_h·|i − j|, head h's slope from Press et al.'s sequence."""
+
+    def slopes(n: int) -> list:
+        if np.log2(n).is_integer():
+            return [2 ** (-8 / n * (i + 1)) for i in range(n)]
+        below = 2 ** int(np.floor(np.log2(n)))
+        return slopes(below) + slopes(2 * below)[0::2][: n - below]
+
+    distance = np.abs(np.arange(t)[:, None] - np.arange(s)[None, :])
+    table = -np.asarray(slopes(h))[:, None, None] * distance[None]
+    return jnp.asarray(table[None], dtype)

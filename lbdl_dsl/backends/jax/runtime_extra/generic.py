@@ -12,7 +12,7 @@ from lbdl_dsl.backends.jax.runtime_extra.norm_axis import along
 def drop_path(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
     """Stochastic depth: in training, each sample's whole tensor is zeroed with probability p
     and the others scaled by 1/(1-p) (one draw per sample); the identity otherwise."""
-    if not train or p == 0:
+    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
         return x
     return dropout_mask_apply(x, p, key, (x.shape[0],) + (1,) * (x.ndim - 1))
 

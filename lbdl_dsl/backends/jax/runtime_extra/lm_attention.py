@@ -41,14 +41,21 @@ def window_mask(tq: int, tk: int, window: int) -> jax.Array:
     return jnp.abs(i - j) < window  # computed in the program: no T×S constant in it
 
 
-def attention_nd(q, k, v, mask=None, *, causal=False, dropout=0.0, train=False, key=None):
+def attention_nd(
+    q, k, v, mask=None, *, causal=False, dropout=0.0, train=False, key=None, bias=None, scale=None
+):
     """`attention` on (B, *L, T, D) queries and (B, *L, S, D) keys and values: the leading axes
-    L (heads...) flattened into one; a mask is (B, T, S) or (B, *L, T, S), true keeps."""
+    L (heads...) flattened into one; a mask is (B, T, S) or (B, *L, T, S), true keeps; an
+    additive score bias the same."""
     lead = q.shape[:-2]
     flat = [x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in (q, k, v)]
     if mask is not None:
         mask = mask.reshape(mask.shape[0], -1, *mask.shape[-2:])
-    out = attention(*flat, mask, causal=causal, dropout=dropout, train=train, key=key)
+    if bias is not None:
+        bias = bias.reshape(bias.shape[0], -1, *bias.shape[-2:])
+    out = attention(
+        *flat, mask, causal=causal, dropout=dropout, train=train, key=key, bias=bias, scale=scale
+    )
     return out.reshape(*lead, *out.shape[-2:])
 
 
@@ -72,6 +79,8 @@ def mha_lm(
     train: bool = False,
     key=None,
     mask=None,
+    bias=None,
+    scale=None,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
     rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
@@ -95,10 +104,22 @@ def mha_lm(
         band = window_mask(tq, tk, window).reshape(1, 1, tq, tk)
         mask = band if mask is None else jnp.logical_and(mask, band)
     out = None
-    if mask is None and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
+    plain = mask is None and bias is None and scale is None
+    if plain and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
         heads_last = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
         out = fused_attention(*heads_last, causal=causal)
     if out is None:
-        out = attention(q, k, v, mask, causal=causal, dropout=dropout, train=train, key=key)
+        out = attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            dropout=dropout,
+            train=train,
+            key=key,
+            bias=bias,
+            scale=scale,
+        )
         out = out.transpose(0, 2, 1, 3)
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))

@@ -37,14 +37,19 @@ def shift_mask(h: int, w: int, window: int, shift: int) -> jax.Array:
 
 
 def window_attention(
-    x: jax.Array, p: dict, *, heads: int, window: int, shift: int = 0
+    x: jax.Array, p: dict, *, heads: int, window: int, shift: int = 0, pad: tuple = (0, 0)
 ) -> jax.Array:
     """Swin's (S)W-MSA on a channels-last map (B, H, W, C): attention within each window,
     with the relative position bias ``p["table"]`` ((2w-1)^2, heads) and, when shifted, the
     map rolled by -shift, the regions the roll brought together masked, and rolled back.
 
-    ``p`` holds wq, wk, wv, wo (C, C), optional bq, bk, bv and bo (C,), and the table.
+    ``p`` holds wq, wk, wv, wo (C, C), optional bq, bk, bv and bo (C,), and the table. A map
+    the window does not divide comes with ``pad``, the rows and columns of zeros added at its
+    bottom and right (torchvision's Swin), cropped after.
     """
+    rows, cols = x.shape[1], x.shape[2]
+    if any(pad):
+        x = jnp.pad(x, ((0, 0), (0, pad[0]), (0, pad[1]), (0, 0)))
     b, h, w, c = x.shape
     n, d = window * window, c // heads
     if shift:
@@ -64,7 +69,8 @@ def window_attention(
     )
     out = dense(out.reshape(-1, n, c), p["wo"], p.get("bo"))
     y = window_merge(out, b, h, w, window)
-    return jnp.roll(y, (shift, shift), axis=(1, 2)) if shift else y
+    y = jnp.roll(y, (shift, shift), axis=(1, 2)) if shift else y
+    return y[:, :rows, :cols] if any(pad) else y
 
 
 def space_to_depth(x: jax.Array, f: int, *, swin: bool = False) -> jax.Array:
