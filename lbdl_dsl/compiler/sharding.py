@@ -166,6 +166,7 @@ PRESETS: dict[str, tuple[str, str]] = {
     "dp": ("data", "data parallelism: parameters replicated, the batch split over data (+fsdp)"),
     "fsdp": ("fsdp", "fully sharded data parallelism: each parameter split along one axis"),
     "tp": ("tensor", "Megatron tensor parallelism: heads and feed-forward width on tensor"),
+    "ep": ("experts", "expert parallelism: a mixture's experts on experts, the batch too"),
 }
 """Preset name → (the mesh axis it needs, what it does)."""
 
@@ -174,6 +175,8 @@ def _preset_rules(name: str) -> tuple[Rule, ...]:
     if name == "tp":  # column-parallel in, row-parallel out: the matmuls' natural split
         strict = tuple(Rule(role, ("tensor",), "tp") for role in ("heads", "kv", "mlp"))
         return (*strict, Rule("vocab", ("tensor",), "tp", strict=False))
+    if name == "ep":  # GShard: each device holds its experts, and the tokens come to them
+        return (Rule("experts", ("experts",), "ep"),)
     if name == "fsdp":
         return tuple(Rule(role, ("fsdp",), "fsdp", strict=False) for role in FSDP_ROLES)
     return ()
@@ -255,11 +258,12 @@ def parse_rules(words: Sequence[str], mesh: MeshSpec) -> Rules:
         else:
             user.append(rule)
     ordered = [*user]
-    for name in ("tp", "fsdp"):  # structural rules before preferences, whatever the order
+    for name in ("tp", "ep", "fsdp"):  # structural rules before preferences, whatever the order
         if name in presets:
             ordered += _preset_rules(name)
     if batch is None:
-        batch = tuple(a for a in mesh.names if a in DATA_AXES)
+        splits = (*DATA_AXES, "experts") if "ep" in presets else DATA_AXES
+        batch = tuple(a for a in mesh.names if a in splits)
     return Rules(tuple(ordered), batch, tuple(presets), " ".join(words or ["dp"]))
 
 

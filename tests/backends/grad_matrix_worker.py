@@ -4,10 +4,10 @@
 family (a CNN with batch norm, a GPT transformer, a gated-FFN LLaMA, a Mixtral MoE, at tiny
 sizes; ``resnet18`` is ResNet-18 at width 64 on 32×32 images, the issue's case), the gradient
 of one batch on one device against the same gradient under each strategy (dp, fsdp, tp,
-fsdp+tp) on ``DEVICES`` virtual CPU devices: at the initial parameters, and at the parameters
-``STEPS`` one-device SGD steps later (each side computes the gradient at the very same
-parameters, so the comparison measures the sharded program alone). The figure per case is the
-largest, over the arrays, of ‖sharded − one‖ / ‖one‖.
+fsdp+tp; ep for the MoE) on ``DEVICES`` virtual CPU devices: at the initial parameters, and at
+the parameters ``STEPS`` one-device SGD steps later (each side computes the gradient at the
+very same parameters, so the comparison measures the sharded program alone). The figure per
+case is the largest, over the arrays, of ‖sharded − one‖ / ‖one‖.
 
 Why the same parameters on both sides, and not two runs side by side: the loss of a network
 with ReLUs and max-pools is only piecewise smooth. At ResNet-18's third step (the issue's
@@ -61,6 +61,8 @@ def mesh_of(strategy: str, n: int, cnn: bool) -> tuple[str, list[str]]:
         return f"fsdp={n}", ["fsdp"]
     if strategy == "tp":
         return f"data={n // 2},tensor=2", tp
+    if strategy == "ep":  # a mixture's 4 experts over up to 4 devices, the batch too
+        return (f"data={n // 4},experts=4" if n > 4 else f"experts={n}"), ["ep"]
     if strategy == "fsdp+tp":
         return f"fsdp={n // 2},tensor=2", ["fsdp", *tp] if cnn else ["fsdp+tp"]
     raise ValueError(strategy)

@@ -58,7 +58,7 @@ ROLES = {
     "repeat_0/residual_0/moe/up": ("layers", "experts", "embed", "mlp"),
     "repeat_0/residual_0/moe/down": ("layers", "experts", "mlp", "embed"),
     "rmsnorm_0/scale": ("norm",),
-    "fc_0/w": ("in", "out"),
+    "fc_0/w": ("in", "vocab"),
     "repeat_0/residual_0/moe/aux": ("layers",),
 }
 
