@@ -144,7 +144,7 @@ def test_each_process_feeds_its_own_rows() -> None:
 
 def test_launch_runs_n_processes_with_their_rank(capfd: pytest.CaptureFixture[str]) -> None:
     code = "import os; print(os.environ['LBDL_PROCESS_ID'], os.environ['LBDL_NUM_PROCESSES'])"
-    assert main.main(["launch", "-n", "3", "--", sys.executable, "-c", code]) == 0
+    assert main.main(["launch", "-n", "3", "--force", "--", sys.executable, "-c", code]) == 0
     lines = sorted(capfd.readouterr().out.splitlines())
     assert lines == ["0 3", "[1] 1 3", "[2] 2 3"]
 
