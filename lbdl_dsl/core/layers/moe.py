@@ -86,16 +86,24 @@ def moe_routes(tokens: Any, router: Any, k: int, capacity: float) -> list[tuple[
     return out
 
 
+def moe_groups(x: Any) -> Any:
+    """The groups a capacity counts over (GShard's local groups): each sample's tokens, the
+    rows of (..., T, D); a single group for (T, D)."""
+    return x.reshape(-1, x.shape[-2], x.shape[-1]) if x.ndim >= 3 else x.reshape(1, -1, x.shape[-1])
+
+
 def moe_ref(x: Any, p: Weights, a: Any) -> Any:
-    """A dense loop over the routes of `moe_routes`: each kept token adds gate · expert(token)."""
+    """A dense loop over the routes of `moe_routes`, group by group (`moe_groups`): each kept
+    token adds gate · expert(token)."""
     np = numpy()
-    tokens = np.asarray(x, np.float64).reshape(-1, x.shape[-1])
-    out = np.zeros_like(tokens)
-    for i, expert, gate in moe_routes(tokens, p["router"], a.k, a.capacity):
-        g = tokens[i] @ p["gate"][expert]
-        g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, False)
-        h = g * (tokens[i] @ p["up"][expert])
-        out[i] += gate * (h @ p["down"][expert])
+    groups = moe_groups(np.asarray(x, np.float64))
+    out = np.zeros_like(groups)
+    for tokens, into in zip(groups, out, strict=True):
+        for i, expert, gate in moe_routes(tokens, p["router"], a.k, a.capacity):
+            g = tokens[i] @ p["gate"][expert]
+            g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, False)
+            h = g * (tokens[i] @ p["up"][expert])
+            into[i] += gate * (h @ p["down"][expert])
     return out.reshape(x.shape)
 
 
@@ -120,16 +128,22 @@ MOE = Layer(
     "a router (fc D→E) scores the experts, each token goes to its top k, weighted by the "
     "softmax renormalised over those k. The MACs are the router's and k experts' (the active "
     "compute); the parameters are all E experts'. Each expert takes at most "
-    "⌈cap·k·tokens/E⌉ tokens of a batch (GShard/Switch capacity; overflow is dropped by that "
-    "expert). The load-balancing loss E·Σ f_e·P_e is the state entry `aux` of the new state "
-    "`apply` returns: add it, scaled, to the training loss. Parameters: router (D, E), gate and "
-    "up (E, D, hidden), down (E, hidden, D).",
+    "⌈cap·k·T/E⌉ of each sample's T tokens (GShard/Switch capacity over local groups: the "
+    "memory grows with the tokens, and a token's fate does not depend on the rest of the "
+    "batch; overflow is dropped by that expert). The load-balancing loss E·Σ f_e·P_e is the "
+    "state entry `aux` of the new state `apply` returns: add it, scaled, to the training "
+    "loss. Parameters: router (D, E), gate and up (E, D, hidden), down (E, hidden, D).",
     hparams=(
         HP("e", "size", doc="number of experts"),
         HP("k", "size", 2, "experts per token"),
         HP("hidden", "size", None, "each expert's hidden dimension (default 4D)"),
         HP("act", "choice", "swiglu", "each expert's gated activation", tuple(_ACTS)),
-        HP("cap", "float", 1.25, "capacity factor: expert buffers hold cap·k·tokens/E tokens"),
+        HP(
+            "cap",
+            "float",
+            1.25,
+            "capacity factor: an expert holds cap·k·T/E of a sample's T tokens",
+        ),
     ),
     resolve=_attrs,
     shape=lambda c: c.x,
