@@ -116,6 +116,7 @@ def test_processes_come_from_flags_a_launcher_or_a_cluster() -> None:
     assert distributed.detect(env={"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"})[1] == "single process"
     ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
     assert distributed.detect(env=ompi) == ({}, "Open MPI")
+    assert distributed.detect(env={"LBDL_DISTRIBUTED": "auto"}) == ({}, "auto-detected")
     assert distributed.initialize() == distributed.Processes(0, 1, "single process")
 
 

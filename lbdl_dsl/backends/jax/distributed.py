@@ -5,7 +5,8 @@ cluster.
 (``lbdl train --coordinator HOST:PORT --num-processes N --process-id I``), the variables `lbdl
 launch` sets (``LBDL_COORDINATOR``, ``LBDL_NUM_PROCESSES``, ``LBDL_PROCESS_ID``,
 ``LBDL_LOCAL_DEVICES``), or a cluster JAX recognises by itself (SLURM, Open MPI, and the other
-environments of ``jax.distributed``'s cluster detection); with none of them, one process runs
+environments of ``jax.distributed``'s cluster detection; ``LBDL_DISTRIBUTED=auto`` asks for it
+where no variable above says so, as on a TPU pod's hosts); with none of them, one process runs
 alone and nothing is initialised. On CPUs, collectives between processes go through gloo.
 
 Each process then feeds its own slice of every global batch (`process_rows`); checkpoints are
@@ -32,6 +33,7 @@ ENV_COORDINATOR = "LBDL_COORDINATOR"
 ENV_NUM_PROCESSES = "LBDL_NUM_PROCESSES"
 ENV_PROCESS_ID = "LBDL_PROCESS_ID"
 ENV_LOCAL_DEVICES = "LBDL_LOCAL_DEVICES"  # a launcher's per-process device ids: "0,1"
+ENV_DISTRIBUTED = "LBDL_DISTRIBUTED"  # "auto": join through JAX's own detection (TPU pods)
 ENV_INIT_TIMEOUT = "LBDL_INIT_TIMEOUT"  # seconds to wait for every process to join (60)
 ENV_HEARTBEAT_TIMEOUT = "LBDL_HEARTBEAT_TIMEOUT"  # seconds of silence before a peer is dead (30)
 _JOINED: list[Processes] = []  # this process's place once it joined others (for `leave`)
@@ -95,6 +97,8 @@ def detect(
     for name, (rank, size) in _CLUSTERS.items():
         if rank in env and (_int(env.get(size), size) or 1) > 1:
             return {}, name  # jax.distributed's own cluster detection fills everything in
+    if env.get(ENV_DISTRIBUTED) == "auto":  # a TPU pod, or a cluster found by JAX alone
+        return {}, "auto-detected"
     return {}, "single process"
 
 
