@@ -72,3 +72,23 @@ def test_a_training_step_adds_the_load_balancing_loss() -> None:
     opt = optax.adamw(1e-3)
     updates, _ = jax.jit(lambda g, p: opt.update(g, opt.init(p), p))(grads, params)
     assert jax.tree.structure(optax.apply_updates(params, updates)) == jax.tree.structure(params)
+
+
+def test_the_checkers_activations_count_the_dispatch_buffers(tmp_path: Path) -> None:
+    """Doubling the capacity factor adds, per sample, cap·k·T more buffer rows: their D values,
+    and the experts' 3 hidden values (gate, up, product) of width F, in float32."""
+    from lbdl_dsl.compiler.memory import per_device
+    from lbdl_dsl.compiler.sharding import parse_mesh, parse_rules, resolve
+
+    t, d, f, k = 32, 16, 8, 2
+    figures = []
+    for cap in ("1.0", "2.0"):
+        spec = tmp_path / f"m{cap}.lbdl"
+        spec.write_text(f"model m(D={d}):\n  input X: {t}×D\n  moe e=4 k={k} hidden={f} "
+                        f"cap={cap}\n  output Y\n", "utf-8")  # fmt: skip
+        checked = lbdl_dsl.check(spec)
+        mesh = parse_mesh("data=1")
+        layout = resolve(checked, mesh, parse_rules([], mesh))
+        whole, _ = per_device(checked, layout, [], batch=1)
+        figures.append(whole.activations.as_int())
+    assert figures[1] - figures[0] == 4 * (1 * k * t) * (d + 3 * f)

@@ -287,6 +287,9 @@ class Layer:
     keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
     out_type: Callable[[Ctx], tuple[str, Expr | None]] | None = None  # (type, range) it makes
     reference: Callable[..., Any] | None = None  # NumPy: (xs, params, state, attrs) -> y
+    # values per sample its backward pass keeps inside it besides its output, from its attrs
+    # and its input's shape (a mixture's dispatch buffers): the memory checker adds them
+    kept: Callable[[Any, tuple[Expr, ...]], Expr] | None = None
 
     def hparam(self, name: str) -> HP | None:
         by_name: dict[str, HP] | None = self.__dict__.get("_hparams_by_name")

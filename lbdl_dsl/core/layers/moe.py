@@ -86,6 +86,16 @@ def moe_routes(tokens: Any, router: Any, k: int, capacity: float) -> list[tuple[
     return out
 
 
+def _kept(a: MoeAttrs, x: tuple[Expr, ...]) -> Expr:
+    """What the backward pass keeps inside the box per sample, besides its output: the router's
+    probabilities (T·E), the experts' buffers (E·C ≈ cap·k·T rows of D), their gate, up and
+    product (3 × rows × hidden), and the k gathered outputs of each token (T·k·D)."""
+    t, d = Expr.lift(x[0]), Expr.lift(x[1])
+    num, den = float(a.capacity).as_integer_ratio()
+    rows = t * (a.k * num) / den
+    return t * a.experts + rows * d + rows * a.hidden * 3 + t * a.k * d
+
+
 def moe_groups(x: Any) -> Any:
     """The groups a capacity counts over (GShard's local groups): each sample's tokens, the
     rows of (..., T, D); a single group for (T, D)."""
@@ -157,6 +167,7 @@ MOE = Layer(
     ),
     reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
     expert=_expert,
+    kept=_kept,
 )
 
 LAYERS = (MOE,)
