@@ -153,26 +153,31 @@ class _Run:
             print(f"lbdl launch: {text}", file=sys.stderr, flush=True)
 
     def wait(self) -> int:
-        """Wait for all; the first to fail is named and stops the others."""
+        """Wait for all; the first to fail is named and stops the others. Every process is
+        polled in each round, and of those that ended in the same round a process killed by
+        a signal is named before one that exited with an error (its peers' errors follow
+        from its death)."""
         pending = list(self.procs)
         code = 0
         while pending:
-            for proc in list(pending):
-                try:
-                    rc = proc.wait(timeout=0.1)
-                except subprocess.TimeoutExpired:
-                    continue
+            ended = [p for p in pending if p.poll() is not None]
+            if not ended:
+                time.sleep(0.05)
+                continue
+            for proc in ended:
                 pending.remove(proc)
-                if rc != 0 and code == 0 and self.signalled is None:
-                    code = rc if rc > 0 else 128 - rc
-                    i = self.procs.index(proc)
-                    how = f"exited with code {rc}" if rc > 0 else f"was killed by {_signame(-rc)}"
-                    if pending:
-                        others = ", ".join(str(self.procs.index(p)) for p in pending)
-                        self.say(f"process {i} {how}; stopping process(es) {others}")
-                    else:
-                        self.say(f"process {i} {how}")
-                    self.stop(pending, _PEER_GRACE)
+            failed = sorted((p for p in ended if p.returncode), key=lambda p: p.returncode > 0)
+            if failed and code == 0 and self.signalled is None:
+                rc = failed[0].returncode
+                code = rc if rc > 0 else 128 - rc
+                i = self.procs.index(failed[0])
+                how = f"exited with code {rc}" if rc > 0 else f"was killed by {_signame(-rc)}"
+                if pending:
+                    others = ", ".join(str(self.procs.index(p)) for p in pending)
+                    self.say(f"process {i} {how}; stopping process(es) {others}")
+                else:
+                    self.say(f"process {i} {how}")
+                self.stop(pending, _PEER_GRACE)
         if self.signalled is not None and code == 0:
             codes = [p.returncode for p in self.procs]
             code = next((c if c > 0 else 128 - c for c in codes if c), 0)

@@ -61,6 +61,8 @@ class _Watched:
             if self.proc.poll() is not None and not self.reader.is_alive():
                 break
             time.sleep(0.05)
+        self.proc.kill()  # the launcher's groups go with it only by signal: stop it anyway
+        self.finish()
         raise AssertionError(f"no line with {text!r}:\n{self.text[-3000:]}")
 
     def finish(self, timeout: float = 120) -> tuple[int, float]:
