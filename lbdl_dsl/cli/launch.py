@@ -4,27 +4,40 @@ Each process is the given command with the variables `backends.jax.distributed.i
 reads: the coordinator (process 0, on 127.0.0.1 and a free port), the number of processes and
 this one's index, and with ``--devices-per-process K`` its K devices (accelerators K·i to
 K·i + K − 1; on a CPU, K virtual devices). Process 0's output is shown as it is, the others'
-lines behind ``[i]``. When one process fails, the others are stopped and its exit code is
-``lbdl launch``'s; Ctrl-C reaches all of them.
+lines behind ``[i]``.
+
+Cleaning up: each process runs in a process group of its own, and every signal the launcher
+sends goes to the whole group, so nothing a process started outlives the run. When one process
+fails (or is killed), the launcher names it and stops the others at once (SIGTERM, then SIGKILL
+after a few seconds: a peer stuck in a collective with a dead process cannot do better), and
+its exit code is ``lbdl launch``'s. SIGTERM or Ctrl-C to the launcher becomes SIGTERM to every
+group: ``lbdl train`` then checkpoints at a step every process agrees on and exits
+(`training.devices`). When the processes have exited, a descendant still holding the output
+pipe is killed rather than waited for. ``-n`` is at most the machine's cores unless ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from typing import IO, Any
 
 from lbdl_dsl.cli.common import guarded
 from lbdl_dsl.core.errors import LbdlError
 
 HELP = "run a command as N processes of one distributed run on this machine"
-_GRACE = 10.0  # seconds a stopped process has before it is killed
-MAX_PROCESSES = 1024  # processes (and devices of each) one machine is asked to start
+_GRACE = 30.0  # seconds a process asked to stop (a signal to the launcher) has to checkpoint
+_PEER_GRACE = 3.0  # after another process failed: its peers cannot finish a collective
+MAX_PROCESSES = 1024  # processes (and devices of each) one machine is asked to start, forced
+_DRAIN = 2.0  # seconds the output of exited processes may still take to arrive
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="each process's devices: accelerators K·i … K·i+K−1, or K virtual CPU devices",
     )
     p.add_argument("--port", type=int, help="the coordinator's port (default: a free one)")
+    p.add_argument(
+        "--force", action="store_true", help="allow more processes than this machine has cores"
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
 
 
@@ -64,6 +80,59 @@ def environments(n: int, port: int, per: int | None, base: dict[str, str]) -> li
     return out
 
 
+def _pump(stream: IO[bytes], prefix: bytes, sink: Any, lock: threading.Lock) -> None:
+    for line in iter(stream.readline, b""):
+        with lock:
+            sink.write(prefix + line)
+            sink.flush()
+
+
+def launch(
+    command: list[str],
+    n: int,
+    per: int | None = None,
+    port: int | None = None,
+    force: bool = False,
+) -> int:
+    """Run ``command`` as ``n`` processes; the first non-zero exit code, or 0."""
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise LbdlError("lbdl launch: no command", None, hint="lbdl launch -n 2 -- lbdl train ...")
+    if n < 1 or (per is not None and per < 1):
+        raise LbdlError("-n and --devices-per-process must be at least 1", None)
+    cores = os.cpu_count() or 1
+    if n > cores and not force:
+        raise LbdlError(
+            f"lbdl launch: -n {n} is more processes than this machine's {cores} cores",
+            None,
+            hint=f"use -n {cores} or fewer (more devices each: --devices-per-process), or --force",
+        )
+    if n > MAX_PROCESSES or (per is not None and per > MAX_PROCESSES):
+        raise LbdlError(
+            f"-n {n} and --devices-per-process {per}: at most {MAX_PROCESSES} each on one machine",
+            None,
+            hint="a run over several machines starts one `lbdl train` per machine with "
+            "--coordinator (docs/scaling.md)",
+        )
+    if port is not None and not 0 <= port <= 65535:
+        raise LbdlError(f"--port {port}: a port is a number from 1 to 65535 (0: a free one)")
+    envs = environments(n, port or free_port(), per, dict(os.environ))
+    run = _Run(getattr(sys.stdout, "buffer", None) or _Text(sys.stdout))
+    with _forwarded(run):
+        try:
+            for i, env in enumerate(envs):
+                run.start(command, env, b"" if i == 0 else f"[{i}] ".encode())
+        except OSError as exc:
+            run.stop(run.procs, _PEER_GRACE)
+            raise LbdlError(
+                f"lbdl launch: cannot run `{command[0]}`: {exc.strerror}", None
+            ) from None
+        code = run.wait()
+    run.drain()
+    return code
+
+
 class _Text:
     """Bytes written to a text stream (a ``sys.stdout`` replaced by one without a buffer)."""
 
@@ -77,87 +146,143 @@ class _Text:
         self.stream.flush()
 
 
-def _pump(stream: IO[bytes], prefix: bytes, sink: Any, lock: threading.Lock) -> None:
-    for line in iter(stream.readline, b""):
-        with lock:
-            sink.write(prefix + line)
-            sink.flush()
+class _Run:
+    """The processes of one run, each the leader of its own process group, and their pumps."""
 
+    def __init__(self, sink: Any) -> None:
+        self.sink, self.lock = sink, threading.Lock()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.pumps: list[threading.Thread] = []
+        self.signalled: int | None = None  # a signal the launcher received, if any
 
-def launch(command: list[str], n: int, per: int | None = None, port: int | None = None) -> int:
-    """Run ``command`` as ``n`` processes; the first non-zero exit code, or 0."""
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise LbdlError("lbdl launch: no command", None, hint="lbdl launch -n 2 -- lbdl train ...")
-    if n < 1 or (per is not None and per < 1):
-        raise LbdlError("-n and --devices-per-process must be at least 1", None)
-    if n > MAX_PROCESSES or (per is not None and per > MAX_PROCESSES):
-        raise LbdlError(
-            f"-n {n} and --devices-per-process {per}: at most {MAX_PROCESSES} each on one machine",
-            None,
-            hint="a run over several machines starts one `lbdl train` per machine with "
-            "--coordinator (docs/scaling.md)",
+    def start(self, command: list[str], env: dict[str, str], prefix: bytes) -> None:
+        proc = subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group of its own: signals reach its descendants
         )
-    if port is not None and not 0 <= port <= 65535:
-        raise LbdlError(f"--port {port}: a port is a number from 1 to 65535 (0: a free one)")
-    envs = environments(n, port or free_port(), per, dict(os.environ))
-    sink = getattr(sys.stdout, "buffer", None) or _Text(sys.stdout)
-    lock = threading.Lock()
-    procs, pumps = [], []
-    try:
-        for i, env in enumerate(envs):
-            proc = subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-            )
-            procs.append(proc)
-            prefix = b"" if i == 0 else f"[{i}] ".encode()
-            pump = threading.Thread(target=_pump, args=(proc.stdout, prefix, sink, lock))
-            pump.start()
-            pumps.append(pump)
-    except OSError as exc:
-        _stop(procs)
-        raise LbdlError(f"lbdl launch: cannot run `{command[0]}`: {exc.strerror}", None) from None
-    code = _wait(procs)
-    for pump in pumps:
-        pump.join()
-    for proc in procs:
-        if proc.stdout is not None:
-            proc.stdout.close()
-    return code
+        self.procs.append(proc)
+        pump = threading.Thread(
+            target=_pump, args=(proc.stdout, prefix, self.sink, self.lock), daemon=True
+        )
+        pump.start()
+        self.pumps.append(pump)
 
+    def say(self, text: str) -> None:
+        with self.lock:
+            self.sink.flush()
+            print(f"lbdl launch: {text}", file=sys.stderr, flush=True)
 
-def _wait(procs: list[subprocess.Popen]) -> int:
-    """Wait for all; the first to fail stops the others."""
-    pending = list(procs)
-    code = 0
-    while pending:
-        for proc in list(pending):
-            try:
-                rc = proc.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
+    def wait(self) -> int:
+        """Wait for all; the first to fail is named and stops the others. Every process is
+        polled in each round, and of those that ended in the same round a process killed by
+        a signal is named before one that exited with an error (its peers' errors follow
+        from its death)."""
+        pending = list(self.procs)
+        code = 0
+        while pending:
+            ended = [p for p in pending if p.poll() is not None]
+            if not ended:
+                time.sleep(0.05)
                 continue
-            pending.remove(proc)
-            if rc != 0 and code == 0:
+            for proc in ended:
+                pending.remove(proc)
+            failed = sorted((p for p in ended if p.returncode), key=lambda p: p.returncode > 0)
+            if failed and code == 0 and self.signalled is None:
+                rc = failed[0].returncode
                 code = rc if rc > 0 else 128 - rc
-                _stop(pending)
-    return code
+                i = self.procs.index(failed[0])
+                how = f"exited with code {rc}" if rc > 0 else f"was killed by {_signame(-rc)}"
+                if pending:
+                    others = ", ".join(str(self.procs.index(p)) for p in pending)
+                    self.say(f"process {i} {how}; stopping process(es) {others}")
+                else:
+                    self.say(f"process {i} {how}")
+                self.stop(pending, _PEER_GRACE)
+        if self.signalled is not None and code == 0:
+            codes = [p.returncode for p in self.procs]
+            code = next((c if c > 0 else 128 - c for c in codes if c), 0)
+        return code
 
-
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=_GRACE)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    def stop(self, procs: list[subprocess.Popen[bytes]], grace: float) -> None:
+        """SIGTERM to each process's group, then SIGKILL to the groups still there."""
+        for proc in procs:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in procs:
+            _signal_group(proc, signal.SIGKILL)
             proc.wait()
+
+    def drain(self) -> None:
+        """The remaining output; then what still holds a pipe (a process's descendant) is
+        killed with its group, and a pipe held from outside every group is abandoned."""
+        deadline = time.monotonic() + _DRAIN
+        for pump in self.pumps:
+            pump.join(timeout=max(0.0, deadline - time.monotonic()))
+        if any(p.is_alive() for p in self.pumps):
+            for proc in self.procs:
+                _signal_group(proc, signal.SIGKILL)
+            for pump in self.pumps:
+                pump.join(timeout=_DRAIN)
+        for proc, pump in zip(self.procs, self.pumps, strict=True):
+            if proc.stdout is not None and not pump.is_alive():
+                proc.stdout.close()
+
+
+def _signame(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)  # the process leads its group (start_new_session)
+
+
+def _kill_all(run: _Run) -> None:
+    for proc in run.procs:
+        _signal_group(proc, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _forwarded(run: _Run) -> Iterator[None]:
+    """SIGTERM and SIGINT to the launcher: SIGTERM to every process group, once; a second
+    signal kills the groups. The main thread waits; the handler only sends signals."""
+
+    def handler(signum: int, frame: object) -> None:
+        if run.signalled is not None:
+            _kill_all(run)
+            return
+        run.signalled = signum
+        run.say(f"{_signame(signum)}: asking every process to checkpoint and stop")
+        for proc in run.procs:
+            _signal_group(proc, signal.SIGTERM)
+        late = threading.Timer(_GRACE, _kill_all, args=(run,))
+        late.daemon = True
+        late.start()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 def run(args: argparse.Namespace) -> int:
     return guarded(
-        lambda: launch(args.command, args.processes, args.devices_per_process, args.port),
+        lambda: launch(
+            args.command, args.processes, args.devices_per_process, args.port, args.force
+        ),
         "lbdl launch",
     )

@@ -30,7 +30,7 @@ def add_mesh_arguments(p: argparse.ArgumentParser) -> None:
         "--shard",
         nargs="+",
         metavar="RULE",
-        help="presets dp, fsdp, tp joined by + (fsdp+tp), and/or rules ROLE=AXIS or "
+        help="presets dp, fsdp, tp, ep joined by + (fsdp+tp), and/or rules ROLE=AXIS or "
         "SYMBOL=AXIS (heads=tensor D=fsdp batch=data); default dp",
     )
     g.add_argument(
@@ -104,7 +104,7 @@ def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         "--shard",
         nargs="+",
         metavar="RULE",
-        help="presets dp, fsdp, tp joined by +, and/or rules ROLE=AXIS SYMBOL=AXIS; default dp",
+        help="presets dp, fsdp, tp, ep joined by +, and/or rules ROLE=AXIS SYMBOL=AXIS; default dp",
     )
     g.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address")
     g.add_argument("--num-processes", type=int, metavar="N", help="how many processes")

@@ -133,9 +133,19 @@ def run(args: argparse.Namespace) -> int:
         devices = join(
             config.mesh, config.shard, args.coordinator, args.num_processes, args.process_id
         )
-        return _train(config, devices)
+        try:
+            return _train(config, devices)
+        except Exception as exc:  # noqa: BLE001 - a peer's failure is named, the rest re-raised
+            from lbdl_dsl.backends.jax.distributed import peer_error
 
-    return common.guarded(work, args.spec)
+            named = peer_error(exc)
+            if named is None:
+                raise
+            raise named from None
+
+    from lbdl_dsl.backends.jax.distributed import leave  # no JAX at import
+
+    return leave(common.guarded(work, args.spec))  # a failing process of several exits at once
 
 
 def _train(config, devices=None) -> int:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.attention import HeadsAttrs
 from lbdl_dsl.core.symbolic import Expr, sym, total
 
@@ -145,6 +146,15 @@ def _attention_inside(inst: Inst) -> Expr:
     return t * a.heads * a.dqk + s * a.heads * (a.dqk + a.dv)
 
 
+def _inside(inst: Inst) -> Expr:
+    """What a layer's own entry says its backward pass keeps inside it (`Layer.kept`: a
+    mixture's dispatch buffers), per sample."""
+    layer = lookup(inst.node.op)
+    if layer is None or layer.kept is None or not inst.inputs or inst.attrs is None:
+        return Expr()
+    return layer.kept(inst.attrs, tuple(inst.inputs[0].shape))
+
+
 def _product(inst: Inst) -> bool:
     """A box whose output is a matrix product or a convolution (it has a weight matrix): what
     a ×N group's loop keeps for its backward pass (the runtime's ``keep_products``)."""
@@ -170,6 +180,8 @@ def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
         primitive = inst.kind == "layer" and inst.inside is None
         if primitive and (not looped or _product(inst)):
             out = out + _numel(shape) / pieces
+        if primitive:
+            out = out + _inside(inst)
         before = (shape, pieces)
     return out
 

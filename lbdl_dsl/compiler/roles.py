@@ -10,8 +10,15 @@ the width between them ``mlp``:
     fc A (…, in → h), then boxes without parameters that keep the shape (gelu, dropout),
     then fc B (h → …) reading that shape: A's out and B's in are ``mlp``.
 
-Everything else keeps its entry's roles; a ×N group's stacked copies add a leading ``layers``,
-a mixture's stacked experts a leading ``experts``.
+A gated feed-forward block (LLaMA's, Mistral's: ``silu(x·W_gate) ⊙ x·W_up``, then
+``W_down``) is the same with two column boxes: the row box's input is computed from both by
+elementwise boxes (the activation, the product), so gate's and up's out and down's in are
+``mlp``, and Megatron splits all three without gathering the hidden width.
+
+A language model's head (a dense box of the model's scope mapping to a token input's
+vocabulary) has ``vocab`` out, like the embedding. Everything else keeps its entry's roles; a
+×N group's stacked copies add a leading ``layers``, a mixture's stacked experts a leading
+``experts``.
 The JAX module's ``ROLES`` table and the sharding pass both read `logical_roles`, so a
 standalone module carries the roles that ``--shard`` used.
 """
@@ -38,8 +45,9 @@ def _dense(inst: Inst) -> bool:
     )
 
 
-def _passes_through(inst: Inst, shape: tuple[Expr, ...] | None) -> bool:
-    """A box between the pair: no parameters, and it keeps the hidden tensor's shape."""
+def _elementwise(inst: Inst, shape: tuple[Expr, ...]) -> bool:
+    """A box between the pair: no parameters, and every input and its output of the hidden
+    tensor's shape (an activation, dropout, a gated pair's product)."""
     return (
         inst.kind == "layer"
         and not inst.params
@@ -47,28 +55,47 @@ def _passes_through(inst: Inst, shape: tuple[Expr, ...] | None) -> bool:
         and inst.inside is None
         and inst.output is not None
         and inst.output.shape == shape
-        and len(inst.inputs) == 1
+        and bool(inst.inputs)
+        and all(t.shape == shape for t in inst.inputs)
     )
 
 
-def pairs(body: list[Inst]) -> Iterator[tuple[Inst, Inst]]:
-    """Column-then-row pairs of dense boxes in one scope, in order, each box in one pair."""
-    i = 0
-    while i < len(body):
-        first = body[i]
-        if not _dense(first):
-            i += 1
+def _columns(tensor: object, made: dict[int, Inst], shape: tuple[Expr, ...]) -> list[Inst] | None:
+    """The dense boxes of this scope a hidden tensor is computed from through elementwise
+    boxes only (one for a plain pair, gate and up for a gated one), or None if anything else
+    (an input of the scope, a box with parameters that is not dense) feeds it."""
+    inst = made.get(id(tensor))
+    if inst is None:
+        return None
+    if _dense(inst):
+        return [inst]
+    if not _elementwise(inst, shape):
+        return None
+    out: list[Inst] = []
+    for t in inst.inputs:
+        found = _columns(t, made, shape)
+        if found is None:
+            return None
+        out += [f for f in found if f not in out]
+    return out
+
+
+def pairs(body: list[Inst]) -> Iterator[tuple[list[Inst], Inst]]:
+    """Column-then-row groups of dense boxes in one scope, in order, each box in one group:
+    the dense boxes a row box's input is computed from (elementwise in between), and it."""
+    made = {id(inst.output): inst for inst in body if inst.output is not None}
+    used: set[int] = set()
+    for last in body:
+        if not _dense(last) or id(last) in used:
             continue
-        assert first.output is not None
-        hidden = first.output.shape
-        j = i + 1
-        while j < len(body) and _passes_through(body[j], hidden):
-            j += 1
-        if j < len(body) and _dense(body[j]) and body[j].inputs[0].shape == hidden:
-            yield first, body[j]
-            i = j + 1
-        else:
-            i += 1
+        hidden = last.inputs[0].shape
+        firsts = _columns(last.inputs[0], made, hidden)
+        if not firsts or any(id(f) in used or f is last for f in firsts):
+            continue
+        if any(f.output is None or f.output.shape != hidden for f in firsts):
+            continue
+        used |= {id(f) for f in firsts} | {id(last)}
+        yield firsts, last
 
 
 def _scopes(root: list[Inst]) -> Iterator[list[Inst]]:
@@ -84,14 +111,29 @@ def _scopes(root: list[Inst]) -> Iterator[list[Inst]]:
             todo += [inst.body, inst.shortcut, *(c.body for c in inst.copies)]
 
 
+def _vocab_heads(root: list[Inst]) -> Iterator[Inst]:
+    """Dense boxes of the model's own scope whose width out is the vocabulary of a token
+    input: a language model's output head, which Megatron splits by vocabulary like the
+    embedding (``vocab``), not an ordinary ``out``."""
+    vocabs = {t.vocab for inst in root for t in inst.inputs if t.vocab is not None}
+    for inst in root:
+        if _dense(inst) and inst.output is not None and inst.output.shape[-1] in vocabs:
+            yield inst
+
+
 def refined(root: list[Inst]) -> dict[tuple[int, str], tuple[str, ...]]:
     """(id of a box, parameter name) → its roles, where they differ from the entry's."""
     out: dict[tuple[int, str], tuple[str, ...]] = {}
+    for head in _vocab_heads(root):
+        out[(id(head), "w")] = (head.params["w"].roles[0], "vocab")
+        if "b" in head.params:
+            out[(id(head), "b")] = ("vocab",)
     for body in _scopes(root):
-        for a, b in pairs(body):
-            out[(id(a), "w")] = (a.params["w"].roles[0], "mlp")
-            if "b" in a.params:
-                out[(id(a), "b")] = ("mlp",)
+        for firsts, b in pairs(body):
+            for a in firsts:
+                out[(id(a), "w")] = (a.params["w"].roles[0], "mlp")
+                if "b" in a.params:
+                    out[(id(a), "b")] = ("mlp",)
             out[(id(b), "w")] = ("mlp", b.params["w"].roles[1])
     return out
 

@@ -166,6 +166,7 @@ PRESETS: dict[str, tuple[str, str]] = {
     "dp": ("data", "data parallelism: parameters replicated, the batch split over data (+fsdp)"),
     "fsdp": ("fsdp", "fully sharded data parallelism: each parameter split along one axis"),
     "tp": ("tensor", "Megatron tensor parallelism: heads and feed-forward width on tensor"),
+    "ep": ("experts", "expert parallelism: a mixture's experts on experts, the batch too"),
 }
 """Preset name → (the mesh axis it needs, what it does)."""
 
@@ -174,6 +175,8 @@ def _preset_rules(name: str) -> tuple[Rule, ...]:
     if name == "tp":  # column-parallel in, row-parallel out: the matmuls' natural split
         strict = tuple(Rule(role, ("tensor",), "tp") for role in ("heads", "kv", "mlp"))
         return (*strict, Rule("vocab", ("tensor",), "tp", strict=False))
+    if name == "ep":  # GShard: each device holds its experts, and the tokens come to them
+        return (Rule("experts", ("experts",), "ep"),)
     if name == "fsdp":
         return tuple(Rule(role, ("fsdp",), "fsdp", strict=False) for role in FSDP_ROLES)
     return ()
@@ -255,11 +258,12 @@ def parse_rules(words: Sequence[str], mesh: MeshSpec) -> Rules:
         else:
             user.append(rule)
     ordered = [*user]
-    for name in ("tp", "fsdp"):  # structural rules before preferences, whatever the order
+    for name in ("tp", "ep", "fsdp"):  # structural rules before preferences, whatever the order
         if name in presets:
             ordered += _preset_rules(name)
     if batch is None:
-        batch = tuple(a for a in mesh.names if a in DATA_AXES)
+        splits = (*DATA_AXES, "experts") if "ep" in presets else DATA_AXES
+        batch = tuple(a for a in mesh.names if a in splits)
     return Rules(tuple(ordered), batch, tuple(presets), " ".join(words or ["dp"]))
 
 
@@ -451,6 +455,7 @@ def resolve(checked: Checked, mesh: MeshSpec, rules: Rules) -> Layout:
     res = _Resolver(checked, mesh, rules, symbolic)
     placed = {a.path: res.place(a) for a in placed_arrays(checked)}
     diagnostics = res.failure_diagnostics() + _unmatched(res, model.name, header, placed)
+    diagnostics += _partitioner_hazard(mesh, rules, placed, checked)
     if diagnostics:
         raise LbdlError(diagnostics=diagnostics)
     return Layout(
@@ -501,6 +506,51 @@ def _unmatched(
                 )
             )
     return out
+
+
+def _partitioner_hazard(
+    mesh: MeshSpec, rules: Rules, placed: dict[str, Placement], checked: Checked
+) -> list[Diagnostic]:
+    """A layout XLA's SPMD partitioner computes wrong gradients for (jax 0.10, XLA of 2026).
+
+    A matrix whose input axis (role ``in``) lives on one of the batch's mesh axes and whose
+    output axis (``out``) on another mesh axis, with the batch split over two axes: the rule
+    `lbdl check` suggests for a CNN under ``tp`` (``out=tensor``) beside ``fsdp`` on a mesh
+    with ``data`` as well. Two dense layers in plain JAX show it (the first gradient wrong by
+    109 %: tests/compiler/test_partitioner_hazard.py keeps that reproducer, so a fixed XLA is
+    noticed). Refused, with the layouts that compute the same thing correctly."""
+    batch = [a for a in rules.batch if mesh.size(a) > 1]
+    if len(batch) < 2:
+        return []
+    hits = []
+    for p in placed.values():
+        where = dict(zip(p.roles, p.spec, strict=True))
+        inside, outside = axis_names(where.get("in")), axis_names(where.get("out"))
+        if any(a in batch for a in inside) and any(a not in batch for a in outside):
+            hits.append(p)
+    if not hits:
+        return []
+    first = hits[0]
+    on = "+".join(axis_names(dict(zip(first.roles, first.spec, strict=True))["in"]))
+    which = (
+        f"`{first.path}` and {len(hits) - 1} more have" if len(hits) > 1 else f"`{first.path}` has"
+    )
+    sizes = dict(mesh.axes)
+    folded = ",".join(
+        f"{n}={s * prod(sizes[b] for b in batch if b != n)}" if n == batch[-1] else f"{n}={s}"
+        for n, s in mesh.axes
+        if n not in batch[:-1]
+    )
+    return [
+        Diagnostic(
+            f"--shard {rules.text}: XLA's partitioner computes wrong gradients for this layout: "
+            f"{which} the input axis on {on} and the output axis on another mesh axis, with "
+            f"the batch over {','.join(batch)}",
+            first.span,
+            f"split the batch over one mesh axis: --mesh {folded} with the same --shard (the "
+            "same devices and work), or drop the rule that splits the output; docs/scaling.md",
+        )
+    ]
 
 
 def _notes(

@@ -13,6 +13,7 @@ the others compute beside it.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,16 @@ class One:
 
     def describe(self) -> dict[str, Any] | None:
         return None
+
+    def preempted(self, step: int) -> bool:
+        """Whether every process agreed to stop after ``step`` (one process: a signal is seen
+        by the loop's own handler)."""
+        return False
+
+    @property
+    def handled_signals(self) -> tuple[int, ...]:
+        """The signals the loop turns into a request to checkpoint and stop."""
+        return (signal.SIGINT, signal.SIGTERM)
 
 
 class Mesh:
@@ -126,6 +137,25 @@ class Mesh:
         from jax.experimental import multihost_utils
 
         return multihost_utils.process_allgather(tree, tiled=True)
+
+    def preempted(self, step: int) -> bool:
+        """Whether the processes agreed to stop after ``step``: SIGTERM to any process (``lbdl
+        launch`` sends it to all, a cluster to some) is shared by `jax.distributed`'s
+        preemption service, which names one step every process reaches, so that all save the
+        same checkpoint there. Called at every step by every process, as it requires."""
+        if self.count == 1:
+            return False
+        from jax.experimental import multihost_utils
+
+        return bool(multihost_utils.reached_preemption_sync_point(step))
+
+    @property
+    def handled_signals(self) -> tuple[int, ...]:
+        """Several processes: SIGTERM is left to `jax.distributed`'s preemption service (see
+        `preempted`); the loop's own handler takes Ctrl-C."""
+        if self.count == 1:
+            return (signal.SIGINT, signal.SIGTERM)
+        return (signal.SIGINT,)
 
     def barrier(self, name: str) -> None:
         if self.count > 1:

@@ -99,11 +99,13 @@ class _StopRequest:
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
+    def installed(
+        self, signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
+    ) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, self._handler) for s in signals}
         try:
             yield
         finally:
@@ -338,27 +340,27 @@ class _Loop:
         self.clock = self.last_flush = self.last_save = time.perf_counter()
         self.display.start(self.total, step)
         try:
-            with self.stop.installed():
-                while step < self.total and not self.stop.requested:
+            stopping = False
+            with self.stop.installed(self.devices.handled_signals):
+                while step < self.total and not stopping:
                     batch = self.devices.put(self.loader.batch_at(self.position))
                     ts, metrics = train_step(ts, batch)
                     self.position = self.loader.advance(self.position)
                     step += 1
                     pending.append(metrics)
-                    last = step == self.total or self.stop.requested
+                    # every process asks at every step (the preemption service requires it)
+                    stopping = self.devices.preempted(step) or self.stop.requested
+                    last = step == self.total or stopping
                     if self._due(step, self.config.log_every) or last:
                         self._flush(step, pending)
                     if self.data.test is not None and self._due(step, self.config.eval_every):
                         self._flush(step, pending)
                         self._evaluate(ts, step)
-                    if (
-                        self._due(step, self.config.save_every)
-                        or self.stop.requested
-                        or self._time_due(step)
-                    ):
+                    stopping = stopping or self.stop.requested  # a signal during the flush
+                    if self._due(step, self.config.save_every) or stopping or self._time_due(step):
                         self._flush(step, pending)
                         self._save(ts, step)
-                if self.stop.requested:
+                if stopping:
                     raise TrainingInterrupted(step, self.run_dir)
         finally:
             self.display.stop()

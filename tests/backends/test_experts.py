@@ -28,7 +28,7 @@ from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.compiler.paths import arrays
 from lbdl_dsl.compiler.roles import logical_roles
 from lbdl_dsl.core.layers.activation import gelu_ref
-from lbdl_dsl.core.layers.moe import moe_routes
+from lbdl_dsl.core.layers.moe import moe_groups, moe_routes
 from lbdl_dsl.core.symbolic import sym
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,11 +56,12 @@ def _ffn(p: dict, t: np.ndarray) -> np.ndarray:
 
 def _mixture(x: np.ndarray, p: dict, k: int, cap: float | None, body: Any) -> np.ndarray:
     """A dense loop over experts: each kept (token, expert) adds gate · expert_e(token)."""
-    tokens = x.reshape(-1, x.shape[-1])
-    out = np.zeros_like(tokens)
-    for i, e, gate in moe_routes(tokens, p["router"], k, cap):
-        one = jax.tree.map(lambda a, e=e: a[e], p["expert"])
-        out[i] += gate * body(one, tokens[i])
+    groups = moe_groups(x)
+    out = np.zeros_like(groups)
+    for tokens, into in zip(groups, out, strict=True):
+        for i, e, gate in moe_routes(tokens, p["router"], k, cap):
+            one = jax.tree.map(lambda a, e=e: a[e], p["expert"])
+            into[i] += gate * body(one, tokens[i])
     return out.reshape(x.shape)
 
 

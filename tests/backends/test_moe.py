@@ -126,3 +126,23 @@ def test_the_load_balancing_loss_pooled_across_layers_is_transformers() -> None:
     per_layer = [2 * float(new_state[n]["aux"]) for n in ("a", "b")]  # k·ours is theirs
     assert per_layer[0] == pytest.approx(_hf_pooled(logits[:1], 2), rel=1e-5)
     assert pooled != pytest.approx(sum(per_layer) / 2, rel=1e-6)
+
+
+def test_the_checkers_activations_count_the_dispatch_buffers(tmp_path: Path) -> None:
+    """Doubling the capacity factor adds, per sample, cap·k·T more buffer rows: their D values,
+    and the experts' 3 hidden values (gate, up, product) of width F, in float32."""
+    from lbdl_dsl.compiler.memory import per_device
+    from lbdl_dsl.compiler.sharding import parse_mesh, parse_rules, resolve
+
+    t, d, f, k = 32, 16, 8, 2
+    figures = []
+    for cap in ("1.0", "2.0"):
+        spec = tmp_path / f"m{cap}.lbdl"
+        spec.write_text(f"model m(D={d}):\n  input X: {t}×D\n  moe e=4 k={k} hidden={f} "
+                        f"cap={cap}\n  output Y\n", "utf-8")  # fmt: skip
+        checked = lbdl_dsl.check(spec)
+        mesh = parse_mesh("data=1")
+        layout = resolve(checked, mesh, parse_rules([], mesh))
+        whole, _ = per_device(checked, layout, [], batch=1)
+        figures.append(whole.activations.as_int())
+    assert figures[1] - figures[0] == 4 * (1 * k * t) * (d + 3 * f)

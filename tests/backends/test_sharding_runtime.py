@@ -116,6 +116,7 @@ def test_processes_come_from_flags_a_launcher_or_a_cluster() -> None:
     assert distributed.detect(env={"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"})[1] == "single process"
     ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}
     assert distributed.detect(env=ompi) == ({}, "Open MPI")
+    assert distributed.detect(env={"LBDL_DISTRIBUTED": "auto"}) == ({}, "auto-detected")
     assert distributed.initialize() == distributed.Processes(0, 1, "single process")
 
 
@@ -144,7 +145,7 @@ def test_each_process_feeds_its_own_rows() -> None:
 
 def test_launch_runs_n_processes_with_their_rank(capfd: pytest.CaptureFixture[str]) -> None:
     code = "import os; print(os.environ['LBDL_PROCESS_ID'], os.environ['LBDL_NUM_PROCESSES'])"
-    assert main.main(["launch", "-n", "3", "--", sys.executable, "-c", code]) == 0
+    assert main.main(["launch", "-n", "3", "--force", "--", sys.executable, "-c", code]) == 0
     lines = sorted(capfd.readouterr().out.splitlines())
     assert lines == ["0 3", "[1] 1 3", "[2] 2 3"]
 

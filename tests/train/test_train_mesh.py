@@ -96,3 +96,18 @@ def test_a_mesh_flag_is_checked_before_training(spec_file, tmp_path: Path, capsy
     assert main.main([*base, "--mesh", "data=2"]) == 1  # this process has one device
     assert "--mesh data=2: needs 2 devices, and there are 1" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_resnet18_on_data4_ends_at_one_devices_loss(tmp_path: Path) -> None:
+    """The issue's command at a small size (ResNet-18 of width 4, one block a stage, 32×32):
+    SGD on synthetic data over ``--mesh data=4`` gives one device's loss at every step."""
+    spec = str(Path(__file__).resolve().parents[2] / "specs" / "resnet18.lbdl")
+    args = [*LBDL, "train", spec, "--set", "W=4", "I=32", "classes=10", "L2=1", "L3=1", "L4=1",
+            "--optimizer", "sgd", "--lr", "0.01", "--steps", "5", "--batch", "16",
+            "--data", "synthetic", "--log-every", "1", "--eval-samples", "16"]  # fmt: skip
+    one = _run([*args, "-o", "one"], tmp_path, devices=1)
+    assert one.returncode == 0, one.stderr[-3000:]
+    four = _run([*args, "-o", "four", "--mesh", "data=4"], tmp_path, devices=4)
+    assert four.returncode == 0, four.stderr[-3000:]
+    a, b = _losses(tmp_path / "four"), _losses(tmp_path / "one")
+    assert len(b) == 5 and _close(a, b), (a, b)

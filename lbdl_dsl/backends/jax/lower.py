@@ -580,21 +580,22 @@ class Lowerer:
 
     # -- mixtures of experts --------------------------------------------------------------------
     def experts(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
-        """Dispatch the tokens to (E, C, D) buffers, run one function of the body on every
-        expert's buffer under ``jax.vmap`` (the experts' arrays stacked), combine by the gates."""
+        """Dispatch the tokens to (E, G·C, D) buffers, run one function of the body on every
+        expert's buffer under ``jax.vmap`` (the experts' arrays stacked), gather back by the
+        routes and sum by the gates."""
         node = inst.node
         assert isinstance(node, ExpertsNode), "`box` dispatches mixtures of experts here"
         (cp,) = inst.copies
         x = self.convert(fn, ins[0], "cf", reuse=False)
         outer = d.sub(inst.id, True, True)
-        buffers, gates, aux = (fn.names.fresh(n) for n in ("buffers", "gates", "aux"))
+        buffers, routes, aux = (fn.names.fresh(n) for n in ("buffers", "routes", "aux"))
         self.runtime |= {"moe_dispatch", "moe_combine"}
         keywords = f"k={inst.hp['k']}"
         if inst.hp["cap"] is not None:  # a capacity bounds the buffers in training only
             (fn.owner or fn).uses.add("train")
             keywords += f", capacity={inst.hp['cap']!r}, train=train"
         fn.line(
-            f'{buffers}, {gates}, {aux} = moe_dispatch({x.name}, {outer.p}["router"], {keywords})'
+            f'{buffers}, {routes}, {aux} = moe_dispatch({x.name}, {outer.p}["router"], {keywords})'
         )
         expert = fn.names.fresh(f"expert_{inst.id}")
         token = fn.names.fresh("tokens")
@@ -615,6 +616,6 @@ class Lowerer:
         fn.lines += sub.lines
         ys = fn.names.fresh("ys")
         fn.line(f"{ys} = jax.vmap({expert})({', '.join(value for _, value in args)})")
-        fn.line(f"{target} = moe_combine({ys}, {gates}, {x.name}.shape[:-1])")
+        fn.line(f"{target} = moe_combine({ys}, {routes}, {x.name}.shape[:-1])")
         fn.line(f'{d.ns}["{inst.id}"] = {{"aux": {aux}}}')
         return Var(target, "cf", len(inst.output.shape))

@@ -348,6 +348,9 @@ class Layer:
     # input, K and V from the second (cross-attention's Z) or the first again (§ 4.8, Fig. 5.6)
     ports: tuple[tuple[str, int], ...] = ()
     step: Callable[[Ctx], Step] = _no_step  # decoding a token at a time (`Step`)
+    # values per sample its backward pass keeps inside it besides its output, from its attrs
+    # and its input's shape (a mixture's dispatch buffers): the memory checker adds them
+    kept: Callable[[Any, tuple[Expr, ...]], Expr] | None = None
 
     def hparam(self, name: str) -> HP | None:
         by_name: dict[str, HP] | None = self.__dict__.get("_hparams_by_name")

@@ -118,17 +118,40 @@ def moe_routes(
     return out
 
 
+def _kept(a: MoeAttrs, x: tuple[Expr, ...]) -> Expr:
+    """What the backward pass keeps inside the box per sample, besides its output: the router's
+    probabilities (T·E), the experts' buffers (E·C rows of D: cap·k·T with a capacity, else
+    E·T, every token's slot in every expert), their gate, up and product (3 × rows × hidden),
+    and the k gathered outputs of each token (T·k·D)."""
+    t, d = Expr.lift(x[0]), Expr.lift(x[1])
+    if a.capacity is None:
+        rows = t * a.experts
+    else:
+        num, den = float(a.capacity).as_integer_ratio()
+        rows = t * (a.k * num) / den
+    return t * a.experts + rows * d + rows * a.hidden * 3 + t * a.k * d
+
+
+def moe_groups(x: Any) -> Any:
+    """The groups a capacity counts over (GShard's local groups): each sample's tokens, the
+    rows of (..., T, D); a single group for (T, D)."""
+    return x.reshape(-1, x.shape[-2], x.shape[-1]) if x.ndim >= 3 else x.reshape(1, -1, x.shape[-1])
+
+
 def moe_ref(x: Any, p: Weights, a: Any, train: bool = False) -> Any:
-    """A dense loop over the routes of `moe_routes`: each kept token adds gate · expert(token).
-    Evaluation (the registry's reference) routes every token, as Mixtral's reference does."""
+    """A dense loop over the routes of `moe_routes`, group by group (`moe_groups`): each kept
+    token adds gate · expert(token). Evaluation (the registry's reference) routes every token,
+    as Mixtral's reference does."""
     np = numpy()
-    tokens = np.asarray(x, np.float64).reshape(-1, x.shape[-1])
-    out = np.zeros_like(tokens)
-    for i, expert, gate in moe_routes(tokens, p["router"], a.k, a.capacity if train else None):
-        g = tokens[i] @ p["gate"][expert]
-        g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, a.act == "gelu-tanh")
-        h = g * (tokens[i] @ p["up"][expert])
-        out[i] += gate * (h @ p["down"][expert])
+    groups = moe_groups(np.asarray(x, np.float64))
+    out = np.zeros_like(groups)
+    capacity = a.capacity if train else None
+    for tokens, into in zip(groups, out, strict=True):
+        for i, expert, gate in moe_routes(tokens, p["router"], a.k, capacity):
+            g = tokens[i] @ p["gate"][expert]
+            g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, a.act == "gelu-tanh")
+            h = g * (tokens[i] @ p["up"][expert])
+            into[i] += gate * (h @ p["down"][expert])
     return out.reshape(x.shape)
 
 
@@ -153,9 +176,10 @@ MOE = Layer(
     "a router (fc D→E) scores the experts, each token goes to its top k, weighted by the "
     "softmax renormalised over those k. The MACs are the router's and k experts' (the active "
     "compute); the parameters are all E experts'. No token is dropped unless the spec asks for "
-    "a capacity: with `cap=1.25`, in training each expert takes at most ⌈cap·k·tokens/E⌉ "
-    "tokens of a batch (GShard/Switch capacity; overflow is dropped by that expert); in "
-    "evaluation every token is routed, so a sample's output never depends on its batch. The "
+    "a capacity: with `cap=1.25`, in training each expert takes at most ⌈cap·k·T/E⌉ of each "
+    "sample's T tokens (GShard/Switch capacity over local groups: a token's fate does not "
+    "depend on the rest of the batch; overflow is dropped by that expert); in evaluation every "
+    "token is routed. The memory of the dispatch grows with the tokens, never their square. The "
     "load-balancing loss E·Σ f_e·P_e is the state entry `aux` of the new state "
     "`apply` returns: add it, scaled, to the training loss. Parameters: router (D, E), gate and "
     "up (E, D, hidden), down (E, hidden, D).",
@@ -194,6 +218,7 @@ MOE = Layer(
     ),
     reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
     expert=_expert,
+    kept=_kept,
 )
 
 LAYERS = (MOE,)

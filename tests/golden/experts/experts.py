@@ -108,7 +108,7 @@ def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
     new_state = {}
     # experts.lbdl:13: experts e=E k=K cap=1.5:  ->  6×8
-    (buffers, gates, aux) = moe_dispatch(
+    (buffers, routes, aux) = moe_dispatch(
         X,
         params["experts_0"]["router"],
         k=2,
@@ -126,7 +126,7 @@ def apply(params, state, X, *, train=False, key=None):
         return tokens
 
     ys = jax.vmap(expert_experts_0)(params["experts_0"]["expert"], buffers)
-    x = moe_combine(ys, gates, X.shape[:-1])
+    x = moe_combine(ys, routes, X.shape[:-1])
     new_state["experts_0"] = {"aux": aux}
 
     # experts.lbdl:17: ×2:  ->  6×8
@@ -134,7 +134,7 @@ def apply(params, state, X, *, train=False, key=None):
         p, s = xs
         ns = {}
         # experts.lbdl:18: experts e=3 k=1:  ->  6×8
-        buffers1, gates1, aux1 = moe_dispatch(x1, p["experts_0"]["router"], k=1)
+        buffers1, routes1, aux1 = moe_dispatch(x1, p["experts_0"]["router"], k=1)
 
         def expert_experts_01(p, tokens1):
             # experts.lbdl:19: ffn F=12  ->  8
@@ -142,7 +142,7 @@ def apply(params, state, X, *, train=False, key=None):
             return tokens1
 
         ys1 = jax.vmap(expert_experts_01)(p["experts_0"]["expert"], buffers1)
-        h = moe_combine(ys1, gates1, x1.shape[:-1])
+        h = moe_combine(ys1, routes1, x1.shape[:-1])
         ns["experts_0"] = {"aux": aux1}
         return h, ns
 
@@ -462,43 +462,75 @@ def moe_dispatch(
     capacity: float | None = None,
     train: bool = False,
 ) -> tuple:
-    """Route the tokens of x (B, ..., D) to E expert buffers; returns (buffers (E, C, D), the
-    combining weights (tokens, E, C), the load-balancing loss).
+    """Route the tokens of x (B, ..., T, D) to E expert buffers; returns (buffers (E, G·C, D),
+    the routes (G, T, k) into them, their gates (G, T, k), the load-balancing loss).
 
-    The gates are the softmax of the router's logits renormalised over the k chosen experts
-    (Mixtral). With a ``capacity`` factor, in training, each expert holds
-    C = ceil(capacity·k·tokens/E) tokens; otherwise C is every token, so none is dropped and one
-    sample's output never depends on the rest of its batch (evaluation, and a spec that asks for
-    no capacity, compute what Mixtral's reference computes). The auxiliary loss is
-    Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went to expert e
-    and P_e its mean router probability.
+    Each sample's T tokens are a group (GShard's local groups; one group when x is (T, D)).
+    With a ``capacity`` factor, in training, expert e holds at most C = ceil(capacity·k·T/E)
+    tokens of each group; otherwise C = T, so none is dropped and one sample's output never
+    depends on the rest of its batch (evaluation, and a spec that asks for no capacity, compute
+    what Mixtral's reference computes). Either way what a token meets
+    does not depend on the batch or on how it is split over devices, and every buffer grows
+    with the tokens, never with their square. A token is written into its slot by a scatter
+    and read back by a gather (no one-hot dispatch tensor of (tokens, k, E, C)); a dropped
+    choice points at a slot past the buffers, which is thrown away. The gates are the softmax
+    of the router's logits renormalised over the k chosen experts (Mixtral). The auxiliary
+    loss is Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went
+    to expert e and P_e its mean router probability.
     """
     d = x.shape[-1]
     e = router.shape[-1]
-    tokens = x.reshape(-1, d)
-    n = tokens.shape[0]
-    probs = jax.nn.softmax(dense(tokens, router).astype(jnp.float32), axis=-1)
-    top, chosen = jax.lax.top_k(probs, k)
+    tokens = x.reshape(-1, x.shape[-2], d) if x.ndim >= 3 else x.reshape(1, -1, d)
+    g, n = tokens.shape[0], tokens.shape[1]
+    probs = jax.nn.softmax(dense(tokens, router).astype(jnp.float32), axis=-1)  # (G, T, E)
+    top, chosen = jax.lax.top_k(probs, k)  # (G, T, k)
     gates = (top / jnp.sum(top, axis=-1, keepdims=True)).astype(x.dtype)
-    onehot = jax.nn.one_hot(chosen, e, dtype=jnp.int32)  # (n, k, E)
-    ranked = onehot.transpose(1, 0, 2).reshape(k * n, e)  # choice rank first, then token
-    slot = (jnp.cumsum(ranked, axis=0) - 1).reshape(k, n, e).transpose(1, 0, 2)
     if capacity is None or not train:
-        c = n  # a token picks an expert at most once: n slots never overflow
+        c = n  # a token picks an expert at most once: T slots never overflow
     else:
         num, den = float(capacity).as_integer_ratio()
         c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
-    kept = (onehot > 0) & (slot < c)
-    where = jax.nn.one_hot(jnp.where(kept, slot, c), c, dtype=x.dtype)  # (n, k, E, C)
-    buffers = jnp.einsum("nec,nd->ecd", jnp.sum(where, axis=1), tokens)
-    weights = jnp.einsum("nkec,nk->nec", where, gates)
-    share = jnp.mean(onehot.astype(jnp.float32), axis=(0, 1))
-    aux = e * jnp.sum(share * jnp.mean(probs, axis=0))
-    return buffers, weights, aux
+    slots = jax.vmap(lambda ch: _slots(ch, e, c))(chosen)  # (G, T, k) into E·C (+1: dropped)
+    buffers = jax.vmap(lambda t, s: _scatter(t, s, e * c))(tokens, slots)  # (G, E·C, D)
+    buffers = buffers.reshape(g, e, c, d).transpose(1, 0, 2, 3).reshape(e, g * c, d)
+    onehot = jax.nn.one_hot(chosen, e, dtype=jnp.float32)  # (G, T, k, E): linear in tokens
+    share = jnp.mean(onehot, axis=(0, 1, 2))
+    aux = e * jnp.sum(share * jnp.mean(probs, axis=(0, 1)))
+    return buffers, (slots, gates), aux
 
 
-def moe_combine(ys: jax.Array, weights: jax.Array, lead: tuple) -> jax.Array:
-    """The experts' outputs ys (E, C, D') summed back into their tokens with the gates of
-    `moe_dispatch`; ``lead`` is the input's shape before its last axis."""
-    y = jnp.einsum("nec,ecd->nd", weights, ys)
+def _slots(chosen: jax.Array, e: int, c: int) -> jax.Array:
+    """Each choice's row in one group's (E·C) buffer rows, E·C for a dropped one. Buffers fill
+    by choice rank first (every token's first choice before any second), then in token
+    order, as GShard does: the rank of a choice among those for its expert is a running
+    count over the (k, T) choices sorted by expert."""
+    n, k = chosen.shape
+    flat = chosen.T.reshape(-1)  # choice rank first, then token
+    order = jnp.argsort(flat, stable=True)  # by expert, keeping rank-then-token order
+    sorted_experts = flat[order]
+    starts = jnp.searchsorted(sorted_experts, jnp.arange(e), side="left")
+    rank_sorted = jnp.arange(flat.shape[0]) - starts[sorted_experts]
+    rank = jnp.zeros_like(flat).at[order].set(rank_sorted)
+    slot = jnp.where(rank < c, flat * c + rank, e * c)
+    return slot.reshape(k, n).T
+
+
+def _scatter(tokens: jax.Array, slots: jax.Array, rows: int) -> jax.Array:
+    """One group's buffer rows: token i copied into the rows its choices point at."""
+    n, k = slots.shape
+    src = jnp.broadcast_to(tokens[:, None, :], (n, k, tokens.shape[-1]))
+    out = jnp.zeros((rows + 1, tokens.shape[-1]), tokens.dtype)
+    return out.at[slots.reshape(-1)].add(src.reshape(n * k, -1))[:rows]
+
+
+def moe_combine(ys: jax.Array, routes: tuple, lead: tuple) -> jax.Array:
+    """The experts' outputs ys (E, G·C, D') gathered back into their tokens and summed with
+    the gates of `moe_dispatch`; ``lead`` is the input's shape before its last axis."""
+    slots, gates = routes
+    e, g = ys.shape[0], slots.shape[0]
+    per = ys.reshape(e, g, -1, ys.shape[-1]).transpose(1, 0, 2, 3)  # (G, E, C, D')
+    rows = per.reshape(g, -1, ys.shape[-1])  # (G, E·C, D')
+    rows = jnp.concatenate([rows, jnp.zeros_like(rows[:, :1])], axis=1)  # the dropped row
+    picked = jax.vmap(lambda r, s: r[s])(rows, slots)  # (G, T, k, D')
+    y = jnp.einsum("gtkd,gtk->gtd", picked, gates.astype(picked.dtype))
     return y.reshape(*lead, ys.shape[-1])

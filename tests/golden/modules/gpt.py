@@ -59,8 +59,8 @@ ROLES = {
     "repeat_0/tlayer_0/ffw_0/fc1/b": ("layers", "mlp"),
     "repeat_0/tlayer_0/ffw_0/fc2/w": ("layers", "mlp", "out"),
     "repeat_0/tlayer_0/ffw_0/fc2/b": ("layers", "out"),
-    "fc_0/w": ("in", "out"),
-    "fc_0/b": ("out",),
+    "fc_0/w": ("in", "vocab"),
+    "fc_0/b": ("vocab",),
 }
 
 

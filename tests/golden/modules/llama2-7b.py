@@ -50,11 +50,11 @@ ROLES = {
     "repeat_0/attn/att/wv": ("layers", "embed", "kv"),
     "repeat_0/attn/att/wo": ("layers", "heads", "embed"),
     "repeat_0/mlp/ln/scale": ("layers", "norm"),
-    "repeat_0/mlp/up/w": ("layers", "in", "out"),
-    "repeat_0/mlp/gate/w": ("layers", "in", "out"),
-    "repeat_0/mlp/down/w": ("layers", "in", "out"),
+    "repeat_0/mlp/up/w": ("layers", "in", "mlp"),
+    "repeat_0/mlp/gate/w": ("layers", "in", "mlp"),
+    "repeat_0/mlp/down/w": ("layers", "mlp", "out"),
     "rmsnorm_0/scale": ("norm",),
-    "fc_0/w": ("in", "out"),
+    "fc_0/w": ("in", "vocab"),
 }
 
 

@@ -51,8 +51,8 @@ ROLES = {
     "lstm_1/w_hh": ("hidden", "hidden"),
     "lstm_1/b_ih": ("hidden",),
     "lstm_1/b_hh": ("hidden",),
-    "fc_0/w": ("in", "out"),
-    "fc_0/b": ("out",),
+    "fc_0/w": ("in", "vocab"),
+    "fc_0/b": ("vocab",),
 }
 
 

@@ -1,12 +1,13 @@
 """Mixture of experts: top-k routing with a capacity per expert (GShard, Switch Transformer).
 
-Tokens are dispatched to expert buffers (E, C, D) by one-hot dispatch tensors. A spec that asks
-for a capacity factor bounds C in training, so each expert runs on C tokens rather than on all
-of them, and a token beyond an expert's capacity is dropped by that expert (its other choices
-still count); without one, and always in evaluation, C holds every token and none is dropped.
-Buffers fill by choice rank first (every token's first choice before any second choice), then
-in token order, as GShard does.
-`moe_dispatch` and `moe_combine` are the two halves around the experts: the `moe` box runs its
+Tokens are dispatched to expert buffers (E, G·C, D), C rows per expert for each group (a
+sample's tokens), by a scatter, and come back by a gather, so the memory is linear in the
+tokens. A spec that asks for a capacity factor bounds C in training, so each expert runs on C
+tokens of a group rather than on all of them, and a token beyond an expert's capacity in its
+group is dropped by that expert (its other choices still count); without one, and always in
+evaluation, C holds every token of the group and none is dropped. Buffers fill by choice rank
+first (every token's first choice before any second choice), then in token order, as GShard
+does. `moe_dispatch` and `moe_combine` are the two halves around the experts: the `moe` box runs its
 gated feed-forward experts between them, an ``experts:`` group its own body under ``jax.vmap``.
 """
 
@@ -24,45 +25,77 @@ def moe_dispatch(
     capacity: float | None = None,
     train: bool = False,
 ) -> tuple:
-    """Route the tokens of x (B, ..., D) to E expert buffers; returns (buffers (E, C, D), the
-    combining weights (tokens, E, C), the load-balancing loss).
+    """Route the tokens of x (B, ..., T, D) to E expert buffers; returns (buffers (E, G·C, D),
+    the routes (G, T, k) into them, their gates (G, T, k), the load-balancing loss).
 
-    The gates are the softmax of the router's logits renormalised over the k chosen experts
-    (Mixtral). With a ``capacity`` factor, in training, each expert holds
-    C = ceil(capacity·k·tokens/E) tokens; otherwise C is every token, so none is dropped and one
-    sample's output never depends on the rest of its batch (evaluation, and a spec that asks for
-    no capacity, compute what Mixtral's reference computes). The auxiliary loss is
-    Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went to expert e
-    and P_e its mean router probability.
+    Each sample's T tokens are a group (GShard's local groups; one group when x is (T, D)).
+    With a ``capacity`` factor, in training, expert e holds at most C = ceil(capacity·k·T/E)
+    tokens of each group; otherwise C = T, so none is dropped and one sample's output never
+    depends on the rest of its batch (evaluation, and a spec that asks for no capacity, compute
+    what Mixtral's reference computes). Either way what a token meets
+    does not depend on the batch or on how it is split over devices, and every buffer grows
+    with the tokens, never with their square. A token is written into its slot by a scatter
+    and read back by a gather (no one-hot dispatch tensor of (tokens, k, E, C)); a dropped
+    choice points at a slot past the buffers, which is thrown away. The gates are the softmax
+    of the router's logits renormalised over the k chosen experts (Mixtral). The auxiliary
+    loss is Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went
+    to expert e and P_e its mean router probability.
     """
     d = x.shape[-1]
     e = router.shape[-1]
-    tokens = x.reshape(-1, d)
-    n = tokens.shape[0]
-    probs = jax.nn.softmax(dense(tokens, router).astype(jnp.float32), axis=-1)
-    top, chosen = jax.lax.top_k(probs, k)
+    tokens = x.reshape(-1, x.shape[-2], d) if x.ndim >= 3 else x.reshape(1, -1, d)
+    g, n = tokens.shape[0], tokens.shape[1]
+    probs = jax.nn.softmax(dense(tokens, router).astype(jnp.float32), axis=-1)  # (G, T, E)
+    top, chosen = jax.lax.top_k(probs, k)  # (G, T, k)
     gates = (top / jnp.sum(top, axis=-1, keepdims=True)).astype(x.dtype)
-    onehot = jax.nn.one_hot(chosen, e, dtype=jnp.int32)  # (n, k, E)
-    ranked = onehot.transpose(1, 0, 2).reshape(k * n, e)  # choice rank first, then token
-    slot = (jnp.cumsum(ranked, axis=0) - 1).reshape(k, n, e).transpose(1, 0, 2)
     if capacity is None or not train:
-        c = n  # a token picks an expert at most once: n slots never overflow
+        c = n  # a token picks an expert at most once: T slots never overflow
     else:
         num, den = float(capacity).as_integer_ratio()
         c = (num * k * n + den * e - 1) // (den * e)  # whole-number ceiling: n may be symbolic
-    kept = (onehot > 0) & (slot < c)
-    where = jax.nn.one_hot(jnp.where(kept, slot, c), c, dtype=x.dtype)  # (n, k, E, C)
-    buffers = jnp.einsum("nec,nd->ecd", jnp.sum(where, axis=1), tokens)
-    weights = jnp.einsum("nkec,nk->nec", where, gates)
-    share = jnp.mean(onehot.astype(jnp.float32), axis=(0, 1))
-    aux = e * jnp.sum(share * jnp.mean(probs, axis=0))
-    return buffers, weights, aux
+    slots = jax.vmap(lambda ch: _slots(ch, e, c))(chosen)  # (G, T, k) into E·C (+1: dropped)
+    buffers = jax.vmap(lambda t, s: _scatter(t, s, e * c))(tokens, slots)  # (G, E·C, D)
+    buffers = buffers.reshape(g, e, c, d).transpose(1, 0, 2, 3).reshape(e, g * c, d)
+    onehot = jax.nn.one_hot(chosen, e, dtype=jnp.float32)  # (G, T, k, E): linear in tokens
+    share = jnp.mean(onehot, axis=(0, 1, 2))
+    aux = e * jnp.sum(share * jnp.mean(probs, axis=(0, 1)))
+    return buffers, (slots, gates), aux
 
 
-def moe_combine(ys: jax.Array, weights: jax.Array, lead: tuple) -> jax.Array:
-    """The experts' outputs ys (E, C, D') summed back into their tokens with the gates of
-    `moe_dispatch`; ``lead`` is the input's shape before its last axis."""
-    y = jnp.einsum("nec,ecd->nd", weights, ys)
+def _slots(chosen: jax.Array, e: int, c: int) -> jax.Array:
+    """Each choice's row in one group's (E·C) buffer rows, E·C for a dropped one. Buffers fill
+    by choice rank first (every token's first choice before any second), then in token
+    order, as GShard does: the rank of a choice among those for its expert is a running
+    count over the (k, T) choices sorted by expert."""
+    n, k = chosen.shape
+    flat = chosen.T.reshape(-1)  # choice rank first, then token
+    order = jnp.argsort(flat, stable=True)  # by expert, keeping rank-then-token order
+    sorted_experts = flat[order]
+    starts = jnp.searchsorted(sorted_experts, jnp.arange(e), side="left")
+    rank_sorted = jnp.arange(flat.shape[0]) - starts[sorted_experts]
+    rank = jnp.zeros_like(flat).at[order].set(rank_sorted)
+    slot = jnp.where(rank < c, flat * c + rank, e * c)
+    return slot.reshape(k, n).T
+
+
+def _scatter(tokens: jax.Array, slots: jax.Array, rows: int) -> jax.Array:
+    """One group's buffer rows: token i copied into the rows its choices point at."""
+    n, k = slots.shape
+    src = jnp.broadcast_to(tokens[:, None, :], (n, k, tokens.shape[-1]))
+    out = jnp.zeros((rows + 1, tokens.shape[-1]), tokens.dtype)
+    return out.at[slots.reshape(-1)].add(src.reshape(n * k, -1))[:rows]
+
+
+def moe_combine(ys: jax.Array, routes: tuple, lead: tuple) -> jax.Array:
+    """The experts' outputs ys (E, G·C, D') gathered back into their tokens and summed with
+    the gates of `moe_dispatch`; ``lead`` is the input's shape before its last axis."""
+    slots, gates = routes
+    e, g = ys.shape[0], slots.shape[0]
+    per = ys.reshape(e, g, -1, ys.shape[-1]).transpose(1, 0, 2, 3)  # (G, E, C, D')
+    rows = per.reshape(g, -1, ys.shape[-1])  # (G, E·C, D')
+    rows = jnp.concatenate([rows, jnp.zeros_like(rows[:, :1])], axis=1)  # the dropped row
+    picked = jax.vmap(lambda r, s: r[s])(rows, slots)  # (G, T, k, D')
+    y = jnp.einsum("gtkd,gtk->gtd", picked, gates.astype(picked.dtype))
     return y.reshape(*lead, ys.shape[-1])
 
 
@@ -82,7 +115,7 @@ def moe(
 
     ``p``: router (D, E); gate, up (E, D, F); down (E, F, D).
     """
-    buffers, weights, aux = moe_dispatch(x, p["router"], k=k, capacity=capacity, train=train)
+    buffers, routes, aux = moe_dispatch(x, p["router"], k=k, capacity=capacity, train=train)
     if stats:
         load, prob = routing_stats(x, p["router"], k=k)
     g = jnp.einsum("ecd,edf->ecf", buffers, p["gate"])
@@ -90,8 +123,8 @@ def moe(
     h = g * jnp.einsum("ecd,edf->ecf", buffers, p["up"])
     ys = jnp.einsum("ecf,efd->ecd", h, p["down"])
     if stats:
-        return moe_combine(ys, weights, x.shape[:-1]), aux, load, prob
-    return moe_combine(ys, weights, x.shape[:-1]), aux
+        return moe_combine(ys, routes, x.shape[:-1]), aux, load, prob
+    return moe_combine(ys, routes, x.shape[:-1]), aux
 
 
 def routing_stats(x: jax.Array, router: jax.Array, *, k: int) -> tuple:
