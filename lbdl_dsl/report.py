@@ -178,10 +178,13 @@ def _kv_cache_json(checked: Checked) -> dict[str, Any] | None:
 def _kv_cache(checked: Checked) -> str | None:
     """The decoding cache's line, for a model that generates (`compiler.memory.kv_cache`)."""
     from lbdl_dsl.compiler import memory
-    from lbdl_dsl.memory_report import kv_cache_text
 
     cache = memory.kv_cache(checked)
-    return kv_cache_text(cache) if cache is not None else None
+    if cache is None:  # most models: the memory report (and sharding) stays unimported
+        return None
+    from lbdl_dsl.bytes_text import kv_cache_text
+
+    return kv_cache_text(cache)
 
 
 def _bytes(e: Expr) -> str:

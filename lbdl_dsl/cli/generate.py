@@ -175,7 +175,7 @@ def _compiled(spec: str, overrides: dict[str, Any]) -> tuple[Any, int | None]:
     from lbdl_dsl.compiler.driver import compile_spec
 
     seq = decoding.sequence_symbol(
-        compile_spec(Path(spec).read_text(encoding="utf-8"), file=spec, stop_after="build").program
+        compile_spec(Path(spec), stop_after="build").program  # read as every spec is: guarded
     )
     limit = None
     if seq is not None and seq in overrides:

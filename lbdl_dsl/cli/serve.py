@@ -100,8 +100,10 @@ def run(args: argparse.Namespace) -> int:
     except LbdlError as err:
         print(err.render(), file=sys.stderr)
         return 1
-    if not 0 <= args.port <= 65535 or args.timeout <= 0 or args.workers < 1:
-        args.parser.error("--port is 0 to 65535, --timeout above 0 and --workers at least 1")
+    if not 0 <= args.port <= 65535 or not 0 < args.timeout <= 3600 or not 1 <= args.workers <= 64:
+        args.parser.error(
+            "--port is 0 to 65535, --timeout above 0 and at most 3600 s, --workers 1 to 64"
+        )
     try:
         free(args.host, args.port)
     except LbdlError as err:

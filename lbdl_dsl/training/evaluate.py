@@ -91,6 +91,9 @@ def measure(
         )
     split, dataset = ("test", opened.test) if opened.test is not None else ("train", opened.train)
     step = make_eval_step(model, chosen)
+    # a batch beyond the samples evaluated would only be padding (and --batch 2^31 would ask
+    # for gigabytes of it): the batch is at most the samples
+    batch = max(1, min(batch, len(dataset), samples if samples else len(dataset)))
     sums: dict[str, float] = {}
     count = 0.0
     for rows, weights in eval_batches(dataset, batch, samples):

@@ -26,7 +26,8 @@ FLOORS = {
     "lbdl_dsl.boxtext": 2,
     "lbdl_dsl.diff": 2,
     "lbdl_dsl.output": 2,
-    "lbdl_dsl.npzfile": 2,  # files read safely, for the backends and training
+    "lbdl_dsl.npzfile": 2,
+    "lbdl_dsl.bytes_text": 2,  # files read safely, for the backends and training
     "lbdl_dsl.backends": 3,  # diagram and JAX, from a checked graph
     "lbdl_dsl.training": 4,  # applications over a Model
     "lbdl_dsl.interop": 4,

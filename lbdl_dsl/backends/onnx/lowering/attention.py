@@ -54,6 +54,8 @@ def mha(e: Emit) -> str:
     a = e.a
     if a.masked:
         raise Unsupported("a key mask (no ONNX form here)")
+    if getattr(a, "scale", None) is not None or getattr(a, "bias_at", 0):
+        raise Unsupported("a score bias or a scale= (not lowered to ONNX here)")
     x = e.x[0]
     z = e.x[1] if len(e.x) > 1 else x
     q = _project(e, x, "wq", "bq", "q")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lbdl_dsl.backends.onnx.emit import Emit, Lowering, known
+from lbdl_dsl.backends.onnx.emit import Emit, Lowering, Unsupported, known
 
 
 def _channels(e: Emit) -> int:
@@ -79,8 +79,14 @@ def _one_axis(e: Emit, rms: bool) -> str:
     return e.node("Add", [y, _along(e, "bias", e.a.axis, 0.0)])
 
 
+def _no_offset(e: Emit) -> None:
+    if getattr(e.a, "offset", 0.0):
+        raise Unsupported("a gain of offset + w (offset=) is not lowered to ONNX here")
+
+
 def layernorm(e: Emit) -> str:
     a = e.a
+    _no_offset(e)
     rank = len(e.shape())
     if a.axis is not None and a.axis != rank - 1:
         return _one_axis(e, rms=False)
@@ -100,6 +106,7 @@ def layernorm(e: Emit) -> str:
 
 def rmsnorm(e: Emit) -> str:
     a = e.a
+    _no_offset(e)
     rank = len(e.shape())
     if a.axis != rank - 1:
         return _one_axis(e, rms=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lbdl_dsl.backends.onnx.emit import Emit, Lowering, known
+from lbdl_dsl.backends.onnx.emit import Emit, Lowering, Unsupported, known
 from lbdl_dsl.core.layers.constants import rel_index_ref
 from lbdl_dsl.core.layers.vision import shift_regions
 
@@ -44,6 +44,8 @@ def window_att(e: Emit) -> str:
     a = e.a
     c, h, w = e.shape()
     heads, win, shift = known(a.heads), known(a.window), known(a.shift)
+    if known(h) % win or known(w) % win:
+        raise Unsupported("a map the window does not divide (padded as Swin pads: not lowered)")
     n = win * win
     x = e.x[0]
     if shift:
