@@ -615,6 +615,7 @@ def report(
         f"- the run took {record.get('minutes', 0):.1f} min",
         *([f"- {record['compile_note']}"] if "compile_note" in record else []),
         "",
+        "<!-- doctest: skip: needs a GPU; the table above is its output on an H200 -->",
         "```sh",
         record["command"],
         "```",

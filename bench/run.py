@@ -567,6 +567,8 @@ def report(
         *machine_lines,
         notes,
         "",
+        "<!-- doctest: skip: a benchmark of minutes on a quiet machine; the tables of this page "
+        "are its output (docs/performance.json) -->",
         "```sh",
         command,
         "```",

@@ -188,10 +188,12 @@ def test_unroll_trains_the_same_model_and_resumes_a_scanned_run(
     same stacked parameters: a scanned run resumes unrolled, rounding apart the same run."""
     spec = spec_file(TINY_DEEP)
     options = dict(log_every=1, optimizer="adam", **SMALL)
+    from lbdl_dsl.backends.jax import model as jax_model
+
     asked: list[bool] = []
-    compile_ = lbdl_dsl.compile
+    model_of = jax_model.model_of  # how training compiles its spec
     monkeypatch.setattr(
-        lbdl_dsl, "compile", lambda *a, **k: asked.append(k["unroll"]) or compile_(*a, **k)
+        jax_model, "model_of", lambda *a, **k: asked.append(k["unroll"]) or model_of(*a, **k)
     )
     scanned = quiet_train(spec, "synthetic", "scanned", steps=4, **options)
     quiet_train(spec, "synthetic", "mixed", steps=2, **options)

@@ -236,9 +236,15 @@ class Model:
         return weights.save(path, params, state, self.cut())
 
     def cut(self) -> weights.Cut:
-        """Each stored array that is one copy of the stacked view's (`paths.cut`), sizes known."""
-        cut = paths.cut(self.checked.root)
-        return {p: (v, i, tuple(_int(d, v) for d in s)) for p, (v, i, s) in cut.items()}
+        """Each stored array that is one copy of the stacked view's (`paths.cut`), sizes known:
+        those this module keeps apart (its tables say so, whatever was decided elsewhere)."""
+        tables = {**self.module["PARAMS"], **self.module["STATE"]}
+        out = {}
+        for p, (v, i, s) in paths.cut(self.checked.root).items():
+            shape = tuple(_int(d, v) for d in s)
+            if p in tables and tuple(tables[p][0]) == shape[len(i) :]:
+                out[p] = (v, i, shape)
+        return out
 
     def load(self, path: str | Path, *, allow_nonfinite: bool = False) -> tuple[Any, Any]:
         """(params, state) from a file written by `save`, `lbdl train` or `lbdl import`.
