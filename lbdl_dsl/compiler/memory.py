@@ -340,7 +340,7 @@ def _pieces(array: paths.Array, layout: Layout | None) -> int:
     """How many pieces the rules cut a cache array into (the batch aside)."""
     if layout is None:
         return 1
-    pieces, taken = 1, set()
+    pieces, taken = 1, set[str]()
     for d, role in zip(array.shape, array.roles):
         for rule in layout.rules.rules:
             if rule.is_symbol or rule.target != role or taken & set(rule.mesh_axes):

@@ -466,7 +466,8 @@ def _pad_attrs(c: Ctx) -> PadAttrs:
 
 def _pad_ref(xs: Arrays, p: Weights, s: Weights, a: PadAttrs) -> Any:
     np = numpy()
-    widths = [(0, 0)] + [(int(b), int(e)) for b, e in a.widths]
+    known = [(Expr.lift(b).as_int(), Expr.lift(e).as_int()) for b, e in a.widths]
+    widths = [(0, 0)] + [(b or 0, e or 0) for b, e in known]  # a reference's sizes are known
     if a.mode == "constant":
         return np.pad(xs[0], widths, constant_values=a.value)
     return np.pad(xs[0], widths, mode=a.mode)
