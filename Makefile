@@ -35,7 +35,7 @@ system:
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[jax,train,data,bench,dev,onnx,serve]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[jax,train,data,bench,dev,onnx,serve,text]'
 	touch $(STAMP)
 
 # The studio's page (lbdl serve): CodeMirror 6 from npm, bundled by esbuild into the package.
