@@ -55,7 +55,9 @@ class Document:
 
     @property
     def name(self) -> str:
-        return self.path.relative_to(REPO).as_posix()
+        if self.path.is_relative_to(REPO):
+            return self.path.relative_to(REPO).as_posix()
+        return self.path.as_posix()
 
 
 def documents() -> list[Path]:
@@ -96,6 +98,18 @@ def read(path: Path) -> Document:
     return doc
 
 
+def stray_fences(path: Path) -> list[int]:
+    """Lines with a fence mark that opens or closes no fence: a closing mark with text after it
+    swallows the prose up to the next fence, so the example there would silently never run."""
+    text = path.read_text("utf-8")
+    used: set[int] = set()
+    for m in FENCE.finditer(text):
+        used.add(text.count("\n", 0, m.start()) + 1)
+        used.add(text.count("\n", 0, m.end()) + 1)
+    marks = [n for n, line in enumerate(text.splitlines(), 1) if line.lstrip().startswith("```")]
+    return [n for n in marks if n not in used]
+
+
 def counts() -> tuple[int, int, int, int]:
     """(run, long, skipped) examples of all documents, and the number of documents."""
     examples = [e for p in documents() for e in read(p).examples if e.kind != "file"]
@@ -107,7 +121,7 @@ def _dedent(body: str, indent: int) -> str:
     if not indent:
         return body
     return "".join(
-        line[indent:] if line[:indent].isspace() else line
+        line if not line.strip() else line[indent:] if line[:indent].isspace() else line
         for line in body.splitlines(keepends=True)
     )
 

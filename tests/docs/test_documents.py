@@ -16,7 +16,17 @@ import traceback
 from pathlib import Path
 
 import pytest
-from documents import REPO, Document, Example, commands, counts, documents, matches, read
+from documents import (
+    REPO,
+    Document,
+    Example,
+    commands,
+    counts,
+    documents,
+    matches,
+    read,
+    stray_fences,
+)
 
 UPDATE = bool(os.environ.get("LBDL_DOCS_UPDATE"))
 LINKED = ("specs", "tests", "docs", "grammar", "bench")
@@ -190,6 +200,23 @@ def test_every_command_in_a_document_is_an_example() -> None:
     it cannot run here (``<!-- doctest: skip: WHY -->``)."""
     stray = [f"{read(p).name}:{line}" for p in documents() for line in read(p).commandish]
     assert not stray, f"commands outside ```console fences: {', '.join(stray)}"
+
+
+def test_every_fence_mark_opens_or_closes_a_fence() -> None:
+    stray = [f"{read(p).name}:{n}" for p in documents() for n in stray_fences(p)]
+    assert not stray, f"fence marks that open or close no fence: {', '.join(stray)}"
+
+
+def test_a_blank_line_in_an_indented_fence_is_expected_output(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("1. item\n\n   ```console\n   $ echo a\n   a\n\n   b\n   ```\n", "utf-8")
+    [example] = read(page).examples
+    assert example.text == "$ echo a\na\n\nb\n"
+    [(command, expected)] = commands(example)
+    assert not matches(expected, "a\nb") and matches(expected, "a\n\nb")
+    assert stray_fences(page) == []
+    page.write_text("```console\n$ echo a\na\n``` and then prose\n\n```text\nx\n```\n", "utf-8")
+    assert stray_fences(page) == [4, 6]
 
 
 def test_documents_have_examples() -> None:
