@@ -207,7 +207,7 @@ def image_as_declared(x: Any) -> Any:
 
 def macs_per_sample(case: Case) -> int:
     c = case.base
-    checked = lbdl_dsl.check(str(ROOT / c.spec), text=c.spec_text(), **c.overrides).checked
+    checked = lbdl_dsl.check(str(ROOT / c.spec), text=c.spec_text(), **c.overrides)
     macs = checked.totals["macs"].as_int()
     if macs is None:
         raise RuntimeError(f"{c.name}: the MACs are symbolic")

@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         compile_spec(GPT3)
 
     compiled = compile_spec(GPT3)
-    assert compiled.checked is not None
-    totals = compiled.checked.totals
+    assert compiled is not None
+    totals = compiled.totals
     params = totals["params"].as_int()
     assert params is not None, "GPT-3's parameter count does not depend on T"
     best, _ = best_of(n, whole)

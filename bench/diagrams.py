@@ -21,11 +21,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lbdl_dsl.backends import diagram  # noqa: E402
-from lbdl_dsl.compiler.driver import Compiled, compile_spec  # noqa: E402
+from lbdl_dsl.compiler.driver import compile_spec  # noqa: E402
+from lbdl_dsl.compiler.instance import Checked  # noqa: E402
 from lbdl_dsl.tools.book_figures import FIGURES  # noqa: E402
 
 
-def timed(name: str, make: Callable[[], Compiled], expand: str | None, repeat: int) -> list[str]:
+def timed(name: str, make: Callable[[], Checked], expand: str | None, repeat: int) -> list[str]:
     """One figure's row: the median seconds to compile, to write DOT, to render, in all."""
     parts: list[tuple[float, float, float]] = []
     for _ in range(repeat):

@@ -17,23 +17,22 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec
+from lbdl_dsl.compiler.driver import CheckFailed, compile_spec
 from lbdl_dsl.compiler.imports import sources_for
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import ArgumentError, LbdlError
 from lbdl_dsl.core.symbolic import fmt_count
 
 DTYPES = ("float32", "bfloat16")
 
 
-class CheckedSpec(Compiled):
-    """What `check` returns: the compiler's result (`Compiled`), with a short ``repr`` and,
+class CheckedSpec(Checked):
+    """What `check` returns: the compiler's result (`Checked`), with a short ``repr`` and,
     in a notebook, its summary table and figure."""
 
     def __repr__(self) -> str:
         name = self.program.model.name if self.program is not None else "?"
-        if self.checked is None:
-            return f"<lbdl spec {name} ({self.file}), not checked>"
-        t = self.checked.totals
+        t = self.totals
         return (
             f"<lbdl spec {name} ({self.file}): {fmt_count(t['params'])} parameters, "
             f"{fmt_count(t['macs'])} MACs per sample>"
@@ -72,7 +71,7 @@ def check(
         )
         return CheckedSpec(**{f.name: getattr(out, f.name) for f in dataclasses.fields(out)})
     except CheckFailed as err:
-        err.sources = err.compiled.sources
+        err.sources = err.checked.sources
         raise
     except LbdlError as err:
         if err.sources is None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from lbdl_dsl.compiler.graph import Block, Node, ParamRef
 from lbdl_dsl.compiler.hparams import default_value
-from lbdl_dsl.compiler.instance import Inst
+from lbdl_dsl.compiler.instance import CallInst, Inst, RepeatInst
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.symbolic import Expr
 
@@ -77,7 +77,7 @@ def hparams_text(
     ``block`` is the called block's definition, for its defaults."""
     values: Mapping[str, Any] = {}
     if inst is not None:
-        values = inst.bindings if node.kind == "call" else inst.hp
+        values = inst.bindings if isinstance(inst, CallInst) else inst.hp
     explicit = getattr(node, "explicit", ())
     written = [(k, raw) for k, raw in getattr(node, "hparams", ()) if k in explicit]
     if not written:  # most boxes: nothing to write, nor any default to work out
@@ -105,9 +105,9 @@ def box_label(inst: Inst, blocks: Mapping[str, Block]) -> str:
     """A box as the summary and `lbdl diff` write it: its name, its hyper-parameters as
     `hparams_text` writes them, and ``×N`` for a frame around one box (``resblock ×2``)."""
     node = inst.node
-    if node.kind == "repeat":
+    if isinstance(inst, RepeatInst):
         count = f"×{inst.hp.get('count', getattr(node, 'count', ''))}"
-        bodies = [cp.body for cp in inst.copies]
+        bodies = inst.parts()
         if bodies and len(bodies[0]) == 1:
             return f"{box_label(bodies[0][0], blocks)} {count}"
         return count

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from lbdl_dsl.boxtext import box_label
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.infer import Checked, Inst
-from lbdl_dsl.compiler.instance import numel
+from lbdl_dsl.compiler.instance import RepeatInst, numel
 from lbdl_dsl.core.symbolic import Expr, fmt_count, total
 
 COUNTS = ("params", "state", "macs", "activations")
@@ -95,10 +95,8 @@ def _labels(checked: Checked) -> dict[int, str]:
     def visit(insts: list[Inst]) -> None:
         for inst in insts:
             out[id(inst)] = box_label(inst, checked.program.blocks)
-            visit(inst.body)
-            visit(inst.shortcut)
-            for cp in inst.copies:
-                visit(cp.body)
+            for part in inst.parts():
+                visit(part)
 
     visit(checked.root)
     return out
@@ -129,7 +127,7 @@ def _opens(a: Inst, b: Inst) -> bool:
         return False
     if a.kind in ("call", "residual"):
         return True
-    if a.kind == "repeat":
+    if isinstance(a, RepeatInst) and isinstance(b, RepeatInst):
         return len(a.copies) == len(b.copies) and all(
             ca.count == cb.count for ca, cb in zip(a.copies, b.copies)
         )
@@ -179,13 +177,9 @@ class _Align:
                 "changed", a, b, pa, pb, times, {k: own_b[k] - own_a[k] for k in COUNTS}
             )
         path_a, path_b = _join(pa, a.id), _join(pb, b.id)
-        yield from self.scope(a.body, b.body, path_a, path_b, times)
-        yield from self.scope(
-            a.shortcut, b.shortcut, f"{path_a}/shortcut", f"{path_b}/shortcut", times
-        )
-        for (step_a, ca), (step_b, cb) in zip(a.copy_prefixes(), b.copy_prefixes()):
+        for (step_a, part_a, count), (step_b, part_b, _) in zip(a.scopes(), b.scopes()):
             sub_a, sub_b = f"{path_a}/{step_a}".rstrip("/"), f"{path_b}/{step_b}".rstrip("/")
-            yield from self.scope(ca.body, cb.body, sub_a, sub_b, times * ca.count)
+            yield from self.scope(part_a, part_b, sub_a, sub_b, times * count)
 
     def whole(
         self, status: str, a: Inst | None, b: Inst | None, pa: str, pb: str, times: Expr
@@ -237,7 +231,7 @@ def parameter_shapes(checked: Checked) -> Iterator[tuple[str, tuple[str, ...]]]:
 def _stacked(checked: Checked) -> Iterator[tuple[str, tuple[tuple[str, ...], tuple[str, ...]]]]:
     """``(path, (stack, shape))`` of every trainable array: the copy counts of the ×N groups
     around it, and one copy's shape."""
-    for arr in paths.arrays(checked.root, stacked=True):
+    for arr in paths.arrays(checked.root):
         if arr.trainable and arr.path.rsplit("/", 1)[1] not in arr.owner.tied:
             stack = tuple(str(d) for d in arr.stack)
             yield arr.path, (stack, tuple(str(d) for d in arr.spec.shape))

@@ -52,11 +52,9 @@ def rows(checked: Checked, depth: int | None) -> Iterator[tuple[int, str, Inst, 
             path = f"{prefix}/{inst.id}" if prefix else inst.id
             yield level, path, inst, copies
             if depth is None or level + 1 < depth:
-                for step, cp in inst.copy_prefixes():
+                for step, part, count in inst.scopes():
                     sub = f"{path}/{step}".rstrip("/")
-                    yield from visit(cp.body, level + 1, sub, copies * cp.count)
-                yield from visit(inst.body, level + 1, path, copies)
-                yield from visit(inst.shortcut, level + 1, f"{path}/shortcut", copies)
+                    yield from visit(part, level + 1, sub, copies * count)
 
     yield from visit(checked.root, 0, "", Expr.lift(1))
 

@@ -53,13 +53,9 @@ def _visit(
         yield level, path, inst
         if not deeper:
             continue
-        if inst.copies:
-            for step, cp in inst.copy_prefixes():
-                yield from _visit(cp.body, level + 1, f"{path}/{step}".rstrip("/"), depth, paths)
-        if inst.body:
-            yield from _visit(inst.body, level + 1, path, depth, paths)
-        if inst.shortcut:
-            yield from _visit(inst.shortcut, level + 1, f"{path}/shortcut", depth, paths)
+        for step, part, _ in inst.scopes():
+            if part:
+                yield from _visit(part, level + 1, f"{path}/{step}".rstrip("/"), depth, paths)
 
 
 class _Texts:

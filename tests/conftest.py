@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from lbdl_dsl.compiler.driver import Compiled, compile_spec
+from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.compiler.instance import Checked
 
 REPO = Path(__file__).resolve().parents[1]
 """The repository root: specs/, docs/, grammar/ and bench/ are found from here."""
@@ -49,7 +50,7 @@ def repo() -> Path:
 
 
 @pytest.fixture
-def compile_text(tmp_path: Path) -> Callable[..., Compiled]:
+def compile_text(tmp_path: Path) -> Callable[..., Checked]:
     """Compile spec text as a real file in ``tmp_path`` (so imports resolve next to it).
 
     ``compile_text(text, name="spec.lbdl", stop_after="check", **overrides)``: keyword arguments
@@ -59,7 +60,7 @@ def compile_text(tmp_path: Path) -> Callable[..., Compiled]:
 
     def run(
         text: str, *, name: str = "spec.lbdl", stop_after: str = "check", **overrides: Any
-    ) -> Compiled:
+    ) -> Checked:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -85,7 +85,7 @@ def test_the_plain_table_is_rich_borderless_table(repo: Path, name: str, depth: 
     from rich.console import Console
     from rich.table import Table
 
-    checked = compile_spec(repo / "specs" / f"{name}.lbdl").checked
+    checked = compile_spec(repo / "specs" / f"{name}.lbdl")
     assert checked is not None
     rows = list(report.rows(checked, depth))
     header, right, cells = report._columns(rows)

@@ -19,6 +19,7 @@ import pytest
 from lbdl_dsl import report
 from lbdl_dsl.compiler import infer, instance, textform
 from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.compiler.instance import LayerInst
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "specs").glob("*.lbdl"))
@@ -78,7 +79,7 @@ def test_a_mesh_imports_what_it_needs() -> None:
 
 def _texts(spec: Path) -> tuple[str, str, str]:
     compiled = compile_spec(spec)
-    checked = compiled.checked
+    checked = compiled
     assert checked is not None
     return (
         report.render_table(checked, None),
@@ -105,7 +106,7 @@ def test_the_rules_memo_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(infer.Checker, "run_rules", counted)
-    checked = compile_spec(ROOT / "specs" / "resnet50.lbdl").checked
+    checked = compile_spec(ROOT / "specs" / "resnet50.lbdl")
     assert checked is not None
     boxes = {id(i) for _, i, _ in checked.walk() if i.kind == "layer"}  # each checked once
     assert 0 < runs[0] < len(boxes) / 2
@@ -126,7 +127,7 @@ def test_a_tied_box_leaves_the_memo_whole(tmp_path: Path) -> None:
         "  output Y\n",
         "utf-8",
     )
-    checked = compile_spec(spec).checked
+    checked = compile_spec(spec)
     assert checked is not None
     fcs = [i for i in checked.root if i.kind == "layer" and i.node.op == "fc"]
     assert [sorted(i.params) for i in fcs] == [[], ["w"]]
@@ -171,11 +172,11 @@ def test_shared_totals_change_nothing(spec: Path, monkeypatch: pytest.MonkeyPatc
     def every_total(checked: infer.Checked) -> list[tuple[tuple[str, ...], dict]]:
         return [(path, dict(inst.totals)) for path, inst, _ in checked.walk()]
 
-    shared = compile_spec(spec).checked
+    shared = compile_spec(spec)
     assert shared is not None
     with_sharing = (every_total(shared), _texts(spec))
     monkeypatch.setattr(instance, "_kept", _shared_totals_off)
-    alone = compile_spec(spec).checked
+    alone = compile_spec(spec)
     assert alone is not None
     assert with_sharing == (every_total(alone), _texts(spec))
 
@@ -187,7 +188,7 @@ def test_the_table_made_once_per_distinct_row_is_the_table_row_by_row(
 ) -> None:
     """`render_table` makes each distinct row's cells and line once (shared instances,
     repeated shapes and counts); `plain_table` lays out the `rows` one by one."""
-    checked = compile_spec(spec).checked
+    checked = compile_spec(spec)
     assert checked is not None
     table = report.render_table(checked, depth).splitlines()
     one_by_one = report.plain_table(list(report.rows(checked, depth)))
@@ -195,11 +196,13 @@ def test_the_table_made_once_per_distinct_row_is_the_table_row_by_row(
 
 
 def test_an_instance_without_a_body_shares_an_empty_list_that_refuses_to_grow() -> None:
-    checked = compile_spec(ROOT / "specs" / "resnet18.lbdl").checked
+    checked = compile_spec(ROOT / "specs" / "resnet18.lbdl")
     assert checked is not None
-    leaves = [i for _, i, _ in checked.walk() if not i.body]
+    leaves = [i for _, i, _ in checked.walk() if isinstance(i, LayerInst) and not i.body]
     assert len(leaves) > 2 and all(i.body is leaves[0].body for i in leaves)
-    assert leaves[0].body == [] and leaves[0].copies == [] and leaves[0].shortcut == []
+    assert leaves[0].body == [] and leaves[0].scopes() == [] and leaves[0].parts() == []
+    # a box holds only what its kind has: a layer no copies, a ×N group no shortcut
+    assert not hasattr(leaves[0], "copies") and not hasattr(leaves[0], "shortcut")
     for change in (lambda b: b.append(1), lambda b: b.extend([1]), lambda b: b.__iadd__([1])):
         with pytest.raises(TypeError, match="shared"):
             change(leaves[0].body)

@@ -112,7 +112,7 @@ def test_shading_names_each_box_by_the_mesh_axes_under_it() -> None:
     from lbdl_dsl.compiler.driver import compile_spec
     from lbdl_dsl.compiler.sharding import parse_mesh, parse_rules, resolve
 
-    checked = compile_spec("specs/gpt3.lbdl").checked
+    checked = compile_spec("specs/gpt3.lbdl")
     mesh = parse_mesh("data=8,fsdp=16,tensor=8")
     shading = from_layout(resolve(checked, mesh, parse_rules(["fsdp+tp"], mesh)))
     legend = dict(shading.legend)

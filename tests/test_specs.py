@@ -15,21 +15,22 @@ from typing import Any
 
 import pytest
 
-from lbdl_dsl.compiler.driver import Compiled, compile_spec
+from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.compiler.instance import Checked
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 
 
-def compile_named(name: str, **overrides: Any) -> Compiled:
+def compile_named(name: str, **overrides: Any) -> Checked:
     return compile_spec(SPECS / f"{name}.lbdl", overrides=overrides)
 
 
-def params(compiled: Compiled) -> int:
-    return compiled.checked.totals["params"].as_int()
+def params(compiled: Checked) -> int:
+    return compiled.totals["params"].as_int()
 
 
-def outputs(compiled: Compiled) -> dict[str, tuple[int | None, ...]]:
-    return {k: tuple(d.as_int() for d in t.shape) for k, t in compiled.checked.outputs.items()}
+def outputs(compiled: Checked) -> dict[str, tuple[int | None, ...]]:
+    return {k: tuple(d.as_int() for d in t.shape) for k, t in compiled.outputs.items()}
 
 
 # (spec, --set values, outputs, trainable parameters)
@@ -169,7 +170,7 @@ def test_spec_reproduces_its_figures(name, overrides, shapes, count) -> None:
 
 @pytest.mark.parametrize(("name", "macs"), MACS, ids=[r[0] for r in MACS])
 def test_spec_reproduces_published_macs(name, macs) -> None:
-    assert compile_named(name).checked.totals["macs"].as_int() == macs
+    assert compile_named(name).totals["macs"].as_int() == macs
     assert round(macs / 1e9, 2) == float(
         re.search(r"(\d\.\d\d) G", (SPECS / f"{name}.lbdl").read_text(encoding="utf-8"))[1]
     )
@@ -191,7 +192,7 @@ def test_gpt3_through_the_book_s_gpt() -> None:
 
 def test_vit_trunk_is_vit_b16_s() -> None:
     """timm's ViT-B/16 (86,567,656) less its head, final layernorm and attention biases."""
-    root = compile_named("vit").checked.root
+    root = compile_named("vit").root
     ops = [inst.node.op for inst in root]
     trunk = root[: ops.index("take")]
     assert sum(inst.totals["params"].as_int() for inst in trunk) == (
@@ -201,10 +202,7 @@ def test_vit_trunk_is_vit_b16_s() -> None:
 
 def test_lenet_draws_every_shape_of_fig_5_2() -> None:
     compiled = compile_named("lenet")
-    rows = [
-        (inst.node.op, tuple(d.as_int() for d in inst.output.shape))
-        for inst in compiled.checked.root
-    ]
+    rows = [(inst.node.op, tuple(d.as_int() for d in inst.output.shape)) for inst in compiled.root]
     assert rows == [
         ("conv-2d", (32, 24, 24)),
         ("maxpool", (32, 8, 8)),
@@ -227,7 +225,7 @@ BLOCK_FILES = sorted(p.name for p in (SPECS / "blocks").glob("*.lbdl"))
 def test_every_spec_checks_as_written(name: str) -> None:
     """Without --set: symbols such as a sequence length stay symbolic, and that checks too."""
     compiled = compile_named(name)
-    assert compiled.checked is not None and compiled.checked.ok
+    assert compiled is not None and compiled.ok
 
 
 @pytest.mark.parametrize("name", ALL_SPECS)

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     def work() -> int:
         a = compile_spec(Path(args.a), overrides=over_a)  # a path, whatever its suffix
         b = compile_spec(Path(args.b), overrides=over_b)
-        result = diff.diff(a.checked, b.checked)
+        result = diff.diff(a, b)
         if args.figure:
             _figure(b, result, args.figure, args.expand)
         if args.json:

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lbdl_dsl.compiler import paths
-from lbdl_dsl.compiler.graph import ExpertsNode, InputNode, LayerNode, Program
-from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.compiler.graph import InputNode, Program
+from lbdl_dsl.compiler.instance import Checked, ExpertsInst, Inst, LayerInst
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.base import Ctx, PSpec, Step
@@ -57,7 +57,7 @@ def sequence_symbol(program: Program) -> str | None:
     return None
 
 
-def step_of(inst: Inst) -> Step:
+def step_of(inst: LayerInst) -> Step:
     """A primitive box's `Step`, from its entry, resolved record and input shapes."""
     layer = lookup(inst.node.op)
     assert layer is not None, inst.node.op  # checked models hold known boxes only
@@ -73,20 +73,22 @@ def step_of(inst: Inst) -> Step:
     return layer.step(ctx)
 
 
-def primitives(insts: list[Inst], at: Span | None = None) -> Iterator[tuple[Inst, Span]]:
+def primitives(insts: list[Inst], at: Span | None = None) -> Iterator[tuple[LayerInst, Span]]:
     """Every primitive box a sequence flows through, depth first, with the span to show for it
     (a composite's own line for the boxes inside it, ``at``); a mixture of experts' inside
     works on one token's vector and is not entered (its routing is per token)."""
     for inst in insts:
-        if isinstance(inst.node, ExpertsNode):
+        if isinstance(inst, ExpertsInst):
             continue
-        span = at or inst.node.span
-        if isinstance(inst.node, LayerNode) and inst.inside is None:
-            yield inst, span
-        yield from primitives(inst.body, span if inst.inside is not None else at)
-        yield from primitives(inst.shortcut, at)
-        for cp in inst.copies:
-            yield from primitives(cp.body, at)
+        if isinstance(inst, LayerInst):
+            span = at or inst.node.span
+            if inst.inside is None:
+                yield inst, span
+            else:
+                yield from primitives(inst.body, span)
+            continue
+        for part in inst.parts():
+            yield from primitives(part, at)
 
 
 def plan(checked: Checked) -> Plan:
@@ -124,23 +126,26 @@ def plan(checked: Checked) -> Plan:
 
 def caches(inst: Inst, s: Expr) -> dict[str, PSpec]:
     """One box's cache arrays, per sample, for a context of ``s`` positions ({} if none)."""
-    if not isinstance(inst.node, LayerNode) or inst.inside is not None:
+    if not isinstance(inst, LayerInst) or inst.inside is not None:
         return {}
     step = step_of(inst)
     return step.cache(s) if step.kind == "cache" and step.cache is not None else {}
 
 
-def cache_arrays(root: list[Inst], s: Expr | int) -> list[paths.Array]:
-    """Every cache array, per sample, named and stacked as state arrays are."""
+def cache_arrays(
+    root: list[Inst], s: Expr | int, storage: paths.Storage | None = None
+) -> list[paths.Array]:
+    """Every cache array, per sample, named and stacked as state arrays are (with
+    ``storage``, as that backend stores them)."""
     size = Expr.lift(s)
-    return list(paths.arrays_of(root, lambda inst: caches(inst, size)))
+    return list(paths.arrays_of(root, lambda inst: caches(inst, size), storage))
 
 
 def keeps_cache(inst: Inst, memo: dict[int, bool]) -> bool:
     """Whether a box, or one inside it, keeps a cache (the code then threads it through)."""
     key = id(inst)
     if key not in memo:
-        inner = [*inst.body, *inst.shortcut, *(i for cp in inst.copies for i in cp.body)]
+        inner = [i for part in inst.parts() for i in part]
         memo[key] = bool(caches(inst, Expr.lift(1))) or any(keeps_cache(i, memo) for i in inner)
     return memo[key]
 

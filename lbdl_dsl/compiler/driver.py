@@ -30,10 +30,6 @@ from lbdl_dsl.core.symbolic import Expr
 STAGES = ("parse", "build", "check")
 
 
-Compiled = Checked
-"""What backends take: the `Checked` stage (the name the API has always used)."""
-
-
 def model_env(program: Program, overrides: dict[str, Any], origin: str = "--set") -> dict[str, Any]:
     """The model's parameter values: defaults in order, with ``overrides`` applied, each read
     as its default's kind (`values.setting`); ``origin`` names where they were given."""
@@ -214,7 +210,6 @@ class CheckFailed(LbdlError):
     def __init__(self, checked: Checked) -> None:
         super().__init__(diagnostics=checked.diagnostics)
         self.checked = checked
-        self.compiled = checked
 
 
 def spec_name(path: str) -> str:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from lbdl_dsl.compiler import composite
 from lbdl_dsl.compiler.graph import Graph, Model, Program
 from lbdl_dsl.compiler.infer import Checker
-from lbdl_dsl.compiler.instance import Inst, Tensor
+from lbdl_dsl.compiler.instance import Inst, LayerInst, Tensor
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers import lookup
 
 
-def expert_body(inst: Inst) -> tuple[Graph, list[Inst]] | None:
+def expert_body(inst: LayerInst) -> tuple[Graph, list[Inst]] | None:
     """The graph of one expert of the mixture box ``inst`` and its instances on one token;
     None for a box that declares no expert, or whose sizes are not all known."""
     layer = lookup(inst.node.op)

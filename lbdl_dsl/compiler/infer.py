@@ -37,7 +37,21 @@ from lbdl_dsl.compiler.graph import (
     TensorSig,
 )
 from lbdl_dsl.compiler.hparams import coerce
-from lbdl_dsl.compiler.instance import Checked, Copies, Inst, Tensor, numel, sum_totals
+from lbdl_dsl.compiler.instance import (
+    CallInst,
+    Checked,
+    Copies,
+    ExpertsInst,
+    Inst,
+    Instance,
+    LayerInst,
+    RepeatInst,
+    ResidualInst,
+    Tensor,
+    instance,
+    numel,
+    sum_totals,
+)
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
 from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
@@ -179,7 +193,7 @@ class Checker:
                 continue
             inputs = [outs[u] for u in graph.preds(nid)]
             present = [t for t in inputs if t is not None]
-            inst = Inst(node, present)
+            inst = instance(node, present)
             insts.append(inst)
             if len(present) < len(inputs):  # an input failed
                 outs[nid] = None
@@ -278,25 +292,27 @@ class Checker:
                 hint="each block call and each copy of a ×N group counts; docs/language.md, Limits",
             )
 
-    def box(self, inst: Inst, graph: Graph, env: Env, outs: Outs) -> Tensor:
+    def box(self, inst: Instance, graph: Graph, env: Env, outs: Outs) -> Tensor:
         node = inst.node
         self.count_boxes(1, node.span)
-        match node:
-            case LayerNode():
+        match inst:
+            case LayerInst():
                 return self.layer(inst, graph, env)
-            case CallNode():
+            case CallInst():
                 out = self.call(inst, env)
-            case RepeatNode():
+            case RepeatInst():
                 out = self.repeat(inst, env)
-            case ResidualNode():
+            case ResidualInst():
                 out = self.residual(inst, env)
-            case ExpertsNode():
+            case ExpertsInst():
                 out = self.experts(inst, env)
+            case _:
+                raise GraphInvariantError(f"no kind of instance for {inst!r}")
         if node.annotation is not None:
             self.check_annotation(inst, out.shape, env)
         return out
 
-    def layer(self, inst: Inst, graph: Graph, env: Env) -> Tensor:
+    def layer(self, inst: LayerInst, graph: Graph, env: Env) -> Tensor:
         node = inst.node
         assert isinstance(node, LayerNode), "`box` dispatches layers here"
         layer = lookup(node.op)
@@ -410,7 +426,7 @@ class Checker:
             ctx.a, ctx.y, dict(inst.params), dict(inst.state), inst.macs, dtype, vocab, window
         )
 
-    def composite(self, inst: Inst, layer: Layer, out: Shape) -> None:
+    def composite(self, inst: LayerInst, layer: Layer, out: Shape) -> None:
         """Check a composite's inside as a block call, so that its parameters, state and MACs
         are its primitives'. The entry's own rules have validated the box already: a failure
         inside is reported at the box, and an inside whose output disagrees is our bug."""
@@ -561,7 +577,7 @@ class Checker:
         return LbdlError(message, span, exc.hint, notes)
 
     # -- composites -----------------------------------------------------------------------------
-    def call(self, inst: Inst, env: Env) -> Tensor:
+    def call(self, inst: CallInst, env: Env) -> Tensor:
         node = inst.node
         assert isinstance(node, CallNode), "`box` dispatches calls here"
         block = self.program.blocks[node.op]
@@ -668,7 +684,7 @@ class Checker:
                 ],
             )
 
-    def repeat(self, inst: Inst, env: Env) -> Tensor:
+    def repeat(self, inst: RepeatInst, env: Env) -> Tensor:
         node = inst.node
         assert isinstance(node, RepeatNode), "`box` dispatches ×N groups here"
         count = _subs(node.count, env)
@@ -732,7 +748,7 @@ class Checker:
             seen_in.shape, seen_in.dtype, seen_in.vocab, _where(node), node.span, seen_in.rf
         )
 
-    def experts(self, inst: Inst, env: Env) -> Tensor:
+    def experts(self, inst: ExpertsInst, env: Env) -> Tensor:
         """A mixture of experts: the body is checked once, on the vector of one token."""
         node = inst.node
         assert isinstance(node, ExpertsNode), "`box` dispatches mixtures of experts here"
@@ -796,7 +812,7 @@ class Checker:
             )
         return n
 
-    def residual(self, inst: Inst, env: Env) -> Tensor:
+    def residual(self, inst: ResidualInst, env: Env) -> Tensor:
         node = inst.node
         assert isinstance(node, ResidualNode), "`box` dispatches residual groups here"
         x = inst.inputs[0]
@@ -833,8 +849,7 @@ def _stateful(insts: list[Inst]) -> Inst | None:
     for inst in insts:
         if inst.state:
             return inst
-        inner = [*inst.body, *inst.shortcut, *(i for cp in inst.copies for i in cp.body)]
-        found = _stateful(inner)
+        found = _stateful([i for part in inst.parts() for i in part])
         if found is not None:
             return found
     return None

@@ -14,7 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from lbdl_dsl.compiler.graph import Block, LayerNode, Node, Program
+from lbdl_dsl.compiler.graph import (
+    Block,
+    CallNode,
+    ExpertsNode,
+    LayerNode,
+    Node,
+    Program,
+    RepeatNode,
+    ResidualNode,
+)
 from lbdl_dsl.compiler.imports import Loaded
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import Diagnostic, Span
@@ -81,20 +90,19 @@ _NONE_INSIDE: Any = _NoneInside()
 
 @dataclass
 class Inst:
+    """What every checked box has, whatever its kind: its node, its tensors, its resolved
+    hyper-parameters, its own arrays and counts. A box is one of the kinds of `Instance`, which
+    mirror the graph's nodes (`graph.Node`) and hold what only that kind has; `children` and
+    `parts` walk any of them."""
+
     node: Node
     inputs: list[Tensor]
     output: Tensor | None = None  # None when this box (or one above it) failed
     hp: dict[str, Any] = field(default_factory=dict)  # hyper-parameters, as resolved here
-    attrs: Attrs | None = None  # a layer's record, what backends read
-    inside: Block | None = None  # a composite's inside, whose instances are `body`
     params: dict[str, PSpec] = field(default_factory=dict)  # own trainable parameters
     state: dict[str, PSpec] = field(default_factory=dict)
     macs: Expr = Expr()  # immutable: one zero for every instance
     tied: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # mine → (node, theirs, T)
-    body: list[Inst] = _NONE_INSIDE  # a call's block body, a residual's main path
-    shortcut: list[Inst] = _NONE_INSIDE
-    copies: list[Copies] = _NONE_INSIDE  # a repeat's distinct copies
-    bindings: dict[str, Any] = field(default_factory=dict)  # a call's symbols (C, H, W, S...)
     totals: dict[str, Expr] = field(default_factory=dict)
 
     @property
@@ -105,16 +113,72 @@ class Inst:
     def kind(self) -> str:
         return self.node.kind
 
+    def scopes(self) -> list[tuple[str, list[Inst], Expr]]:
+        """The lists of sub-instances, each with the path steps before its boxes' ids and its
+        multiplicity: a body (``""``), a shortcut (``"shortcut/"``), runs of copies (``""``,
+        ``"0/"``..., an expert's ``"expert/"``). None for a plain layer."""
+        return []
+
     def children(self) -> Iterator[tuple[str, Inst, Expr]]:
         """Sub-instances with their path step and multiplicity."""
-        one = Expr.lift(1)
-        for inst in self.body:
-            yield inst.id, inst, one
-        for inst in self.shortcut:
-            yield f"shortcut/{inst.id}", inst, one
-        for prefix, cp in self.copy_prefixes():
-            for inst in cp.body:
-                yield f"{prefix}{inst.id}", inst, cp.count
+        for steps, insts, count in self.scopes():
+            for inst in insts:
+                yield f"{steps}{inst.id}", inst, count
+
+    def parts(self) -> list[list[Inst]]:
+        """The lists of sub-instances, for walks that need neither paths nor counts."""
+        return [insts for _, insts, _ in self.scopes()]
+
+
+_ONE = Expr.lift(1)
+
+
+@dataclass
+class LayerInst(Inst):
+    """A layer: its resolved record, and for a composite (`self-att`) the inside it is."""
+
+    node: LayerNode
+    attrs: Attrs | None = None  # what backends read
+    inside: Block | None = None  # a composite's inside, whose instances are `body`
+    body: list[Inst] = _NONE_INSIDE
+
+    def scopes(self) -> list[tuple[str, list[Inst], Expr]]:
+        return [("", self.body, _ONE)] if self.body else []
+
+
+@dataclass
+class CallInst(Inst):
+    """A block call: the block's body as used here, and the symbols it bound (C, H, W...)."""
+
+    node: CallNode
+    body: list[Inst] = _NONE_INSIDE
+    bindings: dict[str, Any] = field(default_factory=dict)
+
+    def scopes(self) -> list[tuple[str, list[Inst], Expr]]:
+        return [("", self.body, _ONE)]
+
+
+@dataclass
+class ResidualInst(Inst):
+    """A residual group: its main path, and its shortcut (empty: the identity)."""
+
+    node: ResidualNode
+    body: list[Inst] = _NONE_INSIDE
+    shortcut: list[Inst] = _NONE_INSIDE
+
+    def scopes(self) -> list[tuple[str, list[Inst], Expr]]:
+        return [("", self.body, _ONE), ("shortcut/", self.shortcut, _ONE)]
+
+
+@dataclass
+class GroupInst(Inst):
+    """Boxes of stacked copies: a ×N group's runs of identical copies, or the experts of a
+    mixture (one `Copies` of role ``experts``)."""
+
+    copies: list[Copies] = _NONE_INSIDE
+
+    def scopes(self) -> list[tuple[str, list[Inst], Expr]]:
+        return [(steps, cp.body, cp.count) for steps, cp in self.copy_prefixes()]
 
     def copy_prefixes(self) -> Iterator[tuple[str, Copies]]:
         """Each run of copies with the path steps before its boxes' ids (``""``, ``"0/"``, or
@@ -123,6 +187,39 @@ class Inst:
         for i, cp in enumerate(self.copies):
             prefix = f"{i}/" if several else ""
             yield prefix + (f"{cp.step}/" if cp.step else ""), cp
+
+
+@dataclass
+class RepeatInst(GroupInst):
+    """A ×N group."""
+
+    node: RepeatNode
+
+
+@dataclass
+class ExpertsInst(GroupInst):
+    """A mixture of experts: a router (its own parameters) and its experts as stacked copies."""
+
+    node: ExpertsNode
+
+
+Instance = LayerInst | CallInst | ResidualInst | RepeatInst | ExpertsInst
+"""A checked box, one kind per kind of graph node (an input is a tensor, not a box)."""
+
+KINDS: dict[type, type[Inst]] = {
+    LayerNode: LayerInst,
+    CallNode: CallInst,
+    ResidualNode: ResidualInst,
+    RepeatNode: RepeatInst,
+    ExpertsNode: ExpertsInst,
+}
+
+
+def instance(node: Node, inputs: list[Tensor]) -> Instance:
+    """The instance of ``node``'s kind."""
+    made = KINDS[type(node)](node, inputs)
+    assert isinstance(made, (LayerInst, CallInst, ResidualInst, RepeatInst, ExpertsInst))
+    return made
 
 
 def numel(shape: Sizes) -> Expr:
@@ -188,7 +285,7 @@ def _totals(inst: Inst, memo: dict[int, _Sums], kept: _Kept) -> _Sums:
         return known
     acts: Count = 0
     out = inst.output
-    if out is not None and inst.inside is None and isinstance(inst.node, LayerNode):
+    if out is not None and isinstance(inst, LayerInst) and inst.inside is None:
         acts = _numel(out.shape)
         held = getattr(inst.attrs, "scan_state", None)  # a state-space box's states (Mamba)
         if isinstance(held, Expr):
@@ -199,12 +296,14 @@ def _totals(inst: Inst, memo: dict[int, _Sums], kept: _Kept) -> _Sums:
     params = _sizes(inst.params) if inst.params else 0
     state = _sizes(inst.state) if inst.state else 0
     sums: _Sums = [params, state, macs, acts]
-    if inst.body or inst.shortcut or inst.copies:  # a box with boxes inside
-        for child in [*inst.body, *inst.shortcut]:
-            _add(sums, _totals(child, memo, kept), 1, 1)
+    if isinstance(inst, GroupInst):
         for cp in inst.copies:
             for child in cp.body:
                 _add(sums, _totals(child, memo, kept), _count(cp.count), _count(cp.runs))
+    else:
+        for part in inst.parts():
+            for child in part:
+                _add(sums, _totals(child, memo, kept), 1, 1)
     inst.totals = _kept(sums, kept)
     memo[key] = sums
     return sums
@@ -275,11 +374,6 @@ class Checked:
     @property
     def ast(self) -> Any:
         return self.built.ast if self.built is not None else None
-
-    @property
-    def checked(self) -> Checked:
-        """Itself: code written for the former `Compiled` (``compiled.checked.root``) reads on."""
-        return self
 
     @property
     def ok(self) -> bool:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lbdl_dsl.compiler import paths
-from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.compiler.instance import Checked, GroupInst, Inst, LayerInst
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.attention import HeadsAttrs
 from lbdl_dsl.core.symbolic import Expr, sym, total
@@ -136,6 +136,8 @@ def _splits(checked: Checked, layout: Layout) -> _Splits:
 def _attention_inside(inst: Inst) -> Expr:
     """What attention keeps for its backward pass beyond its output, per sample: Q, K and V;
     and what a state-space box's record says its scan holds (`scan_state`: Mamba's T·E·N)."""
+    if not isinstance(inst, LayerInst):
+        return Expr()
     a = inst.attrs
     held = getattr(a, "scan_state", None)
     if isinstance(held, Expr):
@@ -149,6 +151,8 @@ def _attention_inside(inst: Inst) -> Expr:
 def _inside(inst: Inst) -> Expr:
     """What a layer's own entry says its backward pass keeps inside it (`Layer.kept`: a
     mixture's dispatch buffers), per sample."""
+    if not isinstance(inst, LayerInst):
+        return Expr()
     layer = lookup(inst.node.op)
     if layer is None or layer.kept is None or not inst.inputs or inst.attrs is None:
         return Expr()
@@ -177,7 +181,7 @@ def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
         pieces = splits.output.get(id(inst), 1)
         if not inst.params and inst.inputs and inst.inputs[0].shape == before[0] == shape:
             pieces = before[1]
-        primitive = inst.kind == "layer" and inst.inside is None
+        primitive = isinstance(inst, LayerInst) and inst.inside is None
         if primitive and (not looped or _product(inst)):
             out = out + _numel(shape) / pieces
         if primitive:
@@ -194,9 +198,10 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     if key in memo:
         return memo[key]
     out = _attention_inside(inst) / splits.inside.get(id(inst), 1)
-    out = out + _scope(inst.body, memo, splits, looped)
-    out = out + _scope(inst.shortcut, memo, splits, looped)
-    for cp in inst.copies:
+    if not isinstance(inst, GroupInst):
+        for part in inst.parts():
+            out = out + _scope(part, memo, splits, looped)
+    for cp in inst.copies if isinstance(inst, GroupInst) else ():
         carry = _numel(inst.inputs[0].shape) if inst.inputs else Expr()
         if cp.work is not None:  # a mixture's experts: each run keeps its token, no loop
             token = Expr.lift(inst.inputs[0].shape[-1]) if inst.inputs else Expr()
@@ -221,18 +226,17 @@ def _box(
     row: tuple[str, Inst, Expr],
     layout: Layout,
     arrays: dict[str, Expr],
-    views: dict[str, str],
     moments: int,
     b: Expr,
     memo: Memo,
     splits: _Splits,
     looped: bool,
 ) -> Bytes:
-    """A row's bytes, all copies counted: the arrays under its path in the stacked view (a
-    row of a ×N group stands for every copy, whether stacked or kept apart)."""
+    """A row's bytes, all copies counted: the arrays under its logical path (a row of a ×N
+    group stands for every copy, however a backend stores them)."""
     path, inst, copies = row
     prefix = path + "/"
-    mine = [k for k, view in views.items() if view.startswith(prefix)]
+    mine = [k for k in arrays if k.startswith(prefix)]
     params = total(arrays[k] for k in mine if _kind(layout, k))
     state = total(arrays[k] for k in mine if not _kind(layout, k))
     acts = _box_kept(inst, memo, splits, looped) * copies * FLOAT * b
@@ -269,11 +273,10 @@ def per_device(
     )
     whole = Bytes(params, params, params * moments + counters * COUNTER, state, acts, inputs)
     groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
-    views = {a.path: a.view or a.path for a in paths.arrays(checked.root)}
     boxes = [
         BoxBytes(
             row[0],
-            _box(row, layout, arrays, views, moments, b, memo, splits, _in(row[0], groups)),
+            _box(row, layout, arrays, moments, b, memo, splits, _in(row[0], groups)),
         )
         for row in rows
     ]

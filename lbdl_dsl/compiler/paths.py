@@ -6,9 +6,12 @@ shortcut adds ``shortcut``, and a ×N group adds its id once for all its copies,
 are stacked along a leading axis (one per ×N around them; role ``layers``); a mixture of
 experts adds ``expert`` and stacks its experts' arrays the same way (role ``experts``); a group
 whose copies differ (the first copy changes the shape) numbers its runs of identical copies
-``0``, ``1``... A short group outside every stack keeps each copy's arrays apart instead, under
-the copy's number across all its runs (`storage`); ``stacked=True`` gives the view as if every
-group were stacked, which the importers' maps are written against. Box ids are
+``0``, ``1``... These are the logical paths, the one way the compiler names arrays: weight
+files, the importers' maps, sharding, memory and `lbdl diff` read them. How a backend stores a
+×N group's copies is that backend's choice: given a ``storage`` rule (the JAX backend's
+`storage.per_copy`), the walk yields a short group's copies apart instead, each under the copy's
+number across all its runs, with the logical array it is one copy of (`Array.view`,
+`Array.copy`); `cut` maps one layout to the other at the backend's boundary. Box ids are
 the names the spec gives (`fc 4D -> up`) or the layer's name and its rank among the boxes of
 the same kind in its scope (`fc_0`, `fc_1`), so inserting a box shifts only the ids of its own
 kind, in its own scope. The JAX module's tables, weight files, the importers' maps, sharding and
@@ -20,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from lbdl_dsl.compiler import storage
-from lbdl_dsl.compiler.instance import Inst
+from lbdl_dsl.compiler.instance import Copies, GroupInst, Inst
 from lbdl_dsl.core.layers.base import PSpec, Sizes
 from lbdl_dsl.core.symbolic import Expr
 
@@ -36,7 +38,7 @@ class Array:
     owner: Inst  # the box that declares it
     trainable: bool
     stack_roles: tuple[str, ...] = ()  # the role of each stacked axis (``layers``, ``experts``)
-    view: str = ""  # the path in the stacked view (`arrays(stacked=True)`); "" when the same
+    view: str = ""  # with a storage rule, a copy's logical path; "" when the same
     copy: tuple[int, ...] = ()  # which copy of that view's leading axes this array is
 
     @property
@@ -48,10 +50,14 @@ class Array:
         return self.stack_roles + self.spec.roles
 
 
-def arrays(root: list[Inst], *, stacked: bool = False) -> Iterator[Array]:
-    """Every parameter, then every state array, of each box in order, depth first, as the
-    model stores them, or with ``stacked`` as if every ×N group were stacked."""
-    return _arrays(root, "", (), _Apart("", ()) if not stacked else None)
+Storage = Callable[[GroupInst], bool]
+"""A backend's rule: whether a ×N group outside every stack keeps each copy's arrays apart."""
+
+
+def arrays(root: list[Inst], storage: Storage | None = None) -> Iterator[Array]:
+    """Every parameter, then every state array, of each box in order, depth first: the
+    logical layout, or with ``storage`` as that backend stores them."""
+    return _arrays(root, "", (), _Apart("", (), storage) if storage else None)
 
 
 _Stack = tuple[tuple[Expr, str], ...]  # the counts and roles of the ×N groups around a box
@@ -61,8 +67,9 @@ _Stack = tuple[tuple[Expr, str], ...]  # the counts and roles of the ×N groups 
 class _Apart:
     """Where the stacked view of a box is, for the arrays of copies kept apart."""
 
-    prefix: str  # the stacked view's prefix
+    prefix: str  # the logical prefix
     copy: tuple[int, ...]  # the copy numbers, within their runs, of the groups kept apart
+    storage: Storage  # which groups keep their copies apart
 
 
 Own = Callable[[Inst], Iterator[tuple[str, PSpec, bool]]]
@@ -76,15 +83,17 @@ def _own(inst: Inst) -> Iterator[tuple[str, PSpec, bool]]:
         yield name, spec, False
 
 
-def arrays_of(root: list[Inst], specs: Callable[[Inst], dict[str, PSpec]]) -> Iterator[Array]:
+def arrays_of(
+    root: list[Inst], specs: Callable[[Inst], dict[str, PSpec]], storage: Storage | None = None
+) -> Iterator[Array]:
     """Arrays a box declares beyond its parameters and state (a decoding cache, `decoding`),
-    named and stacked as the model stores its state."""
+    named and stacked as state arrays are (with ``storage``, as that backend stores them)."""
 
     def own(inst: Inst) -> Iterator[tuple[str, PSpec, bool]]:
         for name, spec in specs(inst).items():
             yield name, spec, False
 
-    return _arrays(root, "", (), _Apart("", ()), own)
+    return _arrays(root, "", (), _Apart("", (), storage) if storage else None, own)
 
 
 def _arrays(
@@ -98,21 +107,44 @@ def _arrays(
         view = f"{apart.prefix}{inst.id}" if apart else here
         for name, spec, trainable in own(inst):
             yield _array(f"{here}/{name}", spec, counts, inst, trainable, roles, view, apart)
-        inner = apart and _Apart(f"{view}/", apart.copy)
-        yield from _arrays(inst.body, f"{here}/", stack, inner, own)
-        inner = apart and _Apart(f"{view}/shortcut/", apart.copy)
-        yield from _arrays(inst.shortcut, f"{here}/shortcut/", stack, inner, own)
-        if apart is not None and not stack and storage.per_copy(inst):
+        if not isinstance(inst, GroupInst):
+            for step, part in zip(("", "shortcut/"), inst.parts(), strict=False):
+                inner = apart and _Apart(f"{view}/{step}", apart.copy, apart.storage)
+                yield from _arrays(part, f"{here}/{step}", stack, inner, own)
+            continue
+        if apart is not None and not stack and _kept_apart(inst, apart.storage):
             steps = dict((id(cp), step) for step, cp in inst.copy_prefixes())
-            for first, count, cp in storage.numbered(inst):
+            for first, count, cp in numbered(inst):
                 for k in range(count):
-                    at = _Apart(f"{view}/{steps[id(cp)]}", (*apart.copy, k))
+                    at = _Apart(f"{view}/{steps[id(cp)]}", (*apart.copy, k), apart.storage)
                     yield from _arrays(cp.body, f"{here}/{first + k}/", stack, at, own)
             continue
         for step, copies in inst.copy_prefixes():
             grown = (*stack, (copies.count, copies.role))
-            inner = apart and _Apart(f"{view}/{step}", apart.copy)
+            inner = apart and _Apart(f"{view}/{step}", apart.copy, apart.storage)
             yield from _arrays(copies.body, f"{here}/{step}", grown, inner, own)
+
+
+def _kept_apart(inst: GroupInst, storage: Storage) -> bool:
+    """Whether a group keeps its copies apart: only groups of role ``layers`` whose counts
+    are known, and then as the backend's rule says."""
+    if not inst.copies or any(cp.role != "layers" for cp in inst.copies):
+        return False
+    if any(cp.count.as_int() is None for cp in inst.copies):
+        return False
+    return storage(inst)
+
+
+def numbered(inst: GroupInst) -> Iterator[tuple[int, int, Copies]]:
+    """Each run of copies with the number of its first copy and its count: the copies of a
+    group kept apart are numbered across its runs (``0`` is the one that changes the shape).
+    Counts are known by the time a model is built (the JAX module's tables need them)."""
+    first = 0
+    for cp in inst.copies:
+        count = cp.count.as_int()
+        assert count is not None, "a ×N group is lowered once its count is known"
+        yield first, count, cp
+        first += count
 
 
 def _array(
@@ -132,13 +164,12 @@ def _array(
 
 
 Cut = dict[str, tuple[str, tuple[int, ...], Sizes]]
-"""A stored path → the stacked view's path of its array, its index there, the view's shape."""
+"""A stored path → its logical array's path, its index there, the logical array's shape."""
 
 
-def cut(root: list[Inst]) -> Cut:
-    """Each stored array that is one copy of an array of the stacked view: where it comes from.
-
-    What reads the stacked layout (an importer's map, a file or checkpoint written before short
-    groups kept their copies apart) cuts each copy out with it."""
-    view = {a.path: a.shape for a in arrays(root, stacked=True)}
-    return {a.path: (a.view, a.copy, view[a.view]) for a in arrays(root) if a.view}
+def cut(root: list[Inst], storage: Storage) -> Cut:
+    """Each array a backend stores apart (``storage``) that is one copy of a logical array:
+    where it comes from. A weight file, a checkpoint and an importer's map hold the logical
+    layout; the backend cuts each copy out of it, and stacks the copies back to write it."""
+    view = {a.path: a.shape for a in arrays(root)}
+    return {a.path: (a.view, a.copy, view[a.view]) for a in arrays(root, storage) if a.view}

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lbdl_dsl.compiler.instance import Inst
-from lbdl_dsl.compiler.paths import arrays
+from lbdl_dsl.compiler.instance import Inst, LayerInst
+from lbdl_dsl.compiler.paths import Storage, arrays
 from lbdl_dsl.core.symbolic import Expr
 
 DENSE = ("in", "out")  # the roles of a matrix that maps one width to another
@@ -52,6 +52,7 @@ def _elementwise(inst: Inst, shape: tuple[Expr, ...]) -> bool:
         inst.kind == "layer"
         and not inst.params
         and not inst.state
+        and isinstance(inst, LayerInst)
         and inst.inside is None
         and inst.output is not None
         and inst.output.shape == shape
@@ -108,7 +109,7 @@ def _scopes(root: list[Inst]) -> Iterator[list[Inst]]:
         seen.add(id(body))
         yield body
         for inst in body:
-            todo += [inst.body, inst.shortcut, *(c.body for c in inst.copies)]
+            todo += inst.parts()
 
 
 def _vocab_heads(root: list[Inst]) -> Iterator[Inst]:
@@ -138,11 +139,12 @@ def refined(root: list[Inst]) -> dict[tuple[int, str], tuple[str, ...]]:
     return out
 
 
-def logical_roles(root: list[Inst]) -> dict[str, tuple[str, ...]]:
-    """Every parameter and state array's roles by path, ×N's ``layers`` axes first."""
+def logical_roles(root: list[Inst], storage: Storage | None = None) -> dict[str, tuple[str, ...]]:
+    """Every parameter and state array's roles by logical path (with ``storage``, by the path
+    that backend stores it under), ×N's ``layers`` axes first."""
     changed = refined(root)
     out = {}
-    for arr in arrays(root):
+    for arr in arrays(root, storage):
         own = changed.get((id(arr.owner), arr.path.rsplit("/", 1)[1]), arr.spec.roles)
         out[arr.path] = arr.stack_roles + own
     return out

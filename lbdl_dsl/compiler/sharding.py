@@ -28,7 +28,7 @@ from math import prod
 
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.infer import check
-from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.compiler.instance import Checked, Inst, LayerInst
 from lbdl_dsl.compiler.roles import logical_roles
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span, did_you_mean
 from lbdl_dsl.core.layers.base import ROLES, fmt_shape
@@ -299,7 +299,7 @@ def placed_arrays(checked: Checked) -> Iterator[_Array]:
                 continue
             if inst.kind == "call":
                 calls = (Note(f"in block `{inst.node.op}`, used here", inst.node.span), *calls)
-            if inst.inside is not None:  # a composite: its inside is ours, not the user's
+            if isinstance(inst, LayerInst) and inst.inside is not None:  # a composite: ours
                 box, name = inst, "/".join(parts[i:])
                 break
         kind = "param" if arr.trainable else "state"
@@ -468,12 +468,6 @@ def resolve(checked: Checked, mesh: MeshSpec, rules: Rules) -> Layout:
     )
 
 
-_LAYERS_APART = (
-    " (a short ×N group keeps each copy's arrays apart, with no `layers` axis: "
-    "docs/architecture.md, parameter storage)"
-)
-
-
 def _unmatched(
     res: _Resolver, model: str, header: Span, placed: dict[str, Placement]
 ) -> list[Diagnostic]:
@@ -488,8 +482,7 @@ def _unmatched(
                 f"--shard {rule.source}: no parameter of `{model}` has an axis "
                 + (f"of size {rule.target}" if rule.is_symbol else f"with the role {rule.target}"),
                 header,
-                f"the roles of its parameters' axes: {', '.join(seen) or 'none'}"
-                + (_LAYERS_APART if rule.target == "layers" else ""),
+                f"the roles of its parameters' axes: {', '.join(seen) or 'none'}",
             )
         )
     for preset in res.rules.presets:

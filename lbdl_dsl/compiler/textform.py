@@ -24,6 +24,7 @@ from lbdl_dsl.compiler.graph import (
     ResidualNode,
 )
 from lbdl_dsl.compiler.infer import Checked
+from lbdl_dsl.compiler.instance import LayerInst
 from lbdl_dsl.core.layers.base import fmt_shape
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
@@ -174,7 +175,7 @@ def shapes_text(checked: Checked) -> str:
         times = "" if mult == Expr.lift(1) else f" (×{mult})"
         params = inst.totals.get("params", Expr())
         macs = inst.totals.get("macs", Expr())
-        attrs = inst.attrs.text() if inst.attrs is not None else ""
+        attrs = inst.attrs.text() if isinstance(inst, LayerInst) and inst.attrs else ""
         if inst.kind == "experts":
             attrs = " ".join(f"{k}={v}" for k, v in inst.hp.items() if v is not None)
         lines.append(

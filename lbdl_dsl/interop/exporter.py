@@ -104,7 +104,7 @@ def export(
     if output is None:
         from lbdl_dsl.compiler.driver import spec_name
 
-        output = Path("build") / spec_name(model.compiled.file) / f"{model.name}{FORMATS[fmt]}"
+        output = Path("build") / spec_name(model.checked.file) / f"{model.name}{FORMATS[fmt]}"
     output = Path(output)
     verifies = verify and fmt != "mlir" and (fmt != "onnx" or _has_onnxruntime())
     if verifies and batch is not None:
@@ -310,7 +310,7 @@ def failure(model: Any, exc: BaseException, converter: str) -> LbdlError:
             hint="export the other formats, or write the box with others the converter knows",
         )
     return LbdlError(
-        f"{model.compiled.file}: {converter} cannot export this model: "
+        f"{model.checked.file}: {converter} cannot export this model: "
         f"{type(exc).__name__}: {message}",
         None,
         hint="rerun with LBDL_DEBUG=1 for the converter's traceback, and report it",
@@ -381,7 +381,7 @@ def _box_of(model: Any, eqn: Any) -> tuple[Span | None, str | None]:
     frame in a runtime function is passed over for its caller's."""
     from jax._src import source_info_util
 
-    generated = f"<lbdl {model.compiled.file}>"
+    generated = f"<lbdl {model.checked.file}>"
     source = model.source.splitlines()
     for frame in source_info_util.user_frames(eqn.source_info.traceback):
         if frame.file_name != generated:

@@ -6,7 +6,7 @@ the spec line of the box that owns the parameter, with both shapes. Then tensors
 at a time and written as they are made (see `writer`), a stacked parameter copy by copy, in the
 layout `Model.save` writes, so that `Model.load` reads the result.
 
-Maps are written against the stacked view of a spec's table (`paths.arrays(stacked=True)`),
+Maps are written against the stacked view of a spec's table (`paths.arrays`: the logical layout),
 where every ×N group stacks its copies, so that one map serves a spec at any depth. A short
 group whose copies keep their arrays apart (`storage`) gets each copy cut from the view's array.
 """
@@ -96,7 +96,7 @@ def view_table(model: Any) -> dict[str, Shape]:
     """The stacked view's path → shape of every array (what maps are written against)."""
     from lbdl_dsl.compiler import paths
 
-    return {a.path: _ints(a.shape) for a in paths.arrays(model.checked.root, stacked=True)}
+    return {a.path: _ints(a.shape) for a in paths.arrays(model.checked.root)}
 
 
 def _ints(shape: Any) -> Shape:
@@ -360,7 +360,7 @@ def _error(
 ) -> LbdlError:
     """One error holding every problem, each at the box owning its parameter."""
     bound = sum(bool(b.names) for b in plan.bindings)
-    spec = model.compiled.file
+    spec = model.checked.file
     if bound < len(plan.bindings) / 2:  # most rules found nothing: the wrong map, or spec
         guess = suggest(ckpt.shapes, family)
         hint = (

@@ -56,7 +56,7 @@ def _apply_for_onnx(model: Any) -> Any:
     from lbdl_dsl.interop.onnx_ops import REPLACEMENTS
 
     namespace: dict[str, Any] = {"__name__": f"lbdl_onnx_{model.name}"}
-    exec(compile(model.source, f"<lbdl {model.compiled.file}>", "exec"), namespace)  # noqa: S102
+    exec(compile(model.source, f"<lbdl {model.checked.file}>", "exec"), namespace)  # noqa: S102
     namespace.update({k: v for k, v in REPLACEMENTS.items() if k in namespace})
     return namespace["apply"]
 
@@ -77,7 +77,7 @@ write a file onnxruntime cannot load (OneHot), and neither says which box is to 
 def _refuse_unsupported(model: Any) -> None:
     from lbdl_dsl.core.errors import LbdlError
 
-    for _, inst, _ in model.compiled.walk():
+    for _, inst, _ in model.checked.walk():
         reason = NO_ONNX.get(inst.node.op or inst.kind)
         if reason is not None:
             raise LbdlError(
@@ -131,7 +131,7 @@ def _from_graph(model: Any, values: tuple[Any, Any], result: Any) -> list[Any]:
     arrays = {k: np.asarray(v) for k, v in files.flatten(values[0]).items()}
     arrays |= {k: np.asarray(v) for k, v in files.flatten(values[1]).items()}
     lowered = to_onnx(
-        model.compiled,
+        model.checked,
         arrays,
         name=model.name,
         fold=result.fold,

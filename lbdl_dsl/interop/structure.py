@@ -41,10 +41,8 @@ def _walk(insts: Iterable[Inst], prefix: str, shape: str) -> Iterator[tuple[str,
         seen[kind] += 1
         for name in (*inst.params, *inst.state):
             yield f"{here}/{name}", f"{form}/{name}"
-        yield from _walk(inst.body, f"{here}/", f"{form}/")
-        yield from _walk(inst.shortcut, f"{here}/shortcut/", f"{form}/shortcut/")
-        for step, copies in inst.copy_prefixes():
-            yield from _walk(copies.body, f"{here}/{step}", f"{form}/{step}")
+        for step, part, _ in inst.scopes():
+            yield from _walk(part, f"{here}/{step}", f"{form}/{step}")
 
 
 def _loose(form: str) -> str:

@@ -59,7 +59,7 @@ def _failure(err: LbdlError, path: str = "", text: str = "") -> Result:
     from lbdl_dsl.compiler.driver import CheckFailed
     from lbdl_dsl.compiler.imports import sources_for
 
-    sources: Any = err.compiled.sources if isinstance(err, CheckFailed) else None
+    sources: Any = err.checked.sources if isinstance(err, CheckFailed) else None
     sources = dict(sources or err.sources or sources_for(err))
     if path:
         sources[path] = text
@@ -70,7 +70,7 @@ def _params(compiled: Any, overrides: dict[str, str]) -> list[dict[str, Any]]:
     """The model's parameters (``N``, ``D``, ...) with the values this check used, then the
     inputs' sizes left symbolic (``T``) or given one here: the fields of ``--set``."""
     out = []
-    env = compiled.checked.env
+    env = compiled.env
     declared = [p.name for p in compiled.program.model.params]
     for p in compiled.program.model.params:
         value = env.get(p.name, p.default)
@@ -79,7 +79,7 @@ def _params(compiled: Any, overrides: dict[str, str]) -> list[dict[str, Any]]:
         kind = "number" if isinstance(value, int) and not isinstance(value, bool) else "text"
         out.append({"name": p.name, "value": str(value).lower() if kind == "text" else value})
         out[-1]["kind"] = kind
-    symbols = [*compiled.checked.free, *(k for k in overrides if k not in declared)]
+    symbols = [*compiled.free, *(k for k in overrides if k not in declared)]
     for name in dict.fromkeys(symbols):
         out.append({"name": name, "value": overrides.get(name, ""), "kind": "number"})
     return out
@@ -175,7 +175,7 @@ def check(path: str, text: str, overrides: dict[str, str], expand: list[str]) ->
         svg = _DOT.svg(figure) or diagram.render(figure, "svg")
     except LbdlError as err:
         return _failure(err, path, text)
-    checked = compiled.checked
+    checked = compiled
     totals = report.to_json(checked, depth=0)
     return {
         "ok": True,
@@ -205,7 +205,7 @@ def diff(
             return _failure(err, path, text)
     first, second = sides
     try:
-        result = diffs.diff(first.checked, second.checked)
+        result = diffs.diff(first, second)
         fills, legend = diffs.colours(result)
         scene = paint(diagram.scene(second, ",".join(expand) or None), fills, legend)
         svg = diagram.render(dot.write(scene), "svg")
@@ -266,12 +266,12 @@ def _artefact(compiled: Any, fmt: str, expand: list[str]) -> str | bytes:
     if fmt == "json":
         from lbdl_dsl import report
 
-        return report.dumps(compiled.checked)
+        return report.dumps(compiled)
     if fmt == "py":
         from lbdl_dsl.backends.jax import codegen
 
         return codegen.generate(compiled)
-    params = compiled.checked.totals["params"].as_int()
+    params = compiled.totals["params"].as_int()
     if params is None or params * 4 > MAX_ONNX_BYTES:
         count = "a symbolic number of" if params is None else f"{params:,}"
         raise LbdlError(

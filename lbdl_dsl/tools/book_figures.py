@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lbdl_dsl.compiler.driver import Compiled, compile_spec
+from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.compiler.instance import Checked
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class BookFigure:
         flags += [f"--expand {self.expand}"] if self.expand else []
         return " ".join(["lbdl-compile", self.spec, *flags, "--emit png"])
 
-    def compile(self, repo: Path, overrides: dict[str, Any] | None = None) -> Compiled:
+    def compile(self, repo: Path, overrides: dict[str, Any] | None = None) -> Checked:
         """The compiled spec (or block) the figure draws."""
         if self.block:
             from lbdl_dsl.compiler.blockdef import compile_block

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from lbdl_dsl.backends import diagram
 from lbdl_dsl.backends.diagram import geometry, run_dot
-from lbdl_dsl.compiler.driver import Compiled, compile_spec, spec_name
+from lbdl_dsl.compiler.driver import compile_spec, spec_name
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.symbolic import fmt_count
 from lbdl_dsl.output import write_atomic
@@ -43,9 +44,9 @@ class Entry:
     height: int
 
 
-def summary(compiled: Compiled) -> str:
+def summary(compiled: Checked) -> str:
     """The line under a spec's name: parameters, MACs, inputs and outputs, as the CLI counts."""
-    checked = compiled.checked
+    checked = compiled
     assert checked is not None  # compile_spec raises unless the spec checked
     totals = checked.totals
     ins = ", ".join(f"{k}: {v}" for k, v in checked.inputs.items())

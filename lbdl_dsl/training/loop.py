@@ -169,7 +169,7 @@ def run(
     model = model_of(config.spec, dict(config.overrides), dtype=config.dtype, unroll=config.unroll)
     devices = devices.place(model)
     devices.check_batch(config.batch)
-    digest = rundir.spec_hash(model.compiled.sources)
+    digest = rundir.spec_hash(model.checked.sources)
     with rundir.claimed(run_dir) if devices.is_main else contextlib.nullcontext():
         return _run_claimed(config, model, devices, digest, display, callbacks, started)
 

@@ -164,7 +164,7 @@ def trim(spec) -> tuple:
 
 def specs_match(tree, sharded: Sharded) -> bool:
     """Every array lives where the compiler's layout says."""
-    want = {p: trim(a.spec) for p, a in sharded.layout.params.items()}
+    want = {p: trim(spec) for p, spec in sharded.stored[0].items()}
     got = {p: trim(a.sharding.spec) for p, a in flat(tree).items()}
     return want == got
 

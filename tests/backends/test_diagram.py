@@ -35,7 +35,8 @@ from lbdl_dsl.backends.diagram.scene import (
 )
 from lbdl_dsl.backends.diagram.style import FAIL as FAIL_COLOUR
 from lbdl_dsl.cli import compat as cli
-from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec
+from lbdl_dsl.compiler.driver import CheckFailed, compile_spec
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ HAS_DOT = shutil.which(run_dot.DOT) is not None
 needs_dot = pytest.mark.skipif(not HAS_DOT, reason="Graphviz's dot is not installed")
 
 
-def compiled_or_skip(spec: Path) -> Compiled:
+def compiled_or_skip(spec: Path) -> Checked:
     """A spec of the library, compiled; one that does not compile is another test's failure."""
     try:
         return compile_spec(spec)
@@ -54,15 +55,15 @@ def compiled_or_skip(spec: Path) -> Compiled:
         pytest.skip(f"{spec.name} does not compile ({err.diagnostics[0].message})")
 
 
-def resnet50() -> Compiled:
+def resnet50() -> Checked:
     return compile_spec(REPO / "specs" / "resnet50.lbdl")
 
 
-def failed(compile_text: Callable[..., Compiled], text: str) -> Compiled:
+def failed(compile_text: Callable[..., Checked], text: str) -> Checked:
     """The partial result of a spec that fails checking, as the CLI gets it."""
     with pytest.raises(CheckFailed) as info:
         compile_text(text)
-    return info.value.compiled
+    return info.value.checked
 
 
 def walk_items(items: list[Item], factor: int = 1) -> Iterator[tuple[Item, int]]:
@@ -135,7 +136,7 @@ def test_resnet50_open_draws_every_convolution() -> None:
     compiled = resnet50()
     convs = {
         "/".join(path): mult.as_int()
-        for path, inst, mult in compiled.checked.walk()
+        for path, inst, mult in compiled.walk()
         if inst.node.op == "conv-2d"
     }
     assert sum(convs.values()) == 53  # 1 + 4 × (3 + 1 shortcut) + 12 × 3, He et al.'s count
@@ -303,7 +304,7 @@ model bad:
 
 def test_a_failing_box_is_red_with_the_message_beside_it(compile_text) -> None:
     compiled = failed(compile_text, BAD)
-    message = compiled.checked.diagnostics[0].message
+    message = compiled.diagnostics[0].message
     scene = diagram.scene(compiled)
     looks = [(b.id, b.look) for b in scene.boxes()]
     assert looks == [

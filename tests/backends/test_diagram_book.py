@@ -33,7 +33,8 @@ from lbdl_dsl.backends.diagram.scene import (
 )
 from lbdl_dsl.cli import compat as cli
 from lbdl_dsl.compiler.blockdef import BlockCompiled, compile_block
-from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec
+from lbdl_dsl.compiler.driver import CheckFailed, compile_spec
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.tools.book_figures import FIGURES, BookFigure
 
@@ -44,7 +45,7 @@ needs_dot = pytest.mark.skipif(shutil.which(run_dot.DOT) is None, reason="no Gra
 RESNET_BLOCKS = REPO / "specs" / "blocks" / "resnet.lbdl"
 
 
-def spec(name: str) -> Compiled:
+def spec(name: str) -> Checked:
     return compile_spec(REPO / "specs" / f"{name}.lbdl")
 
 
@@ -247,17 +248,17 @@ def test_a_composite_opened_inside_an_open_block_keeps_what_the_block_passes_it(
 
 
 def test_a_failing_block_keeps_the_fill_of_a_box_with_weights(
-    compile_text: Callable[..., Compiled],
+    compile_text: Callable[..., Checked],
 ) -> None:
     with pytest.raises(CheckFailed) as info:
         compile_text(
             "block b on C×H×W:\n  conv-2d k=3  C×H×W\nmodel m:\n  input X: 4×8×8\n  b\n  relu\n"
         )
-    scene = diagram.scene(info.value.compiled)
+    scene = diagram.scene(info.value.checked)
     call, relu = scene.boxes()
     assert call.look == "fail" and call.trainable
     assert not relu.trainable
-    assert diagram.to_dot(info.value.compiled).count('BGCOLOR="#c9d8ee"') == 1
+    assert diagram.to_dot(info.value.checked).count('BGCOLOR="#c9d8ee"') == 1
 
 
 # -- multi-branch layouts -------------------------------------------------------------------------
@@ -352,7 +353,7 @@ def test_a_block_with_an_error_is_drawn_up_to_it(tmp_path: Path) -> None:
     path.write_text("block b(c=4) on C×H×W:\n  conv-2d k=3  c×H×W\n  relu\n", "utf-8")
     with pytest.raises(CheckFailed) as info:
         compile_block(path, "b")
-    scene = diagram.scene(info.value.compiled)
+    scene = diagram.scene(info.value.checked)
     assert [b.look for b in scene.boxes()] == ["fail", "poison"]
 
 

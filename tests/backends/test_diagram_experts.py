@@ -100,7 +100,7 @@ def test_a_failure_in_an_expert_is_red_where_it_is_and_greys_the_sum(compile_tex
     text = "model m:\n  input X: 16×64\n  experts e=4 k=2:\n    layernorm\n    self-att h=4\n"
     with pytest.raises(CheckFailed) as info:
         compile_text(text)
-    scene = diagram.scene(info.value.compiled)
+    scene = diagram.scene(info.value.checked)
     looks = {b.name: b.look for b in scene.boxes()}
     assert looks["self-att"] == FAIL and looks["Σ"] == POISON
     assert "needs a T×D sequence" in next(b for b in scene.boxes() if b.name == "self-att").message

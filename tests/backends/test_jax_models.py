@@ -14,10 +14,9 @@ import optax
 import pytest
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax import weights
+from lbdl_dsl.backends.jax import storage, weights
 from lbdl_dsl.backends.jax.runtime import unflatten
 from lbdl_dsl.cli.compat import main
-from lbdl_dsl.compiler import paths, storage
 from lbdl_dsl.core.errors import LbdlError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +36,7 @@ def _apart(model, tree: dict) -> dict:
     stored array cut from its stacked array (the stacked view is the stacked model's layout)."""
     flat = weights.flatten(tree)
     stored = {}
-    for arr in paths.arrays(model.checked.root):
+    for arr in storage.stored(model.checked.root):
         if arr.path in model.module["PARAMS"] or arr.path in model.module["STATE"]:
             whole = flat.get(arr.view or arr.path)
             if whole is not None:

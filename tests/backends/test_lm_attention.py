@@ -106,14 +106,14 @@ def test_mistral_attention_macs_count_the_band(compile_text) -> None:
         "model m(W=8):\n  input X: T×64\n"
         "  self-att h=4 kv=2 window=W causal=true rope=true norm=rmsnorm\n"
     )
-    banded = compile_text(text, T=32).checked.totals["macs"].as_int()
-    dense = compile_text(text.replace(" window=W", ""), T=32).checked.totals["macs"].as_int()
+    banded = compile_text(text, T=32).totals["macs"].as_int()
+    dense = compile_text(text.replace(" window=W", ""), T=32).totals["macs"].as_int()
     # scores and weighted sums: h·T·(T − W)·(dqk + dv) fewer
     assert dense - banded == 4 * 32 * (32 - 8) * (16 + 16)
 
 
 def test_grouped_query_parameters(compile_text) -> None:
-    checked = compile_text("model m:\n  input X: T×64\n  mha h=8 kv=2\n").checked
+    checked = compile_text("model m:\n  input X: T×64\n  mha h=8 kv=2\n")
     # wq, wo: 64×64; wk, wv: 64×(2·8)
     assert checked.totals["params"].as_int() == 2 * 64 * 64 + 2 * 64 * 16
 

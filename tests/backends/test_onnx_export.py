@@ -27,12 +27,12 @@ import onnx  # noqa: E402
 import onnx.inliner  # noqa: E402
 
 import lbdl_dsl  # noqa: E402
+from lbdl_dsl.backends.jax import storage  # noqa: E402
 from lbdl_dsl.backends.jax import weights as files  # noqa: E402
 from lbdl_dsl.backends.onnx import to_onnx  # noqa: E402
 from lbdl_dsl.backends.onnx.lowering import ONNX  # noqa: E402
 from lbdl_dsl.backends.onnx.names import ascii_name, ascii_names  # noqa: E402
 from lbdl_dsl.cli import main  # noqa: E402
-from lbdl_dsl.compiler import paths  # noqa: E402
 from lbdl_dsl.core.layers import LAYERS  # noqa: E402
 from lbdl_dsl.interop.exporter import relative_error  # noqa: E402
 
@@ -90,18 +90,18 @@ def resnet50():
 
 def test_resnet50_has_no_more_than_1_2_times_torch_s_nodes(resnet50) -> None:
     model, values = resnet50
-    folded = to_onnx(model.compiled, arrays(model, values), fold=True, functions=False).model
+    folded = to_onnx(model.checked, arrays(model, values), fold=True, functions=False).model
     ops = [n.op_type for n in folded.graph.node]
     assert len(ops) <= 1.2 * TORCH["resnet50"]["nodes"], len(ops)
     assert "Transpose" not in ops and "BatchNormalization" not in ops
     assert ops.count("Conv") == TORCH["resnet50"]["ops"]["Conv"] == 53
     # with block functions the same nodes, once each function is inlined
-    called = to_onnx(model.compiled, arrays(model, values), fold=True).model
+    called = to_onnx(model.checked, arrays(model, values), fold=True).model
     assert len(onnx.inliner.inline_local_functions(called).graph.node) == len(ops)
     # one function per distinct body: the first downscaling block has stride 1, the others 2
     assert {f.name for f in called.functions} == {"resblock", "dresblock", "dresblock_1"}
     # unfolded: one BatchNormalization per batchnorm, and still no transposes
-    plain = to_onnx(model.compiled, arrays(model, values), functions=False).model
+    plain = to_onnx(model.checked, arrays(model, values), functions=False).model
     plain_ops = [n.op_type for n in plain.graph.node]
     assert plain_ops.count("BatchNormalization") == 53 and "Transpose" not in plain_ops
     for proto in (folded, called, plain):
@@ -111,12 +111,12 @@ def test_resnet50_has_no_more_than_1_2_times_torch_s_nodes(resnet50) -> None:
 
 def test_resnet50_s_names_are_ascii_box_paths_and_its_batch_dynamic(resnet50) -> None:
     model, values = resnet50
-    proto = to_onnx(model.compiled, arrays(model, values), functions=False).model
+    proto = to_onnx(model.checked, arrays(model, values), functions=False).model
     assert all(name.isascii() for name in all_names(proto))
     assert [o.name for o in proto.graph.output] == ["Y_hat"]
     assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "B"
-    stored = {a.path.rsplit("/", 1)[0] for a in paths.arrays(model.compiled.root)}
-    boxes = {"/".join(p) for p, _, _ in model.compiled.walk()}
+    stored = {a.path.rsplit("/", 1)[0] for a in storage.stored(model.checked.root)}
+    boxes = {"/".join(p) for p, _, _ in model.checked.walk()}
     for node in proto.graph.node:
         assert not re.search(r"jax2onnx|_\d+_\d+$", node.name), node.name
         if node.op_type in ("Conv", "BatchNormalization", "Gemm"):
@@ -130,7 +130,7 @@ def test_resnet50_s_names_are_ascii_box_paths_and_its_batch_dynamic(resnet50) ->
 def test_gpt2_is_one_named_function_call_per_block() -> None:
     model = lbdl_dsl.compile(REPO / "specs" / "gpt2.lbdl", **(sizes("gpt2") | {"N": 3}))
     values = model.init(jax.random.key(0))
-    proto = to_onnx(model.compiled, arrays(model, values)).model
+    proto = to_onnx(model.checked, arrays(model, values)).model
     calls = [n for n in proto.graph.node if n.domain == "lbdl"]
     assert [(n.op_type, n.name) for n in calls] == [
         ("tlayer", f"repeat_0/{k}/tlayer_0") for k in range(3)
@@ -151,7 +151,7 @@ def spec_cases() -> list:
 def test_every_spec_lowers_box_by_box_or_names_what_it_cannot(name) -> None:
     model = small(name)
     values = model.init(jax.random.key(0))
-    lowered = to_onnx(model.compiled, arrays(model, values), name=model.name)
+    lowered = to_onnx(model.checked, arrays(model, values), name=model.name)
     if name in FALLBACK:
         assert lowered.model is None
         assert {r.op for r in lowered.unsupported} == FALLBACK[name]
@@ -204,9 +204,9 @@ def test_a_batchnorm_is_not_folded_into_weights_another_box_shares() -> None:
     )
     model = lbdl_dsl.compile("tied.lbdl", text=text)
     values = model.init(jax.random.key(0))
-    (refused,) = to_onnx(model.compiled, arrays(model, values), fold=True).unsupported
+    (refused,) = to_onnx(model.checked, arrays(model, values), fold=True).unsupported
     assert (refused.path, refused.span.line) == ("conv_2d_0", 5)
     assert "folded" in refused.reason
-    plain = to_onnx(model.compiled, arrays(model, values)).model
+    plain = to_onnx(model.checked, arrays(model, values)).model
     assert [n.op_type for n in plain.graph.node] == ["Conv", "BatchNormalization", "Conv"]
     assert error(model, values, plain) <= TOLERANCE

@@ -42,7 +42,7 @@ def test_every_onnx_lowering_computes_what_the_jax_model_does(layer, shape, line
     model = lbdl_dsl.compile("case.lbdl", text=example_spec(shape, line), **sizes)
     params, state = model.init(jax.random.key(0))
     arrays = {k: np.asarray(v) for k, v in (files.flatten(params) | files.flatten(state)).items()}
-    lowered = to_onnx(model.compiled, arrays, functions=False)
+    lowered = to_onnx(model.checked, arrays, functions=False)
     if lowered.model is None:  # an option without an ONNX form: named, with its reason
         assert [r.op for r in lowered.unsupported] == [layer.name]
         assert lowered.unsupported[0].reason and lowered.unsupported[0].span is not None

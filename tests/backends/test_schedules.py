@@ -13,7 +13,7 @@ import pytest
 
 import lbdl_dsl
 from lbdl_dsl.backends import diagram
-from lbdl_dsl.compiler import storage
+from lbdl_dsl.backends.jax import storage
 from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.symbolic import PerCopy
@@ -45,7 +45,7 @@ def test_each_copy_reads_its_own_value(stacked: bool) -> None:
 
 def test_the_group_stays_one_frame_with_the_schedule_in_it() -> None:
     compiled = compile_spec(PRODUCT, file="m.lbdl")
-    (group,) = compiled.checked.root
+    (group,) = compiled.root
     assert group.kind == "repeat" and str(group.hp["count"]) == "5"
     leaky = group.copies[0].body[1]
     assert isinstance(leaky.attrs.a, PerCopy) and str(leaky.attrs.a) == "i + 1"
@@ -81,7 +81,7 @@ def test_the_vision_specs_draw_their_stages_as_frames(name: str, frames: int) ->
     assert sum(dot.count(f"×{n} as ") for n in (2, 3, 9)) == frames
     rates = [
         str(i.attrs.p)
-        for _, i, _ in compiled.checked.walk()
+        for _, i, _ in compiled.walk()
         if i.node.op == "drop-path" and isinstance(i.attrs.p, PerCopy)
     ]
     assert rates, "some drop-path rate follows a copy's index"
@@ -90,5 +90,5 @@ def test_the_vision_specs_draw_their_stages_as_frames(name: str, frames: int) ->
 def test_convnext_s_rates_are_the_published_schedule() -> None:
     """0.1·b/17 for block b of 18: the ×9 stage's copy k is block k + 6."""
     compiled = compile_spec(SPECS / "convnext-t.lbdl")
-    rates = {str(i.attrs.p) for _, i, _ in compiled.checked.walk() if i.node.op == "drop-path"}
+    rates = {str(i.attrs.p) for _, i, _ in compiled.walk() if i.node.op == "drop-path"}
     assert rates == {"k/170", "k/170 + 3/170", "k/170 + 3/85", "k/170 + 3/34"}

@@ -205,7 +205,7 @@ def test_a_rate_may_be_an_expression_of_a_block_parameter():
         "block b(i) on C×H×W:\n  drop-path p=i/10\n\nmodel m:\n  input X: 4×3×3\n  b i=3\n  b i=7\n"
     )
     compiled = compile_spec(text, file="rates.lbdl")
-    rates = [inst.body[0].attrs.p for inst in compiled.checked.root]
+    rates = [inst.body[0].attrs.p for inst in compiled.root]
     assert rates == pytest.approx([0.3, 0.7])
     with pytest.raises(LbdlError, match="9/2, not a whole number"):
         compile_spec("model m(n=9/2):\n  input X: 4\n  fc n\n", file="n.lbdl")
@@ -224,7 +224,7 @@ def test_window_attention_pads_a_map_as_torchvision_s_swin() -> None:
     p |= {f"b{n}": b[i * c : (i + 1) * c] for i, n in enumerate("qkv")}
     p |= {"wo": d["proj_w"].T, "bo": d["proj_b"], "table": d["table"]}
     checked = compile_spec("model m:\n  input X: 8×5×7\n  window-att h=2 w=3 shift=1\n")
-    a = checked.checked.root[0].attrs
+    a = checked.root[0].attrs
     assert (a.window, a.shift, a.pad) == (3, 1, (1, 2))
     y = window_attention(d["x"], p, heads=2, window=3, shift=1, pad=a.pad)
     np.testing.assert_allclose(np.asarray(y), d["y"], atol=5e-6)

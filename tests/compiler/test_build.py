@@ -17,7 +17,7 @@ import pytest
 
 from lbdl_dsl.compiler import build as build_stage
 from lbdl_dsl.compiler.build import _LayerPlan
-from lbdl_dsl.compiler.driver import Compiled, compile_spec
+from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.compiler.graph import (
     CountAssert,
     Graph,
@@ -29,6 +29,7 @@ from lbdl_dsl.compiler.graph import (
     walk,
 )
 from lbdl_dsl.compiler.hparams import default_value
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.compiler.paths import arrays
 from lbdl_dsl.compiler.stages import Built
 from lbdl_dsl.core.errors import LbdlError
@@ -41,7 +42,7 @@ SPECS = sorted((REPO / "specs").glob("*.lbdl"))
 
 
 @pytest.fixture
-def build(compile_text: Callable[..., Compiled]) -> Callable[[str], Program]:
+def build(compile_text: Callable[..., Checked]) -> Callable[[str], Program]:
     def run(text: str) -> Program:
         program = compile_text(text, stop_after="build").program
         assert program is not None
@@ -329,10 +330,10 @@ def test_hyphenated_words_are_words(build, compile_text) -> None:
         "model m(D=16):\n  input X: 8×D\n  tl F=64 act=gelu-tanh K=2\n  output Y\n"
     )
     compiled = compile_text(text)
-    ffw = compiled.checked.root[0].body[0]
+    ffw = compiled.root[0].body[0]
     assert ffw.node.hp["act"] == ParamRef("act", ffw.node.hp["act"].span)
     assert ffw.hp["act"] == "gelu-tanh"
-    assert [d.as_int() for d in compiled.checked.outputs["Y"].shape] == [8, 14]
+    assert [d.as_int() for d in compiled.outputs["Y"].shape] == [8, 14]
     with pytest.raises(
         LbdlError,
         match="is one of `gelu`, `gelu-tanh`, `relu`, `swiglu`, `geglu`, `geglu-tanh`, "

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lbdl_dsl.compiler import infer
-from lbdl_dsl.compiler.driver import CheckFailed, Compiled, compile_spec
+from lbdl_dsl.compiler.driver import CheckFailed, compile_spec
 from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers.base import fmt_shape
@@ -24,7 +24,7 @@ from lbdl_dsl.core.symbolic import Expr, sym
 REPO = Path(__file__).resolve().parents[2]
 T = sym("T")
 
-Compile = Callable[..., Compiled]
+Compile = Callable[..., Checked]
 
 
 def shapes(checked: Checked) -> list[tuple[str, str]]:
@@ -71,7 +71,7 @@ model lenet:
 
 
 def test_fig_5_1_the_multi_layer_perceptron(compile_text: Compile) -> None:
-    checked = compile_text(MLP).checked
+    checked = compile_text(MLP)
     assert checked.params == 1_557
     assert shapes(checked) == [
         ("fc", "25"),
@@ -84,7 +84,7 @@ def test_fig_5_1_the_multi_layer_perceptron(compile_text: Compile) -> None:
 
 
 def test_fig_5_2_lenet_box_by_box(compile_text: Compile) -> None:
-    checked = compile_text(LENET).checked
+    checked = compile_text(LENET)
     assert checked.params == 105_506
     assert shapes(checked) == [
         ("conv-2d", "32×24×24"),
@@ -102,7 +102,7 @@ def test_fig_5_2_lenet_box_by_box(compile_text: Compile) -> None:
 
 
 def test_fig_5_5_resnet_50_from_the_specs_folder() -> None:
-    checked = compile_spec(REPO / "specs" / "resnet50.lbdl").checked
+    checked = compile_spec(REPO / "specs" / "resnet50.lbdl")
     assert checked.params == 25_557_032
     assert checked.totals["macs"] == 3_857_973_248
     assert out_shape(checked, "Ŷ") == (1000,)
@@ -168,7 +168,7 @@ model resnet50_biased(classes=1000):
 
 
 def test_resnet_50_with_a_bias_on_every_convolution(compile_text: Compile) -> None:
-    checked = compile_text(RESNET50_BIASED).checked
+    checked = compile_text(RESNET50_BIASED)
     assert checked.params == 25_583_592
     assert out_shape(checked, "Ŷ") == (1000,)
 
@@ -189,7 +189,7 @@ model gpt2(N=12, D=768, V=50_257, context=1024):
 
 
 def test_fig_5_8_gpt_2_small(compile_text: Compile) -> None:
-    checked = compile_text(GPT2).checked
+    checked = compile_text(GPT2)
     assert checked.params == 124_439_808
     assert out_shape(checked, "Ŷ") == (1024, 50_257)
     (rep,) = [i for i in checked.root if i.kind == "repeat"]
@@ -197,7 +197,7 @@ def test_fig_5_8_gpt_2_small(compile_text: Compile) -> None:
 
 
 def test_gpt_2_counts_its_embedding_twice_when_untied(compile_text: Compile) -> None:
-    checked = compile_text(GPT2.replace(" tie=tokens", "")).checked
+    checked = compile_text(GPT2.replace(" tie=tokens", ""))
     assert checked.params == 124_439_808 + 768 * 50_257
 
 
@@ -218,7 +218,7 @@ model gpt(N=12, D=768, V=50_257):
 
 
 def test_a_free_sequence_length_gives_costs_as_polynomials(compile_text: Compile) -> None:
-    checked = compile_text(GPT_FREE_T).checked
+    checked = compile_text(GPT_FREE_T)
     assert checked.free == ["T"]
     assert out_shape(checked, "Ŷ") == ("T", 50_257)
     macs = checked.totals["macs"]
@@ -230,8 +230,8 @@ def test_a_free_sequence_length_gives_costs_as_polynomials(compile_text: Compile
 
 
 def test_set_gives_the_free_symbol_a_value(compile_text: Compile) -> None:
-    free = compile_text(GPT_FREE_T).checked
-    fixed = compile_text(GPT_FREE_T, T=1024).checked
+    free = compile_text(GPT_FREE_T)
+    fixed = compile_text(GPT_FREE_T, T=1024)
     assert fixed.free == []
     assert fixed.totals["macs"] == 145_824_153_600
     assert free.totals["macs"].evaluate({"T": 1024}) == 145_824_153_600
@@ -241,7 +241,7 @@ def test_set_gives_the_free_symbol_a_value(compile_text: Compile) -> None:
 def test_a_symbolic_image_size_with_a_pool(compile_text: Compile) -> None:
     checked = compile_text(
         "model m:\n  input X: 3×H×W\n  conv-2d k=3 p=1  8×H×W\n  maxpool k=2  8×H/2×W/2\n"
-    ).checked
+    )
     assert checked.outputs["Y"].shape == (Expr.lift(8), sym("H").floordiv(2), sym("W").floordiv(2))
     assert any("H/2 is whole" in a for a in checked.assumptions)
     assert checked.totals["macs"] == 8 * 27 * sym("H") * sym("W")
@@ -253,12 +253,12 @@ def test_a_symbolic_image_size_with_a_pool(compile_text: Compile) -> None:
 def test_the_annotation_supplies_a_left_out_size(compile_text: Compile) -> None:
     checked = compile_text(
         "model m:\n  input X: 1×28×28\n  conv-2d k=5  32×24×24\n  reshape  18432\n  fc  10\n"
-    ).checked
+    )
     conv, reshape, fc = checked.root
     assert conv.hp["c"] == 32 and fc.hp["out"] == 10
     assert reshape.hp["to"] == (Expr.lift(18432),)
     tokens = compile_text("model m:\n  input X: T int<100>\n  embed  T×64\n  lstm  T×32\n")
-    embed, lstm = tokens.checked.root
+    embed, lstm = tokens.root
     assert embed.hp["d"] == 64 and lstm.hp["h"] == 32
 
 
@@ -272,7 +272,7 @@ def test_the_annotation_is_also_a_check(compile_text: Compile) -> None:
 
 
 def test_a_hyper_parameter_written_out_agrees_with_the_annotation(compile_text: Compile) -> None:
-    checked = compile_text("model m:\n  input X: 8\n  fc out=4  4\n").checked
+    checked = compile_text("model m:\n  input X: 8\n  fc out=4  4\n")
     assert checked.root[0].hp["out"] == 4
     with pytest.raises(CheckFailed, match="annotation says 5"):
         compile_text("model m:\n  input X: 8\n  fc out=4  5\n")
@@ -288,7 +288,7 @@ def test_block_patterns_bind_and_check_sizes(compile_text: Compile) -> None:
         "block down(c) on C×H×W:\n  conv-2d k=3 s=2 p=1  c×H/2×W/2\n"
         "model m:\n  input X: 3×32×32\n  down c=8  8×16×16\n  down c=16\n"
     )
-    checked = compile_text(spec).checked
+    checked = compile_text(spec)
     first, second = checked.root
     assert first.bindings == {"c": 8, "C": 3, "H": 32, "W": 32}
     assert second.bindings["C"] == 8 and out_shape(checked) == (16, 8, 8)
@@ -310,7 +310,7 @@ def test_receptive_field_and_stride_of_a_convolution_stack(compile_text: Compile
         "  relu\n"
         "  upsample f=4          8×32×32\n"
         "  +(a)\n"
-    ).checked
+    )
     rfs = [tuple(int(v.as_int()) for v in i.output.rf) for i in checked.root]
     # Each k×k window with dilation d widens the field by (k − 1)·d input steps of the layer's
     # input, which are `stride` pixels apart; strides multiply.
@@ -319,7 +319,7 @@ def test_receptive_field_and_stride_of_a_convolution_stack(compile_text: Compile
 
 
 def test_receptive_field_of_resnet_50_s_stem() -> None:
-    checked = compile_spec(REPO / "specs" / "resnet50.lbdl").checked
+    checked = compile_spec(REPO / "specs" / "resnet50.lbdl")
     conv, _bn, _relu, pool = checked.root[:4]
     assert conv.output.rf == (7, 2) and pool.output.rf == (11, 4)
 
@@ -360,16 +360,16 @@ def test_a_count_assertion_on_a_free_symbol_asks_for_a_value(compile_text: Compi
 
 def test_set_overrides_a_model_parameter_and_those_derived_from_it(compile_text: Compile) -> None:
     spec = "model m(D=8, H=D*4):\n  input X: D\n  fc  H\n  fc  D\n"
-    assert compile_text(spec).checked.params == (8 * 32 + 32) + (32 * 8 + 8)
-    checked = compile_text(spec, D=16).checked
+    assert compile_text(spec).params == (8 * 32 + 32) + (32 * 8 + 8)
+    checked = compile_text(spec, D=16)
     assert checked.env["H"] == 64
     assert checked.params == (16 * 64 + 64) + (64 * 16 + 16)
-    assert compile_text(spec, H=10).checked.params == (8 * 10 + 10) + (10 * 8 + 8)
+    assert compile_text(spec, H=10).params == (8 * 10 + 10) + (10 * 8 + 8)
 
 
 def test_count_assertions_describe_the_defaults() -> None:
     """Under --set of a model parameter the spec's counts no longer apply: skipped, and said."""
-    checked = compile_spec(REPO / "specs" / "resnet50.lbdl", overrides={"classes": 10}).checked
+    checked = compile_spec(REPO / "specs" / "resnet50.lbdl", overrides={"classes": 10})
     assert checked.params == 25_557_032 - 2_049_000 + 20_490
     assert any("not checked" in a and "overridden" in a for a in checked.assumptions)
 
@@ -393,7 +393,7 @@ def _work(compile_text: Compile, monkeypatch: pytest.MonkeyPatch, spec: str, **o
         return original(self, inst, *args)
 
     monkeypatch.setattr(infer.Checker, "box", counting)
-    checked = compile_text(spec, **overrides).checked
+    checked = compile_text(spec, **overrides)
     monkeypatch.setattr(infer.Checker, "box", original)
     return len(visited), sum(1 for _ in checked.walk()), checked
 

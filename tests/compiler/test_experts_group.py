@@ -66,7 +66,7 @@ def test_an_expert_count_without_a_value_asks_for_one(compile_text) -> None:
     text = "model m:\n  input X: T×8\n  experts e=T:\n" + BODY  # a size left symbolic
     with pytest.raises(CheckFailed) as failed:
         compile_text(text)
-    diag = failed.value.compiled.diagnostics[0]
+    diag = failed.value.checked.diagnostics[0]
     assert "`e` of `experts` must be a whole number" in diag.message
     assert "--set" in (diag.hint or "")
 
@@ -75,7 +75,7 @@ def test_an_expert_must_give_a_vector_per_token(compile_text) -> None:
     text = HEAD + "  experts e=2:\n    fc 16\n    reshape 4×4\n"
     with pytest.raises(CheckFailed) as failed:
         compile_text(text)
-    assert "one vector per token" in failed.value.compiled.diagnostics[0].message
+    assert "one vector per token" in failed.value.checked.diagnostics[0].message
 
 
 def test_an_expert_may_change_the_width(compile_text) -> None:

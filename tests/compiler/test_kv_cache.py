@@ -16,7 +16,7 @@ SPECS = Path(__file__).resolve().parents[2] / "specs"
 
 
 def cache(name: str, **sets):
-    return memory.kv_cache(lbdl_dsl.check(str(SPECS / f"{name}.lbdl"), **sets).checked)
+    return memory.kv_cache(lbdl_dsl.check(str(SPECS / f"{name}.lbdl"), **sets))
 
 
 def test_gpt2_keeps_keys_and_values_of_every_layer() -> None:
@@ -43,7 +43,7 @@ def test_models_that_do_not_generate_have_none() -> None:
 
 
 def test_a_mesh_splits_it_by_batch_and_kv_heads() -> None:
-    checked = lbdl_dsl.check(str(SPECS / "gpt2.lbdl")).checked
+    checked = lbdl_dsl.check(str(SPECS / "gpt2.lbdl"))
     mesh = parse_mesh("data=2,tensor=4")
     layout = resolve(checked, mesh, parse_rules(["tp"], mesh))
     c = memory.kv_cache(checked, layout, batch=3)

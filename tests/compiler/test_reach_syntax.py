@@ -42,7 +42,7 @@ def test_an_x_between_digits_still_separates_dimensions_in_shapes() -> None:
 
 def test_a_block_input_pattern_may_carry_a_type() -> None:
     compiled = compile_spec(MASKED, file="masked.lbdl")
-    assert compiled.checked.ok
+    assert compiled.ok
     block = compiled.program.blocks["masked"]
     assert [s.dtype for s in block.inputs] == [None, "bool"]
     assert compiled.program.blocks["tokens"].inputs[0].dtype == "int"
@@ -60,7 +60,7 @@ def test_a_typed_pattern_refuses_a_tensor_of_another_type() -> None:
 def test_a_typed_pattern_matches_the_token_range() -> None:
     text = MASKED.replace("embed d=8", "embed d=V") + "  output P\n"
     compiled = compile_spec(text, file="masked.lbdl")
-    assert compiled.checked.outputs["P"].shape[-1].as_int() == 10
+    assert compiled.outputs["P"].shape[-1].as_int() == 10
 
 
 def test_an_unknown_type_in_a_pattern_is_refused_where_it_is_written() -> None:
@@ -69,7 +69,7 @@ def test_an_unknown_type_in_a_pattern_is_refused_where_it_is_written() -> None:
 
 
 def test_the_summary_writes_the_inputs_types() -> None:
-    table = render_table(compile_spec(MASKED, file="masked.lbdl").checked)
+    table = render_table(compile_spec(MASKED, file="masked.lbdl"))
     assert "inputs   M: 5×5 bool, X: 5×16, Y: 5 int<10>" in table
 
 
@@ -78,7 +78,7 @@ def test_sequences_have_no_receptive_field_but_maps_do() -> None:
         "model m:\n  input X: T×16\n  input Z: 8×32×32\n  conv-2d k=3 p=1  8×32×32\n"
         "  relu\n  +(Z)\n  output A\n  from X\n  relu\n  mul(X)\n  +(X)\n"
     )
-    checked = compile_spec(text, file="rf.lbdl").checked
+    checked = compile_spec(text, file="rf.lbdl")
     got = [(r.label, r.rf) for r in rows(checked)]
     assert got == [
         ("conv-2d k=3 p=1", "3/1"),

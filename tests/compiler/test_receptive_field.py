@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _rf(path: str, **overrides) -> list[tuple[str, str]]:
-    checked = compile_spec(REPO / path, overrides=overrides).checked
+    checked = compile_spec(REPO / path, overrides=overrides)
     return [(r.label, r.rf) for r in rows(checked, depth=1)]
 
 
@@ -30,7 +30,7 @@ def test_a_stack_of_convolutions_grows_as_the_book_says():
         "model m:\n  input X: 1×64×64\n  conv-2d k=3 p=1  8×64×64\n  maxpool k=2  8×32×32\n"
         "  conv-2d k=3 p=1 ×3  8×32×32\n  conv-2d k=3 d=2 p=2  8×32×32\n"
     )
-    checked = compile_spec(text, file="stack.lbdl").checked
+    checked = compile_spec(text, file="stack.lbdl")
     got = [r.rf for r in rows(checked)]
     # 3, then ×2 stride (4, stride 2), then three 3×3 at stride 2 (+4 each), then a dilated 3×3
     assert got == ["3/1", "4/2", "16/2", "24/2"]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from lbdl_dsl.compiler import memory
-from lbdl_dsl.compiler.driver import Compiled, compile_spec
+from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.compiler.sharding import (
     Layout,
     layout_text,
@@ -46,13 +47,13 @@ def golden(name: str, actual: str) -> str:
 
 
 @cache
-def compiled(name: str, **overrides: int) -> Compiled:
+def compiled(name: str, **overrides: int) -> Checked:
     return compile_spec(REPO / "specs" / name, overrides=overrides)
 
 
 def layout(name: str, mesh: str, *words: str, **overrides: int) -> Layout:
     spec = parse_mesh(mesh)
-    return resolve(compiled(name, **overrides).checked, spec, parse_rules(list(words), spec))
+    return resolve(compiled(name, **overrides), spec, parse_rules(list(words), spec))
 
 
 def failure(name: str, mesh: str, *words: str) -> str:
@@ -184,7 +185,7 @@ def test_several_mesh_axes_may_split_one_axis() -> None:
 
 def test_a_symbolic_size_is_assumed_to_divide() -> None:
     text = "model m:\n  input X: T×8\n  pos-embed\n  output Y\n"
-    checked = compile_spec(text, file="m.lbdl").checked
+    checked = compile_spec(text, file="m.lbdl")
     mesh = parse_mesh("fsdp=4")
     lay = resolve(checked, mesh, parse_rules(["positions=fsdp"], mesh))
     assert lay.arrays["pos_embed_0/table"].spec == ("fsdp", None)
@@ -229,22 +230,30 @@ def test_inside_a_block_the_error_says_where_the_block_is_used() -> None:
 
 @pytest.mark.parametrize("name", SPECS)
 def test_the_pass_walks_the_arrays_of_the_jax_module(name: str) -> None:
+    from lbdl_dsl.backends.jax import storage
     from lbdl_dsl.backends.jax.codegen import param_table
 
     c = compiled(name)
     params, state = param_table(c)
-    walked = [
-        (a.path, a.kind, tuple(Expr.lift(d).as_int() for d in a.shape))
-        for a in placed_arrays(c.checked)
-    ]
+    walked = {
+        a.path: (a.kind, tuple(Expr.lift(d).as_int() for d in a.shape)) for a in placed_arrays(c)
+    }
     table = [(r[0], "param", r[1]) for r in params] + [(r[0], "state", r[1]) for r in state]
-    assert sorted(walked) == sorted(table)
-    assert [w for w in walked if w[1] == "param"] == [t for t in table if t[1] == "param"]
+    # the module stores some groups' copies apart: each is one copy of a logical array
+    cut = storage.cut(c.root)
+    logical: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for path, kind, shape in table:
+        view, index, whole = cut.get(path, (path, (), ()))
+        lead = tuple(Expr.lift(d).as_int() for d in whole[: len(index)])
+        logical[view] = (kind, (*lead, *shape))
+    assert logical == walked
+    order = list(dict.fromkeys(cut.get(r[0], (r[0],))[0] for r in params))
+    assert order == [p for p, (kind, _) in walked.items() if kind == "param"]
 
 
 def test_memory_per_device_is_each_arrays_share() -> None:
     lay = layout("gpt3.lbdl", GPT3_MESH, "fsdp+tp")
-    checked = compiled("gpt3.lbdl").checked
+    checked = compiled("gpt3.lbdl")
     whole, rows = memory.per_device(checked, lay, [], optimizer="adam")
     params = sum(int(p.numel.as_int()) * 4 // p.pieces for p in lay.params.values())
     assert whole.params == Expr.lift(params) == whole.grads
@@ -264,7 +273,7 @@ def test_memory_per_device_is_each_arrays_share() -> None:
 
 def test_optimisers_keep_their_moments_and_counters() -> None:
     lay = layout("mlp.lbdl", "data=2")
-    checked = compiled("mlp.lbdl").checked
+    checked = compiled("mlp.lbdl")
     params = 1_557 * 4
     for name, (moments, counters, _) in memory.OPTIMIZERS.items():
         whole, _ = memory.per_device(checked, lay, [], optimizer=name, batch=3)
@@ -275,7 +284,7 @@ def test_optimisers_keep_their_moments_and_counters() -> None:
 
 def test_a_box_inside_a_group_counts_all_its_copies() -> None:
     lay = layout("gpt3.lbdl", GPT3_MESH, "fsdp+tp")
-    checked = compiled("gpt3.lbdl").checked
+    checked = compiled("gpt3.lbdl")
     group = checked.root[2]
     att = group.copies[0].body[0]
     rows = [("repeat_0", group, Expr.lift(1)), ("repeat_0/self_att_0", att, Expr.lift(96))]

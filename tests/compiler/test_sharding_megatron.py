@@ -65,8 +65,8 @@ def test_mlp_on_tensor_is_accepted_for_llama() -> None:
 def test_a_plain_ffn_still_pairs_and_the_head_is_vocab() -> None:
     model, _ = _layout("gpt", "tensor=2", ["tp"], N=1, D=64, H=4, V=128)
     roles = logical_roles(model.checked.root)
-    assert roles["repeat_0/0/tlayer_0/ffw_0/fc1/w"] == ("in", "mlp")
-    assert roles["repeat_0/0/tlayer_0/ffw_0/fc2/w"] == ("mlp", "out")
+    assert roles["repeat_0/tlayer_0/ffw_0/fc1/w"] == ("layers", "in", "mlp")
+    assert roles["repeat_0/tlayer_0/ffw_0/fc2/w"] == ("layers", "mlp", "out")
     assert roles["fc_0/w"] == ("in", "vocab")
 
 
@@ -74,9 +74,9 @@ def test_mixtral_under_tp_splits_every_experts_width_and_ep_places_experts() -> 
     sizes = {"N": 1, "D": 64, "H": 4, "KV": 2, "F": 128, "E": 8, "V": 128}
     _, tp = _layout("mixtral-8x7b", "tensor=2", ["tp"], **sizes)
     for name in ("gate", "up", "down"):
-        assert tp.params[f"repeat_0/0/residual_0/moe/{name}"].pieces == 2
+        assert tp.params[f"repeat_0/residual_0/moe/{name}"].pieces == 2
     _, ep = _layout("mixtral-8x7b", "data=2,experts=4", ["ep"], **sizes)
     assert ep.batch == ("data", "experts")
     for name in ("gate", "up", "down"):
-        assert ep.params[f"repeat_0/0/residual_0/moe/{name}"].spec[0] == "experts"
+        assert ep.params[f"repeat_0/residual_0/moe/{name}"].spec[:2] == (None, "experts")
     assert ep.params["embed_0/table"].pieces == 1

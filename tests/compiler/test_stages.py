@@ -37,13 +37,13 @@ def stage_texts(spec: Path) -> dict[str, str]:
     verify(built.program, set(LAYERS))
     checked = compile_spec(spec)
     verify(checked.program, set(LAYERS))  # checking must not change the graph
-    assert checked.checked is not None and checked.checked.ok
-    for path, inst, _ in checked.checked.walk():
+    assert checked is not None and checked.ok
+    for path, inst, _ in checked.walk():
         assert inst.output is not None, f"{'/'.join(path)} has no shape after checking"
     return {
         "ast": textform.ast_text(parsed.ast),
         "graph": textform.graph_text(built.program),
-        "shapes": textform.shapes_text(checked.checked),
+        "shapes": textform.shapes_text(checked),
     }
 
 

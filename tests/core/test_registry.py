@@ -15,8 +15,8 @@ from collections.abc import Callable
 import pytest
 
 from lbdl_dsl.compiler import ast
-from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.compiler.hparams import normalise
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import ALIASES, LAYERS, all_names, lookup
 from lbdl_dsl.core.layers.base import REQUIRED, example_model
@@ -61,13 +61,13 @@ def test_every_entry_is_documented(layer) -> None:
 
 @pytest.mark.parametrize("layer", ENTRIES, ids=lambda layer: layer.name)
 def test_every_entry_has_a_reference_and_cases_that_check(
-    layer, compile_text: Callable[..., Compiled]
+    layer, compile_text: Callable[..., Checked]
 ) -> None:
     """The NumPy reference sits with the entry; its extra cases are specs that check."""
     assert layer.reference is not None and callable(layer.reference)
     for i, (shape, line) in enumerate(layer.cases):
         assert line.split("(")[0].split()[0] in (layer.name, *layer.aliases)
-        assert compile_text(example_spec(shape, line), name=f"case{i}.lbdl").checked.ok
+        assert compile_text(example_spec(shape, line), name=f"case{i}.lbdl").ok
 
 
 @pytest.mark.parametrize("layer", ENTRIES, ids=lambda layer: layer.name)
@@ -79,12 +79,12 @@ def test_every_entry_declares_what_the_annotation_may_fill(layer) -> None:
 
 
 @pytest.mark.parametrize("layer", ENTRIES, ids=lambda layer: layer.name)
-def test_every_example_checks_on_its_input(layer, compile_text: Callable[..., Compiled]) -> None:
+def test_every_example_checks_on_its_input(layer, compile_text: Callable[..., Checked]) -> None:
     input_shape, box_line = layer.example
     assert input_shape or layer.source
     assert box_line.split("(")[0].split()[0] in (layer.name, *layer.aliases)
     compiled = compile_text(example_spec(input_shape, box_line))
-    checked = compiled.checked
+    checked = compiled
     assert checked is not None and checked.ok
     (inst,) = [i for i in checked.root if i.node.kind == "layer"]
     assert inst.node.op == layer.name
@@ -159,21 +159,21 @@ def test_defaults_where_the_sources_are_silent() -> None:
     assert _default("fc", "out") is REQUIRED
 
 
-def test_a_pool_s_stride_is_its_window(compile_text: Callable[..., Compiled]) -> None:
-    checked = compile_text("model m:\n  input X: 32×24×24\n  maxpool k=3\n").checked
+def test_a_pool_s_stride_is_its_window(compile_text: Callable[..., Checked]) -> None:
+    checked = compile_text("model m:\n  input X: 32×24×24\n  maxpool k=3\n")
     assert checked.outputs["Y"].shape == (Expr.lift(32), Expr.lift(8), Expr.lift(8))
     (inst,) = checked.root
     assert inst.attrs.stride == (3, 3) and inst.attrs.pads == ((0, 0), (0, 0))
-    checked = compile_text("model m:\n  input X: 32×24×24\n  conv-2d k=3  8×22×22\n").checked
+    checked = compile_text("model m:\n  input X: 32×24×24\n  conv-2d k=3  8×22×22\n")
     assert checked.root[0].attrs.stride == (1, 1)
 
 
 def test_every_entry_s_parameters_count_on_its_example(
-    compile_text: Callable[..., Compiled],
+    compile_text: Callable[..., Checked],
 ) -> None:
     """Known counts for the examples: a guard against a parameter rule drifting unnoticed."""
     counts = {"fc": 50 * 25 + 25, "conv-2d": 5 * 5 * 32 + 32, "batchnorm": 64, "layernorm": 128}
     for op, want in counts.items():
         shape, line = LAYERS[op].example
-        checked = compile_text(example_spec(shape, line), name=f"{op}.lbdl").checked
+        checked = compile_text(example_spec(shape, line), name=f"{op}.lbdl")
         assert checked.params == want, op

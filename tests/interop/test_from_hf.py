@@ -48,7 +48,7 @@ def test_the_spec_counts_the_checkpoint_and_asserts_it(name: str) -> None:
     assert spec.params == total
     assert f"assert params == {total:_}" in spec.text
     checked = lbdl_dsl.check(f"{name}.lbdl", text=spec.text)
-    assert checked.checked.totals["params"].as_int() == total
+    assert checked.totals["params"].as_int() == total
 
 
 @pytest.mark.parametrize("name", ["gpt2", "mixtral", "phi", "bert"])

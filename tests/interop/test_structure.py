@@ -45,7 +45,7 @@ def test_a_spec_with_other_box_names_imports_the_same_tensors() -> None:
 
 
 def test_the_structure_of_a_path_is_its_boxes_kinds_and_ranks() -> None:
-    forms = describe(lbdl_dsl.check("renamed.lbdl", text=RENAMED, T=16).checked.root)
+    forms = describe(lbdl_dsl.check("renamed.lbdl", text=RENAMED, T=16).root)
     assert forms["repeat_0/mixer/att/wq"] == "repeat#0/self-att#0/mha#0/wq"
     assert forms["repeat_0/residual_0/sparse/router"] == "repeat#0/residual#0/moe#0/router"
 

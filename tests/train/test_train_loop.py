@@ -14,8 +14,8 @@ from safetensors.numpy import load_file
 from train_helpers import TINY_BN, TINY_CNN, TINY_MLP, assert_golden
 
 import lbdl_dsl
+from lbdl_dsl.backends.jax import storage
 from lbdl_dsl.backends.jax.weights import flatten
-from lbdl_dsl.compiler import storage
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.training.loop import TrainingInterrupted
 from lbdl_dsl.training.signature import signature

@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 
 from lbdl_dsl.backends.diagram.run_dot import render
-from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import ArgumentError, LbdlError
 from lbdl_dsl.output import write_atomic
 
@@ -70,7 +70,7 @@ def inline_svg(svg: str) -> str:
 
 
 def figure(
-    compiled: Compiled, fmt: str = "svg", expand: str | None = None, scale: float = 1.0
+    compiled: Checked, fmt: str = "svg", expand: str | None = None, scale: float = 1.0
 ) -> Svg | str | bytes:
     """What ``model.diagram()`` (and ``lbdl_dsl.check(...).diagram()``) answers: SVG text that
     shows as the figure and saves in any format, DOT text, or PNG/PDF bytes."""
@@ -85,12 +85,12 @@ def figure(
     return Svg(data.decode("utf-8"), dot) if fmt == "svg" else data
 
 
-def html_figure(compiled: Compiled) -> str:
+def html_figure(compiled: Checked) -> str:
     """The summary table and the figure as one HTML fragment."""
     from lbdl_dsl import report
     from lbdl_dsl.backends.diagram import scene, to_dot
 
-    parts = [report.render_html(compiled.checked)] if compiled.checked is not None else []
+    parts = [report.render_html(compiled)] if compiled is not None else []
     try:
         drawn = len(scene(compiled).boxes())
         if drawn > MAX_INLINE_BOXES:

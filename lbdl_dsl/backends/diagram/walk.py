@@ -50,7 +50,14 @@ from lbdl_dsl.compiler.graph import (
     RepeatNode,
     ResidualNode,
 )
-from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.compiler.instance import (
+    CallInst,
+    Checked,
+    GroupInst,
+    Inst,
+    LayerInst,
+    ResidualInst,
+)
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.base import fmt_shape
@@ -249,10 +256,10 @@ class Walker:
                 return self.open_block(
                     node, inst, srcs, path, depth, into, inside.body, title, passed
                 )
-            opens = layer is not None and layer.expert is not None and inst is not None
+            opens = layer is not None and layer.expert is not None and isinstance(inst, LayerInst)
             if layer is not None and layer.expert is not None and wanted and not opens:
                 self.shut.add(layer.name)
-            if opens and wanted:
+            if opens and wanted and isinstance(inst, LayerInst):
                 body = expert_body(inst)
                 if body is not None:
                     self.opened.add(layer.name)
@@ -305,7 +312,7 @@ class Walker:
         try:
             result = self.result(
                 body,
-                inst.body if inst else [],
+                _body(inst),
                 [s for s, _ in srcs],
                 f"{path}/",
                 depth + 1,
@@ -322,7 +329,7 @@ class Walker:
     ) -> str | None:
         assert isinstance(node, RepeatNode)
         count = inst.hp.get("count", node.count) if inst is not None else node.count
-        copies = inst.copies if inst is not None else []
+        copies = inst.copies if isinstance(inst, GroupInst) else []
         failed = inst is not None and inst.output is None
         # One copy stands for all N; a failed group shows the copy that failed (the last).
         body = (copies[-1] if failed else copies[0]).body if copies else []
@@ -351,7 +358,7 @@ class Walker:
         k = ek[1] or node.k.as_int() or 1
         cap = f" cap={node.capacity:g}" if node.capacity is not None else ""
         frame = Frame(f"cluster:{path}", "experts", "experts", f"e={e} k={k}{cap}")
-        copies = inst.copies[0].body if inst is not None and inst.copies else []
+        copies = inst.copies[0].body if isinstance(inst, GroupInst) and inst.copies else []
         body = (node.body, copies)
         return self.mixture(node, inst, srcs, path, depth, into, frame, body, (e, k))
 
@@ -391,15 +398,13 @@ class Walker:
             ins[0] = fork.id
         mark = len(self.edges)  # the bypass goes before the boxes' arrows: leftmost, outermost
         n_body = len(node.body.inputs) - 1
-        main = self.result(
-            node.body, inst.body if inst else [], ins[: 1 + n_body], f"{path}/", depth, into
-        )
+        main = self.result(node.body, _body(inst), ins[: 1 + n_body], f"{path}/", depth, into)
         bypass_from: str | None = ins[0] if ins else None
         if node.shortcut is not None:
             first = len(self.edges)
             bypass_from = self.result(
                 node.shortcut,
-                inst.shortcut if inst else [],
+                inst.shortcut if isinstance(inst, ResidualInst) else [],
                 ins[:1] + ins[1 + n_body :],
                 f"{path}/shortcut/",
                 depth,
@@ -480,11 +485,20 @@ def _shapes(insts: list[Inst], prefix: str, out: dict[str, str]) -> dict[str, st
     for inst in insts:
         path = f"{prefix}{inst.id}"
         out[path] = fmt_shape(inst.output.shape) if inst.output is not None else ""
-        _shapes(inst.body, f"{path}/", out)
-        _shapes(inst.shortcut, f"{path}/shortcut/", out)
-        if inst.copies:
-            _shapes(inst.copies[0].body, f"{path}/", out)
+        if isinstance(inst, GroupInst):  # one copy stands for all, as the figure draws it
+            if inst.copies:
+                _shapes(inst.copies[0].body, f"{path}/", out)
+            continue
+        for step, part, _ in inst.scopes():
+            _shapes(part, f"{path}/{step}", out)
     return out
+
+
+def _body(inst: Inst | None) -> list[Inst]:
+    """The boxes inside a composite, a block call or a residual group's main path."""
+    if isinstance(inst, (LayerInst, CallInst, ResidualInst)):
+        return inst.body
+    return []
 
 
 def _vary(frame: Frame, copies: list, prefix: str, output: str) -> None:

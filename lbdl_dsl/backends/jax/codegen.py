@@ -16,12 +16,11 @@ import textwrap
 from pathlib import PurePath
 from typing import Any
 
-from lbdl_dsl.backends.jax import layout, roles_table
+from lbdl_dsl.backends.jax import layout, roles_table, storage
 from lbdl_dsl.backends.jax.lower import Dicts, Fn, Lowerer, Var, printable
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, RESERVED, Namespace
 from lbdl_dsl.backends.jax.runtime_source import available, bound_names, source_for
-from lbdl_dsl.compiler.driver import Compiled
-from lbdl_dsl.compiler.paths import arrays
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers.base import Const, FanIn, Init, Normal, Std, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, sym
@@ -46,12 +45,12 @@ def init_row(init: Init) -> tuple[str, float]:
     raise AssertionError(init)
 
 
-def param_table(compiled: Compiled) -> tuple[list[tuple], list[tuple]]:
-    """(path, shape, how, arg) for every parameter and state array, as `paths.arrays` stores
-    them: stacked for long ×N groups, one set per copy for short ones (`storage`)."""
+def param_table(compiled: Checked) -> tuple[list[tuple], list[tuple]]:
+    """(path, shape, how, arg) for every parameter and state array, as the module stores them
+    (`storage.stored`): stacked for long ×N groups, one set per copy for short ones."""
     params: list[tuple] = []
     state: list[tuple] = []
-    for array in arrays(compiled.checked.root):
+    for array in storage.stored(compiled.root):
         shape = []
         for d in array.shape:
             v = d.as_int() if isinstance(d, Expr) else d
@@ -88,7 +87,7 @@ def _input_symbols(fn: Fn, inputs: list[tuple[str, Any]]) -> None:
 
 
 def generate(
-    compiled: Compiled, *, unroll: bool = False, dtype: str = "float32", decode: bool = False
+    compiled: Checked, *, unroll: bool = False, dtype: str = "float32", decode: bool = False
 ) -> str:
     """The module's text for a checked model (``--emit py``).
 
@@ -96,7 +95,7 @@ def generate(
     at positions ``pos`` to ``pos + T - 1`` and, in ``state``, each box's cache for a context
     of ``context`` positions (`compiler/decoding.py`), and returns the caches updated beside
     the new state; everything else is the same module."""
-    checked = compiled.checked
+    checked = compiled
     program = compiled.program
     model = program.model
     graph = model.body

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbdl_dsl.backends.jax import storage
 from lbdl_dsl.backends.jax.codegen import generate
 from lbdl_dsl.backends.jax.runtime import unflatten
 from lbdl_dsl.compiler import decoding
@@ -121,9 +122,9 @@ class Decoder:
         # ×N groups unrolled: a one-token step reads each layer's weights once, and a loop
         # copies them out of their stack first (GPT-2 small's step: 69 ms unrolled, 102 ms
         # scanned, on an idle 2-core CPU)
-        self.source = generate(model.compiled, dtype=model.dtype, decode=True, unroll=True)
+        self.source = generate(model.checked, dtype=model.dtype, decode=True, unroll=True)
         namespace: dict[str, Any] = {"__name__": f"lbdl_decode_{model.name}"}
-        exec(compile(self.source, f"<lbdl decode {model.compiled.file}>", "exec"), namespace)  # noqa: S102
+        exec(compile(self.source, f"<lbdl decode {model.checked.file}>", "exec"), namespace)  # noqa: S102
         self.module = namespace
         self._apply = namespace["apply"]
         self._many = len(model.checked.outputs) > 1
@@ -153,7 +154,7 @@ class Decoder:
 
             # copies: the cache is donated to each step, the caller's state must stay theirs
             flat.update({k: jnp.array(v) for k, v in weights.flatten(state).items()})
-        for array in decoding.cache_arrays(self.model.checked.root, context):
+        for array in decoding.cache_arrays(self.model.checked.root, context, storage.per_copy):
             sizes = [_known(d) for d in array.stack]
             per = [_known(d) for d in array.spec.shape]
             flat[array.path] = jnp.zeros((*sizes, batch, *per), jnp.float32)
@@ -166,11 +167,10 @@ class Decoder:
         if self._split is not None and self._split[0] is params:
             return self._split[1]
         from lbdl_dsl.backends.jax import weights
-        from lbdl_dsl.compiler import paths
 
         stacked = {
             a.path: _known(a.stack[0])
-            for a in paths.arrays(self.model.checked.root)
+            for a in storage.stored(self.model.checked.root)
             if a.trainable and a.stack and a.stack_roles[:1] == ("layers",)
         }
         flat = weights.flatten(params)

@@ -22,21 +22,25 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from lbdl_dsl.backends.jax import layout
+from lbdl_dsl.backends.jax import layout, storage
 from lbdl_dsl.backends.jax.lowering import DECODE_LOWERINGS, LOWERINGS
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, Code, Namespace, rate_code, size_code
 from lbdl_dsl.backends.jax.runtime_source import defaults
-from lbdl_dsl.compiler import composite, decoding, storage
+from lbdl_dsl.compiler import composite, decoding, paths
 from lbdl_dsl.compiler.graph import (
-    CallNode,
     ExpertsNode,
     Graph,
-    LayerNode,
     Program,
     RepeatNode,
-    ResidualNode,
 )
-from lbdl_dsl.compiler.instance import Inst
+from lbdl_dsl.compiler.instance import (
+    CallInst,
+    ExpertsInst,
+    Inst,
+    LayerInst,
+    RepeatInst,
+    ResidualInst,
+)
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.base import Attrs, fmt_shape
@@ -170,7 +174,7 @@ def _code_value(value: Any, fn: Fn) -> Any:
 class _Emit:
     """The `Emit` protocol (emit.py) for one layer instance."""
 
-    def __init__(self, low: Lowerer, fn: Fn, inst: Inst, xs: list[str], d: Dicts, target: str):
+    def __init__(self, low: Lowerer, fn: Fn, inst: LayerInst, xs: list[str], d: Dicts, target: str):
         self.low, self.fn, self.inst, self.d = low, fn, inst, d
         self.x, self.target = xs, target
         self.a = _AttrView(inst.attrs, fn)
@@ -331,21 +335,21 @@ class Lowerer:
         written = inst.node.annotation is not None
         shape = f"  ->  {fmt_shape(inst.output.shape)}" if fn.shapes and not written else ""
         fn.comment(f"{self.where(inst.node.span)}{shape}")
-        match inst.node:
-            case LayerNode():
+        match inst:
+            case LayerInst():
                 return self.layer(fn, inst, ins, d, target)
-            case CallNode():
+            case CallInst():
                 return self.call(fn, inst, ins, d, target)
-            case ResidualNode():
+            case ResidualInst():
                 return self.residual(fn, inst, ins, d, target)
-            case RepeatNode():
+            case RepeatInst():
                 return self.repeat(fn, inst, ins, d, target)
-            case ExpertsNode():
+            case ExpertsInst():
                 return self.experts(fn, inst, ins, d, target)
         raise AssertionError(inst.node)
 
     # -- layers ---------------------------------------------------------------------------------
-    def layer(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+    def layer(self, fn: Fn, inst: LayerInst, ins: list[Var], d: Dicts, target: str) -> Var:
         if inst.inside is not None:  # a composite: its primitives, inline
             stateful = self.stateful(inst)
             inner = d.sub(inst.id, has_params(inst), stateful)
@@ -377,7 +381,7 @@ class Lowerer:
         return Var(target, layout if rank >= 2 else "cf", rank)
 
     # -- residual groups ------------------------------------------------------------------------
-    def residual(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+    def residual(self, fn: Fn, inst: ResidualInst, ins: list[Var], d: Dicts, target: str) -> Var:
         node = inst.node
         nb = len(node.body.inputs)
         inner = d.sub(inst.id, has_params(inst), self.stateful(inst))
@@ -407,7 +411,7 @@ class Lowerer:
         return Var(target, main.layout, main.rank)
 
     # -- block calls ----------------------------------------------------------------------------
-    def call(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+    def call(self, fn: Fn, inst: CallInst, ins: list[Var], d: Dicts, target: str) -> Var:
         bfn = self.block_function(inst, [v.layout for v in ins])
         sub = d.sub(inst.id, bfn.params, bfn.state)
         args = [a for a in (sub.p, sub.s) if a is not None] + [v.name for v in ins]
@@ -429,7 +433,7 @@ class Lowerer:
         function, ``jnp``...) or our own locals (``p``, ``train``...)."""
         return Namespace(frozenset(LOCAL_RESERVED | self.globals.used | self.module_names))
 
-    def block_function(self, inst: Inst, layouts: list[str]) -> BlockFn:
+    def block_function(self, inst: CallInst, layouts: list[str]) -> BlockFn:
         block = self.program.blocks[inst.node.op]
         local = self.local_names()
         args = [local(block.body.node(nid).name or "x") for nid in block.body.inputs]
@@ -476,7 +480,7 @@ class Lowerer:
         return self.blocks[cache_key]
 
     # -- ×N groups ------------------------------------------------------------------------------
-    def repeat(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+    def repeat(self, fn: Fn, inst: RepeatInst, ins: list[Var], d: Dicts, target: str) -> Var:
         """A ×N group: one step function per run of identical copies, scanned over its
         stacked arrays, or, for a short group kept apart (`storage`), called once per copy
         with that copy's arrays."""
@@ -486,7 +490,7 @@ class Lowerer:
         apart = not self.stacked and storage.per_copy(inst)
         several = len(inst.copies) > 1
         collected = []
-        for ci, (first, count, copies) in enumerate(storage.numbered(inst)):
+        for ci, (first, count, copies) in enumerate(paths.numbered(inst)):
             if apart or not several:
                 group = Dicts(
                     outer.p if _any(copies.body, has_params) else None,
@@ -563,7 +567,7 @@ class Lowerer:
         return x
 
     def copies_call(
-        self, inst: Inst, step: str, args: str, first: int, count: int, apart: bool
+        self, inst: RepeatInst, step: str, args: str, first: int, count: int, apart: bool
     ) -> str:
         """The call that runs one run of a ×N group's copies: each copy with its own arrays
         (kept apart), or a loop over the stacked ones (a scan, or unrolled)."""
@@ -579,7 +583,7 @@ class Lowerer:
         return f"{loop}({step}, {args}, {count})"
 
     # -- mixtures of experts --------------------------------------------------------------------
-    def experts(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
+    def experts(self, fn: Fn, inst: ExpertsInst, ins: list[Var], d: Dicts, target: str) -> Var:
         """Dispatch the tokens to (E, G·C, D) buffers, run one function of the body on every
         expert's buffer under ``jax.vmap`` (the experts' arrays stacked), gather back by the
         routes and sum by the gates."""

@@ -16,12 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax import weights
+from lbdl_dsl.backends.jax import storage, weights
 from lbdl_dsl.backends.jax.checks import InputSpec, check_inputs, check_tokens, check_tree
 from lbdl_dsl.backends.jax.codegen import generate
 from lbdl_dsl.backends.jax.runtime import on_host, unflatten
-from lbdl_dsl.compiler import paths
-from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import ArgumentError
 from lbdl_dsl.core.symbolic import Expr, fmt_count
 
@@ -29,9 +28,8 @@ from lbdl_dsl.core.symbolic import Expr, fmt_count
 class Model:
     """``init(key) -> (params, state)``; ``apply(params, state, *inputs, train, key)``."""
 
-    def __init__(self, compiled: Compiled, *, unroll: bool = False, dtype: str = "float32") -> None:
-        self.compiled = compiled
-        self.checked = compiled.checked
+    def __init__(self, compiled: Checked, *, unroll: bool = False, dtype: str = "float32") -> None:
+        self.checked = compiled
         self.dtype = dtype
         self.source = generate(compiled, unroll=unroll, dtype=dtype)
         namespace: dict[str, Any] = {"__name__": f"lbdl_generated_{self.name}"}
@@ -96,7 +94,7 @@ class Model:
 
     @property
     def name(self) -> str:
-        return self.compiled.program.model.name
+        return self.checked.program.model.name
 
     @functools.cached_property
     def jit_apply(self) -> Callable:
@@ -156,13 +154,13 @@ class Model:
         ``scale`` times the default size."""
         from lbdl_dsl.backends.diagram.notebook import figure
 
-        return figure(self.compiled, fmt, expand, scale)
+        return figure(self.checked, fmt, expand, scale)
 
     def _repr_html_(self) -> str:
         """In a notebook: the summary table, then the figure."""
         from lbdl_dsl.backends.diagram import html_figure
 
-        return html_figure(self.compiled)
+        return html_figure(self.checked)
 
     def __repr__(self) -> str:
         dtype = "" if self.dtype == "float32" else f", {self.dtype}"
@@ -236,11 +234,11 @@ class Model:
         return weights.save(path, params, state, self.cut())
 
     def cut(self) -> weights.Cut:
-        """Each stored array that is one copy of the stacked view's (`paths.cut`), sizes known:
+        """Each stored array that is one copy of a logical array (`storage.cut`), sizes known:
         those this module keeps apart (its tables say so, whatever was decided elsewhere)."""
         tables = {**self.module["PARAMS"], **self.module["STATE"]}
         out = {}
-        for p, (v, i, s) in paths.cut(self.checked.root).items():
+        for p, (v, i, s) in storage.cut(self.checked.root).items():
             shape = tuple(_int(d, v) for d in s)
             if p in tables and tuple(tables[p][0]) == shape[len(i) :]:
                 out[p] = (v, i, shape)

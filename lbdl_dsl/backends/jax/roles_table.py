@@ -9,19 +9,18 @@ is ``mlp``); the paths are ``PARAMS``'s, then ``STATE``'s.
 
 from __future__ import annotations
 
-from lbdl_dsl.backends.jax import layout
-from lbdl_dsl.compiler.driver import Compiled
-from lbdl_dsl.compiler.paths import arrays
+from lbdl_dsl.backends.jax import layout, storage
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.compiler.roles import logical_roles
 
 
-def render(compiled: Compiled) -> str:
+def render(compiled: Checked) -> str:
     """``ROLES = {path: (role, ...)}`` as module text, laid out like the other tables."""
-    assert compiled.checked is not None, "a module is generated from a checked spec"
+    assert compiled is not None, "a module is generated from a checked spec"
     doc = "# path: the logical role of each axis, which sharding rules map to mesh axes"
-    root = compiled.checked.root
-    roles = logical_roles(root)
-    walked = list(arrays(root))
+    root = compiled.root
+    roles = logical_roles(root, storage.per_copy)
+    walked = list(storage.stored(root))
     order = [a.path for a in walked if a.trainable] + [a.path for a in walked if not a.trainable]
     if not roles:
         return f"{doc}\nROLES = {{}}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import jax
 
 from lbdl_dsl.backends.jax.model import Model
-from lbdl_dsl.compiler.driver import Compiled
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.symbolic import Expr
 
@@ -45,7 +45,7 @@ class RunResult:
 
 
 def run(
-    compiled: Compiled,
+    compiled: Checked,
     *,
     batch: int = 2,
     unroll: bool = False,
@@ -84,10 +84,10 @@ def run(
     )
 
 
-def check_runnable(compiled: Compiled, batch: int, dtype: str) -> None:
+def check_runnable(compiled: Checked, batch: int, dtype: str) -> None:
     """Refuse, before anything is allocated, a run that cannot work: a size left symbolic, a
     batch that is not a whole number ≥ 1, or more memory than the device has."""
-    checked = compiled.checked
+    checked = compiled
     if checked.free:
         symbols = ", ".join(checked.free)
         example = " ".join(f"{s}=..." for s in checked.free)
@@ -108,13 +108,13 @@ def check_runnable(compiled: Compiled, batch: int, dtype: str) -> None:
         )
 
 
-def estimate_bytes(compiled: Compiled, batch: int, dtype: str) -> int:
+def estimate_bytes(compiled: Checked, batch: int, dtype: str) -> int:
     """A lower bound of a forward run's memory: parameters and state in float32, the inputs
     and every box's output for the whole batch in the compute type."""
-    totals = compiled.checked.totals
+    totals = compiled.totals
     width = 2 if dtype == "bfloat16" else 4
     weights = _int(totals["params"]) + _int(totals["state"])
-    inputs = sum(_elements(t.shape) for t in compiled.checked.inputs.values())
+    inputs = sum(_elements(t.shape) for t in compiled.inputs.values())
     return 4 * weights + width * batch * (inputs + _int(totals["activations"]))
 
 

@@ -10,7 +10,9 @@ blocks of the very numbers ``model.init`` draws: a full replica never exists), `
 (each process gives its own rows), and `jit_step`.
 
 ``Sharded.of(model, "data=2,fsdp=2", ["fsdp"])`` builds one for a `Model`; the JSON-free
-pieces work on the generated module's tables too (``PARAMS``, ``STATE``).
+pieces work on the generated module's tables too (``PARAMS``, ``STATE``). The compiler's layout
+names the logical arrays; the module may keep a short ×N group's copies apart (`storage`), and
+each copy then lives as its logical array does, less the stacked axes it was cut from (`specs`).
 """
 
 from __future__ import annotations
@@ -24,9 +26,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from lbdl_dsl.backends.jax import shard_init
+from lbdl_dsl.backends.jax import shard_init, storage
 from lbdl_dsl.backends.jax.runtime import unflatten
-from lbdl_dsl.compiler.sharding import Layout, MeshSpec, parse_mesh, parse_rules, resolve
+from lbdl_dsl.compiler import paths
+from lbdl_dsl.compiler.sharding import (
+    Layout,
+    MeshSpec,
+    Placement,
+    parse_mesh,
+    parse_rules,
+    resolve,
+)
 from lbdl_dsl.core.errors import LbdlError
 
 
@@ -56,6 +66,7 @@ class Sharded:
 
     mesh: Mesh
     layout: Layout
+    stored: tuple[dict[str, tuple], dict[str, tuple]]  # the module's params, state → specs
 
     @classmethod
     def of(
@@ -68,12 +79,14 @@ class Sharded:
         """``model`` (a `Model`) on ``mesh`` (``"data=2,fsdp=2"``) by ``shard`` (``["fsdp"]``)."""
         spec = parse_mesh(mesh) if isinstance(mesh, str) else mesh
         layout = resolve(model.checked, spec, parse_rules(list(shard), spec))
-        _same_tables(layout, model.module["PARAMS"], model.module["STATE"])
-        return cls(make_mesh(spec, devices), layout)
+        stored = stored_specs(layout, storage.cut(model.checked.root))
+        _same_tables(stored, model.module["PARAMS"], model.module["STATE"])
+        return cls(make_mesh(spec, devices), layout, stored)
 
     # -- shardings ------------------------------------------------------------------------------
     def named(self, path: str) -> NamedSharding:
-        return NamedSharding(self.mesh, partition_spec(self.layout.arrays[path].spec))
+        params, state = self.stored
+        return NamedSharding(self.mesh, partition_spec(params.get(path, state.get(path))))
 
     @property
     def replicated(self) -> NamedSharding:
@@ -81,10 +94,10 @@ class Sharded:
 
     def params(self) -> dict:
         """The params pytree's shardings, nested as ``init`` nests the arrays."""
-        return unflatten({p: self.named(p) for p in self.layout.params})
+        return unflatten({p: self.named(p) for p in self.stored[0]})
 
     def state(self) -> dict:
-        return unflatten({p: self.named(p) for p in self.layout.state})
+        return unflatten({p: self.named(p) for p in self.stored[1]})
 
     def batch(self, ndim: int) -> NamedSharding:
         """An input's sharding: its leading (batch) axis over the batch axes, the rest whole."""
@@ -199,10 +212,39 @@ def _from_blocks(
     return jax.make_array_from_callback(shape, sharding, callback, dtype=jnp.float32)
 
 
-def _same_tables(layout: Layout, params: dict, state: dict) -> None:
-    """The compiler's arrays are the module's, path for path and shape for shape (our bug if
-    not: the two walks of the instance tree have drifted apart)."""
-    ours = {p: tuple(d.as_int() for d in a.shape) for p, a in layout.arrays.items()}
-    theirs = {p: tuple(e[0]) for p, e in {**params, **state}.items()}
+def stored_specs(layout: Layout, cut: paths.Cut) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """The partition spec of each parameter and state array as the module stores it: a copy
+    kept apart lives as its logical array does, less the stacked axes it was cut from."""
+    copies: dict[str, list[tuple[str, int]]] = {}
+    for path, (logical, index, _shape) in cut.items():
+        copies.setdefault(logical, []).append((path, len(index)))
+
+    def expand(table: dict[str, Placement]) -> dict[str, tuple]:
+        out: dict[str, tuple] = {}
+        for path, placement in table.items():
+            for stored, lead in copies.get(path, [(path, 0)]):
+                if any(axis is not None for axis in placement.spec[:lead]):
+                    group = path.rsplit("/", 2)[0]
+                    raise LbdlError(
+                        f"--shard: the copies of the ×N group `{group}` are stored one at a "
+                        f"time by the JAX backend (a short group), so `{path}`'s layers axis "
+                        f"cannot be split over {placement.spec[0]}",
+                        placement.span,
+                        hint="leave the layers axis whole (no `layers=` rule) and split "
+                        "another axis, e.g. --shard fsdp",
+                    )
+                out[stored] = tuple(placement.spec[lead:])
+        return out
+
+    return expand(layout.params), expand(layout.state)
+
+
+def _same_tables(
+    stored: tuple[dict[str, tuple], dict[str, tuple]], params: dict, state: dict
+) -> None:
+    """The compiler's arrays, as the module stores them, are the module's, path for path
+    (our bug if not: the walks of the instance tree have drifted apart)."""
+    ours = (sorted(stored[0]), sorted(stored[1]))
+    theirs = (sorted(params), sorted(state))
     if ours != theirs:
         raise AssertionError(f"sharding tables differ from the module's: {ours} != {theirs}")

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from lbdl_dsl.compiler.instance import Inst
+from lbdl_dsl.compiler.instance import LayerInst
 from lbdl_dsl.core.symbolic import Expr
 
 
@@ -98,7 +98,7 @@ class Emit:
     def __init__(
         self,
         scope: Scope,
-        inst: Inst,
+        inst: LayerInst,
         xs: list[str],
         name: str,
         param: Callable[[str], tuple[str, np.ndarray, bool]],

@@ -23,19 +23,24 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from lbdl_dsl.backends.jax import storage
 from lbdl_dsl.backends.onnx.emit import Emit, Scope, Unsupported
 from lbdl_dsl.backends.onnx.lowering import ONNX
-from lbdl_dsl.compiler import storage
+from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.graph import (
-    CallNode,
-    ExpertsNode,
     Graph,
-    LayerNode,
     Program,
     RepeatNode,
     ResidualNode,
 )
-from lbdl_dsl.compiler.instance import Inst
+from lbdl_dsl.compiler.instance import (
+    CallInst,
+    ExpertsInst,
+    Inst,
+    LayerInst,
+    RepeatInst,
+    ResidualInst,
+)
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.layers import lookup
 
@@ -115,16 +120,16 @@ class Walk:
         return self.values(scope, insts, graph, env, where)[graph.result]
 
     def box(self, scope: Scope, inst: Inst, ins: list[str], where: Where) -> str:
-        match inst.node:
-            case LayerNode():
+        match inst:
+            case LayerInst():
                 return self.layer(scope, inst, ins, where)
-            case CallNode():
+            case CallInst():
                 return self.call(scope, inst, ins, where)
-            case ResidualNode():
+            case ResidualInst():
                 return self.residual(scope, inst, ins, where)
-            case RepeatNode():
+            case RepeatInst():
                 return self.repeat(scope, inst, ins, where)
-            case ExpertsNode():
+            case ExpertsInst():
                 return self.refuse(scope, inst, where, "a mixture of experts' token dispatch")
         raise AssertionError(inst.node)
 
@@ -136,7 +141,7 @@ class Walk:
         return scope.fresh(f"{where.names}{inst.id}")  # a placeholder: nothing is written
 
     # -- boxes -------------------------------------------------------------------------------
-    def layer(self, scope: Scope, inst: Inst, ins: list[str], where: Where) -> str:
+    def layer(self, scope: Scope, inst: LayerInst, ins: list[str], where: Where) -> str:
         if inst.inside is not None:  # a composite: its primitives, inline
             inner = where.inside(inst.id, inst.node.span)
             return self.scope(scope, inst.body, inst.inside.body, ins, inner)
@@ -154,7 +159,7 @@ class Walk:
             return self.refuse(scope, inst, where, str(why))
 
     def reader(
-        self, scope: Scope, inst: Inst, where: Where
+        self, scope: Scope, inst: LayerInst, where: Where
     ) -> Callable[[str], tuple[str, np.ndarray, bool]]:
         """``param(name)`` for one box: its value's name in ``scope``, its array, and whether
         the box uses it transposed (a tied parameter)."""
@@ -170,7 +175,7 @@ class Walk:
 
         return param
 
-    def residual(self, scope: Scope, inst: Inst, ins: list[str], where: Where) -> str:
+    def residual(self, scope: Scope, inst: ResidualInst, ins: list[str], where: Where) -> str:
         node = inst.node
         assert isinstance(node, ResidualNode)
         inner = where.inside(inst.id)
@@ -184,7 +189,7 @@ class Walk:
         scope.add(helper.make_node("Add", [main, added], [name], name=name))
         return name
 
-    def repeat(self, scope: Scope, inst: Inst, ins: list[str], where: Where) -> str:
+    def repeat(self, scope: Scope, inst: RepeatInst, ins: list[str], where: Where) -> str:
         """The copies in turn, each named by its number; a copy's arrays are its own (a
         group kept apart) or its slice of the group's stack."""
         node = inst.node
@@ -192,7 +197,7 @@ class Walk:
         here = f"{inst.id}/"
         x = ins[0]
         if not where.index and storage.per_copy(inst):
-            for first, count, copies in storage.numbered(inst):
+            for first, count, copies in paths.numbered(inst):
                 for k in range(first, first + count):
                     at = replace(
                         where, names=f"{where.names}{here}{k}/", params=f"{where.params}{here}{k}/"
@@ -216,7 +221,7 @@ class Walk:
                 number += 1
         return x
 
-    def call(self, scope: Scope, inst: Inst, ins: list[str], where: Where) -> str:
+    def call(self, scope: Scope, inst: CallInst, ins: list[str], where: Where) -> str:
         """A block call: a call of the block's function (one per distinct body), its
         parameters passed by the caller, or the body inline without functions."""
         block = self.program.blocks[inst.node.op]

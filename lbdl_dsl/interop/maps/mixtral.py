@@ -51,8 +51,11 @@ def drops(model: Any) -> str:
     """What to say after an import into a spec whose experts may drop tokens in training (a
     capacity factor under E/k), which transformers' Mixtral never does."""
     for path, inst, _ in model.checked.walk():
-        a = inst.attrs
-        if inst.node.op == "moe" and a.capacity is not None and a.capacity * a.k < a.experts:
+        a = getattr(inst, "attrs", None)  # a layer's record; other kinds of box have none
+        capacity = getattr(a, "capacity", None)
+        if a is None or capacity is None or not hasattr(a, "experts"):
+            continue
+        if capacity * a.k < a.experts:
             return (
                 f"transformers' Mixtral drops no token, where in training `{'/'.join(path)}` "
                 f"keeps at most ⌈{a.capacity:g}·{a.k}·tokens/{a.experts}⌉ tokens of a batch per "

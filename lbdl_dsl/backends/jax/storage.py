@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from lbdl_dsl.compiler.instance import Copies, Inst
+from lbdl_dsl.compiler import paths
+from lbdl_dsl.compiler.instance import GroupInst, Inst
 
 PER_COPY_MAX = 6
 """The most copies a ×N group of convolutions may have, all its runs together, and keep its
@@ -37,7 +38,7 @@ in 1.38, 1.92, 2.87 and 4.09 s apart against 1.44, 1.52, 1.48 and 1.48 s stacked
 so its groups stack from 3 copies on."""
 
 
-def per_copy(inst: Inst) -> bool:
+def per_copy(inst: GroupInst) -> bool:
     """Whether the ×N group ``inst``, outside every stack, keeps each copy's arrays apart."""
     if not inst.copies or any(cp.role != "layers" for cp in inst.copies):
         return False
@@ -50,7 +51,7 @@ def per_copy(inst: Inst) -> bool:
     return total <= PER_COPY_MAX and any(_convolves(cp.body) for cp in inst.copies)
 
 
-def checkpointed_on_cpu(inst: Inst) -> bool:
+def checkpointed_on_cpu(inst: GroupInst) -> bool:
     """Whether the copies of a group kept apart (`per_copy`) run under the checkpoint policy
     that keeps only their products and convolutions (``keep_products`` in the runtime) on a
     CPU too; on an accelerator they always do.
@@ -73,19 +74,16 @@ def _convolves(insts: list[Inst]) -> bool:
     for inst in insts:
         if any("kernel" in spec.roles for spec in inst.params.values()):
             return True
-        inner = [inst.body, inst.shortcut, *(cp.body for cp in inst.copies)]
-        if any(_convolves(part) for part in inner):
+        if any(_convolves(part) for part in inst.parts()):
             return True
     return False
 
 
-def numbered(inst: Inst) -> Iterator[tuple[int, int, Copies]]:
-    """Each run of copies with the number of its first copy and its count: the copies of a
-    group kept apart are numbered across its runs (``0`` is the one that changes the shape).
-    Counts are known by the time a model is built (the JAX module's tables need them)."""
-    first = 0
-    for cp in inst.copies:
-        count = cp.count.as_int()
-        assert count is not None, "a ×N group is lowered once its count is known"
-        yield first, count, cp
-        first += count
+def stored(root: list[Inst]) -> Iterator[paths.Array]:
+    """Every array as the JAX module stores it (`paths.arrays` with this rule)."""
+    return paths.arrays(root, per_copy)
+
+
+def cut(root: list[Inst]) -> paths.Cut:
+    """The arrays stored apart, each with the logical array it is a copy of (`paths.cut`)."""
+    return paths.cut(root, per_copy)

@@ -1,7 +1,8 @@
-"""Which ×N groups keep each copy's arrays apart (`storage`), and the paths that follow.
+"""Which ×N groups the JAX module keeps apart (`storage`), and the paths that follow.
 
-The stored layout and the stacked view (what the importers' maps are written against) must
-agree array for array: every stored copy is one index of a view's array, with its shape."""
+The compiler names arrays one way, the logical layout (`paths.arrays`); the module's stored
+layout must agree with it array for array: every stored copy is one index of a logical array,
+with its shape."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from lbdl_dsl.compiler import paths, storage
-from lbdl_dsl.compiler.driver import Compiled, compile_spec
+from lbdl_dsl.backends.jax import storage
+from lbdl_dsl.compiler import paths
+from lbdl_dsl.compiler.driver import compile_spec
+from lbdl_dsl.compiler.instance import Checked, GroupInst
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,9 +32,10 @@ model m:
 """
 
 
-def _arrays(compiled: Compiled, stacked: bool = False) -> dict[str, paths.Array]:
-    assert compiled.checked is not None
-    return {a.path: a for a in paths.arrays(compiled.checked.root, stacked=stacked)}
+def _arrays(compiled: Checked, stacked: bool = False) -> dict[str, paths.Array]:
+    """The logical layout (``stacked``), or the JAX module's."""
+    walked = paths.arrays(compiled.root) if stacked else storage.stored(compiled.root)
+    return {a.path: a for a in walked}
 
 
 def _ints(shape: tuple) -> tuple[int, ...]:
@@ -64,7 +68,7 @@ def test_gpt2s_twelve_blocks_stay_stacked() -> None:
 
 @pytest.mark.parametrize("stacked", [False, True])
 def test_every_stored_array_is_one_copy_of_the_view(
-    compile_text: Callable[..., Compiled], stacked: bool
+    compile_text: Callable[..., Checked], stacked: bool
 ) -> None:
     """Apart outside and inside; or stacked outside, and then inside too. Groups of fully
     connected layers keep at most `PER_COPY_ANY` copies apart."""
@@ -100,7 +104,7 @@ def _numel(shape: tuple) -> int:
 
 
 def test_a_group_whose_first_copy_differs_numbers_its_copies_across_runs(
-    compile_text: Callable[..., Compiled],
+    compile_text: Callable[..., Checked],
 ) -> None:
     """A group whose first copy changes the shape has two runs; kept apart (convolutions, 3
     copies), its copies are numbered 0, 1, 2 across both, each mapped to its run's array."""
@@ -137,13 +141,13 @@ model m:
     ],
 )
 def test_what_is_short_depends_on_the_body(
-    compile_text: Callable[..., Compiled], body: str, count: int, apart: bool
+    compile_text: Callable[..., Checked], body: str, count: int, apart: bool
 ) -> None:
     shape = "8×8×8" if body.startswith("conv") else "8"
     text = f"model m:\n  input X: {shape}\n  ×{count}:\n    {body}\n  output Y\n"
     compiled = compile_text(text)
-    assert compiled.checked is not None
-    (group,) = [i for i in compiled.checked.root if i.copies]
+    assert compiled is not None
+    (group,) = [i for i in compiled.root if isinstance(i, GroupInst) and i.copies]
     assert storage.per_copy(group) is apart
     stacks = {_ints(a.stack) for a in _arrays(compiled).values()}
     assert stacks == ({()} if apart else {(count,)})
@@ -154,7 +158,7 @@ def test_what_is_short_depends_on_the_body(
     [("conv-2d k=3 p=1 c=8\n    relu", False), ("fc 8\n    relu", True)],
 )
 def test_copies_of_convolutions_run_without_the_checkpoint_on_a_cpu(
-    compile_text: Callable[..., Compiled], body: str, checkpointed: bool
+    compile_text: Callable[..., Checked], body: str, checkpointed: bool
 ) -> None:
     # XLA:CPU planned the same memory for a convolution group's copies either way, and the
     # checkpoint cost compile and step time; a transformer's copies keep it (and accelerators
@@ -162,8 +166,8 @@ def test_copies_of_convolutions_run_without_the_checkpoint_on_a_cpu(
     shape = "8×8×8" if body.startswith("conv") else "8"
     text = f"model m:\n  input X: {shape}\n  ×2:\n    {body}\n  output Y\n"
     compiled = compile_text(text)
-    assert compiled.checked is not None
-    (group,) = [i for i in compiled.checked.root if i.copies]
+    assert compiled is not None
+    (group,) = [i for i in compiled.root if isinstance(i, GroupInst) and i.copies]
     assert storage.per_copy(group) and storage.checkpointed_on_cpu(group) is checkpointed
     from lbdl_dsl.backends.jax.codegen import generate  # the call the generator writes
 
@@ -182,3 +186,14 @@ def test_experts_stay_stacked_and_so_does_what_is_inside_them() -> None:
         assert arr.stack_roles == ("experts",) and _ints(arr.stack) == (3,)
         assert (arr.view, arr.copy) == (f"repeat_0/{w}", (k,))
     assert _ints(_arrays(compiled, stacked=True)[f"repeat_0/{w}"].shape)[:2] == (2, 3)
+
+
+def test_the_compiler_names_arrays_one_way_whatever_the_backend_stores() -> None:
+    """ResNet-50's groups are short, ResNet-101's third is long: the JAX module stores the one
+    apart and the other stacked, but the compiler's names are stacked for both, so the paths
+    the two share are the same (``lbdl diff`` carries every shared array)."""
+    a = _arrays(compile_spec(REPO / "specs" / "resnet50.lbdl"), stacked=True)
+    b = _arrays(compile_spec(REPO / "specs" / "resnet101.lbdl"), stacked=True)
+    assert set(a) == set(b)
+    assert all(not any(part.isdigit() for part in p.split("/")) for p in a)
+    assert storage.cut(compile_spec(REPO / "specs" / "resnet50.lbdl").root)
