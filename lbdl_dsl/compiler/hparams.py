@@ -12,6 +12,7 @@ import re
 from fractions import Fraction
 
 from lbdl_dsl.compiler import ast
+from lbdl_dsl.compiler.formula_parse import parse_formula
 from lbdl_dsl.compiler.graph import HValue, ParamRef
 from lbdl_dsl.core.errors import LbdlError, did_you_mean
 from lbdl_dsl.core.layers import HP, Layer
@@ -137,6 +138,14 @@ def normalise(layer: Layer, hp: HP, value: ast.Value, known: set[str], params: s
         if isinstance(value, ast.SizeExpr) and value.bare_name == "same":
             return "same"
         return _as_sizes(value, hp.name, known, layer.spatial)
+    if kind == "formula":
+        if isinstance(value, ast.Literal) and isinstance(value.value, str):
+            return parse_formula(value.value, value.span, known)
+        raise LbdlError(
+            f"`{hp.name}` is a formula in quotes, not `{value.text}`",
+            value.span,
+            hint=f'e.g. `{hp.name}="abs(j - i)"`',
+        )
     if kind in ("axes", "shape"):
         items = value.items if isinstance(value, ast.TupleValue) else (value,)
         return tuple(as_size(v, hp.name, known, allow_negative=True) for v in items)
