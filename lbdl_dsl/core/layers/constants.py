@@ -296,7 +296,8 @@ REL_BUCKETS = Layer(
     "i and key j, the bucket of j − i (Raffel et al. 2020): exact for distances under n/4 "
     "(bidirectional) or n/2, logarithmic up to `far`, the last bucket beyond; later keys take "
     "the upper half when `bidirectional=true` (an encoder), and all later keys bucket 0 "
-    "otherwise (a decoder). `embed d=h` turns it into T5's learned bias, T×S×h.",
+    "otherwise (a decoder). `embed d=h` turns it into T5's learned bias, T×S×h. A name for "
+    "the `table` whose formula specs/t5-small.lbdl writes (the two agree on every pair).",
     hparams=(
         HP("t", "size", doc="rows, the queries (from the annotation when left out)"),
         HP("s", "size", None, "columns, the keys (default: t)"),
