@@ -39,9 +39,11 @@ from lbdl_dsl.core.symbolic import Expr, sym
 _EXAMPLE = 'e.g. `table f="abs(j - i)"  T×T`'
 
 
-def parse_formula(text: str, span: Span, known: set[str]) -> Formula:
+def parse_formula(text: str, span: Span, known: set[str], axes: int | None = None) -> Formula:
     """The formula written in a string whose span (quotes included) is ``span``; ``known``:
-    the sizes named at the box. An `LbdlError` at the place of the first problem."""
+    the sizes named at the box; ``axes``: the table's, where the line says them (else the
+    check of the index variables waits for the shape). An `LbdlError` at the place of the
+    first problem."""
     if not text.strip():
         raise LbdlError("the formula is empty", span, hint=_EXAMPLE)
     try:
@@ -50,26 +52,36 @@ def parse_formula(text: str, span: Span, known: set[str]) -> Formula:
         raise _syntax_error(exc, text, span) from None
     root = _Builder(span).node(tree.children[0])
     sizes: list[tuple[str, Expr]] = []
+    indices = INDEX_NAMES[:axes] if axes is not None else INDEX_NAMES
     for node in _names(root):
-        if node.name in INDEX_NAMES:
+        if node.name in indices:
             continue
+        if node.name in INDEX_NAMES:
+            listed = ", ".join(f"`{n}`" for n in indices)
+            raise LbdlError(
+                f"the formula reads `{node.name}`, but a table of {axes} "
+                f"{'axis' if axes == 1 else 'axes'} has only {listed}",
+                node.span,
+                hint="the index variables are i, j, k, l, one per axis of the shape, in order",
+            )
         if node.name not in known:
             raise LbdlError(
                 f"unknown name `{node.name}` in this formula",
                 node.span,
-                hint=_name_hint(node.name, known),
+                hint=_name_hint(node.name, known, indices),
             )
         if node.name not in dict(sizes):
             sizes.append((node.name, sym(node.name)))
     return Formula(text, root, span, tuple(sorted(sizes)))
 
 
-def _name_hint(name: str, known: set[str]) -> str:
-    valid = set(INDEX_NAMES) | known
+def _name_hint(name: str, known: set[str], indices: tuple[str, ...]) -> str:
+    """A did-you-mean among what may stand there: the table's index variables and the sizes
+    known at the box (a function's name is no value)."""
     if name in FUNCTIONS:
         return f"`{name}` is a function: call it, `{name}(...)`"
-    close = did_you_mean(name, valid)
-    listed = ", ".join(f"`{n}`" for n in INDEX_NAMES + tuple(sorted(known)))
+    close = did_you_mean(name, set(indices) | known)
+    listed = ", ".join(f"`{n}`" for n in indices + tuple(sorted(known)))
     return close or f"a formula reads the index variables and the sizes known here: {listed}"
 
 

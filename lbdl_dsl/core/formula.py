@@ -251,6 +251,7 @@ def to_numpy(node: Node, values: Mapping[str, int | float]) -> str:
         a, b = to_numpy(node.left, values), to_numpy(node.right, values)
         test = f"{_UFUNC[node.op]}({a}, {b})"
         return f"np.where({test}, 1, 0)" if node.op in _COMPARE else test
+    assert isinstance(node, Call), "a number or a size is folded above"
     args = [to_numpy(a, values) for a in node.args]
     c = node.args[0]
     if node.fn == "where" and isinstance(c, BinOp) and c.op in _COMPARE:

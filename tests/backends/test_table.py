@@ -82,7 +82,7 @@ def _error(line: str) -> LbdlError:
 @pytest.mark.parametrize(
     "line,message,column,hint",
     [
-        ('table f="abs(j - q)"  T×T', "unknown name `q`", 20, "`i`, `j`, `k`, `l`, `NB`, `T`"),
+        ('table f="abs(j - q)"  T×T', "unknown name `q`", 20, "known here: `i`, `j`, `NB`, `T`"),
         ('table f="abs(j - nb)"  T×T', "unknown name `nb`", 20, "did you mean `NB`?"),
         ('table f="lgo(j + 1)"  T×T', "unknown function `lgo`", 12, "did you mean `log`?"),
         ('table f="__import__(i)"  T×T', "unknown function `__import__`", 12, "may call `exp`"),
@@ -103,6 +103,20 @@ def test_a_formula_s_errors_point_into_the_string(
     assert err.span is not None and (err.span.line, err.span.column) == (4, column)
 
 
-def test_an_index_beyond_the_table_s_axes_is_refused() -> None:
-    err = _error('table f="i + k"  T×T').first
+@pytest.mark.parametrize("line", ['table f="i + k"  T×T', 'table f="i + k" size=(T, T)'])
+def test_an_index_beyond_the_table_s_axes_is_refused_at_its_place(line: str) -> None:
+    err = _error(line).first
     assert "reads `k`, but a table of 2 axes has only `i`, `j`" in err.message
+    assert err.span is not None and (err.span.line, err.span.column) == (4, 16)
+
+
+def test_one_size_is_one_axis() -> None:
+    spec = 'block b on T:\n  table f="j" size=S\nmodel m(S=4):\n  input X: 1\n  b\n'
+    with pytest.raises(LbdlError) as info:
+        lbdl_dsl.check(text=spec)
+    assert "reads `j`, but a table of 1 axis has only `i`" in info.value.first.message
+
+
+def test_a_typo_near_an_index_beyond_the_axes_is_not_answered_with_it() -> None:
+    err = _error('table f="kk + i"  T×T').first  # `k` is no index of a 2-axis table
+    assert "unknown name `kk`" in err.message and "`k`" not in (err.hint or "")

@@ -392,7 +392,8 @@ def _formula_attrs(c: Ctx) -> FormulaAttrs:
     if beyond:
         names = ", ".join(f"`{n}`" for n in INDEX_NAMES[: len(size)])
         c.fail(
-            f"the formula reads `{beyond[0]}`, but a table of {len(size)} axes has only {names}",
+            f"the formula reads `{beyond[0]}`, but a table of {len(size)} "
+            f"{'axis' if len(size) == 1 else 'axes'} has only {names}",
             "the index variables are i, j, k, l, one per axis of the shape, in order",
             "f",
         )
