@@ -408,7 +408,7 @@ def _formula_attrs(c: Ctx) -> FormulaAttrs:
 def table_ref(a: FormulaAttrs) -> Any:
     """The table as `core.formula` evaluates its tree: float64, or int32 in [0, n)."""
     value = evaluate(a.f, tuple(a.size))
-    return value if a.n is None else whole_in_range(value, a.n)
+    return value.astype(numpy().float64) if a.n is None else whole_in_range(value, a.n)
 
 
 TABLE = Layer(
