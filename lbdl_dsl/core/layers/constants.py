@@ -436,6 +436,7 @@ TABLE = Layer(
         ("", 'table f="where(j > i, 1.0, exp(-(i - j) / 4))"  5×7'),
         ("", 'table f="min(i, 3) + 4 * floor(log(j + 1))" int=12  6×9'),
         ("", 'table f="clamp(i - 2, 0, 3) * sign(j - 1) + sqrt(k) ^ 2"  4×3×2'),
+        ("", 'table f="max(ceil(i / 3), j, 1) * (i == j) + (i <= j) + (i >= j) - (k < 1)"  5×4×2'),
     ),
     reference=lambda xs, p, s, a: table_ref(a)[None],
 )
