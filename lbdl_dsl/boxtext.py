@@ -19,8 +19,12 @@ from typing import Any
 from lbdl_dsl.compiler.graph import Block, Node, ParamRef
 from lbdl_dsl.compiler.hparams import default_value
 from lbdl_dsl.compiler.instance import CallInst, Inst, RepeatInst
+from lbdl_dsl.core.formula import Formula
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.symbolic import Expr
+
+FORMULA_SHOWN = 40
+"""The characters of a table's formula the summary and the figure write (the spec has it all)."""
 
 
 def fmt_value(value: Any) -> str:
@@ -36,6 +40,8 @@ def fmt_value(value: Any) -> str:
         return f"{value:g}"
     if isinstance(value, ParamRef):
         return value.name
+    if isinstance(value, Formula) and len(value.text) > FORMULA_SHOWN:  # a table's formula:
+        return f'"{value.text[: FORMULA_SHOWN - 1].rstrip()}…"'  # its start, as a figure has room
     return str(value)
 
 

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from lbdl_dsl.compiler.driver import CheckFailed
 from lbdl_dsl.compiler.imports import sources_for
-from lbdl_dsl.core.errors import LbdlError, os_error
+from lbdl_dsl.core.errors import LbdlError, did_you_mean, os_error
 
 # The third-party module a verb could not import -> the extra of pyproject.toml that brings it.
 # One table, read by `guarded`: a verb never checks for its own dependencies.
@@ -59,9 +59,17 @@ class Parser(argparse.ArgumentParser):
     """argparse, with a bad flag treated like any other bad input: the usage, the message, a hint
     to ``--help``, and exit code 1 (argparse's own is 2, which the house keeps for nothing)."""
 
+    choice_hint: str | None = None  # a did-you-mean among a flag's own choices
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:  # `--optimizer adamm`
+            self.choice_hint = did_you_mean(str(value), [str(c) for c in action.choices])
+        super()._check_value(action, value)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        sys.stderr.write(f"{self.prog}: error: {message}\nhint: see `{self.prog} --help`\n")
+        hint = self.choice_hint or f"see `{self.prog} --help`"
+        sys.stderr.write(f"{self.prog}: error: {message}\nhint: {hint}\n")
         raise SystemExit(1)
 
 

@@ -146,6 +146,14 @@ class _Builder:
     def __init__(self, blocks_ast: dict[str, ast.BlockDef]) -> None:
         self.blocks_ast = blocks_ast
         self.plans: dict[str, _LayerPlan | None] = {}  # by name as written; None: no layer
+        self.building: str | None = None  # the block whose body is being built, if any
+
+    def callable_here(self) -> list[str]:
+        """The blocks a box may call where it stands: all, in a model; in a block's body,
+        those that do not lead back to it (itself, or a block that calls it, is a cycle)."""
+        if self.building is None:
+            return list(self.blocks_ast)
+        return [n for n in self.blocks_ast if self.building not in _reached(self.blocks_ast, n)]
 
     def plan(self, op: str) -> _LayerPlan | None:
         """The plan of the layer that ``op`` names (an alias too), or None if it names none."""
@@ -407,7 +415,7 @@ class _Builder:
             raise LbdlError(
                 f"unknown layer `{st.op}`",
                 st.op_span,
-                hint=did_you_mean(st.op, [*LAYERS, *self.blocks_ast]) or _new_name_hint(st.op),
+                hint=did_you_mean(st.op, [*LAYERS, *self.callable_here()]) or _new_name_hint(st.op),
             )
         self.emit(scope, node, inputs)
         if st.name is not None:
@@ -505,7 +513,9 @@ class _Builder:
                         else f"`{layer.name}` takes none"
                     ),
                 )
-            values[hp.key] = normalise(layer, decl, hp.value, scope.known, scope.params)
+            values[hp.key] = normalise(
+                layer, decl, hp.value, scope.known, scope.params, _axes_written(st)
+            )
         explicit = frozenset(values)
         hparams: tuple[tuple[str, HValue], ...]
         if values:  # the written ones in their order, then the others in the layer's
@@ -773,9 +783,38 @@ def _build_block(builder: _Builder, b: ast.BlockDef) -> Block:
         if pat.name:
             builder.define(scope, ast.Ref(pat.name, pat.span), nid)
     scope.current = "input"
-    builder.body(scope, b.body)
+    outer, builder.building = builder.building, b.name
+    try:
+        builder.body(scope, b.body)
+    finally:
+        builder.building = outer
     scope.graph.result = scope.current
     return Block(b.name, params, tuple(sigs), scope.graph, b.span)
+
+
+def _axes_written(st: ast.Box) -> int | None:
+    """The axes of a box's output where its line says them (its annotation, or `size=`): a
+    table's formula may read one index variable per axis."""
+    for hp in st.hparams:
+        if hp.key == "size":
+            return len(hp.value.items) if isinstance(hp.value, ast.TupleValue) else 1
+    return len(st.shape.dims) if st.shape is not None else None
+
+
+def _reached(blocks: dict[str, ast.BlockDef], start: str) -> set[str]:
+    """``start`` and every block it calls, directly or through others (read from the syntax
+    trees: for a hint, before any graph is built)."""
+    seen, todo = {start}, [start]
+    while todo:
+        stmts = list(blocks[todo.pop()].body)
+        while stmts:
+            st = stmts.pop()
+            stmts += getattr(st, "body", ()) + (getattr(st, "shortcut", None) or ())
+            op = getattr(st, "op", None)
+            if op in blocks and op not in seen:
+                seen.add(op)
+                todo.append(op)
+    return seen
 
 
 def _build_model(builder: _Builder, m: ast.ModelDef) -> Model:

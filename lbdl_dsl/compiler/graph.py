@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 from lbdl_dsl.core.errors import Span
+from lbdl_dsl.core.formula import Formula
 from lbdl_dsl.core.symbolic import Expr
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class ParamRef:
         return self.name
 
 
-HValue = Union[Expr, tuple["HValue", ...], float, bool, str, ParamRef, None]
+HValue = Union[Expr, tuple["HValue", ...], float, bool, str, ParamRef, Formula, None]
 
 
 @dataclass(frozen=True)

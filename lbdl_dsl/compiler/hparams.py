@@ -12,6 +12,7 @@ import re
 from fractions import Fraction
 
 from lbdl_dsl.compiler import ast
+from lbdl_dsl.compiler.formula_parse import parse_formula
 from lbdl_dsl.compiler.graph import HValue, ParamRef
 from lbdl_dsl.core.errors import LbdlError, did_you_mean
 from lbdl_dsl.core.layers import HP, Layer
@@ -104,7 +105,11 @@ def _as_choice(value: ast.Value, hp: HP, params: set[str]) -> HValue:
     if isinstance(value, ast.SizeExpr) and word in params:
         return ParamRef(word, value.span)
     choices = ", ".join(f"`{c}`" for c in hp.choices)
-    raise LbdlError(f"`{hp.name}` is one of {choices}, not `{value.text}`", value.span)
+    raise LbdlError(
+        f"`{hp.name}` is one of {choices}, not `{value.text}`",
+        value.span,
+        hint=did_you_mean(value.text, hp.choices),  # only the entry's own words
+    )
 
 
 def _as_axis(value: ast.Value, key: str) -> int:
@@ -115,8 +120,16 @@ def _as_axis(value: ast.Value, key: str) -> int:
     raise LbdlError(f"`{key}` is an axis number (0, 1, ... or -1 for the last)", value.span)
 
 
-def normalise(layer: Layer, hp: HP, value: ast.Value, known: set[str], params: set[str]) -> HValue:
-    """One written value in canonical form, or an error at the value."""
+def normalise(
+    layer: Layer,
+    hp: HP,
+    value: ast.Value,
+    known: set[str],
+    params: set[str],
+    axes: int | None = None,
+) -> HValue:
+    """One written value in canonical form, or an error at the value; ``axes``: the box's
+    output axes where its line says them (a formula reads one index variable per axis)."""
     kind = hp.kind
     if kind == "bool":
         return _as_bool(value, hp.name, params)
@@ -137,6 +150,14 @@ def normalise(layer: Layer, hp: HP, value: ast.Value, known: set[str], params: s
         if isinstance(value, ast.SizeExpr) and value.bare_name == "same":
             return "same"
         return _as_sizes(value, hp.name, known, layer.spatial)
+    if kind == "formula":
+        if isinstance(value, ast.Literal) and isinstance(value.value, str):
+            return parse_formula(value.value, value.span, known, axes)
+        raise LbdlError(
+            f"`{hp.name}` is a formula in quotes, not `{value.text}`",
+            value.span,
+            hint=f'e.g. `{hp.name}="abs(j - i)"`',
+        )
     if kind in ("axes", "shape"):
         items = value.items if isinstance(value, ast.TupleValue) else (value,)
         return tuple(as_size(v, hp.name, known, allow_negative=True) for v in items)

@@ -55,6 +55,7 @@ from lbdl_dsl.compiler.instance import (
 from lbdl_dsl.compiler.limits import MAX_CALL_DEPTH, MAX_DIM, MAX_EXPANDED_LAYERS, MAX_REPEAT
 from lbdl_dsl.core.collector import fewer_collections
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span
+from lbdl_dsl.core.formula import Formula
 from lbdl_dsl.core.layers import Ctx, Layer, ShapeFailure, lookup
 from lbdl_dsl.core.layers.base import ZEROS, FanIn, PSpec, Shape, fmt_shape
 from lbdl_dsl.core.symbolic import Expr, InexactDivision, PerCopy
@@ -143,6 +144,8 @@ def _subs(value: Any, env: Env) -> Any:
         return value.subs(exprs)
     if isinstance(value, tuple):
         return tuple(_subs(v, env) for v in value)
+    if isinstance(value, Formula):  # a table's formula: the sizes it names, at this use
+        return value.with_sizes(tuple((k, _subs(v, env)) for k, v in value.sizes))
     if isinstance(value, ParamRef):
         if value.name not in env:
             raise LbdlError(f"no value for parameter `{value.name}`", value.span)

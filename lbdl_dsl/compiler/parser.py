@@ -358,7 +358,7 @@ def _words(expected: set[str]) -> str:
 
 
 def _parse_only(text: str) -> Any:
-    return _lark().parse(text)
+    return _lark().parse(text, start="start")
 
 
 def _syntax_error(exc: UnexpectedInput, text: str, file: str) -> LbdlError:

@@ -115,7 +115,8 @@ def _item(item: ast.AST | tuple[str, ast.expr], indent: str) -> list[str]:
 
 
 def _parts(node: ast.expr) -> tuple[list | None, str, str]:
-    """The items of a call, dictionary or tuple, and its brackets; None for anything else."""
+    """The items of a call, dictionary or tuple (or of a lambda's call), and its brackets;
+    None for anything else."""
     if isinstance(node, ast.Call):
         items: list = list(node.args)
         items += [(f"{k.arg}=", k.value) for k in node.keywords]
@@ -126,6 +127,9 @@ def _parts(node: ast.expr) -> tuple[list | None, str, str]:
         return list(node.elts), "(", ")"
     if isinstance(node, ast.List):
         return list(node.elts), "[", "]"
+    if isinstance(node, ast.Lambda) and isinstance(node.body, ast.Call):  # a table's formula
+        items, opening, closing = _parts(node.body)
+        return items, f"lambda {', '.join(a.arg for a in node.args.args)}: {opening}", closing
     return None, "", ""
 
 

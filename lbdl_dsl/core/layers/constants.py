@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from lbdl_dsl.core.formula import INDEX_NAMES, Formula, evaluate, numbers, whole_in_range
 from lbdl_dsl.core.layers.base import HP, Attrs, Ctx, Layer, numpy, prod_int
 from lbdl_dsl.core.symbolic import Expr
 
@@ -295,7 +296,8 @@ REL_BUCKETS = Layer(
     "i and key j, the bucket of j − i (Raffel et al. 2020): exact for distances under n/4 "
     "(bidirectional) or n/2, logarithmic up to `far`, the last bucket beyond; later keys take "
     "the upper half when `bidirectional=true` (an encoder), and all later keys bucket 0 "
-    "otherwise (a decoder). `embed d=h` turns it into T5's learned bias, T×S×h.",
+    "otherwise (a decoder). `embed d=h` turns it into T5's learned bias, T×S×h. A name for "
+    "the `table` whose formula specs/t5-small.lbdl writes (the two agree on every pair).",
     hparams=(
         HP("t", "size", doc="rows, the queries (from the annotation when left out)"),
         HP("s", "size", None, "columns, the keys (default: t)"),
@@ -369,4 +371,74 @@ ALIBI = Layer(
     reference=lambda xs, p, s, a: alibi_ref(a),
 )
 
-LAYERS = (SINCOS_1D, SINCOS_2D, BAND, REL_INDEX, REL_BUCKETS, ALIBI)
+
+@dataclass(frozen=True)
+class FormulaAttrs(Attrs):
+    """A table's formula, its extents, the sizes it names as numbers, and, for whole numbers,
+    their range [0, n)."""
+
+    f: Formula
+    size: tuple[int, ...]
+    values: tuple[tuple[str, int | float], ...]
+    n: int | None
+
+
+def _formula_attrs(c: Ctx) -> FormulaAttrs:
+    size = tuple(_known_value(c, "size", v) for v in c.hp["size"])
+    if not 1 <= len(size) <= len(INDEX_NAMES):
+        c.fail(f"a table has 1 to {len(INDEX_NAMES)} axes, got {len(size)}", hparam="size")
+    f: Formula = c.hp["f"]
+    beyond = sorted(f.indices() - set(INDEX_NAMES[: len(size)]))
+    if beyond:
+        names = ", ".join(f"`{n}`" for n in INDEX_NAMES[: len(size)])
+        c.fail(
+            f"the formula reads `{beyond[0]}`, but a table of {len(size)} "
+            f"{'axis' if len(size) == 1 else 'axes'} has only {names}",
+            "the index variables are i, j, k, l, one per axis of the shape, in order",
+            "f",
+        )
+    try:
+        values = tuple(numbers(f).items())
+    except ValueError as exc:
+        c.fail(f"a table's sizes must be known: {exc}", hparam="f")
+    n = None if c.hp.get("int") is None else _known(c, "int")
+    return FormulaAttrs(f, size, values, n)
+
+
+def table_ref(a: FormulaAttrs) -> Any:
+    """The table as `core.formula` evaluates its tree: float64, or int32 in [0, n)."""
+    value = evaluate(a.f, tuple(a.size))
+    return value.astype(numpy().float64) if a.n is None else whole_in_range(value, a.n)
+
+
+TABLE = Layer(
+    name="table",
+    aliases=("const-table",),
+    category="Constant",
+    doc="A constant computed from positions: the formula `f` (a string) gives the value at "
+    "index i (and j, k, l: one per axis of the shape at the right or of `size=`). It may use "
+    "numbers, the sizes known at the box, + − * / ^, the comparisons < <= == >= > (1 where "
+    "true, 0 elsewhere) and exp, log, sqrt, abs, sign, floor, ceil, min, max, clamp(x, lo, hi) "
+    "and where(c, a, b). `int=n`: whole numbers in [0, n) (an index for `embed`), else floats. "
+    "Computed once, when the model is traced; no parameters, no multiply-accumulates.",
+    hparams=(
+        HP("f", "formula", doc='the formula over i, j, k, l, e.g. "abs(j - i)"'),
+        HP("size", "shape", doc="the extent of each axis (from the annotation when left out)"),
+        HP("int", "size", None, "whole numbers in [0, int) instead of floats (default: floats)"),
+    ),
+    arity=(0, 0),
+    resolve=_formula_attrs,
+    shape=lambda c: tuple(Expr.lift(n) for n in c.a.size),
+    from_annotation=(("size", None),),
+    out_type=lambda c: ("int", Expr.lift(c.a.n)) if c.a.n is not None else ("float", None),
+    example=("", 'table f="abs(j - i)"  16×16'),
+    cases=(
+        ("", 'table f="where(j > i, 1.0, exp(-(i - j) / 4))"  5×7'),
+        ("", 'table f="min(i, 3) + 4 * floor(log(j + 1))" int=12  6×9'),
+        ("", 'table f="clamp(i - 2, 0, 3) * sign(j - 1) + sqrt(k) ^ 2"  4×3×2'),
+        ("", 'table f="max(ceil(i / 3), j, 1) * (i == j) + (i <= j) + (i >= j) - (k < 1)"  5×4×2'),
+    ),
+    reference=lambda xs, p, s, a: table_ref(a)[None],
+)
+
+LAYERS = (TABLE, SINCOS_1D, SINCOS_2D, BAND, REL_INDEX, REL_BUCKETS, ALIBI)

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-CONFIG = {"N": 6, "D": 512, "H": 8, "F": 2048, "V": 32128, "NB": 32, "T": 64, "S": 64}
+CONFIG = {"N": 6, "D": 512, "H": 8, "F": 2048, "V": 32128, "NB": 32, "FAR": 128, "T": 64, "S": 64}
 COMPUTE = jnp.float32
 
 
@@ -93,19 +93,44 @@ def init(key):
 
 def apply(params, state, X, Y, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
-    # t5-small.lbdl:16: embed                                                         T×D
+    # t5-small.lbdl:18: embed                                                         T×D
     tokens = embed(X, params["embed_0"]["table"])
-    # t5-small.lbdl:18: rel-buckets t=T n=NB far=128                                  T×T
-    x = relative_buckets(64, 64, 32, 128)
-    # t5-small.lbdl:19: embed d=H                                                     T×T×H
+    # t5-small.lbdl:20: table int=NB f= NB/2 * (j > i) + where(abs(j - i) < NB/4, abs(j - i), min(NB
+    x = formula_table(
+        lambda i, j: np.add(
+            np.multiply(16.0, np.where(np.greater(j, i), 1, 0)),
+            np.where(
+                np.less(np.abs(np.subtract(j, i)), 8.0),
+                np.abs(np.subtract(j, i)),
+                np.minimum(
+                    15.0,
+                    np.add(
+                        8.0,
+                        np.floor(
+                            np.multiply(
+                                np.true_divide(
+                                    np.log(np.true_divide(np.abs(np.subtract(j, i)), 8.0)),
+                                    2.772588722239781,
+                                ),
+                                8.0,
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        (64, 64),
+        n=32,
+    )
+    # t5-small.lbdl:21: embed d=H                                                     T×T×H
     x = embed(x, params["embed_1"]["table"])
-    # t5-small.lbdl:20: transpose perm=(2, 0, 1)                                      H×T×T
+    # t5-small.lbdl:22: transpose perm=(2, 0, 1)                                      H×T×T
     encoder_bias = x.transpose(0, 3, 1, 2)
 
-    # t5-small.lbdl:23: ×N:  ->  64×512
+    # t5-small.lbdl:25: ×N:  ->  64×512
     def step_repeat_0(x1, xs):
         p, key = xs
-        # t5-small.lbdl:24: self-att(encoder_bias) h=H scale=none norm=rmsnorm eps=1e-6  -> attn  ->
+        # t5-small.lbdl:26: self-att(encoder_bias) h=H scale=none norm=rmsnorm eps=1e-6  -> attn  ->
         # self-att:2: rmsnorm eps=eps -> ln  ->  64×512
         ln = rms_norm(x1, p["attn"]["ln"]["scale"])
         # self-att:3: mha(B) h=h bias=bias kbias=kbias p=p causal=causal scale=scale -> att  ->  64×
@@ -124,7 +149,7 @@ def apply(params, state, X, Y, *, train=False, key=None):
         )
         # self-att:4: +(X)  ->  64×512
         attn = att + x1
-        # t5-small.lbdl:25: ffw hidden=F act=relu bias=false p=0.0 norm=rmsnorm eps=1e-6 -> mlp  ->
+        # t5-small.lbdl:27: ffw hidden=F act=relu bias=false p=0.0 norm=rmsnorm eps=1e-6 -> mlp  ->
         # ffw:2: rmsnorm eps=eps -> ln  ->  64×512
         ln1 = rms_norm(attn, p["mlp"]["ln"]["scale"])
         # ffw:3: fc out=hidden bias=bias -> fc1  ->  64×2048
@@ -140,21 +165,43 @@ def apply(params, state, X, Y, *, train=False, key=None):
         return mlp, None
 
     x, _ = scan_group(step_repeat_0, tokens, (params["repeat_0"], split_keys(fold(key, 1), 6)), 6)
-    # t5-small.lbdl:26: rmsnorm eps=1e-6  ->  64×512
+    # t5-small.lbdl:28: rmsnorm eps=1e-6  ->  64×512
     Z = rms_norm(x, params["rmsnorm_0"]["scale"])
-    # t5-small.lbdl:29: embed tie=tokens                                              S×D
+    # t5-small.lbdl:31: embed tie=tokens                                              S×D
     targets = embed(Y, params["embed_0"]["table"])
-    # t5-small.lbdl:31: rel-buckets t=S n=NB far=128 bidirectional=false              S×S
-    x = relative_buckets(64, 64, 32, 128, bidirectional=False)
-    # t5-small.lbdl:32: embed d=H                                                     S×S×H
+    # t5-small.lbdl:33: table int=NB f= where(i - j < NB/2, max(i - j, 0), min(NB - 1, NB/2 + floor(
+    x = formula_table(
+        lambda i, j: np.where(
+            np.less(np.subtract(i, j), 16.0),
+            np.maximum(np.subtract(i, j), 0),
+            np.minimum(
+                31,
+                np.add(
+                    16.0,
+                    np.floor(
+                        np.multiply(
+                            np.true_divide(
+                                np.log(np.true_divide(np.subtract(i, j), 16.0)),
+                                2.0794415416798357,
+                            ),
+                            16.0,
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        (64, 64),
+        n=32,
+    )
+    # t5-small.lbdl:34: embed d=H                                                     S×S×H
     x = embed(x, params["embed_3"]["table"])
-    # t5-small.lbdl:33: transpose perm=(2, 0, 1)                                      H×S×S
+    # t5-small.lbdl:35: transpose perm=(2, 0, 1)                                      H×S×S
     decoder_bias = x.transpose(0, 3, 1, 2)
 
-    # t5-small.lbdl:36: ×N:  ->  64×512
+    # t5-small.lbdl:38: ×N:  ->  64×512
     def step_repeat_1(x2, xs):
         p, key = xs
-        # t5-small.lbdl:37: self-att(decoder_bias) h=H causal=true scale=none norm=rmsnorm eps=1e-6
+        # t5-small.lbdl:39: self-att(decoder_bias) h=H causal=true scale=none norm=rmsnorm eps=1e-6
         # self-att:2: rmsnorm eps=eps -> ln  ->  64×512
         ln2 = rms_norm(x2, p["attn"]["ln"]["scale"])
         # self-att:3: mha(B) h=h bias=bias kbias=kbias p=p causal=causal scale=scale -> att  ->  64×
@@ -174,7 +221,7 @@ def apply(params, state, X, Y, *, train=False, key=None):
         )
         # self-att:4: +(X)  ->  64×512
         attn1 = att1 + x2
-        # t5-small.lbdl:38: cross-att(Z) h=H scale=none norm=rmsnorm eps=1e-6          -> cross  ->
+        # t5-small.lbdl:40: cross-att(Z) h=H scale=none norm=rmsnorm eps=1e-6          -> cross  ->
         # cross-att:2: rmsnorm eps=eps -> ln  ->  64×512
         ln3 = rms_norm(attn1, p["cross"]["ln"]["scale"])
         # cross-att:3: mha(Z) h=h bias=bias kbias=kbias p=p scale=scale -> att  ->  64×512
@@ -192,7 +239,7 @@ def apply(params, state, X, Y, *, train=False, key=None):
         )
         # cross-att:4: +(X)  ->  64×512
         cross = att2 + attn1
-        # t5-small.lbdl:39: ffw hidden=F act=relu bias=false p=0.0 norm=rmsnorm eps=1e-6 -> mlp  ->
+        # t5-small.lbdl:41: ffw hidden=F act=relu bias=false p=0.0 norm=rmsnorm eps=1e-6 -> mlp  ->
         # ffw:2: rmsnorm eps=eps -> ln  ->  64×512
         ln4 = rms_norm(cross, p["mlp"]["ln"]["scale"])
         # ffw:3: fc out=hidden bias=bias -> fc1  ->  64×2048
@@ -208,11 +255,11 @@ def apply(params, state, X, Y, *, train=False, key=None):
         return mlp1, None
 
     x, _ = scan_group(step_repeat_1, targets, (params["repeat_1"], split_keys(fold(key, 2), 6)), 6)
-    # t5-small.lbdl:40: rmsnorm eps=1e-6  ->  64×512
+    # t5-small.lbdl:42: rmsnorm eps=1e-6  ->  64×512
     x = rms_norm(x, params["rmsnorm_1"]["scale"])
-    # t5-small.lbdl:41: times rsqrt=D  ->  64×512
+    # t5-small.lbdl:43: times rsqrt=D  ->  64×512
     x = x * 0.04419417382415922
-    # t5-small.lbdl:42: fc bias=false tie=tokens                                      S×V
+    # t5-small.lbdl:44: fc bias=false tie=tokens                                      S×V
     P = dense(x, params["embed_0"]["table"].T)
     return {"Z": Z, "P": P}, {}
 
@@ -636,22 +683,17 @@ def unflatten(flat: dict) -> dict:
     return out
 
 
-def relative_buckets(t: int, s: int, n: int, far: int, *, bidirectional: bool = True):
-    """(1, t, s) int32: T5's bucket of key j − query i, computed as transformers' T5 computes
-    it (in float32, truncated), so that an imported table reads the same rows."""
-    rel = np.arange(s)[None, :] - np.arange(t)[:, None]
-    bucket = np.zeros((t, s), np.int64)
-    if bidirectional:
-        n //= 2
-        bucket += (rel > 0) * n
-        rel = np.abs(rel)
-    else:
-        rel = -np.minimum(rel, 0)
-    exact = n // 2
-    far_ratio = np.float32(np.log(far / exact))
-    # the distances below `exact` keep their own bucket: their logarithm is never read
-    ratio = np.log(np.maximum(rel, exact).astype(np.float32) / np.float32(exact)) / far_ratio
-    large = exact + (ratio * np.float32(n - exact)).astype(np.int64, copy=False)
-    large = np.minimum(large, n - 1)
-    bucket += np.where(rel < exact, rel, large)
-    return jnp.asarray(bucket[None], jnp.int32)
+def formula_table(f, shape: tuple, *, n=None, dtype=jnp.float32):
+    """The (1, *shape) table of ``f`` over the index grids of ``shape``, computed once with
+    NumPy when traced (log(0) is -inf, without a warning); with ``n``, whole numbers in
+    [0, n) as int32, and a ValueError for any other value."""
+    with np.errstate(all="ignore"):
+        grids = np.ogrid[tuple(slice(0, size) for size in shape)]
+        value = np.broadcast_to(np.asarray(f(*grids), np.float64), shape)
+        if n is None:
+            return jnp.asarray(value[None], dtype)
+        bad = ~np.isfinite(value) | (value != np.floor(value)) | (value < 0) | (value >= n)
+    if bad.any():
+        at = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise ValueError(f"the table's value {value[at]} at {at} is not a whole number in [0, {n})")
+    return jnp.asarray(value[None], jnp.int32)

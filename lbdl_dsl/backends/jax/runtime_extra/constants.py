@@ -6,6 +6,22 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def formula_table(f, shape: tuple, *, n=None, dtype=jnp.float32):
+    """The (1, *shape) table of ``f`` over the index grids of ``shape``, computed once with
+    NumPy when traced (log(0) is -inf, without a warning); with ``n``, whole numbers in
+    [0, n) as int32, and a ValueError for any other value."""
+    with np.errstate(all="ignore"):
+        grids = np.ogrid[tuple(slice(0, size) for size in shape)]
+        value = np.broadcast_to(np.asarray(f(*grids), np.float64), shape)
+        if n is None:
+            return jnp.asarray(value[None], dtype)
+        bad = ~np.isfinite(value) | (value != np.floor(value)) | (value < 0) | (value >= n)
+    if bad.any():
+        at = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise ValueError(f"the table's value {value[at]} at {at} is not a whole number in [0, {n})")
+    return jnp.asarray(value[None], jnp.int32)
+
+
 def sincos_rows(pos, d: int, base: float, split: bool):
     """sin and cos of pos / base^(2i/d) for each feature pair i: alternating, or ``split``
     (sines then cosines); a float64 NumPy table (len(pos), d)."""

@@ -24,4 +24,5 @@ LOWER: dict[str, Lowering] = {
     "sincos-2d": constant,
     "band": constant,
     "rel-index": constant,
+    "table": constant,
 }
