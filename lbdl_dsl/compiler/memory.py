@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.instance import Checked, Inst
 from lbdl_dsl.core.layers import lookup
-from lbdl_dsl.core.layers.attention import HeadsAttrs
 from lbdl_dsl.core.symbolic import Expr, sym, total
 
 if TYPE_CHECKING:  # the command line reads `OPTIMIZERS` on every run, a layout only with a mesh
@@ -133,26 +132,14 @@ def _splits(checked: Checked, layout: Layout) -> _Splits:
     return _Splits(output, inside)
 
 
-def _attention_inside(inst: Inst) -> Expr:
-    """What attention keeps for its backward pass beyond its output, per sample: Q, K and V;
-    and what a state-space box's record says its scan holds (`scan_state`: Mamba's T·E·N)."""
-    a = inst.attrs
-    held = getattr(a, "scan_state", None)
-    if isinstance(held, Expr):
-        return held
-    if inst.node.op != "mha" or not isinstance(a, HeadsAttrs):
-        return Expr()
-    t, s = inst.inputs[0].shape[0], inst.inputs[-1].shape[0]
-    return t * a.heads * a.dqk + s * a.heads * (a.dqk + a.dv)
-
-
-def _inside(inst: Inst) -> Expr:
-    """What a layer's own entry says its backward pass keeps inside it (`Layer.kept`: a
-    mixture's dispatch buffers), per sample."""
+def _held(inst: Inst, looped: bool) -> Expr:
+    """What a layer's own entry says its backward pass keeps inside it, per sample
+    (`Layer.kept`: attention's Q, K and V, a mixture's dispatch buffers, a state-space scan's
+    states)."""
     layer = lookup(inst.node.op)
     if layer is None or layer.kept is None or not inst.inputs or inst.attrs is None:
         return Expr()
-    return layer.kept(inst.attrs, tuple(inst.inputs[0].shape))
+    return layer.kept(inst.attrs, tuple(tuple(t.shape) for t in inst.inputs), looped)
 
 
 def _product(inst: Inst) -> bool:
@@ -180,8 +167,6 @@ def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
         primitive = inst.kind == "layer" and inst.inside is None
         if primitive and (not looped or _product(inst)):
             out = out + _numel(shape) / pieces
-        if primitive:
-            out = out + _inside(inst)
         before = (shape, pieces)
     return out
 
@@ -193,7 +178,7 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     key = (id(inst), looped)
     if key in memo:
         return memo[key]
-    out = _attention_inside(inst) / splits.inside.get(id(inst), 1)
+    out = _held(inst, looped) / splits.inside.get(id(inst), 1)
     out = out + _scope(inst.body, memo, splits, looped)
     out = out + _scope(inst.shortcut, memo, splits, looped)
     for cp in inst.copies:
@@ -205,6 +190,34 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
         out = out + (_scope(cp.body, memo, splits, True) + carry) * cp.runs
     memo[key] = out
     return out
+
+
+def recomputed(root: list[Inst], memo: Memo, splits: _Splits) -> Expr:
+    """Values per sample a ×N group's backward pass holds on top of what its loops keep: it
+    computes one copy's forward pass again (norms, activations, attention's weights: all
+    that copy's values, less the products the loop kept) before going back through it, one
+    copy at a time, so the largest copy of any group counts, once."""
+    best = Expr()
+    stack = list(root)
+    while stack:
+        inst = stack.pop()
+        stack.extend([*inst.body, *inst.shortcut, *(i for cp in inst.copies for i in cp.body)])
+        for cp in inst.copies:
+            if cp.work is not None:
+                continue
+            extra = _scope(cp.body, memo, splits, False) - _scope(cp.body, memo, splits, True)
+            best = _larger(best, extra)
+    return best
+
+
+def _larger(a: Expr, b: Expr) -> Expr:
+    """The larger of two counts, term by term; where neither bounds the other (the sizes
+    decide), their sum, which bounds both."""
+    if all(c >= 0 for _, c in (a - b).terms):
+        return a
+    if all(c >= 0 for _, c in (b - a).terms):
+        return b
+    return a + b
 
 
 def _box_kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool) -> Expr:
@@ -263,7 +276,8 @@ def per_device(
     state = total(v for k, v in arrays.items() if not _kind(layout, k))
     memo: Memo = {}
     splits = _splits(checked, layout)
-    acts = _scope(checked.root, memo, splits, False) * FLOAT * b
+    acts = _scope(checked.root, memo, splits, False) + recomputed(checked.root, memo, splits)
+    acts = acts * FLOAT * b
     inputs = total(
         _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
     )
