@@ -16,7 +16,10 @@ without JAX. Per device, for each box and in total:
   products' and convolutions' outputs, Q, K and V, and each copy's input. Split like their
   inner width where tensor parallelism splits it; symbolic in ``B`` and in the spec's free
   sizes (a sequence's ``T``);
-- inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks).
+- inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks);
+- recomputed: what the backward pass of a ×N group holds besides, while it computes one copy's
+  forward pass again (all that copy's values but the products its loop kept), the largest
+  copy once.
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step
 ``step(params, state, opt_state, inputs)``: XLA's ``compiled.memory_analysis()`` reports the
@@ -68,6 +71,7 @@ class Bytes:
     state: Expr
     activations: Expr
     inputs: Expr
+    recomputed: Expr = Expr()  # one copy's values its checkpointed backward pass makes again
 
     @property
     def arguments(self) -> Expr:
@@ -77,7 +81,7 @@ class Bytes:
 
     @property
     def total(self) -> Expr:
-        return self.arguments + self.grads + self.activations
+        return self.arguments + self.grads + self.activations + self.recomputed
 
     def items(self) -> Iterator[tuple[str, Expr]]:
         yield from (
@@ -87,6 +91,7 @@ class Bytes:
             ("state", self.state),
             ("activations", self.activations),
             ("inputs", self.inputs),
+            ("recomputed", self.recomputed),
             ("total", self.total),
         )
 
@@ -276,12 +281,13 @@ def per_device(
     state = total(v for k, v in arrays.items() if not _kind(layout, k))
     memo: Memo = {}
     splits = _splits(checked, layout)
-    acts = _scope(checked.root, memo, splits, False) + recomputed(checked.root, memo, splits)
-    acts = acts * FLOAT * b
+    acts = _scope(checked.root, memo, splits, False) * FLOAT * b
+    again = recomputed(checked.root, memo, splits) * FLOAT * b
     inputs = total(
         _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
     )
-    whole = Bytes(params, params, params * moments + counters * COUNTER, state, acts, inputs)
+    opt_bytes = params * moments + counters * COUNTER
+    whole = Bytes(params, params, opt_bytes, state, acts, inputs, again)
     groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
     views = {a.path: a.view or a.path for a in paths.arrays(checked.root)}
     boxes = [

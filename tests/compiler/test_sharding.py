@@ -259,11 +259,13 @@ def test_memory_per_device_is_each_arrays_share() -> None:
     # attention's Q, K and V, which tp splits as it splits the hidden width and the heads)
     per_layer = t * 12288 * 3 + (3 * t * 12288 + t * 49152) / 8
     outside = t * 12288 * 3 + t * 50257
-    # and, once, what the backward pass of one copy computes again besides those: its two
+    # and, apart, what the backward pass of one copy computes again besides those: its two
     # layernorms, sums and dropout (T·12288 each), gelu (T·49152 over 8) and attention's
     # weights (96 heads of T×T over 8)
     again = 5 * t * 12288 + t * 49152 / 8 + 96 * t * t / 8
-    assert whole.activations == (96 * per_layer + outside + again) * 4 * b
+    assert whole.activations == (96 * per_layer + outside) * 4 * b
+    assert whole.recomputed == again * 4 * b
+    assert whole.total == whole.arguments + whole.grads + whole.activations + whole.recomputed
 
 
 def test_optimisers_keep_their_moments_and_counters() -> None:
