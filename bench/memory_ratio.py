@@ -1,19 +1,28 @@
-"""The checker's memory per device against XLA's, family by strategy, on 4 virtual devices.
+"""The checker's memory per device against XLA's, family by strategy, on 2, 4 and 8 virtual devices.
 
-Run ``python bench/memory_ratio.py`` from the repository root. For the
+Run ``python bench/memory_ratio.py [DEVICES...]`` from the repository root (default: 2 4 8). For the
 families of the gradient matrix (tests/backends/grad_matrix_worker.py: a CNN with batch norm, GPT,
 LLaMA, a Mixtral MoE, at small sizes) under dp, fsdp, tp and fsdp+tp, it compiles `lbdl train`'s
 own step (Adam, the state donated) and prints, per device, XLA's ``memory_analysis()`` total
 (temporaries + arguments + outputs − what donation aliases) beside ``--check``'s total, and
 their ratio, as a Markdown table (docs/scaling.md quotes it).
+
+``python bench/memory_ratio.py --peak FAMILY STRATEGY DEVICES`` says what XLA holds at its
+peak instead: the buffers live then (from XLA's own dump of its buffer assignment), summed by
+what made them: the step's arguments, the forward pass (values kept for the backward pass),
+the backward pass's computation again of a checkpointed copy, the backward pass, the
+collectives, the rest (the optimiser's update).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,8 +30,8 @@ PER_DEVICE = 4
 
 WORKER = r"""
 import json, sys
-name, per = sys.argv[1], int(sys.argv[2])
-sys.argv[1:] = ["4"]  # the matrix worker's own argument: its devices, set before JAX starts
+name, per, n, only = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+sys.argv[1:] = [n]  # the matrix worker's own argument: its devices, set before JAX starts
 sys.path.insert(0, "tests/backends")
 from grad_matrix_worker import FAMILIES, mesh_of
 import jax
@@ -42,8 +51,8 @@ model = lbdl_dsl.compile("specs/" + spec, **sizes)
 sig = signature(model); task = choose(sig)
 tx = optax.adam(1e-3)
 out = {}
-for strategy in ("dp", "fsdp", "tp", "fsdp+tp"):
-    mesh, shard = mesh_of(strategy, 4, kind == "image")
+for strategy in only or ("dp", "fsdp", "tp", "fsdp+tp"):
+    mesh, shard = mesh_of(strategy, int(n), kind == "image")
     devices = Mesh(mesh, tuple(shard), Processes(0, 1, "single process")).place(model)
     layout = devices.parallel.sharded.layout
     batch = PER = per * layout.batch_pieces
@@ -64,24 +73,73 @@ print(json.dumps(out))
 """
 
 
-def measure(family: str) -> dict:
+def measure(family: str, devices: int) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("JAX_NUM_CPU_DEVICES", None)
-    args = [sys.executable, "-c", WORKER, family, str(PER_DEVICE)]
+    args = [sys.executable, "-c", WORKER, family, str(PER_DEVICE), str(devices)]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def peak(folder: Path) -> Counter:
+    """Bytes live at the peak of the training step's buffer assignment, by what made them."""
+    ranges = next(folder.glob("*train_step*live-range.txt")).read_text()
+    hlo = next(folder.glob("*train_step.cpu_after_optimizations.txt")).read_text()
+    made = {}
+    for m in re.finditer(r"^\s*(?:ROOT )?%?([\w.\-]+) = \S+ ([\w\-]+)\(.*?$", hlo, re.M):
+        op = re.search(r'op_name="([^"]*)"', m.group(0))
+        made[m.group(1)] = (m.group(2), op.group(1) if op else "")
+    out: Counter = Counter()
+    for name, size in re.findall(
+        r"^\s+([\w.\-]+)\{[\d,]*\}: (\d+) bytes", ranges.split("(peak):")[1], re.M
+    ):
+        kind, op = made.get(name, ("", ""))
+        op = op.replace("jit(train_step)/", "")
+        if kind == "parameter":
+            what = "arguments"
+        elif kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+            what = "collectives"
+        elif "rematted_computation" in op:
+            what = "forward computed again"
+        elif op.startswith("transpose("):
+            what = "backward"
+        elif op.startswith("jvp("):
+            what = "forward, kept"
+        else:
+            what = "rest"
+        out[what] += int(size)
+    return out
+
+
+def show_peak(family: str, strategy: str, devices: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        env = dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS=f"--xla_dump_to={folder}")
+        env.pop("JAX_NUM_CPU_DEVICES", None)
+        args = [sys.executable, "-c", WORKER, family, str(PER_DEVICE), str(devices), strategy]
+        done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise SystemExit(done.stderr[-3000:])
+        for what, size in peak(Path(folder)).most_common():
+            print(f"{what:24} {size / 1024:8.1f} KiB")
+
+
 def main() -> None:
-    print("| family | strategy | XLA total per device | `--check` total | XLA ÷ checker |")
-    print("|---|---|---|---|---|")
+    if sys.argv[1:2] == ["--peak"]:
+        show_peak(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
+    counts = [int(a) for a in sys.argv[1:]] or [2, 4, 8]
+    print(
+        "| family | strategy | devices | XLA total per device | `--check` total | XLA ÷ checker |"
+    )
+    print("|---|---|---|---|---|---|")
     for family in ("cnn", "gpt", "llama", "moe"):
-        for strategy, m in measure(family).items():
-            kib = 1024
-            print(f"| {family} | {strategy} | {m['xla'] / kib:.1f} KiB | "
-                  f"{m['checker'] / kib:.1f} KiB | {m['xla'] / m['checker']:.2f} |")  # fmt: skip
+        for devices in counts:
+            for strategy, m in measure(family, devices).items():
+                xla, ours = m["xla"] / 1024, m["checker"] / 1024
+                cells = (family, strategy, devices, f"{xla:.1f} KiB", f"{ours:.1f} KiB")
+                print("| " + " | ".join(map(str, cells)) + f" | {xla / ours:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

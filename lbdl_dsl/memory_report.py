@@ -121,6 +121,11 @@ def render(checked: Checked, plan: Plan, depth: int | None = 1) -> str:
         f"activations  {fmt_bytes(whole.activations)} (what the backward pass keeps, float32)"
     )
     console.print(f"inputs       {fmt_bytes(whole.inputs)}")
+    if whole.recomputed != Expr():
+        console.print(
+            f"recomputed   {fmt_bytes(whole.recomputed)} (one copy of a ×N group, made again "
+            "by the backward pass)"
+        )
     console.print(f"total        {fmt_bytes(whole.total)} per device")
     cache = memory.kv_cache(checked, plan.layout, plan.per_device_batch)
     if cache is not None:

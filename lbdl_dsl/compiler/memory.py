@@ -16,7 +16,10 @@ without JAX. Per device, for each box and in total:
   products' and convolutions' outputs, Q, K and V, and each copy's input. Split like their
   inner width where tensor parallelism splits it; symbolic in ``B`` and in the spec's free
   sizes (a sequence's ``T``);
-- inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks).
+- inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks);
+- recomputed: what the backward pass of a ×N group holds besides, while it computes one copy's
+  forward pass again (all that copy's values but the products its loop kept), the largest
+  copy once.
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step
 ``step(params, state, opt_state, inputs)``: XLA's ``compiled.memory_analysis()`` reports the
@@ -33,7 +36,6 @@ from typing import TYPE_CHECKING
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.instance import Checked, GroupInst, Inst, LayerInst
 from lbdl_dsl.core.layers import lookup
-from lbdl_dsl.core.layers.attention import HeadsAttrs
 from lbdl_dsl.core.symbolic import Expr, sym, total
 
 if TYPE_CHECKING:  # the command line reads `OPTIMIZERS` on every run, a layout only with a mesh
@@ -69,6 +71,7 @@ class Bytes:
     state: Expr
     activations: Expr
     inputs: Expr
+    recomputed: Expr = Expr()  # one copy's values its checkpointed backward pass makes again
 
     @property
     def arguments(self) -> Expr:
@@ -78,7 +81,7 @@ class Bytes:
 
     @property
     def total(self) -> Expr:
-        return self.arguments + self.grads + self.activations
+        return self.arguments + self.grads + self.activations + self.recomputed
 
     def items(self) -> Iterator[tuple[str, Expr]]:
         yield from (
@@ -88,6 +91,7 @@ class Bytes:
             ("state", self.state),
             ("activations", self.activations),
             ("inputs", self.inputs),
+            ("recomputed", self.recomputed),
             ("total", self.total),
         )
 
@@ -133,30 +137,16 @@ def _splits(checked: Checked, layout: Layout) -> _Splits:
     return _Splits(output, inside)
 
 
-def _attention_inside(inst: Inst) -> Expr:
-    """What attention keeps for its backward pass beyond its output, per sample: Q, K and V;
-    and what a state-space box's record says its scan holds (`scan_state`: Mamba's T·E·N)."""
-    if not isinstance(inst, LayerInst):
-        return Expr()
-    a = inst.attrs
-    held = getattr(a, "scan_state", None)
-    if isinstance(held, Expr):
-        return held
-    if inst.node.op != "mha" or not isinstance(a, HeadsAttrs):
-        return Expr()
-    t, s = inst.inputs[0].shape[0], inst.inputs[-1].shape[0]
-    return t * a.heads * a.dqk + s * a.heads * (a.dqk + a.dv)
-
-
-def _inside(inst: Inst) -> Expr:
-    """What a layer's own entry says its backward pass keeps inside it (`Layer.kept`: a
-    mixture's dispatch buffers), per sample."""
+def _held(inst: Inst, looped: bool) -> Expr:
+    """What a layer's own entry says its backward pass keeps inside it, per sample
+    (`Layer.kept`: attention's Q, K and V, a mixture's dispatch buffers, a state-space scan's
+    states)."""
     if not isinstance(inst, LayerInst):
         return Expr()
     layer = lookup(inst.node.op)
     if layer is None or layer.kept is None or not inst.inputs or inst.attrs is None:
         return Expr()
-    return layer.kept(inst.attrs, tuple(inst.inputs[0].shape))
+    return layer.kept(inst.attrs, tuple(tuple(t.shape) for t in inst.inputs), looped)
 
 
 def _product(inst: Inst) -> bool:
@@ -184,8 +174,6 @@ def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
         primitive = isinstance(inst, LayerInst) and inst.inside is None
         if primitive and (not looped or _product(inst)):
             out = out + _numel(shape) / pieces
-        if primitive:
-            out = out + _inside(inst)
         before = (shape, pieces)
     return out
 
@@ -197,7 +185,7 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     key = (id(inst), looped)
     if key in memo:
         return memo[key]
-    out = _attention_inside(inst) / splits.inside.get(id(inst), 1)
+    out = _held(inst, looped) / splits.inside.get(id(inst), 1)
     if not isinstance(inst, GroupInst):
         for part in inst.parts():
             out = out + _scope(part, memo, splits, looped)
@@ -210,6 +198,34 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
         out = out + (_scope(cp.body, memo, splits, True) + carry) * cp.runs
     memo[key] = out
     return out
+
+
+def recomputed(root: list[Inst], memo: Memo, splits: _Splits) -> Expr:
+    """Values per sample a ×N group's backward pass holds on top of what its loops keep: it
+    computes one copy's forward pass again (norms, activations, attention's weights: all
+    that copy's values, less the products the loop kept) before going back through it, one
+    copy at a time, so the largest copy of any group counts, once."""
+    best = Expr()
+    stack = list(root)
+    while stack:
+        inst = stack.pop()
+        stack.extend(i for part in inst.parts() for i in part)
+        for cp in inst.copies if isinstance(inst, GroupInst) else ():
+            if cp.work is not None:
+                continue
+            extra = _scope(cp.body, memo, splits, False) - _scope(cp.body, memo, splits, True)
+            best = _larger(best, extra)
+    return best
+
+
+def _larger(a: Expr, b: Expr) -> Expr:
+    """The larger of two counts, term by term; where neither bounds the other (the sizes
+    decide), their sum, which bounds both."""
+    if all(c >= 0 for _, c in (a - b).terms):
+        return a
+    if all(c >= 0 for _, c in (b - a).terms):
+        return b
+    return a + b
 
 
 def _box_kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool) -> Expr:
@@ -268,10 +284,12 @@ def per_device(
     memo: Memo = {}
     splits = _splits(checked, layout)
     acts = _scope(checked.root, memo, splits, False) * FLOAT * b
+    again = recomputed(checked.root, memo, splits) * FLOAT * b
     inputs = total(
         _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
     )
-    whole = Bytes(params, params, params * moments + counters * COUNTER, state, acts, inputs)
+    opt_bytes = params * moments + counters * COUNTER
+    whole = Bytes(params, params, opt_bytes, state, acts, inputs, again)
     groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
     boxes = [
         BoxBytes(

@@ -268,7 +268,13 @@ def test_memory_per_device_is_each_arrays_share() -> None:
     # attention's Q, K and V, which tp splits as it splits the hidden width and the heads)
     per_layer = t * 12288 * 3 + (3 * t * 12288 + t * 49152) / 8
     outside = t * 12288 * 3 + t * 50257
+    # and, apart, what the backward pass of one copy computes again besides those: its two
+    # layernorms, sums and dropout (T·12288 each), gelu (T·49152 over 8) and attention's
+    # weights (96 heads of T×T over 8)
+    again = 5 * t * 12288 + t * 49152 / 8 + 96 * t * t / 8
     assert whole.activations == (96 * per_layer + outside) * 4 * b
+    assert whole.recomputed == again * 4 * b
+    assert whole.total == whole.arguments + whole.grads + whole.activations + whole.recomputed
 
 
 def test_optimisers_keep_their_moments_and_counters() -> None:
@@ -296,3 +302,25 @@ def test_a_box_inside_a_group_counts_all_its_copies() -> None:
     )
     t = sym("T")
     assert one.activations == 96 * (t * 12288 + t * 3 * 12288 / 8) * 4 * sym("B")
+
+
+def test_attention_keeps_its_weights_outside_a_group_and_not_inside(tmp_path: Path) -> None:
+    """Attention's registry entry (`kept`): Q, K and V always; its h·T·S weights only where no
+    ×N loop computes them again; and a group's backward pass holds one copy's again."""
+    figures = {}
+    for name, body in (("lone", "self-att h=2"), ("looped", "self-att ×2 h=2")):
+        spec = tmp_path / f"{name}.lbdl"
+        spec.write_text(f"model m(D=8):\n  input X: 6×D\n  {body}\n  output Y\n", "utf-8")
+        checked = compile_spec(spec).checked
+        mesh = parse_mesh("data=1")
+        lay = resolve(checked, mesh, parse_rules([], mesh))
+        figures[name] = memory.per_device(checked, lay, [], batch=1)[0]
+    t, d, h = 6, 8, 2
+    qkv, weights = 3 * t * d, h * t * t
+    # layernorm, mha, the sum: their outputs, Q, K and V, and the weights
+    assert figures["lone"].activations == Expr.lift((3 * t * d + qkv + weights) * 4)
+    assert figures["lone"].recomputed == Expr()
+    # each copy: its input, mha's output (a product), Q, K and V; once: layernorm, the sum and
+    # the weights computed again
+    assert figures["looped"].activations == Expr.lift(2 * (t * d + t * d + qkv) * 4)
+    assert figures["looped"].recomputed == Expr.lift((2 * t * d + weights) * 4)

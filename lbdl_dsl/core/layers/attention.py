@@ -398,6 +398,18 @@ def _mha_step(c: Ctx) -> Step:
     return Step("cache", cache=cache)
 
 
+def _mha_kept(a: HeadsAttrs, xs: tuple[tuple[Expr, ...], ...], looped: bool) -> Expr:
+    """What attention's backward pass keeps per sample besides its output: Q (T·h·dqk), K
+    and V (S·kv·(dqk + dv), S the keys' input's length: the queries' own or the second
+    input's); and, outside a ×N group's loop, the attention weights (h·T·S), which the
+    backward pass of the weighted sum and of the softargmax read (inside one, the loop
+    computes them again from Q and K)."""
+    t, s = xs[0][0], xs[a.keys_at][0]
+    kv = a.kv or a.heads
+    qkv = t * a.heads * a.dqk + s * kv * (a.dqk + a.dv)
+    return qkv if looped else qkv + t * s * a.heads
+
+
 def _mha_z(c: Ctx) -> Shape:
     i = _keys_input(c)
     return c.ins[i] if i is not None else c.x
@@ -433,6 +445,7 @@ MHA = Layer(
     from_annotation=(("out", -1),),
     example=("16×64", "mha h=4"),
     step=lambda c: _mha_step(c),
+    kept=_mha_kept,
     cases=(
         ("5×8", "mha h=2 bias=true causal=true"),
         ("6×16", "mha h=4 kv=2"),

@@ -348,9 +348,11 @@ class Layer:
     # input, K and V from the second (cross-attention's Z) or the first again (§ 4.8, Fig. 5.6)
     ports: tuple[tuple[str, int], ...] = ()
     step: Callable[[Ctx], Step] = _no_step  # decoding a token at a time (`Step`)
-    # values per sample its backward pass keeps inside it besides its output, from its attrs
-    # and its input's shape (a mixture's dispatch buffers): the memory checker adds them
-    kept: Callable[[Any, tuple[Expr, ...]], Expr] | None = None
+    # values per sample its backward pass keeps inside it besides its output (a mixture's
+    # dispatch buffers, attention's Q, K and V), from its attrs, its inputs' shapes and
+    # whether it runs inside a ×N group's loop, which keeps only products (`keep_products`):
+    # the memory checker adds them
+    kept: Callable[[Any, tuple[tuple[Expr, ...], ...], bool], Expr] | None = None
 
     def hparam(self, name: str) -> HP | None:
         by_name: dict[str, HP] | None = self.__dict__.get("_hparams_by_name")

@@ -118,12 +118,12 @@ def moe_routes(
     return out
 
 
-def _kept(a: MoeAttrs, x: tuple[Expr, ...]) -> Expr:
+def _kept(a: MoeAttrs, xs: tuple[tuple[Expr, ...], ...], looped: bool) -> Expr:
     """What the backward pass keeps inside the box per sample, besides its output: the router's
     probabilities (T·E), the experts' buffers (E·C rows of D: cap·k·T with a capacity, else
     E·T, every token's slot in every expert), their gate, up and product (3 × rows × hidden),
     and the k gathered outputs of each token (T·k·D)."""
-    t, d = Expr.lift(x[0]), Expr.lift(x[1])
+    t, d = Expr.lift(xs[0][0]), Expr.lift(xs[0][1])
     if a.capacity is None:
         rows = t * a.experts
     else:

@@ -197,6 +197,7 @@ MAMBA = Layer(
     example=("16×32", "mamba"),
     cases=(("7×8", "mamba state=4 conv=3 expand=3 rank=2"),),
     reference=_mamba_ref,
+    kept=lambda a, xs, looped: a.scan_state,
 )
 
 LAYERS = (SCAN, MAMBA)
