@@ -311,7 +311,7 @@ def test_attention_keeps_its_weights_outside_a_group_and_not_inside(tmp_path: Pa
     for name, body in (("lone", "self-att h=2"), ("looped", "self-att ×2 h=2")):
         spec = tmp_path / f"{name}.lbdl"
         spec.write_text(f"model m(D=8):\n  input X: 6×D\n  {body}\n  output Y\n", "utf-8")
-        checked = compile_spec(spec).checked
+        checked = compile_spec(spec)
         mesh = parse_mesh("data=1")
         lay = resolve(checked, mesh, parse_rules([], mesh))
         figures[name] = memory.per_device(checked, lay, [], batch=1)[0]
