@@ -1,4 +1,5 @@
-"""No pass of the compiler tests a layer's name: what a layer does is its registry entry's.
+"""No pass of the compiler, nor the figure, tests a layer's name: what a layer does is its
+registry entry's.
 
 A comparison of a box's op (``inst.node.op``, ``node.op``, a variable ``op``) against a string
 literal, or a set, tuple or list of them, in ``lbdl_dsl/compiler/`` is a special case that
@@ -11,7 +12,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-COMPILER = Path(__file__).resolve().parents[2] / "lbdl_dsl" / "compiler"
+PACKAGE = Path(__file__).resolve().parents[2] / "lbdl_dsl"
+COMPILER = PACKAGE / "compiler"
+# the passes, and the figure and reports that read a checked model: a layer's look is its entry's
+# (`Layer.glyph`, `Layer.tall`, `Layer.ports`), as its memory rule is (`Layer.kept`)
+PASSES = (COMPILER, PACKAGE / "backends" / "diagram", PACKAGE)
 
 
 def _is_op(node: ast.expr) -> bool:
@@ -53,7 +58,8 @@ def test_the_checker_finds_a_name_test() -> None:
 def test_no_pass_tests_a_layer_name() -> None:
     found = [
         f"{path.relative_to(COMPILER.parents[1])}:{line}"
-        for path in sorted(COMPILER.glob("*.py"))
+        for folder in PASSES
+        for path in sorted(folder.glob("*.py"))
         if not path.name.startswith("_")
         for line in name_tests(path.read_text(encoding="utf-8"))
     ]

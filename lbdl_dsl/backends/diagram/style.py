@@ -29,9 +29,6 @@ BOX_MIN_WIDTH = 72  # every box of one diagram has the same width, at least this
 BOX_PAD = 10  # room left and right of the widest name
 BOX_HEIGHT = 20  # a plain layer
 TALL_HEIGHT = 34  # a composite box (resblock, self-att, ffw): the book draws them taller
-# Primitive boxes the book draws tall too, for their internal structure (Fig. 5.6's mha: the
-# heads, their projections and the attention operator; Fig. 4.13 is its inside).
-TALL_PRIMITIVES = frozenset({"mha"})
 PORT_HEIGHT = 11  # the row of named input points (Q, K, V) along the top of a box
 PORT_FONT_SIZE = 9
 FAN_ROOM = 14  # under a box whose arrows fan out into Q, K and V

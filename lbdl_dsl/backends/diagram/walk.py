@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Union
 
 from lbdl_dsl.backends.diagram import labels, mixture, wires
-from lbdl_dsl.backends.diagram import style as S
 from lbdl_dsl.backends.diagram.conventions import Conventions
 from lbdl_dsl.backends.diagram.expand import Expansion
 from lbdl_dsl.backends.diagram.scene import (
@@ -266,7 +265,7 @@ class Walker:
                     frame = Frame(f"cluster:{path}", "experts", node.op, self.hparams(node, inst))
                     ek = (mixture.whole(inst.hp["e"]), mixture.whole(inst.hp["k"]))
                     return self.mixture(node, inst, srcs, path, depth, into, frame, body, ek)
-            tall = composite or opens or node.op in S.TALL_PRIMITIVES
+            tall = composite or opens or (layer is not None and layer.tall)
             return self.box(node, inst, srcs, path, into, tall)
         look = self.look_of(node, inst, len(srcs))
         tip = labels.tooltip(path, inst)

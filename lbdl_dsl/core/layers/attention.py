@@ -417,6 +417,7 @@ def _mha_z(c: Ctx) -> Shape:
 
 MHA = Layer(
     name="mha",
+    tall=True,
     aliases=("multi-head-attention",),
     category="Attention",
     doc="Multi-head attention (§ 4.8): queries from the first input, keys and values from the "

@@ -338,6 +338,9 @@ class Layer:
     cases: tuple[tuple[str, str], ...] = ()  # more (input, box) pairs for the reference tests
     stochastic: bool = False  # needs a key in training (dropout)
     glyph: str | None = None  # drawn as this symbol in a circle (`+`), not as a box
+    # drawn tall like a composite, for the structure inside a primitive (Fig. 5.6's mha: the
+    # heads, their projections and the attention operator; Fig. 4.13 is its inside)
+    tall: bool = False
     ident: str | None = None  # the name in node ids and code, when `name` is not one (`+`)
     keeps_dtype: bool = False  # its output has its input's type (tokens stay tokens)
     positive: bool = False  # defined for positive inputs only (log, sqrt): tests feed |x| + ½
