@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 
 import lbdl_dsl  # noqa: E402
 from bench import choose, flax_peers, harness, memory, run  # noqa: E402
-from lbdl_dsl.backends.jax import runtime  # noqa: E402
+from lbdl_dsl.backends.jax.runtime import attention as runtime  # noqa: E402
 
 MFU_TARGET = 0.5  # the issue's: GPT-2 medium's training step, attention fused
 

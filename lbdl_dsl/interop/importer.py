@@ -115,7 +115,7 @@ def arrays(
     (path → its row of the state table) get their initial value, and those of ``cut`` (see
     `copies`) their copy of the view's array, read copy by copy too (a split's view is made
     whole once, as its targets are, and dropped after its last copy)."""
-    from lbdl_dsl.backends.jax.runtime import init_arrays
+    from lbdl_dsl.backends.jax.runtime.inits import init_arrays
 
     ready: dict[str, np.ndarray] = {}
     views: dict[str, np.ndarray] = {}

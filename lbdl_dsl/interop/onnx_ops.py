@@ -108,7 +108,7 @@ def conv_transpose(
 def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):  # noqa: ARG001
     """The runtime's `each_copy` without its checkpoint or its jitted copy (see the module):
     ``remat_on_cpu`` changes nothing in a forward pass."""
-    from lbdl_dsl.backends.jax.runtime import copy_of
+    from lbdl_dsl.backends.jax.runtime.module import copy_of
 
     news = {}
     for k in range(first, first + length):

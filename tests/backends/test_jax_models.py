@@ -15,7 +15,7 @@ import pytest
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax import weights
-from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.cli.compat import main
 from lbdl_dsl.compiler import paths, storage
 from lbdl_dsl.core.errors import LbdlError

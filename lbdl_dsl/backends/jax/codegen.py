@@ -6,7 +6,7 @@ memory they draw into) and reads like
 hand-written code: a header
 naming the spec, a table of parameter shapes with an ``init(key)`` that splits its key once, one
 function per block definition, a pure ``apply``, then the runtime functions it uses (copied from
-`runtime.py`). Every box is one line preceded by its spec line and output shape (`lower.py`).
+`runtime/`). Every box is one line preceded by its spec line and output shape (`lower.py`).
 Initialisation is eager, array by array: it needs no compilation of the whole model.
 """
 

@@ -19,7 +19,8 @@ import numpy as np
 from lbdl_dsl.backends.jax import weights
 from lbdl_dsl.backends.jax.checks import InputSpec, check_inputs, check_tokens, check_tree
 from lbdl_dsl.backends.jax.codegen import generate
-from lbdl_dsl.backends.jax.runtime import on_host, unflatten
+from lbdl_dsl.backends.jax.runtime.inits import on_host
+from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.driver import Compiled
 from lbdl_dsl.core.errors import ArgumentError

@@ -98,7 +98,7 @@ def block(stream: Stream, entry: tuple, offset: int, index: tuple[slice, ...] | 
             chunk *= np.float32(2.0) * bound  # [0, 1) -> [-bound, bound), as init_arrays
             chunk -= bound
     if how in ("normal", "truncated_normal"):
-        from lbdl_dsl.backends.jax.runtime import normal_from_uniform
+        from lbdl_dsl.backends.jax.runtime.inits import normal_from_uniform
 
         normal_from_uniform(out, scale, truncated=how == "truncated_normal")
     return out.reshape(dims)

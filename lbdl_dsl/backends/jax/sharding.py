@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from lbdl_dsl.backends.jax import shard_init
-from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.compiler.sharding import Layout, MeshSpec, parse_mesh, parse_rules, resolve
 from lbdl_dsl.core.errors import LbdlError
 

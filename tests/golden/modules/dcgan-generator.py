@@ -153,14 +153,74 @@ def apply(params, state, z, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
-def to_channels_last(x: jax.Array) -> jax.Array:
-    """(B, C, *S) -> (B, *S, C): from the language's (PyTorch) layout to the internal one."""
-    return jnp.moveaxis(x, 1, -1)
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
 
 
-def to_channels_first(x: jax.Array) -> jax.Array:
-    """(B, *S, C) -> (B, C, *S): from the internal layout back to the language's layout."""
-    return jnp.moveaxis(x, -1, 1)
+def tanh(x: jax.Array) -> jax.Array:
+    """Hyperbolic tangent."""
+    return jnp.tanh(x)
+
+
+def conv_dimension_numbers(n: int) -> tuple:
+    """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
+    spatial = "DHW"[3 - n :]
+    return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
+
+
+def conv_transpose(
+    x: jax.Array,
+    w: jax.Array,
+    b=None,
+    *,
+    stride: tuple,
+    padding: tuple,
+    output_padding: tuple | None = None,
+    dilation: tuple | None = None,
+    groups: int = 1,
+) -> jax.Array:
+    """N-d channels-last transposed convolution with PyTorch's ConvTranspose semantics.
+
+    Output size per spatial axis: (in - 1) * s - 2 * p + d * (k - 1) + output_padding + 1.
+
+    Weight convention: ``w`` is (*k, Cin, Cout // groups) and
+    ``out[o_g, i * s + j * d - p] += x[c, i] * w[j, c, o]`` where input channel ``c`` belongs to
+    group ``g = c // (Cin // groups)`` and writes output channel ``g * (Cout // groups) + o``.
+    A PyTorch ConvTranspose weight (Cin, Cout // g, *k) therefore converts with
+    ``transpose(2, ..., 0, 1)`` (for any ``groups``).
+
+    Implemented as the gradient of a convolution: dilate the input by ``stride``
+    (``lhs_dilation``), pad by ``d * (k - 1) - p`` (plus ``output_padding`` at the end) and
+    correlate with the spatially flipped kernel.
+    """
+    n = x.ndim - 2
+    output_padding, dilation = output_padding or (0,) * n, dilation or (1,) * n
+    kernel = w.shape[:n]
+    cin, cout_g = w.shape[n], w.shape[n + 1]
+    cin_g = cin // groups
+    # (*k, Cin, Cout // g) -> (*k, Cin // g, Cout) with output channels grouped like the input.
+    w = w.reshape(*kernel, groups, cin_g, cout_g)
+    w = jnp.moveaxis(w, n, n + 1)
+    w = w.reshape(*kernel, cin_g, groups * cout_g)
+    w = jnp.flip(w, axis=tuple(range(n)))
+    pads = []
+    for k, p, op, d in zip(kernel, padding, output_padding, dilation, strict=True):
+        edge = d * (k - 1) - p
+        pads.append((edge, edge + op))
+    y = jax.lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=(1,) * n,
+        padding=tuple(pads),
+        lhs_dilation=tuple(stride),
+        rhs_dilation=tuple(dilation),
+        dimension_numbers=conv_dimension_numbers(n),
+        feature_group_count=groups,
+    )
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
 
 
 def init_arrays(key_data, table: dict, workers: int = 0) -> list:
@@ -295,72 +355,49 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+def init_table(key, table: dict) -> dict:
+    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
+    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
+    numbers of an eager one.
     """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
+    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
+    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
+    return dict(zip(table, arrays))
 
 
-def conv_dimension_numbers(n: int) -> tuple:
-    """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
-    spatial = "DHW"[3 - n :]
-    return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
+def on_host(key, draw, shapes: list, what: str) -> list:
+    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
+    concrete key, by a host callback for a traced one, so that both give the same numbers."""
+    data = jax.random.key_data(key)
+    if isinstance(key, jax.core.Tracer):
+        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
+    if data.ndim != 1:
+        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
+    return [jax.device_put(a) for a in draw(data)]
 
 
-def conv_transpose(
-    x: jax.Array,
-    w: jax.Array,
-    b=None,
-    *,
-    stride: tuple,
-    padding: tuple,
-    output_padding: tuple | None = None,
-    dilation: tuple | None = None,
-    groups: int = 1,
-) -> jax.Array:
-    """N-d channels-last transposed convolution with PyTorch's ConvTranspose semantics.
+def to_channels_last(x: jax.Array) -> jax.Array:
+    """(B, C, *S) -> (B, *S, C): from the language's (PyTorch) layout to the internal one."""
+    return jnp.moveaxis(x, 1, -1)
 
-    Output size per spatial axis: (in - 1) * s - 2 * p + d * (k - 1) + output_padding + 1.
 
-    Weight convention: ``w`` is (*k, Cin, Cout // groups) and
-    ``out[o_g, i * s + j * d - p] += x[c, i] * w[j, c, o]`` where input channel ``c`` belongs to
-    group ``g = c // (Cin // groups)`` and writes output channel ``g * (Cout // groups) + o``.
-    A PyTorch ConvTranspose weight (Cin, Cout // g, *k) therefore converts with
-    ``transpose(2, ..., 0, 1)`` (for any ``groups``).
+def to_channels_first(x: jax.Array) -> jax.Array:
+    """(B, *S, C) -> (B, C, *S): from the internal layout back to the language's layout."""
+    return jnp.moveaxis(x, -1, 1)
 
-    Implemented as the gradient of a convolution: dilate the input by ``stride``
-    (``lhs_dilation``), pad by ``d * (k - 1) - p`` (plus ``output_padding`` at the end) and
-    correlate with the spatially flipped kernel.
-    """
-    n = x.ndim - 2
-    output_padding, dilation = output_padding or (0,) * n, dilation or (1,) * n
-    kernel = w.shape[:n]
-    cin, cout_g = w.shape[n], w.shape[n + 1]
-    cin_g = cin // groups
-    # (*k, Cin, Cout // g) -> (*k, Cin // g, Cout) with output channels grouped like the input.
-    w = w.reshape(*kernel, groups, cin_g, cout_g)
-    w = jnp.moveaxis(w, n, n + 1)
-    w = w.reshape(*kernel, cin_g, groups * cout_g)
-    w = jnp.flip(w, axis=tuple(range(n)))
-    pads = []
-    for k, p, op, d in zip(kernel, padding, output_padding, dilation, strict=True):
-        edge = d * (k - 1) - p
-        pads.append((edge, edge + op))
-    y = jax.lax.conv_general_dilated(
-        x,
-        w,
-        window_strides=(1,) * n,
-        padding=tuple(pads),
-        lhs_dilation=tuple(stride),
-        rhs_dilation=tuple(dilation),
-        dimension_numbers=conv_dimension_numbers(n),
-        feature_group_count=groups,
-    )
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
+
+def unflatten(flat: dict) -> dict:
+    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
+    out: dict = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
 
 
 def one_pass_statistics() -> bool:
@@ -443,46 +480,9 @@ def batch_norm(
     return y.astype(x.dtype), new_mean, new_var
 
 
-def relu(x: jax.Array) -> jax.Array:
-    """max(x, 0)."""
-    return jax.nn.relu(x)
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
 
-
-def tanh(x: jax.Array) -> jax.Array:
-    """Hyperbolic tangent."""
-    return jnp.tanh(x)
-
-
-def init_table(key, table: dict) -> dict:
-    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
-
-    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
-    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
-    numbers of an eager one.
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
     """
-    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
-    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
-
-
-def on_host(key, draw, shapes: list, what: str) -> list:
-    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
-    concrete key, by a host callback for a traced one, so that both give the same numbers."""
-    data = jax.random.key_data(key)
-    if isinstance(key, jax.core.Tracer):
-        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
-    if data.ndim != 1:
-        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
-    return [jax.device_put(a) for a in draw(data)]
-
-
-def unflatten(flat: dict) -> dict:
-    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
-    for path, value in flat.items():
-        node = out
-        *parents, leaf = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

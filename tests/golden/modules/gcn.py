@@ -65,6 +65,39 @@ def apply(params, state, A, H, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
+
+
+def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
+    """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
+    if key is None:
+        raise ValueError("dropout in training mode needs a PRNG key, but key is None")
+    if isinstance(p, (int, float)) and p >= 1.0:
+        return jnp.zeros_like(x)
+    keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
+    return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
+
+
+def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
+    """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
+
+    Identity when not training or p == 0. The same key gives the same mask.
+    """
+    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
+        return x
+    return dropout_mask_apply(x, p, key, x.shape)
+
+
+def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
 def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
@@ -197,52 +230,6 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
-
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
-    """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
-
-
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
-
-
-def relu(x: jax.Array) -> jax.Array:
-    """max(x, 0)."""
-    return jax.nn.relu(x)
-
-
-def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
-    """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
-    if key is None:
-        raise ValueError("dropout in training mode needs a PRNG key, but key is None")
-    if isinstance(p, (int, float)) and p >= 1.0:
-        return jnp.zeros_like(x)
-    keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
-    return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
-
-
-def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
-    """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
-
-    Identity when not training or p == 0. The same key gives the same mask.
-    """
-    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
-        return x
-    return dropout_mask_apply(x, p, key, x.shape)
-
-
-def fold(key, i: int):
-    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
-    return None if key is None else jax.random.fold_in(key, i)
-
-
 def init_table(key, table: dict) -> dict:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
@@ -266,6 +253,11 @@ def on_host(key, draw, shapes: list, what: str) -> list:
     return [jax.device_put(a) for a in draw(data)]
 
 
+def fold(key, i: int):
+    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
+    return None if key is None else jax.random.fold_in(key, i)
+
+
 def unflatten(flat: dict) -> dict:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
     out: dict = {}
@@ -276,3 +268,11 @@ def unflatten(flat: dict) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

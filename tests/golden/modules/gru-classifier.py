@@ -95,6 +95,51 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
+def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
+    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
+    return jnp.take(table, ids, axis=0)
+
+
+def rnn_inputs(x: jax.Array, p: dict) -> jax.Array:
+    """Input projections for all time steps, time-major: (T, B, G*Hd) = x @ w_ih + b_ih."""
+    xi = dense(x, p["w_ih"], p.get("b_ih"))
+    return jnp.swapaxes(xi, 0, 1)
+
+
+def gru(x: jax.Array, p: dict) -> jax.Array:
+    """GRU (PyTorch's nn.GRU, gate order r, z, n).
+
+    r = sigmoid(x W_ir + b_ir + h W_hr + b_hr), z likewise,
+    n = tanh(x W_in + b_in + r * (h W_hn + b_hn)), h_t = (1 - z) * n + z * h_{t-1}.
+    x (B, T, D) -> all hidden states (B, T, Hd); the initial state is zero.
+    """
+    w_hh, b_hh = p["w_hh"], p.get("b_hh")
+    hd = w_hh.shape[0]
+
+    def step(h, xi):
+        hh = dense(h, w_hh, b_hh)
+        xr, xz, xn = jnp.split(xi, 3, axis=-1)
+        hr, hz, hn = jnp.split(hh, 3, axis=-1)
+        r = jax.nn.sigmoid(xr + hr)
+        z = jax.nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        h = (1 - z) * n + z * h
+        return h, h
+
+    xs = rnn_inputs(x, p)
+    h0 = jnp.zeros((x.shape[0], hd), dtype=jnp.result_type(xs, w_hh))
+    _, hs = jax.lax.scan(step, h0, xs)
+    return jnp.swapaxes(hs, 0, 1)
+
+
 def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
@@ -227,59 +272,6 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
-
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
-    """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
-
-
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
-
-
-def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
-    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
-    return jnp.take(table, ids, axis=0)
-
-
-def rnn_inputs(x: jax.Array, p: dict) -> jax.Array:
-    """Input projections for all time steps, time-major: (T, B, G*Hd) = x @ w_ih + b_ih."""
-    xi = dense(x, p["w_ih"], p.get("b_ih"))
-    return jnp.swapaxes(xi, 0, 1)
-
-
-def gru(x: jax.Array, p: dict) -> jax.Array:
-    """GRU (PyTorch's nn.GRU, gate order r, z, n).
-
-    r = sigmoid(x W_ir + b_ir + h W_hr + b_hr), z likewise,
-    n = tanh(x W_in + b_in + r * (h W_hn + b_hn)), h_t = (1 - z) * n + z * h_{t-1}.
-    x (B, T, D) -> all hidden states (B, T, Hd); the initial state is zero.
-    """
-    w_hh, b_hh = p["w_hh"], p.get("b_hh")
-    hd = w_hh.shape[0]
-
-    def step(h, xi):
-        hh = dense(h, w_hh, b_hh)
-        xr, xz, xn = jnp.split(xi, 3, axis=-1)
-        hr, hz, hn = jnp.split(hh, 3, axis=-1)
-        r = jax.nn.sigmoid(xr + hr)
-        z = jax.nn.sigmoid(xz + hz)
-        n = jnp.tanh(xn + r * hn)
-        h = (1 - z) * n + z * h
-        return h, h
-
-    xs = rnn_inputs(x, p)
-    h0 = jnp.zeros((x.shape[0], hd), dtype=jnp.result_type(xs, w_hh))
-    _, hs = jax.lax.scan(step, h0, xs)
-    return jnp.swapaxes(hs, 0, 1)
-
-
 def init_table(key, table: dict) -> dict:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
@@ -313,3 +305,11 @@ def unflatten(flat: dict) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

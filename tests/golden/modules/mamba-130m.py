@@ -105,6 +105,24 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
+def silu(x: jax.Array) -> jax.Array:
+    """x * sigmoid(x) (a.k.a. swish)."""
+    return jax.nn.silu(x)
+
+
+def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
+    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
+    return jnp.take(table, ids, axis=0)
+
+
 def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
@@ -237,20 +255,63 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+def init_table(key, table: dict) -> dict:
+    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
+    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
+    numbers of an eager one.
     """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
+    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
+    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
+    return dict(zip(table, arrays))
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
+def on_host(key, draw, shapes: list, what: str) -> list:
+    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
+    concrete key, by a host callback for a traced one, so that both give the same numbers."""
+    data = jax.random.key_data(key)
+    if isinstance(key, jax.core.Tracer):
+        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
+    if data.ndim != 1:
+        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
+    return [jax.device_put(a) for a in draw(data)]
+
+
+def keep_products(prim, *_, **params) -> bool:
+    """What the backward pass of a ×N group keeps from its forward pass: the outputs of
+    convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
+    output and softmax statistics, which its backward kernel reads); everything else (norms,
+    activations, softmax, attention's batched products) it computes again.
+
+    Values that cross the loop's boundary are written into stacked buffers and read back;
+    recomputing the cheap ones from the kept products costs less than storing them (GPT-2's
+    ×12 training step: 2.23 to 2.01 s on a 2-core CPU, and its compile 1.4 to 1.3 s).
+    """
+    if prim.name == "conv_general_dilated" or prim.name.startswith("dot_product_attention_fwd"):
+        return True
+    if prim.name == "dot_general":
+        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+        return not lhs_batch and not rhs_batch
+    return False
+
+
+def scan_group(step, x, xs, length: int):
+    """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
+    whatever N), its backward pass keeping only what ``keep_products`` names."""
+    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
+
+
+def unflatten(flat: dict) -> dict:
+    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
+    out: dict = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
 
 
 def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
@@ -298,75 +359,6 @@ def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
     if scale is not None:
         y = y * trailing(scale, y.ndim)
     return y
-
-
-def silu(x: jax.Array) -> jax.Array:
-    """x * sigmoid(x) (a.k.a. swish)."""
-    return jax.nn.silu(x)
-
-
-def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
-    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
-    return jnp.take(table, ids, axis=0)
-
-
-def keep_products(prim, *_, **params) -> bool:
-    """What the backward pass of a ×N group keeps from its forward pass: the outputs of
-    convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
-    output and softmax statistics, which its backward kernel reads); everything else (norms,
-    activations, softmax, attention's batched products) it computes again.
-
-    Values that cross the loop's boundary are written into stacked buffers and read back;
-    recomputing the cheap ones from the kept products costs less than storing them (GPT-2's
-    ×12 training step: 2.23 to 2.01 s on a 2-core CPU, and its compile 1.4 to 1.3 s).
-    """
-    if prim.name == "conv_general_dilated" or prim.name.startswith("dot_product_attention_fwd"):
-        return True
-    if prim.name == "dot_general":
-        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
-        return not lhs_batch and not rhs_batch
-    return False
-
-
-def scan_group(step, x, xs, length: int):
-    """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
-    whatever N), its backward pass keeping only what ``keep_products`` names."""
-    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
-
-
-def init_table(key, table: dict) -> dict:
-    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
-
-    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
-    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
-    numbers of an eager one.
-    """
-    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
-    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
-
-
-def on_host(key, draw, shapes: list, what: str) -> list:
-    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
-    concrete key, by a host callback for a traced one, so that both give the same numbers."""
-    data = jax.random.key_data(key)
-    if isinstance(key, jax.core.Tracer):
-        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
-    if data.ndim != 1:
-        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
-    return [jax.device_put(a) for a in draw(data)]
-
-
-def unflatten(flat: dict) -> dict:
-    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
-    for path, value in flat.items():
-        node = out
-        *parents, leaf = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
 
 
 def linear_recurrence(a: jax.Array, b: jax.Array, *, axis: int = 1, sequential: bool = False):
@@ -417,3 +409,11 @@ def mamba_mixer(x: jax.Array, p: dict, *, state: int, rank: int, sequential: boo
     dt = jax.nn.softplus(dense(dt, p["dt_proj"], p["dt_bias"]))
     y = selective_scan(xs, dt, -jnp.exp(p["A_log"]), bm, cm, p["D"], sequential=sequential)
     return dense(y * silu(z), p["out_proj"])
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

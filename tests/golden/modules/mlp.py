@@ -69,6 +69,19 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
+
+
+def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
 def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
@@ -201,27 +214,6 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
-
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
-    """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
-
-
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
-
-
-def relu(x: jax.Array) -> jax.Array:
-    """max(x, 0)."""
-    return jax.nn.relu(x)
-
-
 def init_table(key, table: dict) -> dict:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
@@ -255,3 +247,11 @@ def unflatten(flat: dict) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

@@ -220,6 +220,187 @@ def apply(params, state, X, Y, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
+
+
+def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
+    """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
+    if key is None:
+        raise ValueError("dropout in training mode needs a PRNG key, but key is None")
+    if isinstance(p, (int, float)) and p >= 1.0:
+        return jnp.zeros_like(x)
+    keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
+    return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
+
+
+def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
+    """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
+
+    Identity when not training or p == 0. The same key gives the same mask.
+    """
+    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
+        return x
+    return dropout_mask_apply(x, p, key, x.shape)
+
+
+def dropout_weights(weights: jax.Array, p: float, train: bool, key) -> jax.Array:
+    """Dropout of attention weights (`attention` names its rate ``dropout``)."""
+    return dropout(weights, p, train=train, key=key)
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask=None,
+    *,
+    causal: bool = False,
+    dropout: float = 0.0,
+    train: bool = False,
+    key=None,
+    bias=None,
+    scale=None,
+) -> jax.Array:
+    """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
+
+    ``bias`` (optional) is added to the scores before the softmax, broadcast from its last
+    axes to (B, H, Tq, Tk) (T5's relative positions, ALiBi); ``scale`` replaces 1/sqrt(Dqk)
+    (1.0: none, as T5).
+
+    ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
+    ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
+    (top-left aligned, as PyTorch's ``is_causal``). Scores are scaled by 1/sqrt(Dqk); masked
+    scores are replaced by the dtype's most negative finite value, and where a ``mask`` is
+    given, weights of masked keys are zeroed after the softmax, so that a fully masked row
+    yields zeros instead of a uniform average.
+    Dropout is applied to the attention weights in training mode.
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    factor = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * factor
+    if bias is not None:
+        scores = scores + jnp.broadcast_to(trailing(bias, 4), scores.shape).astype(scores.dtype)
+    keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
+    if causal:
+        tri = jnp.broadcast_to(jnp.tril(jnp.ones((tq, tk), dtype=bool)), scores.shape)
+        keep = tri if keep is None else jnp.logical_and(keep, tri)
+    if keep is not None:
+        scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    if mask is not None:  # causality alone never masks a whole row: key 0 is always kept
+        weights = jnp.where(keep, weights, jnp.zeros_like(weights))
+    weights = dropout_weights(weights, dropout, train, key)
+    return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
+
+
+def mha(
+    x: jax.Array,
+    z: jax.Array,
+    p: dict,
+    *,
+    heads: int,
+    causal: bool = False,
+    dropout: float = 0.0,
+    train: bool = False,
+    key=None,
+    mask=None,
+    bias=None,
+    scale=None,
+) -> jax.Array:
+    """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
+
+    ``p`` holds wq (D, H*Dqk), wk (Dkv, H*Dqk), wv (Dkv, H*Dv), wo (H*Dv, Dout) and optionally
+    bq, bk, bv, bo. Pass ``z = x`` for self-attention. Heads are contiguous slices of the
+    projected features (head h uses columns h*Dqk:(h+1)*Dqk), as in PyTorch.
+    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend; ``bias``
+    and ``scale`` are `attention`'s.
+    """
+    b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
+    q = dense(x, p["wq"], p.get("bq"))
+    k = dense(z, p["wk"], p.get("bk"))
+    v = dense(z, p["wv"], p.get("bv"))
+    dqk = q.shape[-1] // heads
+    dv = v.shape[-1] // heads
+    q = q.reshape(b, tq, heads, dqk)
+    k = k.reshape(b, tk, heads, dqk)
+    v = v.reshape(b, tk, heads, dv)
+    out = None
+    if mask is None and bias is None and scale is None and not (train and dropout > 0.0):
+        out = fused_attention(q, k, v, causal=causal)
+    if out is None:
+        q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+        out = attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            dropout=dropout,
+            train=train,
+            key=key,
+            bias=bias,
+            scale=scale,
+        )
+        out = out.transpose(0, 2, 1, 3)
+    return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
+
+
+def fused_attention(q, k, v, *, causal: bool, implementation: str = "cudnn"):
+    """Attention by ``jax.nn.dot_product_attention``'s cuDNN kernel, which never holds the
+    T×T scores in memory (flash attention): q (B, Tq, H, Dqk), k (B, Tk, H, Dqk), v (B, Tk, H,
+    Dv) in, (B, Tq, H, Dv) out. None where that kernel does not run: off an NVIDIA GPU, in
+    float32, or where cuDNN's own checks refuse the head size or lengths; the caller then
+    computes ``attention``. On a CPU, XLA's version of the same call compiled slower and ran
+    no faster than ``attention``, so it is not used there."""
+    half = q.dtype in (jnp.bfloat16, jnp.float16)
+    if implementation == "cudnn" and (jax.default_backend() != "gpu" or not half):
+        return None
+    if v.shape != k.shape or (causal and q.shape[1] != k.shape[1]):
+        return None  # the call takes one head size; cuDNN aligns a causal mask its own way
+    try:
+        return jax.nn.dot_product_attention(
+            q, k, v, is_causal=causal, implementation=implementation
+        )
+    except (NotImplementedError, RuntimeError):  # cuDNN's checks, made while tracing
+        return None
+
+
+def relative_buckets(t: int, s: int, n: int, far: int, *, bidirectional: bool = True):
+    """(1, t, s) int32: T5's bucket of key j − query i, computed as transformers' T5 computes
+    it (in float32, truncated), so that an imported table reads the same rows."""
+    rel = np.arange(s)[None, :] - np.arange(t)[:, None]
+    bucket = np.zeros((t, s), np.int64)
+    if bidirectional:
+        n //= 2
+        bucket += (rel > 0) * n
+        rel = np.abs(rel)
+    else:
+        rel = -np.minimum(rel, 0)
+    exact = n // 2
+    far_ratio = np.float32(np.log(far / exact))
+    # the distances below `exact` keep their own bucket: their logarithm is never read
+    ratio = np.log(np.maximum(rel, exact).astype(np.float32) / np.float32(exact)) / far_ratio
+    large = exact + (ratio * np.float32(n - exact)).astype(np.int64, copy=False)
+    large = np.minimum(large, n - 1)
+    bucket += np.where(rel < exact, rel, large)
+    return jnp.asarray(bucket[None], jnp.int32)
+
+
+def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
+    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
+    return jnp.take(table, ids, axis=0)
+
+
 def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
@@ -352,20 +533,73 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+def init_table(key, table: dict) -> dict:
+    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
+    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
+    numbers of an eager one.
     """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
+    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
+    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
+    return dict(zip(table, arrays))
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
+def on_host(key, draw, shapes: list, what: str) -> list:
+    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
+    concrete key, by a host callback for a traced one, so that both give the same numbers."""
+    data = jax.random.key_data(key)
+    if isinstance(key, jax.core.Tracer):
+        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
+    if data.ndim != 1:
+        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
+    return [jax.device_put(a) for a in draw(data)]
+
+
+def fold(key, i: int):
+    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
+    return None if key is None else jax.random.fold_in(key, i)
+
+
+def keep_products(prim, *_, **params) -> bool:
+    """What the backward pass of a ×N group keeps from its forward pass: the outputs of
+    convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
+    output and softmax statistics, which its backward kernel reads); everything else (norms,
+    activations, softmax, attention's batched products) it computes again.
+
+    Values that cross the loop's boundary are written into stacked buffers and read back;
+    recomputing the cheap ones from the kept products costs less than storing them (GPT-2's
+    ×12 training step: 2.23 to 2.01 s on a 2-core CPU, and its compile 1.4 to 1.3 s).
+    """
+    if prim.name == "conv_general_dilated" or prim.name.startswith("dot_product_attention_fwd"):
+        return True
+    if prim.name == "dot_general":
+        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+        return not lhs_batch and not rhs_batch
+    return False
+
+
+def scan_group(step, x, xs, length: int):
+    """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
+    whatever N), its backward pass keeping only what ``keep_products`` names."""
+    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
+
+
+def split_keys(key, n: int):
+    """One key per copy of a ×N group, or None for all of them when no key was given."""
+    return None if key is None else jax.random.split(key, n)
+
+
+def unflatten(flat: dict) -> dict:
+    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
+    out: dict = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
 
 
 def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
@@ -415,243 +649,9 @@ def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
     return y
 
 
-def relu(x: jax.Array) -> jax.Array:
-    """max(x, 0)."""
-    return jax.nn.relu(x)
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
 
-
-def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
-    """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
-    if key is None:
-        raise ValueError("dropout in training mode needs a PRNG key, but key is None")
-    if isinstance(p, (int, float)) and p >= 1.0:
-        return jnp.zeros_like(x)
-    keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
-    return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
-
-
-def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
-    """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
-
-    Identity when not training or p == 0. The same key gives the same mask.
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
     """
-    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
-        return x
-    return dropout_mask_apply(x, p, key, x.shape)
-
-
-def dropout_weights(weights: jax.Array, p: float, train: bool, key) -> jax.Array:
-    """Dropout of attention weights (`attention` names its rate ``dropout``)."""
-    return dropout(weights, p, train=train, key=key)
-
-
-def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
-    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
-    return jnp.take(table, ids, axis=0)
-
-
-def attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    mask=None,
-    *,
-    causal: bool = False,
-    dropout: float = 0.0,
-    train: bool = False,
-    key=None,
-    bias=None,
-    scale=None,
-) -> jax.Array:
-    """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
-
-    ``bias`` (optional) is added to the scores before the softmax, broadcast from its last
-    axes to (B, H, Tq, Tk) (T5's relative positions, ALiBi); ``scale`` replaces 1/sqrt(Dqk)
-    (1.0: none, as T5).
-
-    ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
-    ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
-    (top-left aligned, as PyTorch's ``is_causal``). Scores are scaled by 1/sqrt(Dqk); masked
-    scores are replaced by the dtype's most negative finite value, and where a ``mask`` is
-    given, weights of masked keys are zeroed after the softmax, so that a fully masked row
-    yields zeros instead of a uniform average.
-    Dropout is applied to the attention weights in training mode.
-    """
-    tq, tk = q.shape[-2], k.shape[-2]
-    factor = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * factor
-    if bias is not None:
-        scores = scores + jnp.broadcast_to(trailing(bias, 4), scores.shape).astype(scores.dtype)
-    keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
-    if causal:
-        tri = jnp.broadcast_to(jnp.tril(jnp.ones((tq, tk), dtype=bool)), scores.shape)
-        keep = tri if keep is None else jnp.logical_and(keep, tri)
-    if keep is not None:
-        scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
-    weights = jax.nn.softmax(scores, axis=-1)
-    if mask is not None:  # causality alone never masks a whole row: key 0 is always kept
-        weights = jnp.where(keep, weights, jnp.zeros_like(weights))
-    weights = dropout_weights(weights, dropout, train, key)
-    return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
-
-
-def mha(
-    x: jax.Array,
-    z: jax.Array,
-    p: dict,
-    *,
-    heads: int,
-    causal: bool = False,
-    dropout: float = 0.0,
-    train: bool = False,
-    key=None,
-    mask=None,
-    bias=None,
-    scale=None,
-) -> jax.Array:
-    """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
-
-    ``p`` holds wq (D, H*Dqk), wk (Dkv, H*Dqk), wv (Dkv, H*Dv), wo (H*Dv, Dout) and optionally
-    bq, bk, bv, bo. Pass ``z = x`` for self-attention. Heads are contiguous slices of the
-    projected features (head h uses columns h*Dqk:(h+1)*Dqk), as in PyTorch.
-    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend; ``bias``
-    and ``scale`` are `attention`'s.
-    """
-    b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
-    q = dense(x, p["wq"], p.get("bq"))
-    k = dense(z, p["wk"], p.get("bk"))
-    v = dense(z, p["wv"], p.get("bv"))
-    dqk = q.shape[-1] // heads
-    dv = v.shape[-1] // heads
-    q = q.reshape(b, tq, heads, dqk)
-    k = k.reshape(b, tk, heads, dqk)
-    v = v.reshape(b, tk, heads, dv)
-    out = None
-    if mask is None and bias is None and scale is None and not (train and dropout > 0.0):
-        out = fused_attention(q, k, v, causal=causal)
-    if out is None:
-        q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
-        out = attention(
-            q,
-            k,
-            v,
-            mask,
-            causal=causal,
-            dropout=dropout,
-            train=train,
-            key=key,
-            bias=bias,
-            scale=scale,
-        )
-        out = out.transpose(0, 2, 1, 3)
-    return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
-
-
-def fused_attention(q, k, v, *, causal: bool, implementation: str = "cudnn"):
-    """Attention by ``jax.nn.dot_product_attention``'s cuDNN kernel, which never holds the
-    T×T scores in memory (flash attention): q (B, Tq, H, Dqk), k (B, Tk, H, Dqk), v (B, Tk, H,
-    Dv) in, (B, Tq, H, Dv) out. None where that kernel does not run: off an NVIDIA GPU, in
-    float32, or where cuDNN's own checks refuse the head size or lengths; the caller then
-    computes ``attention``. On a CPU, XLA's version of the same call compiled slower and ran
-    no faster than ``attention``, so it is not used there."""
-    half = q.dtype in (jnp.bfloat16, jnp.float16)
-    if implementation == "cudnn" and (jax.default_backend() != "gpu" or not half):
-        return None
-    if v.shape != k.shape or (causal and q.shape[1] != k.shape[1]):
-        return None  # the call takes one head size; cuDNN aligns a causal mask its own way
-    try:
-        return jax.nn.dot_product_attention(
-            q, k, v, is_causal=causal, implementation=implementation
-        )
-    except (NotImplementedError, RuntimeError):  # cuDNN's checks, made while tracing
-        return None
-
-
-def fold(key, i: int):
-    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
-    return None if key is None else jax.random.fold_in(key, i)
-
-
-def keep_products(prim, *_, **params) -> bool:
-    """What the backward pass of a ×N group keeps from its forward pass: the outputs of
-    convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
-    output and softmax statistics, which its backward kernel reads); everything else (norms,
-    activations, softmax, attention's batched products) it computes again.
-
-    Values that cross the loop's boundary are written into stacked buffers and read back;
-    recomputing the cheap ones from the kept products costs less than storing them (GPT-2's
-    ×12 training step: 2.23 to 2.01 s on a 2-core CPU, and its compile 1.4 to 1.3 s).
-    """
-    if prim.name == "conv_general_dilated" or prim.name.startswith("dot_product_attention_fwd"):
-        return True
-    if prim.name == "dot_general":
-        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
-        return not lhs_batch and not rhs_batch
-    return False
-
-
-def scan_group(step, x, xs, length: int):
-    """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
-    whatever N), its backward pass keeping only what ``keep_products`` names."""
-    return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
-
-
-def split_keys(key, n: int):
-    """One key per copy of a ×N group, or None for all of them when no key was given."""
-    return None if key is None else jax.random.split(key, n)
-
-
-def init_table(key, table: dict) -> dict:
-    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
-
-    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
-    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
-    numbers of an eager one.
-    """
-    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
-    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
-
-
-def on_host(key, draw, shapes: list, what: str) -> list:
-    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
-    concrete key, by a host callback for a traced one, so that both give the same numbers."""
-    data = jax.random.key_data(key)
-    if isinstance(key, jax.core.Tracer):
-        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
-    if data.ndim != 1:
-        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
-    return [jax.device_put(a) for a in draw(data)]
-
-
-def unflatten(flat: dict) -> dict:
-    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
-    for path, value in flat.items():
-        node = out
-        *parents, leaf = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
-
-
-def relative_buckets(t: int, s: int, n: int, far: int, *, bidirectional: bool = True):
-    """(1, t, s) int32: T5's bucket of key j − query i, computed as transformers' T5 computes
-    it (in float32, truncated), so that an imported table reads the same rows."""
-    rel = np.arange(s)[None, :] - np.arange(t)[:, None]
-    bucket = np.zeros((t, s), np.int64)
-    if bidirectional:
-        n //= 2
-        bucket += (rel > 0) * n
-        rel = np.abs(rel)
-    else:
-        rel = -np.minimum(rel, 0)
-    exact = n // 2
-    far_ratio = np.float32(np.log(far / exact))
-    # the distances below `exact` keep their own bucket: their logarithm is never read
-    ratio = np.log(np.maximum(rel, exact).astype(np.float32) / np.float32(exact)) / far_ratio
-    large = exact + (ratio * np.float32(n - exact)).astype(np.int64, copy=False)
-    large = np.minimum(large, n - 1)
-    bucket += np.where(rel < exact, rel, large)
-    return jnp.asarray(bucket[None], jnp.int32)
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

@@ -85,6 +85,24 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
+
+
+def sigmoid(x: jax.Array) -> jax.Array:
+    """Logistic sigmoid 1 / (1 + exp(-x))."""
+    return jax.nn.sigmoid(x)
+
+
+def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
 def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
@@ -217,46 +235,6 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
-
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
-    """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
-
-
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
-
-
-def relu(x: jax.Array) -> jax.Array:
-    """max(x, 0)."""
-    return jax.nn.relu(x)
-
-
-def sigmoid(x: jax.Array) -> jax.Array:
-    """Logistic sigmoid 1 / (1 + exp(-x))."""
-    return jax.nn.sigmoid(x)
-
-
-def fold(key, i: int):
-    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
-    return None if key is None else jax.random.fold_in(key, i)
-
-
-def reparameterize(mean: jax.Array, logvar: jax.Array, *, train: bool, key) -> jax.Array:
-    """A VAE's sample mean + exp(logvar / 2)·ε in training; the mean in evaluation."""
-    if not train:
-        return mean
-    if key is None:
-        raise ValueError("sampling in training needs a PRNG key: apply(..., train=True, key=k)")
-    return mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)
-
-
 def init_table(key, table: dict) -> dict:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
@@ -280,6 +258,11 @@ def on_host(key, draw, shapes: list, what: str) -> list:
     return [jax.device_put(a) for a in draw(data)]
 
 
+def fold(key, i: int):
+    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
+    return None if key is None else jax.random.fold_in(key, i)
+
+
 def unflatten(flat: dict) -> dict:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
     out: dict = {}
@@ -290,3 +273,20 @@ def unflatten(flat: dict) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
+
+
+def reparameterize(mean: jax.Array, logvar: jax.Array, *, train: bool, key) -> jax.Array:
+    """A VAE's sample mean + exp(logvar / 2)·ε in training; the mean in evaluation."""
+    if not train:
+        return mean
+    if key is None:
+        raise ValueError("sampling in training needs a PRNG key: apply(..., train=True, key=k)")
+    return mean + jnp.exp(0.5 * logvar) * jax.random.normal(key, mean.shape, mean.dtype)

@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax.runtime import dense
-from lbdl_dsl.backends.jax.runtime_extra.constants import relative_index
+from lbdl_dsl.backends.jax.runtime.constants import relative_index
+from lbdl_dsl.backends.jax.runtime.dense import dense
 
 
 def window_partition(x: jax.Array, window: int) -> jax.Array:

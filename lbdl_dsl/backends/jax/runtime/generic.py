@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax.runtime import dropout_mask_apply
-from lbdl_dsl.backends.jax.runtime_extra.norm_axis import along
+from lbdl_dsl.backends.jax.runtime.activation import dropout_mask_apply
+from lbdl_dsl.backends.jax.runtime.norm import along
 
 
 def drop_path(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:

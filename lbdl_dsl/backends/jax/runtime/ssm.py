@@ -9,7 +9,9 @@ position at a time with ``jax.lax.scan``, the reference the tests compare with.
 import jax
 import jax.numpy as jnp
 
-from lbdl_dsl.backends.jax.runtime import dense, silu, trailing
+from lbdl_dsl.backends.jax.runtime.activation import silu
+from lbdl_dsl.backends.jax.runtime.dense import dense
+from lbdl_dsl.backends.jax.runtime.tensor import trailing
 
 
 def linear_recurrence(a: jax.Array, b: jax.Array, *, axis: int = 1, sequential: bool = False):

@@ -14,7 +14,8 @@ gated feed-forward experts between them, an ``experts:`` group its own body unde
 import jax
 import jax.numpy as jnp
 
-from lbdl_dsl.backends.jax.runtime import dense, gelu, silu
+from lbdl_dsl.backends.jax.runtime.activation import gelu, silu
+from lbdl_dsl.backends.jax.runtime.dense import dense
 
 
 def moe_dispatch(
