@@ -716,7 +716,7 @@ def profile_section(profile: dict | None) -> list[str]:
     GPT step and the MFU target, read from the figures."""
     if not profile:
         return []
-    from bench import gpu_profile
+    from bench import gpu_kernels
 
     runs = profile["runs"]
     kinds = sorted({r["kind"] for r in runs})
@@ -728,12 +728,12 @@ def profile_section(profile: dict | None) -> list[str]:
         + ". Milliseconds per training step (kernels per step in brackets); one stream runs "
         "the kernels in turn, so the wall time less their sum is the time the device waited.",
         "",
-        gpu_profile.table(runs),
+        gpu_kernels.table(runs),
         "",
     ]
     for r in runs:
-        products = r["ms"][gpu_profile.KINDS[0]] + r["ms"][gpu_profile.KINDS[1]]
-        attention = r["ms"][gpu_profile.KINDS[2]]
+        products = r["ms"][gpu_kernels.KINDS[0]] + r["ms"][gpu_kernels.KINDS[1]]
+        attention = r["ms"][gpu_kernels.KINDS[2]]
         rest = r["busy_ms"] - products - attention
         who = "lbdl" if r["side"] == "ours" else "Flax"
         said = (

@@ -22,7 +22,8 @@ import lbdl_dsl
 from lbdl_dsl.cli import main
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.interop import export
-from lbdl_dsl.interop.exporter import forward, relative_error
+from lbdl_dsl.interop.exporter import relative_error
+from lbdl_dsl.interop.traced import forward
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "backends"))

@@ -12,6 +12,7 @@ Initialisation is eager, array by array: it needs no compilation of the whole mo
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import PurePath
 from typing import Any
@@ -44,6 +45,17 @@ def init_row(init: Init) -> tuple[str, float]:
         case Normal(std=std, truncated=truncated):
             return ("truncated_normal" if truncated else "normal"), float(std)
     raise AssertionError(init)
+
+
+def _unread_arguments(function: str) -> list[str]:
+    """The arguments of a generated function that its body never reads, in their order:
+    ``del``-ed at its top, so that a linter's unused-argument rule (ruff ARG) holds of the
+    module while the signature stays the one every module shares."""
+    node = ast.parse(function).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    given = [*node.args.args, *node.args.kwonlyargs]
+    return [a.arg for a in given if a.arg not in read]
 
 
 def param_table(compiled: Compiled) -> tuple[list[tuple], list[tuple]]:
@@ -193,6 +205,9 @@ COMPUTE = {compute}
     head = layout.statement(
         f"def apply(params, state, {args}, *, train=False, key=None{decode_keys}):"
     )
+    unread = _unread_arguments("\n".join([*head, apply_doc, *body]))
+    if unread:  # every apply has the same signature, so a model may not read all of it
+        body = [f"    del {', '.join(unread)}  # the common signature; not read here", *body]
     apply_fn = "\n".join([*head, apply_doc, *layout.lines(body)])
     parts = [
         header,

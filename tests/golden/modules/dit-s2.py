@@ -184,6 +184,7 @@ def dit(p, X, c):
 
 def apply(params, state, x, t, y, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
+    del state  # the common signature; not read here
     # dit-s2.lbdl:57: sincos-2d grid=I/P              (I/P)^2×D  -> positions
     positions = sincos_2d_table(16, 16, 384, dtype=COMPUTE)
     # dit-s2.lbdl:59: conv-2d k=P s=P init=xavier     D×I/P×I/P
@@ -696,7 +697,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
     runs = []  # (where in noise, how many, bound), in the stream's order, 1 MB at most each
-    for (_, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (_, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             continue
         bound = np.float32(init_bound(how, scale))
@@ -718,7 +719,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     elif spans:
         draw_runs(entropy, noise, spans[0], 0)
     out = []
-    for (shape, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (shape, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
@@ -814,7 +815,7 @@ def init_table(key, table: dict) -> dict:
     """
     shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
     arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
+    return dict(zip(table, arrays, strict=True))
 
 
 def on_host(key, draw, shapes: list, what: str) -> list:

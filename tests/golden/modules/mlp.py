@@ -53,6 +53,7 @@ def init(key):
 
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
+    del state, train, key  # the common signature; not read here
     # mlp.lbdl:5: fc         25
     x = dense(X, params["fc_0"]["w"], params["fc_0"]["b"])
     # mlp.lbdl:6: relu  ->  25
@@ -105,7 +106,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
     runs = []  # (where in noise, how many, bound), in the stream's order, 1 MB at most each
-    for (_, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (_, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             continue
         bound = np.float32(init_bound(how, scale))
@@ -127,7 +128,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     elif spans:
         draw_runs(entropy, noise, spans[0], 0)
     out = []
-    for (shape, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (shape, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
@@ -223,7 +224,7 @@ def init_table(key, table: dict) -> dict:
     """
     shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
     arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
+    return dict(zip(table, arrays, strict=True))
 
 
 def on_host(key, draw, shapes: list, what: str) -> list:
