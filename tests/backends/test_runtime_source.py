@@ -54,7 +54,16 @@ def test_defaults_are_the_literal_ones_and_a_copy() -> None:
 
 RUNTIME = REPO / "lbdl_dsl" / "backends" / "jax" / "runtime"
 # what a generated module's header imports (codegen.py), and the runtime's own modules
-_HEADER = {"mmap", "os", "concurrent.futures", "jax", "jax.numpy", "numpy"}
+_HEADER = {
+    "mmap",
+    "os",
+    "concurrent.futures",
+    "collections.abc",
+    "typing",
+    "jax",
+    "jax.numpy",
+    "numpy",
+}
 
 
 @pytest.mark.parametrize("path", sorted(RUNTIME.glob("[!_]*.py")), ids=lambda p: p.stem)

@@ -10,7 +10,9 @@ apply(params, state, z, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -164,7 +166,7 @@ def tanh(x: jax.Array) -> jax.Array:
     return jnp.tanh(x)
 
 
-def conv_dimension_numbers(n: int) -> tuple:
+def conv_dimension_numbers(n: int) -> tuple[str, str, str]:
     """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
     spatial = "DHW"[3 - n :]
     return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
@@ -173,12 +175,12 @@ def conv_dimension_numbers(n: int) -> tuple:
 def conv_transpose(
     x: jax.Array,
     w: jax.Array,
-    b=None,
+    b: jax.Array | None = None,
     *,
-    stride: tuple,
-    padding: tuple,
-    output_padding: tuple | None = None,
-    dilation: tuple | None = None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    output_padding: tuple[int, ...] | None = None,
+    dilation: tuple[int, ...] | None = None,
     groups: int = 1,
 ) -> jax.Array:
     """N-d channels-last transposed convolution with PyTorch's ConvTranspose semantics.
@@ -224,7 +226,9 @@ def conv_transpose(
     return y
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def init_arrays(
+    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -256,7 +260,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -288,7 +295,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -337,7 +344,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -356,7 +365,9 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def init_table(key, table: dict) -> dict:
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
     Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
@@ -368,7 +379,12 @@ def init_table(key, table: dict) -> dict:
     return dict(zip(table, arrays, strict=True))
 
 
-def on_host(key, draw, shapes: list, what: str) -> list:
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
     """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
     concrete key, by a host callback for a traced one, so that both give the same numbers."""
     data = jax.random.key_data(key)
@@ -389,9 +405,9 @@ def to_channels_first(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(x, -1, 1)
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -407,7 +423,7 @@ def one_pass_statistics() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
+def batch_statistics(x: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
     """A batch's mean and biased variance over ``axes``, per channel.
 
     A GPU's training step of batch norms is bound by memory, and a second pass over every
@@ -434,15 +450,15 @@ def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
 
 def batch_norm(
     x: jax.Array,
-    scale,
-    bias,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
     mean: jax.Array,
     var: jax.Array,
     *,
     train: bool,
     momentum: float = 0.1,
     eps: float = 1e-5,
-) -> tuple:
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Batch norm over every axis but the last (channel) one; returns (y, new_mean, new_var).
 
     PyTorch's convention: in training, normalise with the batch mean and BIASED batch variance,

@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -152,7 +154,9 @@ def gelu(x: jax.Array, approximate: bool = False) -> jax.Array:
     return jax.nn.gelu(x, approximate=approximate)
 
 
-def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
+def dropout_mask_apply(
+    x: jax.Array, p: float, key: jax.Array | None, mask_shape: tuple[int, ...]
+) -> jax.Array:
     """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
     if key is None:
         raise ValueError("dropout in training mode needs a PRNG key, but key is None")
@@ -162,7 +166,7 @@ def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Ar
     return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
 
 
-def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
+def dropout(x: jax.Array, p: float, *, train: bool, key: jax.Array | None) -> jax.Array:
     """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
 
     Identity when not training or p == 0. The same key gives the same mask.
@@ -172,7 +176,7 @@ def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
     return dropout_mask_apply(x, p, key, x.shape)
 
 
-def dropout_weights(weights: jax.Array, p: float, train: bool, key) -> jax.Array:
+def dropout_weights(weights: jax.Array, p: float, train: bool, key: jax.Array | None) -> jax.Array:
     """Dropout of attention weights (`attention` names its rate ``dropout``)."""
     return dropout(weights, p, train=train, key=key)
 
@@ -181,14 +185,14 @@ def attention(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    mask=None,
+    mask: jax.Array | None = None,
     *,
     causal: bool = False,
     dropout: float = 0.0,
     train: bool = False,
-    key=None,
-    bias=None,
-    scale=None,
+    key: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    scale: float | None = None,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
 
@@ -216,7 +220,7 @@ def attention(
     if keep is not None:
         scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
     weights = jax.nn.softmax(scores, axis=-1)
-    if mask is not None:  # causality alone never masks a whole row: key 0 is always kept
+    if mask is not None and keep is not None:  # causality alone never masks a whole row
         weights = jnp.where(keep, weights, jnp.zeros_like(weights))
     weights = dropout_weights(weights, dropout, train, key)
     return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
@@ -225,16 +229,16 @@ def attention(
 def mha(
     x: jax.Array,
     z: jax.Array,
-    p: dict,
+    p: dict[str, jax.Array],
     *,
     heads: int,
     causal: bool = False,
     dropout: float = 0.0,
     train: bool = False,
-    key=None,
-    mask=None,
-    bias=None,
-    scale=None,
+    key: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    scale: float | None = None,
 ) -> jax.Array:
     """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
 
@@ -274,7 +278,14 @@ def mha(
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
 
 
-def fused_attention(q, k, v, *, causal: bool, implementation: str = "cudnn"):
+def fused_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool,
+    implementation: Literal["cudnn", "xla"] = "cudnn",
+) -> jax.Array | None:
     """Attention by ``jax.nn.dot_product_attention``'s cuDNN kernel, which never holds the
     T×T scores in memory (flash attention): q (B, Tq, H, Dqk), k (B, Tk, H, Dqk), v (B, Tk, H,
     Dv) in, (B, Tq, H, Dv) out. None where that kernel does not run: off an NVIDIA GPU, in
@@ -294,7 +305,7 @@ def fused_attention(q, k, v, *, causal: bool, implementation: str = "cudnn"):
         return None
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
     """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
     y = jnp.matmul(x, w)
     if b is not None:
@@ -312,7 +323,9 @@ def add_learned_positions(x: jax.Array, table: jax.Array) -> jax.Array:
     return x + table[None, : x.shape[-2]].astype(x.dtype)
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def init_arrays(
+    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -344,7 +357,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -376,7 +392,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -425,7 +441,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -444,7 +462,9 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def init_table(key, table: dict) -> dict:
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
     Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
@@ -456,7 +476,12 @@ def init_table(key, table: dict) -> dict:
     return dict(zip(table, arrays, strict=True))
 
 
-def on_host(key, draw, shapes: list, what: str) -> list:
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
     """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
     concrete key, by a host callback for a traced one, so that both give the same numbers."""
     data = jax.random.key_data(key)
@@ -467,12 +492,12 @@ def on_host(key, draw, shapes: list, what: str) -> list:
     return [jax.device_put(a) for a in draw(data)]
 
 
-def fold(key, i: int):
+def fold(key: jax.Array | None, i: int) -> jax.Array | None:
     """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
     return None if key is None else jax.random.fold_in(key, i)
 
 
-def keep_products(prim, *_, **params) -> bool:
+def keep_products(prim: Any, *_: Any, **params: Any) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
     convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
     output and softmax statistics, which its backward kernel reads); everything else (norms,
@@ -490,20 +515,22 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def scan_group(step, x, xs, length: int):
+def scan_group(
+    step: Callable[..., tuple[Any, Any]], x: Any, xs: Any, length: int
+) -> tuple[Any, Any]:
     """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
     whatever N), its backward pass keeping only what ``keep_products`` names."""
     return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
 
 
-def split_keys(key, n: int):
+def split_keys(key: jax.Array | None, n: int) -> jax.Array | None:
     """One key per copy of a ×N group, or None for all of them when no key was given."""
     return None if key is None else jax.random.split(key, n)
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -513,7 +540,14 @@ def unflatten(flat: dict) -> dict:
     return out
 
 
-def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -> jax.Array:
+def layer_norm(
+    x: jax.Array,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
+    *,
+    eps: float = 1e-5,
+    axes: int = 1,
+) -> jax.Array:
     """Layer norm over the last ``axes`` axes (PyTorch's LayerNorm: biased variance).
 
     ``scale`` and ``bias`` have the normalised shape ``x.shape[-axes:]``; either may be None.
@@ -526,7 +560,7 @@ def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -
     return y
 
 
-def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
+def normalized(x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool = True) -> jax.Array:
     """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
     part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
 
@@ -539,10 +573,12 @@ def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> j
     any JAX function.
     """
 
-    def value(x):
+    def value(x: jax.Array) -> jax.Array:
         return standardised(x, axes, eps, centred)[0]
 
-    def tangent(primals, tangents):
+    def tangent(
+        primals: tuple[jax.Array], tangents: tuple[jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
         (x,), (dx,) = primals, tangents
         y, r = standardised(x, axes, eps, centred)
         if centred:
@@ -554,7 +590,9 @@ def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> j
     return rule(x)
 
 
-def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
+def standardised(
+    x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool
+) -> tuple[jax.Array, jax.Array]:
     """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
     have: the mean, then the biased variance of what is left, then ``rsqrt``."""
     if centred:

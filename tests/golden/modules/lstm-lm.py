@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -100,7 +102,9 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
-def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
+def dropout_mask_apply(
+    x: jax.Array, p: float, key: jax.Array | None, mask_shape: tuple[int, ...]
+) -> jax.Array:
     """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
     if key is None:
         raise ValueError("dropout in training mode needs a PRNG key, but key is None")
@@ -110,7 +114,7 @@ def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Ar
     return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
 
 
-def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
+def dropout(x: jax.Array, p: float, *, train: bool, key: jax.Array | None) -> jax.Array:
     """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
 
     Identity when not training or p == 0. The same key gives the same mask.
@@ -120,7 +124,7 @@ def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
     return dropout_mask_apply(x, p, key, x.shape)
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
     """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
     y = jnp.matmul(x, w)
     if b is not None:
@@ -133,13 +137,13 @@ def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
     return jnp.take(table, ids, axis=0)
 
 
-def rnn_inputs(x: jax.Array, p: dict) -> jax.Array:
+def rnn_inputs(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
     """Input projections for all time steps, time-major: (T, B, G*Hd) = x @ w_ih + b_ih."""
     xi = dense(x, p["w_ih"], p.get("b_ih"))
     return jnp.swapaxes(xi, 0, 1)
 
 
-def lstm(x: jax.Array, p: dict) -> jax.Array:
+def lstm(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
     """LSTM (PyTorch's nn.LSTM, gate order i, f, g, o).
 
     i, f, o = sigmoid(...), g = tanh(...), c_t = f * c_{t-1} + i * g, h_t = o * tanh(c_t).
@@ -148,7 +152,9 @@ def lstm(x: jax.Array, p: dict) -> jax.Array:
     w_hh, b_hh = p["w_hh"], p.get("b_hh")
     hd = w_hh.shape[0]
 
-    def step(carry, xi):
+    def step(
+        carry: tuple[jax.Array, jax.Array], xi: jax.Array
+    ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
         h, c = carry
         gates = xi + dense(h, w_hh, b_hh)
         i, f, g, o = jnp.split(gates, 4, axis=-1)
@@ -162,7 +168,9 @@ def lstm(x: jax.Array, p: dict) -> jax.Array:
     return jnp.swapaxes(hs, 0, 1)
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def init_arrays(
+    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -194,7 +202,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -226,7 +237,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -275,7 +286,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -294,7 +307,9 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def init_table(key, table: dict) -> dict:
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
     Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
@@ -306,7 +321,12 @@ def init_table(key, table: dict) -> dict:
     return dict(zip(table, arrays, strict=True))
 
 
-def on_host(key, draw, shapes: list, what: str) -> list:
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
     """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
     concrete key, by a host callback for a traced one, so that both give the same numbers."""
     data = jax.random.key_data(key)
@@ -317,14 +337,14 @@ def on_host(key, draw, shapes: list, what: str) -> list:
     return [jax.device_put(a) for a in draw(data)]
 
 
-def fold(key, i: int):
+def fold(key: jax.Array | None, i: int) -> jax.Array | None:
     """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
     return None if key is None else jax.random.fold_in(key, i)
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")

@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -111,7 +113,7 @@ def silu(x: jax.Array) -> jax.Array:
     return jax.nn.silu(x)
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
     """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
     y = jnp.matmul(x, w)
     if b is not None:
@@ -124,7 +126,9 @@ def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
     return jnp.take(table, ids, axis=0)
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def init_arrays(
+    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -156,7 +160,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -188,7 +195,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -237,7 +244,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -256,7 +265,9 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def init_table(key, table: dict) -> dict:
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
     Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
@@ -268,7 +279,12 @@ def init_table(key, table: dict) -> dict:
     return dict(zip(table, arrays, strict=True))
 
 
-def on_host(key, draw, shapes: list, what: str) -> list:
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
     """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
     concrete key, by a host callback for a traced one, so that both give the same numbers."""
     data = jax.random.key_data(key)
@@ -279,7 +295,7 @@ def on_host(key, draw, shapes: list, what: str) -> list:
     return [jax.device_put(a) for a in draw(data)]
 
 
-def keep_products(prim, *_, **params) -> bool:
+def keep_products(prim: Any, *_: Any, **params: Any) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
     convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
     output and softmax statistics, which its backward kernel reads); everything else (norms,
@@ -297,15 +313,17 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def scan_group(step, x, xs, length: int):
+def scan_group(
+    step: Callable[..., tuple[Any, Any]], x: Any, xs: Any, length: int
+) -> tuple[Any, Any]:
     """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
     whatever N), its backward pass keeping only what ``keep_products`` names."""
     return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -315,7 +333,7 @@ def unflatten(flat: dict) -> dict:
     return out
 
 
-def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
+def normalized(x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool = True) -> jax.Array:
     """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
     part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
 
@@ -328,10 +346,12 @@ def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> j
     any JAX function.
     """
 
-    def value(x):
+    def value(x: jax.Array) -> jax.Array:
         return standardised(x, axes, eps, centred)[0]
 
-    def tangent(primals, tangents):
+    def tangent(
+        primals: tuple[jax.Array], tangents: tuple[jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
         (x,), (dx,) = primals, tangents
         y, r = standardised(x, axes, eps, centred)
         if centred:
@@ -343,7 +363,9 @@ def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> j
     return rule(x)
 
 
-def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
+def standardised(
+    x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool
+) -> tuple[jax.Array, jax.Array]:
     """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
     have: the mean, then the biased variance of what is left, then ``rsqrt``."""
     if centred:
@@ -352,7 +374,7 @@ def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
     return x * r, r
 
 
-def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
+def rms_norm(x: jax.Array, scale: jax.Array | None, *, eps: float = 1e-6) -> jax.Array:
     """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm),
     normalised in at least float32 and scaled in x's type, as LLaMA's is under bfloat16."""
     xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # at least float32
@@ -362,22 +384,27 @@ def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
     return y
 
 
-def linear_recurrence(a: jax.Array, b: jax.Array, *, axis: int = 1, sequential: bool = False):
+def linear_recurrence(
+    a: jax.Array, b: jax.Array, *, axis: int = 1, sequential: bool = False
+) -> jax.Array:
     """h_t = a_t * h_{t-1} + b_t along ``axis`` (h_{-1} = 0), for a and b of one shape."""
     if sequential:
         a_t, b_t = jnp.moveaxis(a, axis, 0), jnp.moveaxis(b, axis, 0)
 
-        def step(h, ab):
+        def step(h: jax.Array, ab: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
             h = ab[0] * h + ab[1]
             return h, h
 
         _, hs = jax.lax.scan(step, jnp.zeros_like(b_t[0]), (a_t, b_t))
         return jnp.moveaxis(hs, 0, axis)
 
-    def combine(first, second):
+    def combine(
+        first: tuple[jax.Array, jax.Array], second: tuple[jax.Array, jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
         return first[0] * second[0], second[0] * first[1] + second[1]
 
-    return jax.lax.associative_scan(combine, (a, b), axis=axis)[1]
+    h: jax.Array = jax.lax.associative_scan(combine, (a, b), axis=axis)[1]
+    return h
 
 
 def causal_depthwise_conv(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
@@ -389,7 +416,16 @@ def causal_depthwise_conv(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array
     return out + trailing(b, 3)
 
 
-def selective_scan(x, dt, a, bm, cm, d, *, sequential: bool = False):
+def selective_scan(
+    x: jax.Array,
+    dt: jax.Array,
+    a: jax.Array,
+    bm: jax.Array,
+    cm: jax.Array,
+    d: jax.Array,
+    *,
+    sequential: bool = False,
+) -> jax.Array:
     """Mamba's S6: x, dt (B, T, E); a (E, N); bm, cm (B, T, N); d (E). The state of channel e
     evolves as h_t = exp(dt_t·a) ⊙ h_{t-1} + dt_t·B_t·x_t, and y_t = C_t·h_t + d·x_t."""
     decay = jnp.exp(dt[..., None] * trailing(a, 4))  # (B, T, E, N)
@@ -398,7 +434,9 @@ def selective_scan(x, dt, a, bm, cm, d, *, sequential: bool = False):
     return jnp.einsum("bten,btn->bte", h, cm) + x * trailing(d, 3)
 
 
-def mamba_mixer(x: jax.Array, p: dict, *, state: int, rank: int, sequential: bool = False):
+def mamba_mixer(
+    x: jax.Array, p: dict[str, jax.Array], *, state: int, rank: int, sequential: bool = False
+) -> jax.Array:
     """Mamba's block (Gu & Dao 2023, Fig. 3) on x (B, T, D): in_proj to x and the gate z, the
     causal depthwise conv and silu on x, Δ, B and C projected from x (Δ through dt_proj and
     softplus), the selective scan with A = −exp(A_log), the output gated by silu(z), out_proj."""

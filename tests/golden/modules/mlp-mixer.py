@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -152,7 +154,7 @@ def gelu(x: jax.Array, approximate: bool = False) -> jax.Array:
     return jax.nn.gelu(x, approximate=approximate)
 
 
-def conv_dimension_numbers(n: int) -> tuple:
+def conv_dimension_numbers(n: int) -> tuple[str, str, str]:
     """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
     spatial = "DHW"[3 - n :]
     return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
@@ -167,11 +169,11 @@ def plain_convolutions() -> bool:
 def conv(
     x: jax.Array,
     w: jax.Array,
-    b=None,
+    b: jax.Array | None = None,
     *,
-    stride: tuple | None = None,
-    padding=None,
-    dilation: tuple | None = None,
+    stride: tuple[int, ...] | None = None,
+    padding: str | tuple[tuple[int, int], ...] | None = None,
+    dilation: tuple[int, ...] | None = None,
     groups: int = 1,
 ) -> jax.Array:
     """N-d channels-last convolution (cross-correlation, as in PyTorch).
@@ -202,10 +204,10 @@ def conv(
     padding = ((0, 0),) * n if padding is None else padding
     if isinstance(padding, str):
         window = [d * (k - 1) + 1 for k, d in zip(w.shape[:n], dilation, strict=True)]
-        padding = jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding)
+        padding = tuple(jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding))
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
 
-    def convolve(x, w):
+    def convolve(x: jax.Array, w: jax.Array) -> jax.Array:
         return jax.lax.conv_general_dilated(
             x,
             w,
@@ -216,13 +218,16 @@ def conv(
             feature_group_count=groups,
         )
 
+    y: jax.Array
     if plain_convolutions():
         y = convolve(x, w)
     elif pointwise(w.shape, pads, groups):
         y = pointwise_conv(x, w, stride)
     else:
 
-        def tangent(primals, tangents):
+        def tangent(
+            primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+        ) -> tuple[jax.Array, jax.Array]:
             y = convolve(*primals)
             return y, conv_tangent(primals, tangents, y, stride, pads, dilation, groups)
 
@@ -234,7 +239,15 @@ def conv(
     return y
 
 
-def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
+def conv_tangent(
+    primals: tuple[jax.Array, jax.Array],
+    tangents: tuple[Any, Any],
+    y: jax.Array,
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The tangent of `conv` (without bias), written so that its transpose is our gradients.
 
     A tangent is linear in ``dx`` and ``dw``; JAX differentiates in reverse by transposing it.
@@ -247,16 +260,16 @@ def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
     x, w = primals
     dx, dw = tangents
     out = jax.ShapeDtypeStruct(y.shape, y.dtype)
-    terms = []
+    terms: list[jax.Array] = []
     if type(dx) is not jax.custom_derivatives.SymbolicZero:
 
-        def input_grad(g):
+        def input_grad(g: jax.Array) -> jax.Array:
             return conv_input_grad(g, w, x.shape, stride, pads, dilation, groups).astype(x.dtype)
 
         terms.append(jax.linear_transpose(input_grad, out)(dx)[0])
     if type(dw) is not jax.custom_derivatives.SymbolicZero:
 
-        def weight_grad(g):
+        def weight_grad(g: jax.Array) -> jax.Array:
             return conv_weight_grad(g, x, w.shape, stride, pads, dilation, groups).astype(w.dtype)
 
         terms.append(jax.linear_transpose(weight_grad, out)(dw)[0])
@@ -265,7 +278,7 @@ def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
     return terms[0] + terms[1] if len(terms) == 2 else terms[0]
 
 
-def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
+def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple[int, ...]) -> jax.Array:
     """A 1×1 convolution without padding as the matrix product it is (see `conv`).
 
     Its tangent is written for the transpose JAX makes of it in reverse mode: the kernel's
@@ -276,16 +289,18 @@ def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
     n = x.ndim - 2
 
     @jax.custom_jvp
-    def product(x, w):
+    def product(x: jax.Array, w: jax.Array) -> jax.Array:
         return jnp.matmul(strided(x, stride), w.reshape(w.shape[n:]))
 
-    def tangent(primals, tangents):
+    def tangent(
+        primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+    ) -> tuple[jax.Array, jax.Array]:
         x, w = primals
         dx, dw = tangents
         xs = strided(x, stride)
         w2 = w.reshape(w.shape[n:])
         y = jnp.matmul(xs, w2)
-        terms = []
+        terms: list[jax.Array] = []
         if type(dx) is not jax.custom_derivatives.SymbolicZero:
             terms.append(jnp.matmul(strided(dx, stride), w2))
         if type(dw) is not jax.custom_derivatives.SymbolicZero:
@@ -297,21 +312,30 @@ def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
         return y, terms[0] + terms[1] if len(terms) == 2 else terms[0]
 
     product.defjvp(tangent, symbolic_zeros=True)
-    return product(x, w)
+    out: jax.Array = product(x, w)
+    return out
 
 
-def pointwise(w_shape: tuple, pads, groups: int) -> bool:
+def pointwise(w_shape: tuple[int, ...], pads: tuple[tuple[int, int], ...], groups: int) -> bool:
     """Whether a convolution is a matrix product: a 1×1 kernel, no padding, one group."""
     spatial = w_shape[:-2]
     return groups == 1 and all(k == 1 for k in spatial) and all(p == (0, 0) for p in pads)
 
 
-def strided(x: jax.Array, stride: tuple) -> jax.Array:
+def strided(x: jax.Array, stride: tuple[int, ...]) -> jax.Array:
     """Every ``stride``-th position of each spatial axis: where a 1×1 kernel lands."""
     return jax.lax.slice(x, (0,) * x.ndim, x.shape, (1, *stride, 1))
 
 
-def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
+def conv_input_grad(
+    g: jax.Array,
+    w: jax.Array,
+    x_shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The gradient of `conv` for its input: ``g`` convolved with the flipped kernel.
 
     The kernel's input and output channels swap places (group by group), the stride becomes a
@@ -342,7 +366,15 @@ def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -
     )
 
 
-def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
+def conv_weight_grad(
+    g: jax.Array,
+    x: jax.Array,
+    w_shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The gradient of `conv` for its kernel: ``x`` convolved with ``g`` over the batch.
 
     The channels of ``x`` play the batch and its batch the channels, ``g`` is the kernel (its
@@ -369,7 +401,7 @@ def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) 
     return jnp.transpose(dw, (*range(1, n + 1), 0, n + 1))  # (*k, Cin // groups, Cout)
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
     """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
     y = jnp.matmul(x, w)
     if b is not None:
@@ -377,7 +409,9 @@ def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
     return y
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def init_arrays(
+    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -409,7 +443,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -441,7 +478,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -490,7 +527,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -509,7 +548,9 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def init_table(key, table: dict) -> dict:
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
     Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
@@ -521,7 +562,12 @@ def init_table(key, table: dict) -> dict:
     return dict(zip(table, arrays, strict=True))
 
 
-def on_host(key, draw, shapes: list, what: str) -> list:
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
     """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
     concrete key, by a host callback for a traced one, so that both give the same numbers."""
     data = jax.random.key_data(key)
@@ -542,7 +588,7 @@ def to_channels_first(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(x, -1, 1)
 
 
-def keep_products(prim, *_, **params) -> bool:
+def keep_products(prim: Any, *_: Any, **params: Any) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
     convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
     output and softmax statistics, which its backward kernel reads); everything else (norms,
@@ -560,15 +606,17 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def scan_group(step, x, xs, length: int):
+def scan_group(
+    step: Callable[..., tuple[Any, Any]], x: Any, xs: Any, length: int
+) -> tuple[Any, Any]:
     """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
     whatever N), its backward pass keeping only what ``keep_products`` names."""
     return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -578,7 +626,14 @@ def unflatten(flat: dict) -> dict:
     return out
 
 
-def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -> jax.Array:
+def layer_norm(
+    x: jax.Array,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
+    *,
+    eps: float = 1e-5,
+    axes: int = 1,
+) -> jax.Array:
     """Layer norm over the last ``axes`` axes (PyTorch's LayerNorm: biased variance).
 
     ``scale`` and ``bias`` have the normalised shape ``x.shape[-axes:]``; either may be None.
@@ -591,7 +646,7 @@ def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -
     return y
 
 
-def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
+def normalized(x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool = True) -> jax.Array:
     """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
     part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
 
@@ -604,10 +659,12 @@ def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> j
     any JAX function.
     """
 
-    def value(x):
+    def value(x: jax.Array) -> jax.Array:
         return standardised(x, axes, eps, centred)[0]
 
-    def tangent(primals, tangents):
+    def tangent(
+        primals: tuple[jax.Array], tangents: tuple[jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
         (x,), (dx,) = primals, tangents
         y, r = standardised(x, axes, eps, centred)
         if centred:
@@ -619,7 +676,9 @@ def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> j
     return rule(x)
 
 
-def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
+def standardised(
+    x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool
+) -> tuple[jax.Array, jax.Array]:
     """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
     have: the mean, then the biased variance of what is left, then ``rsqrt``."""
     if centred:

@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -900,7 +902,7 @@ def relu(x: jax.Array) -> jax.Array:
     return jax.nn.relu(x)
 
 
-def conv_dimension_numbers(n: int) -> tuple:
+def conv_dimension_numbers(n: int) -> tuple[str, str, str]:
     """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
     spatial = "DHW"[3 - n :]
     return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
@@ -915,11 +917,11 @@ def plain_convolutions() -> bool:
 def conv(
     x: jax.Array,
     w: jax.Array,
-    b=None,
+    b: jax.Array | None = None,
     *,
-    stride: tuple | None = None,
-    padding=None,
-    dilation: tuple | None = None,
+    stride: tuple[int, ...] | None = None,
+    padding: str | tuple[tuple[int, int], ...] | None = None,
+    dilation: tuple[int, ...] | None = None,
     groups: int = 1,
 ) -> jax.Array:
     """N-d channels-last convolution (cross-correlation, as in PyTorch).
@@ -950,10 +952,10 @@ def conv(
     padding = ((0, 0),) * n if padding is None else padding
     if isinstance(padding, str):
         window = [d * (k - 1) + 1 for k, d in zip(w.shape[:n], dilation, strict=True)]
-        padding = jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding)
+        padding = tuple(jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding))
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
 
-    def convolve(x, w):
+    def convolve(x: jax.Array, w: jax.Array) -> jax.Array:
         return jax.lax.conv_general_dilated(
             x,
             w,
@@ -964,13 +966,16 @@ def conv(
             feature_group_count=groups,
         )
 
+    y: jax.Array
     if plain_convolutions():
         y = convolve(x, w)
     elif pointwise(w.shape, pads, groups):
         y = pointwise_conv(x, w, stride)
     else:
 
-        def tangent(primals, tangents):
+        def tangent(
+            primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+        ) -> tuple[jax.Array, jax.Array]:
             y = convolve(*primals)
             return y, conv_tangent(primals, tangents, y, stride, pads, dilation, groups)
 
@@ -982,7 +987,15 @@ def conv(
     return y
 
 
-def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
+def conv_tangent(
+    primals: tuple[jax.Array, jax.Array],
+    tangents: tuple[Any, Any],
+    y: jax.Array,
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The tangent of `conv` (without bias), written so that its transpose is our gradients.
 
     A tangent is linear in ``dx`` and ``dw``; JAX differentiates in reverse by transposing it.
@@ -995,16 +1008,16 @@ def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
     x, w = primals
     dx, dw = tangents
     out = jax.ShapeDtypeStruct(y.shape, y.dtype)
-    terms = []
+    terms: list[jax.Array] = []
     if type(dx) is not jax.custom_derivatives.SymbolicZero:
 
-        def input_grad(g):
+        def input_grad(g: jax.Array) -> jax.Array:
             return conv_input_grad(g, w, x.shape, stride, pads, dilation, groups).astype(x.dtype)
 
         terms.append(jax.linear_transpose(input_grad, out)(dx)[0])
     if type(dw) is not jax.custom_derivatives.SymbolicZero:
 
-        def weight_grad(g):
+        def weight_grad(g: jax.Array) -> jax.Array:
             return conv_weight_grad(g, x, w.shape, stride, pads, dilation, groups).astype(w.dtype)
 
         terms.append(jax.linear_transpose(weight_grad, out)(dw)[0])
@@ -1013,7 +1026,7 @@ def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
     return terms[0] + terms[1] if len(terms) == 2 else terms[0]
 
 
-def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
+def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple[int, ...]) -> jax.Array:
     """A 1×1 convolution without padding as the matrix product it is (see `conv`).
 
     Its tangent is written for the transpose JAX makes of it in reverse mode: the kernel's
@@ -1024,16 +1037,18 @@ def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
     n = x.ndim - 2
 
     @jax.custom_jvp
-    def product(x, w):
+    def product(x: jax.Array, w: jax.Array) -> jax.Array:
         return jnp.matmul(strided(x, stride), w.reshape(w.shape[n:]))
 
-    def tangent(primals, tangents):
+    def tangent(
+        primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+    ) -> tuple[jax.Array, jax.Array]:
         x, w = primals
         dx, dw = tangents
         xs = strided(x, stride)
         w2 = w.reshape(w.shape[n:])
         y = jnp.matmul(xs, w2)
-        terms = []
+        terms: list[jax.Array] = []
         if type(dx) is not jax.custom_derivatives.SymbolicZero:
             terms.append(jnp.matmul(strided(dx, stride), w2))
         if type(dw) is not jax.custom_derivatives.SymbolicZero:
@@ -1045,21 +1060,30 @@ def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
         return y, terms[0] + terms[1] if len(terms) == 2 else terms[0]
 
     product.defjvp(tangent, symbolic_zeros=True)
-    return product(x, w)
+    out: jax.Array = product(x, w)
+    return out
 
 
-def pointwise(w_shape: tuple, pads, groups: int) -> bool:
+def pointwise(w_shape: tuple[int, ...], pads: tuple[tuple[int, int], ...], groups: int) -> bool:
     """Whether a convolution is a matrix product: a 1×1 kernel, no padding, one group."""
     spatial = w_shape[:-2]
     return groups == 1 and all(k == 1 for k in spatial) and all(p == (0, 0) for p in pads)
 
 
-def strided(x: jax.Array, stride: tuple) -> jax.Array:
+def strided(x: jax.Array, stride: tuple[int, ...]) -> jax.Array:
     """Every ``stride``-th position of each spatial axis: where a 1×1 kernel lands."""
     return jax.lax.slice(x, (0,) * x.ndim, x.shape, (1, *stride, 1))
 
 
-def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
+def conv_input_grad(
+    g: jax.Array,
+    w: jax.Array,
+    x_shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The gradient of `conv` for its input: ``g`` convolved with the flipped kernel.
 
     The kernel's input and output channels swap places (group by group), the stride becomes a
@@ -1090,7 +1114,15 @@ def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -
     )
 
 
-def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
+def conv_weight_grad(
+    g: jax.Array,
+    x: jax.Array,
+    w_shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The gradient of `conv` for its kernel: ``x`` convolved with ``g`` over the batch.
 
     The channels of ``x`` play the batch and its batch the channels, ``g`` is the kernel (its
@@ -1118,7 +1150,12 @@ def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) 
 
 
 def max_pool(
-    x: jax.Array, *, window: tuple, stride: tuple, padding: tuple, dilation: tuple | None = None
+    x: jax.Array,
+    *,
+    window: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int | tuple[int, int], ...],
+    dilation: tuple[int, ...] | None = None,
 ) -> jax.Array:
     """Channels-last N-d max pooling; PyTorch's MaxPool semantics (ceil_mode=False).
 
@@ -1126,14 +1163,21 @@ def max_pool(
     """
     windows = (1, *window, 1)
     strides = (1, *stride, 1)
-    pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding), (0, 0))
+    pads = ((0, 0), *((p, p) if isinstance(p, int) else (p[0], p[1]) for p in padding), (0, 0))
     dilations = (1, *(dilation or (1,) * len(window)), 1)
-    return jax.lax.reduce_window(
+    out: jax.Array = jax.lax.reduce_window(
         x, -jnp.inf, jax.lax.max, windows, strides, pads, window_dilation=dilations
     )
+    return out
 
 
-def avg_pool(x: jax.Array, *, window: tuple, stride: tuple, padding: tuple) -> jax.Array:
+def avg_pool(
+    x: jax.Array,
+    *,
+    window: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int | tuple[int, int], ...],
+) -> jax.Array:
     """Channels-last N-d average pooling; PyTorch's AvgPool defaults.
 
     count_include_pad=True: zero padding counts, every window is divided by prod(kernel).
@@ -1141,12 +1185,12 @@ def avg_pool(x: jax.Array, *, window: tuple, stride: tuple, padding: tuple) -> j
     """
     windows = (1, *window, 1)
     strides = (1, *stride, 1)
-    pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding), (0, 0))
-    summed = jax.lax.reduce_window(x, 0.0, jax.lax.add, windows, strides, pads)
+    pads = ((0, 0), *((p, p) if isinstance(p, int) else (p[0], p[1]) for p in padding), (0, 0))
+    summed: jax.Array = jax.lax.reduce_window(x, 0.0, jax.lax.add, windows, strides, pads)
     return summed / int(np.prod(window))
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
     """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
     y = jnp.matmul(x, w)
     if b is not None:
@@ -1154,7 +1198,9 @@ def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
     return y
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def init_arrays(
+    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -1186,7 +1232,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -1218,7 +1267,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -1267,7 +1316,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -1286,7 +1337,9 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def init_table(key, table: dict) -> dict:
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
     Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
@@ -1298,7 +1351,12 @@ def init_table(key, table: dict) -> dict:
     return dict(zip(table, arrays, strict=True))
 
 
-def on_host(key, draw, shapes: list, what: str) -> list:
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
     """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
     concrete key, by a host callback for a traced one, so that both give the same numbers."""
     data = jax.random.key_data(key)
@@ -1319,7 +1377,7 @@ def to_channels_first(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(x, -1, 1)
 
 
-def keep_products(prim, *_, **params) -> bool:
+def keep_products(prim: Any, *_: Any, **params: Any) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
     convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
     output and softmax statistics, which its backward kernel reads); everything else (norms,
@@ -1343,7 +1401,14 @@ def checkpoint_copies(remat_on_cpu: bool) -> bool:
     return remat_on_cpu or jax.default_backend() != "cpu"
 
 
-def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
+def each_copy(
+    step: Callable[..., tuple[Any, Any]],
+    x: Any,
+    xs: Any,
+    first: int,
+    length: int,
+    remat_on_cpu: bool = True,
+) -> tuple[Any, dict[str, Any]]:
     """A short ×N group whose copies keep arrays of their own (``storage`` in the compiler):
     copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key,
     their backward passes keeping what ``keep_products`` names, as a scanned group's do. XLA
@@ -1366,7 +1431,7 @@ def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
     return x, news
 
 
-def copy_of(xs, k: int, first: int):
+def copy_of(xs: Any, k: int, first: int) -> Any:
     """Copy ``k``'s part of what a step reads: its arrays out of a dict by copy number, its key
     out of the keys split for the run that starts at copy ``first``."""
     if isinstance(xs, tuple):
@@ -1376,9 +1441,9 @@ def copy_of(xs, k: int, first: int):
     return None if xs is None else xs[k - first]
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -1394,7 +1459,7 @@ def one_pass_statistics() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
+def batch_statistics(x: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
     """A batch's mean and biased variance over ``axes``, per channel.
 
     A GPU's training step of batch norms is bound by memory, and a second pass over every
@@ -1421,15 +1486,15 @@ def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
 
 def batch_norm(
     x: jax.Array,
-    scale,
-    bias,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
     mean: jax.Array,
     var: jax.Array,
     *,
     train: bool,
     momentum: float = 0.1,
     eps: float = 1e-5,
-) -> tuple:
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Batch norm over every axis but the last (channel) one; returns (y, new_mean, new_var).
 
     PyTorch's convention: in training, normalise with the batch mean and BIASED batch variance,

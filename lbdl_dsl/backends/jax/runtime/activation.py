@@ -39,7 +39,9 @@ def softmax(x: jax.Array, axis: int = -1) -> jax.Array:
     return jax.nn.softmax(x, axis=axis)
 
 
-def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
+def dropout_mask_apply(
+    x: jax.Array, p: float, key: jax.Array | None, mask_shape: tuple[int, ...]
+) -> jax.Array:
     """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
     if key is None:
         raise ValueError("dropout in training mode needs a PRNG key, but key is None")
@@ -49,7 +51,7 @@ def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Ar
     return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
 
 
-def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
+def dropout(x: jax.Array, p: float, *, train: bool, key: jax.Array | None) -> jax.Array:
     """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
 
     Identity when not training or p == 0. The same key gives the same mask.
@@ -59,12 +61,12 @@ def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
     return dropout_mask_apply(x, p, key, x.shape)
 
 
-def dropout_weights(weights: jax.Array, p: float, train: bool, key) -> jax.Array:
+def dropout_weights(weights: jax.Array, p: float, train: bool, key: jax.Array | None) -> jax.Array:
     """Dropout of attention weights (`attention` names its rate ``dropout``)."""
     return dropout(weights, p, train=train, key=key)
 
 
-def dropout_channels(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
+def dropout_channels(x: jax.Array, p: float, *, train: bool, key: jax.Array | None) -> jax.Array:
     """Channel dropout (PyTorch's Dropout1d/2d) on a channels-last tensor (B, *S, C).
 
     One Bernoulli draw per (batch, channel) zeroes whole feature maps; kept ones are scaled

@@ -12,6 +12,8 @@ wv (Dkv, KV*Dv), wo (H*Dv, Dout); query head i reads key/value head i // (H / KV
 Hugging Face's ``repeat_kv``.
 """
 
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,14 +27,14 @@ def attention(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    mask=None,
+    mask: jax.Array | None = None,
     *,
     causal: bool = False,
     dropout: float = 0.0,
     train: bool = False,
-    key=None,
-    bias=None,
-    scale=None,
+    key: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    scale: float | None = None,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
 
@@ -60,7 +62,7 @@ def attention(
     if keep is not None:
         scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
     weights = jax.nn.softmax(scores, axis=-1)
-    if mask is not None:  # causality alone never masks a whole row: key 0 is always kept
+    if mask is not None and keep is not None:  # causality alone never masks a whole row
         weights = jnp.where(keep, weights, jnp.zeros_like(weights))
     weights = dropout_weights(weights, dropout, train, key)
     return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
@@ -69,16 +71,16 @@ def attention(
 def mha(
     x: jax.Array,
     z: jax.Array,
-    p: dict,
+    p: dict[str, jax.Array],
     *,
     heads: int,
     causal: bool = False,
     dropout: float = 0.0,
     train: bool = False,
-    key=None,
-    mask=None,
-    bias=None,
-    scale=None,
+    key: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    scale: float | None = None,
 ) -> jax.Array:
     """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
 
@@ -118,7 +120,14 @@ def mha(
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))
 
 
-def fused_attention(q, k, v, *, causal: bool, implementation: str = "cudnn"):
+def fused_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    causal: bool,
+    implementation: Literal["cudnn", "xla"] = "cudnn",
+) -> jax.Array | None:
     """Attention by ``jax.nn.dot_product_attention``'s cuDNN kernel, which never holds the
     T×T scores in memory (flash attention): q (B, Tq, H, Dqk), k (B, Tk, H, Dqk), v (B, Tk, H,
     Dv) in, (B, Tq, H, Dv) out. None where that kernel does not run: off an NVIDIA GPU, in
@@ -167,19 +176,38 @@ def window_mask(tq: int, tk: int, window: int) -> jax.Array:
 
 
 def attention_nd(
-    q, k, v, mask=None, *, causal=False, dropout=0.0, train=False, key=None, bias=None, scale=None
-):
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None = None,
+    *,
+    causal: bool = False,
+    dropout: float = 0.0,
+    train: bool = False,
+    key: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    scale: float | None = None,
+) -> jax.Array:
     """`attention` on (B, *L, T, D) queries and (B, *L, S, D) keys and values: the leading axes
     L (heads...) flattened into one; a mask is (B, T, S) or (B, *L, T, S), true keeps; an
     additive score bias the same."""
     lead = q.shape[:-2]
-    flat = [x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in (q, k, v)]
+    fq, fk, fv = (x.reshape(x.shape[0], -1, *x.shape[-2:]) for x in (q, k, v))
     if mask is not None:
         mask = mask.reshape(mask.shape[0], -1, *mask.shape[-2:])
     if bias is not None:
         bias = bias.reshape(bias.shape[0], -1, *bias.shape[-2:])
     out = attention(
-        *flat, mask, causal=causal, dropout=dropout, train=train, key=key, bias=bias, scale=scale
+        fq,
+        fk,
+        fv,
+        mask,
+        causal=causal,
+        dropout=dropout,
+        train=train,
+        key=key,
+        bias=bias,
+        scale=scale,
     )
     return out.reshape(*lead, *out.shape[-2:])
 
@@ -192,7 +220,7 @@ def key_mask(m: jax.Array) -> jax.Array:
 def mha_lm(
     x: jax.Array,
     z: jax.Array,
-    p: dict,
+    p: dict[str, jax.Array],
     *,
     heads: int,
     kv: int,
@@ -202,10 +230,10 @@ def mha_lm(
     fraction: float = 1.0,
     dropout: float = 0.0,
     train: bool = False,
-    key=None,
-    mask=None,
-    bias=None,
-    scale=None,
+    key: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    scale: float | None = None,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
     rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;

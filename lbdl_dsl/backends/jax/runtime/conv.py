@@ -4,6 +4,8 @@ Parameter layouts: conv N-d ``w`` (k1[, k2], Cin // groups, Cout), ``b`` (Cout,)
 transposed conv N-d ``w`` (k1[, k2], Cin, Cout // groups), ``b`` (Cout,).
 """
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,13 +13,13 @@ import numpy as np
 from lbdl_dsl.backends.jax.runtime.tensor import trailing
 
 
-def conv_dimension_numbers(n: int) -> tuple:
+def conv_dimension_numbers(n: int) -> tuple[str, str, str]:
     """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
     spatial = "DHW"[3 - n :]
     return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
 
 
-def same_padding(kernel: tuple, dilation: tuple) -> tuple:
+def same_padding(kernel: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """Padding giving "same" output size for stride 1.
 
     PyTorch's convention: total = dilation * (kernel - 1) is split as
@@ -39,11 +41,11 @@ def plain_convolutions() -> bool:
 def conv(
     x: jax.Array,
     w: jax.Array,
-    b=None,
+    b: jax.Array | None = None,
     *,
-    stride: tuple | None = None,
-    padding=None,
-    dilation: tuple | None = None,
+    stride: tuple[int, ...] | None = None,
+    padding: str | tuple[tuple[int, int], ...] | None = None,
+    dilation: tuple[int, ...] | None = None,
     groups: int = 1,
 ) -> jax.Array:
     """N-d channels-last convolution (cross-correlation, as in PyTorch).
@@ -74,10 +76,10 @@ def conv(
     padding = ((0, 0),) * n if padding is None else padding
     if isinstance(padding, str):
         window = [d * (k - 1) + 1 for k, d in zip(w.shape[:n], dilation, strict=True)]
-        padding = jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding)
+        padding = tuple(jax.lax.padtype_to_pads(x.shape[1:-1], window, stride, padding))
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
 
-    def convolve(x, w):
+    def convolve(x: jax.Array, w: jax.Array) -> jax.Array:
         return jax.lax.conv_general_dilated(
             x,
             w,
@@ -88,13 +90,16 @@ def conv(
             feature_group_count=groups,
         )
 
+    y: jax.Array
     if plain_convolutions():
         y = convolve(x, w)
     elif pointwise(w.shape, pads, groups):
         y = pointwise_conv(x, w, stride)
     else:
 
-        def tangent(primals, tangents):
+        def tangent(
+            primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+        ) -> tuple[jax.Array, jax.Array]:
             y = convolve(*primals)
             return y, conv_tangent(primals, tangents, y, stride, pads, dilation, groups)
 
@@ -106,7 +111,15 @@ def conv(
     return y
 
 
-def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
+def conv_tangent(
+    primals: tuple[jax.Array, jax.Array],
+    tangents: tuple[Any, Any],
+    y: jax.Array,
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The tangent of `conv` (without bias), written so that its transpose is our gradients.
 
     A tangent is linear in ``dx`` and ``dw``; JAX differentiates in reverse by transposing it.
@@ -119,16 +132,16 @@ def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
     x, w = primals
     dx, dw = tangents
     out = jax.ShapeDtypeStruct(y.shape, y.dtype)
-    terms = []
+    terms: list[jax.Array] = []
     if type(dx) is not jax.custom_derivatives.SymbolicZero:
 
-        def input_grad(g):
+        def input_grad(g: jax.Array) -> jax.Array:
             return conv_input_grad(g, w, x.shape, stride, pads, dilation, groups).astype(x.dtype)
 
         terms.append(jax.linear_transpose(input_grad, out)(dx)[0])
     if type(dw) is not jax.custom_derivatives.SymbolicZero:
 
-        def weight_grad(g):
+        def weight_grad(g: jax.Array) -> jax.Array:
             return conv_weight_grad(g, x, w.shape, stride, pads, dilation, groups).astype(w.dtype)
 
         terms.append(jax.linear_transpose(weight_grad, out)(dw)[0])
@@ -137,7 +150,7 @@ def conv_tangent(primals, tangents, y, stride, pads, dilation, groups: int):
     return terms[0] + terms[1] if len(terms) == 2 else terms[0]
 
 
-def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
+def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple[int, ...]) -> jax.Array:
     """A 1×1 convolution without padding as the matrix product it is (see `conv`).
 
     Its tangent is written for the transpose JAX makes of it in reverse mode: the kernel's
@@ -148,16 +161,18 @@ def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
     n = x.ndim - 2
 
     @jax.custom_jvp
-    def product(x, w):
+    def product(x: jax.Array, w: jax.Array) -> jax.Array:
         return jnp.matmul(strided(x, stride), w.reshape(w.shape[n:]))
 
-    def tangent(primals, tangents):
+    def tangent(
+        primals: tuple[jax.Array, jax.Array], tangents: tuple[Any, Any]
+    ) -> tuple[jax.Array, jax.Array]:
         x, w = primals
         dx, dw = tangents
         xs = strided(x, stride)
         w2 = w.reshape(w.shape[n:])
         y = jnp.matmul(xs, w2)
-        terms = []
+        terms: list[jax.Array] = []
         if type(dx) is not jax.custom_derivatives.SymbolicZero:
             terms.append(jnp.matmul(strided(dx, stride), w2))
         if type(dw) is not jax.custom_derivatives.SymbolicZero:
@@ -169,21 +184,30 @@ def pointwise_conv(x: jax.Array, w: jax.Array, stride: tuple) -> jax.Array:
         return y, terms[0] + terms[1] if len(terms) == 2 else terms[0]
 
     product.defjvp(tangent, symbolic_zeros=True)
-    return product(x, w)
+    out: jax.Array = product(x, w)
+    return out
 
 
-def pointwise(w_shape: tuple, pads, groups: int) -> bool:
+def pointwise(w_shape: tuple[int, ...], pads: tuple[tuple[int, int], ...], groups: int) -> bool:
     """Whether a convolution is a matrix product: a 1×1 kernel, no padding, one group."""
     spatial = w_shape[:-2]
     return groups == 1 and all(k == 1 for k in spatial) and all(p == (0, 0) for p in pads)
 
 
-def strided(x: jax.Array, stride: tuple) -> jax.Array:
+def strided(x: jax.Array, stride: tuple[int, ...]) -> jax.Array:
     """Every ``stride``-th position of each spatial axis: where a 1×1 kernel lands."""
     return jax.lax.slice(x, (0,) * x.ndim, x.shape, (1, *stride, 1))
 
 
-def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
+def conv_input_grad(
+    g: jax.Array,
+    w: jax.Array,
+    x_shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The gradient of `conv` for its input: ``g`` convolved with the flipped kernel.
 
     The kernel's input and output channels swap places (group by group), the stride becomes a
@@ -214,7 +238,15 @@ def conv_input_grad(g, w, x_shape: tuple, stride, pads, dilation, groups: int) -
     )
 
 
-def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) -> jax.Array:
+def conv_weight_grad(
+    g: jax.Array,
+    x: jax.Array,
+    w_shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> jax.Array:
     """The gradient of `conv` for its kernel: ``x`` convolved with ``g`` over the batch.
 
     The channels of ``x`` play the batch and its batch the channels, ``g`` is the kernel (its
@@ -244,12 +276,12 @@ def conv_weight_grad(g, x, w_shape: tuple, stride, pads, dilation, groups: int) 
 def conv_transpose(
     x: jax.Array,
     w: jax.Array,
-    b=None,
+    b: jax.Array | None = None,
     *,
-    stride: tuple,
-    padding: tuple,
-    output_padding: tuple | None = None,
-    dilation: tuple | None = None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    output_padding: tuple[int, ...] | None = None,
+    dilation: tuple[int, ...] | None = None,
     groups: int = 1,
 ) -> jax.Array:
     """N-d channels-last transposed convolution with PyTorch's ConvTranspose semantics.
@@ -296,7 +328,12 @@ def conv_transpose(
 
 
 def max_pool(
-    x: jax.Array, *, window: tuple, stride: tuple, padding: tuple, dilation: tuple | None = None
+    x: jax.Array,
+    *,
+    window: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int | tuple[int, int], ...],
+    dilation: tuple[int, ...] | None = None,
 ) -> jax.Array:
     """Channels-last N-d max pooling; PyTorch's MaxPool semantics (ceil_mode=False).
 
@@ -304,14 +341,21 @@ def max_pool(
     """
     windows = (1, *window, 1)
     strides = (1, *stride, 1)
-    pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding), (0, 0))
+    pads = ((0, 0), *((p, p) if isinstance(p, int) else (p[0], p[1]) for p in padding), (0, 0))
     dilations = (1, *(dilation or (1,) * len(window)), 1)
-    return jax.lax.reduce_window(
+    out: jax.Array = jax.lax.reduce_window(
         x, -jnp.inf, jax.lax.max, windows, strides, pads, window_dilation=dilations
     )
+    return out
 
 
-def avg_pool(x: jax.Array, *, window: tuple, stride: tuple, padding: tuple) -> jax.Array:
+def avg_pool(
+    x: jax.Array,
+    *,
+    window: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int | tuple[int, int], ...],
+) -> jax.Array:
     """Channels-last N-d average pooling; PyTorch's AvgPool defaults.
 
     count_include_pad=True: zero padding counts, every window is divided by prod(kernel).
@@ -319,8 +363,8 @@ def avg_pool(x: jax.Array, *, window: tuple, stride: tuple, padding: tuple) -> j
     """
     windows = (1, *window, 1)
     strides = (1, *stride, 1)
-    pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding), (0, 0))
-    summed = jax.lax.reduce_window(x, 0.0, jax.lax.add, windows, strides, pads)
+    pads = ((0, 0), *((p, p) if isinstance(p, int) else (p[0], p[1]) for p in padding), (0, 0))
+    summed: jax.Array = jax.lax.reduce_window(x, 0.0, jax.lax.add, windows, strides, pads)
     return summed / int(np.prod(window))
 
 

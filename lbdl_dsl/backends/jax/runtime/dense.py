@@ -14,7 +14,7 @@ import numpy as np
 from lbdl_dsl.backends.jax.runtime.tensor import trailing
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
     """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
     y = jnp.matmul(x, w)
     if b is not None:
@@ -27,7 +27,7 @@ def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
     return jnp.take(table, ids, axis=0)
 
 
-def sinusoidal_positions(T: int, D: int, dtype) -> jax.Array:
+def sinusoidal_positions(T: int, D: int, dtype: jax.typing.DTypeLike) -> jax.Array:
     """Transformer sinusoidal encodings (T, D), computed once as a constant.
 
     PE[t, 2i] = sin(t / 10000^(2i/D)), PE[t, 2i+1] = cos(t / 10000^(2i/D)).
@@ -51,13 +51,13 @@ def add_learned_positions(x: jax.Array, table: jax.Array) -> jax.Array:
     return x + table[None, : x.shape[-2]].astype(x.dtype)
 
 
-def rnn_inputs(x: jax.Array, p: dict) -> jax.Array:
+def rnn_inputs(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
     """Input projections for all time steps, time-major: (T, B, G*Hd) = x @ w_ih + b_ih."""
     xi = dense(x, p["w_ih"], p.get("b_ih"))
     return jnp.swapaxes(xi, 0, 1)
 
 
-def rnn(x: jax.Array, p: dict) -> jax.Array:
+def rnn(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
     """Elman RNN (PyTorch's nn.RNN, tanh): h_t = tanh(x_t W_ih + b_ih + h_{t-1} W_hh + b_hh).
 
     x (B, T, D) -> all hidden states (B, T, Hd); the initial state is zero.
@@ -65,7 +65,7 @@ def rnn(x: jax.Array, p: dict) -> jax.Array:
     w_hh, b_hh = p["w_hh"], p.get("b_hh")
     hd = w_hh.shape[0]
 
-    def step(h, xi):
+    def step(h: jax.Array, xi: jax.Array) -> tuple[jax.Array, jax.Array]:
         h = jnp.tanh(xi + dense(h, w_hh, b_hh))
         return h, h
 
@@ -75,7 +75,7 @@ def rnn(x: jax.Array, p: dict) -> jax.Array:
     return jnp.swapaxes(hs, 0, 1)
 
 
-def lstm(x: jax.Array, p: dict) -> jax.Array:
+def lstm(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
     """LSTM (PyTorch's nn.LSTM, gate order i, f, g, o).
 
     i, f, o = sigmoid(...), g = tanh(...), c_t = f * c_{t-1} + i * g, h_t = o * tanh(c_t).
@@ -84,7 +84,9 @@ def lstm(x: jax.Array, p: dict) -> jax.Array:
     w_hh, b_hh = p["w_hh"], p.get("b_hh")
     hd = w_hh.shape[0]
 
-    def step(carry, xi):
+    def step(
+        carry: tuple[jax.Array, jax.Array], xi: jax.Array
+    ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
         h, c = carry
         gates = xi + dense(h, w_hh, b_hh)
         i, f, g, o = jnp.split(gates, 4, axis=-1)
@@ -98,7 +100,7 @@ def lstm(x: jax.Array, p: dict) -> jax.Array:
     return jnp.swapaxes(hs, 0, 1)
 
 
-def gru(x: jax.Array, p: dict) -> jax.Array:
+def gru(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
     """GRU (PyTorch's nn.GRU, gate order r, z, n).
 
     r = sigmoid(x W_ir + b_ir + h W_hr + b_hr), z likewise,
@@ -108,7 +110,7 @@ def gru(x: jax.Array, p: dict) -> jax.Array:
     w_hh, b_hh = p["w_hh"], p.get("b_hh")
     hd = w_hh.shape[0]
 
-    def step(h, xi):
+    def step(h: jax.Array, xi: jax.Array) -> tuple[jax.Array, jax.Array]:
         hh = dense(h, w_hh, b_hh)
         xr, xz, xn = jnp.split(xi, 3, axis=-1)
         hr, hz, hn = jnp.split(hh, 3, axis=-1)

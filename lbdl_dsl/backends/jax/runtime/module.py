@@ -3,6 +3,9 @@ first outside, last inside), a key per random draw, the ×N groups (scanned, one
 or unrolled) and the nested dictionaries of its parameters.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -17,12 +20,12 @@ def to_channels_first(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(x, -1, 1)
 
 
-def fold(key, i: int):
+def fold(key: jax.Array | None, i: int) -> jax.Array | None:
     """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
     return None if key is None else jax.random.fold_in(key, i)
 
 
-def keep_products(prim, *_, **params) -> bool:
+def keep_products(prim: Any, *_: Any, **params: Any) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
     convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
     output and softmax statistics, which its backward kernel reads); everything else (norms,
@@ -40,7 +43,9 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def scan_group(step, x, xs, length: int):
+def scan_group(
+    step: Callable[..., tuple[Any, Any]], x: Any, xs: Any, length: int
+) -> tuple[Any, Any]:
     """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
     whatever N), its backward pass keeping only what ``keep_products`` names."""
     return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
@@ -52,7 +57,14 @@ def checkpoint_copies(remat_on_cpu: bool) -> bool:
     return remat_on_cpu or jax.default_backend() != "cpu"
 
 
-def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
+def each_copy(
+    step: Callable[..., tuple[Any, Any]],
+    x: Any,
+    xs: Any,
+    first: int,
+    length: int,
+    remat_on_cpu: bool = True,
+) -> tuple[Any, dict[str, Any]]:
     """A short ×N group whose copies keep arrays of their own (``storage`` in the compiler):
     copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key,
     their backward passes keeping what ``keep_products`` names, as a scanned group's do. XLA
@@ -75,7 +87,7 @@ def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
     return x, news
 
 
-def copy_of(xs, k: int, first: int):
+def copy_of(xs: Any, k: int, first: int) -> Any:
     """Copy ``k``'s part of what a step reads: its arrays out of a dict by copy number, its key
     out of the keys split for the run that starts at copy ``first``."""
     if isinstance(xs, tuple):
@@ -85,12 +97,12 @@ def copy_of(xs, k: int, first: int):
     return None if xs is None else xs[k - first]
 
 
-def split_keys(key, n: int):
+def split_keys(key: jax.Array | None, n: int) -> jax.Array | None:
     """One key per copy of a ×N group, or None for all of them when no key was given."""
     return None if key is None else jax.random.split(key, n)
 
 
-def unrolled(step, x, xs, length: int):
+def unrolled(step: Callable[..., tuple[Any, Any]], x: Any, xs: Any, length: int) -> tuple[Any, Any]:
     """``jax.lax.scan``'s result, computed by a Python loop: ``--unroll``'s lowering of ×N."""
     ys = []
     for i in range(length):
@@ -99,9 +111,9 @@ def unrolled(step, x, xs, length: int):
     return x, jax.tree.map(lambda *a: jnp.stack(a), *ys)
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")

@@ -20,7 +20,7 @@ def one_pass_statistics() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
+def batch_statistics(x: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
     """A batch's mean and biased variance over ``axes``, per channel.
 
     A GPU's training step of batch norms is bound by memory, and a second pass over every
@@ -47,15 +47,15 @@ def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
 
 def batch_norm(
     x: jax.Array,
-    scale,
-    bias,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
     mean: jax.Array,
     var: jax.Array,
     *,
     train: bool,
     momentum: float = 0.1,
     eps: float = 1e-5,
-) -> tuple:
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Batch norm over every axis but the last (channel) one; returns (y, new_mean, new_var).
 
     PyTorch's convention: in training, normalise with the batch mean and BIASED batch variance,
@@ -94,7 +94,14 @@ def batch_norm(
     return y.astype(x.dtype), new_mean, new_var
 
 
-def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -> jax.Array:
+def layer_norm(
+    x: jax.Array,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
+    *,
+    eps: float = 1e-5,
+    axes: int = 1,
+) -> jax.Array:
     """Layer norm over the last ``axes`` axes (PyTorch's LayerNorm: biased variance).
 
     ``scale`` and ``bias`` have the normalised shape ``x.shape[-axes:]``; either may be None.
@@ -107,7 +114,7 @@ def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -
     return y
 
 
-def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
+def normalized(x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool = True) -> jax.Array:
     """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
     part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
 
@@ -120,10 +127,12 @@ def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> j
     any JAX function.
     """
 
-    def value(x):
+    def value(x: jax.Array) -> jax.Array:
         return standardised(x, axes, eps, centred)[0]
 
-    def tangent(primals, tangents):
+    def tangent(
+        primals: tuple[jax.Array], tangents: tuple[jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
         (x,), (dx,) = primals, tangents
         y, r = standardised(x, axes, eps, centred)
         if centred:
@@ -135,7 +144,9 @@ def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> j
     return rule(x)
 
 
-def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
+def standardised(
+    x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool
+) -> tuple[jax.Array, jax.Array]:
     """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
     have: the mean, then the biased variance of what is left, then ``rsqrt``."""
     if centred:
@@ -144,7 +155,9 @@ def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
     return x * r, r
 
 
-def group_norm(x: jax.Array, scale, bias, *, groups: int, eps: float = 1e-5) -> jax.Array:
+def group_norm(
+    x: jax.Array, scale: jax.Array | None, bias: jax.Array | None, *, groups: int, eps: float = 1e-5
+) -> jax.Array:
     """Channels-last group norm (B, *S, C); PyTorch's GroupNorm.
 
     Channels are split into ``groups`` contiguous groups; each (sample, group) is normalised
@@ -160,7 +173,7 @@ def group_norm(x: jax.Array, scale, bias, *, groups: int, eps: float = 1e-5) -> 
     return y
 
 
-def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
+def rms_norm(x: jax.Array, scale: jax.Array | None, *, eps: float = 1e-6) -> jax.Array:
     """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm),
     normalised in at least float32 and scaled in x's type, as LLaMA's is under bfloat16."""
     xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # at least float32
@@ -170,16 +183,17 @@ def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
     return y
 
 
-def along(v, axis: int, ndim: int):
-    """A vector shaped to broadcast along ``axis`` of an ndim array, or None for None."""
-    if v is None:
-        return None
+def along(v: jax.Array, axis: int, ndim: int) -> jax.Array:
+    """A vector shaped to broadcast along ``axis`` of an ndim array (its callers leave out a
+    missing scale or shift themselves)."""
     shape = [1] * ndim
     shape[axis] = v.shape[0]
     return jnp.reshape(v, shape)
 
 
-def layer_norm_at(x: jax.Array, scale, bias, *, axis: int, eps: float = 1e-5) -> jax.Array:
+def layer_norm_at(
+    x: jax.Array, scale: jax.Array | None, bias: jax.Array | None, *, axis: int, eps: float = 1e-5
+) -> jax.Array:
     """Layer norm of ``x`` over ``axis`` alone (biased variance, as PyTorch's LayerNorm);
     ``scale`` and ``bias`` are vectors along that axis, or None."""
     y = normalized(x, (axis,), eps)
@@ -190,7 +204,9 @@ def layer_norm_at(x: jax.Array, scale, bias, *, axis: int, eps: float = 1e-5) ->
     return y
 
 
-def rms_norm_at(x: jax.Array, scale, *, axis: int, eps: float = 1e-6) -> jax.Array:
+def rms_norm_at(
+    x: jax.Array, scale: jax.Array | None, *, axis: int, eps: float = 1e-6
+) -> jax.Array:
     """RMS norm of ``x`` over ``axis`` alone: x / sqrt(mean(x**2) + eps) * scale."""
     y = normalized(x, (axis,), eps, centred=False)
     if scale is not None:

@@ -19,7 +19,9 @@ def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
-def reparameterize(mean: jax.Array, logvar: jax.Array, *, train: bool, key) -> jax.Array:
+def reparameterize(
+    mean: jax.Array, logvar: jax.Array, *, train: bool, key: jax.Array | None
+) -> jax.Array:
     """A VAE's sample mean + exp(logvar / 2)·ε in training; the mean in evaluation."""
     if not train:
         return mean
