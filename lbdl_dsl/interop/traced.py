@@ -7,7 +7,7 @@ trace), below both, so that neither imports the other.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,12 @@ from lbdl_dsl.core.errors import LbdlError, Span
 # -- the function exported -------------------------------------------------------------------
 
 
-def forward(model: Any, values: tuple[Any, Any], as_inputs: bool, apply: Callable | None = None):
+def forward(
+    model: Any,
+    values: tuple[Any, Any],
+    as_inputs: bool,
+    apply: Callable[..., tuple[Any, Any]] | None = None,
+) -> Callable[..., Any]:
     """``f(*inputs)`` with the parameters closed over, or ``f(params, state, *inputs)``;
     several outputs come back as a tuple in the spec's order (a dict would be sorted)."""
     apply = apply or model.apply
@@ -101,13 +106,13 @@ def _find_equation(model: Any, primitive: str) -> Any:
     return None
 
 
-def _equations(jaxpr: Any):
+def _equations(jaxpr: Any) -> Iterator[Any]:
     for eqn in jaxpr.eqns:
         yield eqn
         yield from _equations_in(eqn)
 
 
-def _equations_in(eqn: Any):
+def _equations_in(eqn: Any) -> Iterator[Any]:
     """The equations of the jaxprs an equation holds (a scan's or a checkpoint's body)."""
     for v in eqn.params.values():
         for sub in v if isinstance(v, (list, tuple)) else [v]:

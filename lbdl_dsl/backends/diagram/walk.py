@@ -252,7 +252,7 @@ class Walker:
             opens = layer is not None and layer.expert is not None and inst is not None
             if layer is not None and layer.expert is not None and wanted and not opens:
                 self.shut.add(layer.name)
-            if opens and wanted:
+            if opens and wanted and inst is not None and layer is not None:
                 body = expert_body(inst)
                 if body is not None:
                     self.opened.add(layer.name)

@@ -114,10 +114,10 @@ def _item(item: ast.AST | tuple[str, ast.expr], indent: str) -> list[str]:
     return _open(item, indent, "", ",")
 
 
-def _parts(node: ast.expr) -> tuple[list | None, str, str]:
+def _parts(node: ast.expr) -> tuple[list[ast.expr | tuple[str, ast.expr]] | None, str, str]:
     """The items of a call, dictionary or tuple, and its brackets; None for anything else."""
     if isinstance(node, ast.Call):
-        items: list = list(node.args)
+        items: list[ast.expr | tuple[str, ast.expr]] = list(node.args)
         items += [(f"{k.arg}=", k.value) for k in node.keywords]
         return items, _flat(node.func) + "(", ")"
     if isinstance(node, ast.Dict):
@@ -129,7 +129,7 @@ def _parts(node: ast.expr) -> tuple[list | None, str, str]:
     return None, "", ""
 
 
-def _flat(node: ast.AST | str | None) -> str:
+def _flat(node: ast.AST | str) -> str:
     """One node on one line, in the form the formatter keeps."""
     if isinstance(node, str):
         return node

@@ -99,7 +99,9 @@ def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
 
 
 def init_arrays(
-    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
 ) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 

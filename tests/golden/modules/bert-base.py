@@ -347,7 +347,9 @@ def add_learned_positions(x: jax.Array, table: jax.Array) -> jax.Array:
 
 
 def init_arrays(
-    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
 ) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 

@@ -784,7 +784,9 @@ def scale_along(x: jax.Array, v: jax.Array, *, axis: int = -1) -> jax.Array:
 
 
 def init_arrays(
-    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
 ) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 

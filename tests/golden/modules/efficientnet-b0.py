@@ -1723,7 +1723,9 @@ def drop_path(x: jax.Array, p: float, *, train: bool, key: jax.Array | None) -> 
 
 
 def init_arrays(
-    key_data: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]], workers: int = 0
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
 ) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
