@@ -114,7 +114,8 @@ class Mesh:
         return ts
 
     def step(self, train_step: TrainStep, ts: TrainState, tx: Any) -> TrainStep:
-        return self.parallel.jit(train_step, ts, tx)
+        jitted: TrainStep = self.parallel.jit(train_step, ts, tx)
+        return jitted
 
     def eval_step(self, eval_step: EvalStep) -> EvalStep:
         """The evaluation sums, replicated, so that every process reads them."""

@@ -24,7 +24,7 @@ from lbdl_dsl.training.tasks import Task
 Metrics = dict[str, jax.Array]
 TrainStep = Callable[["TrainState", dict[str, Any]], tuple["TrainState", Metrics]]
 """``train_step(ts, batch) -> (ts, metrics)``."""
-EvalStep = Callable[[Any, Any, dict[str, Any], jax.Array], Metrics]
+EvalStep = Callable[[Any, Any, dict[str, Any], jax.typing.ArrayLike], Metrics]
 """``eval_step(params, state, batch, weights) -> sums``."""
 
 
@@ -82,7 +82,9 @@ def make_eval_step(model: Any, task: Task) -> EvalStep:
     loss and metrics (padding rows weigh 0), in evaluation mode."""
     names, outs = tuple(model.checked.inputs), tuple(model.checked.outputs)
 
-    def eval_step(params: Any, state: Any, batch: dict[str, Any], weights: jax.Array) -> Metrics:
+    def eval_step(
+        params: Any, state: Any, batch: dict[str, Any], weights: jax.typing.ArrayLike
+    ) -> Metrics:
         outputs, _ = model.apply(params, state, *_inputs(names, batch), train=False)
         per = tasks.per_sample(task, _by_name(outputs, outs), batch)
         return {k: jnp.sum(v * weights) for k, v in per.items()}

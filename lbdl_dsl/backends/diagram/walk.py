@@ -50,7 +50,7 @@ from lbdl_dsl.compiler.graph import (
     RepeatNode,
     ResidualNode,
 )
-from lbdl_dsl.compiler.instance import Checked, Inst
+from lbdl_dsl.compiler.instance import Checked, Copies, Inst
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.base import fmt_shape
@@ -195,6 +195,7 @@ class Walker:
             last = all(min(w, len(srcs) - 1) != i for _, w in ports[j + 1 :])
             label = name if i > 0 and last else ""
             used.add(i)
+            assert src is not None, "a box's first input always has a source"
             self.edges.append(Edge(src, box.id, kind, label, look, name=name, port=blank + j))
         for i, (src, name) in enumerate(srcs):
             if i not in used and src is not None:
@@ -487,7 +488,7 @@ def _shapes(insts: list[Inst], prefix: str, out: dict[str, str]) -> dict[str, st
     return out
 
 
-def _vary(frame: Frame, copies: list, prefix: str, output: str) -> None:
+def _vary(frame: Frame, copies: list[Copies], prefix: str, output: str) -> None:
     """A ×N group whose copies change the shape: the one copy drawn cannot give one shape for
     all of them where they differ, so those are left blank, and the group's output is written
     where it leaves the frame (on its last row, or beside the ×N)."""

@@ -73,16 +73,21 @@ def _unread_arguments(function: str) -> list[str]:
     return [a.arg for a in given if a.arg not in read]
 
 
-def param_table(compiled: Compiled) -> tuple[list[tuple], list[tuple]]:
+Row = tuple[str, tuple[int, ...], str, float]
+"""A table's row: (path, shape, how, arg)."""
+
+
+def param_table(compiled: Compiled) -> tuple[list[Row], list[Row]]:
     """(path, shape, how, arg) for every parameter and state array, as `paths.arrays` stores
     them: stacked for long ×N groups, one set per copy for short ones (`storage`)."""
-    params: list[tuple] = []
-    state: list[tuple] = []
+    params: list[Row] = []
+    state: list[Row] = []
     for array in arrays(compiled.checked.root):
-        shape = []
+        shape: list[int] = []
         for d in array.shape:
             v = d.as_int() if isinstance(d, Expr) else d
             if v is None:
+                assert isinstance(d, Expr)  # a whole number is never symbolic
                 raise LbdlError(
                     f"the parameters of `{array.owner.node.op}` have the symbolic shape "
                     f"{fmt_shape(array.spec.shape)}",
@@ -95,7 +100,7 @@ def param_table(compiled: Compiled) -> tuple[list[tuple], list[tuple]]:
     return params, state
 
 
-def _table(name: str, rows: list[tuple], doc: str) -> str:
+def _table(name: str, rows: list[Row], doc: str) -> str:
     if not rows:
         return f"# {doc}\n{name} = {{}}"
     lines = [f"# {doc}", f"{name} = {{"]
@@ -136,6 +141,7 @@ def generate(
     input_vars = []
     for nid in graph.inputs:
         node = graph.node(nid)
+        assert node.name is not None, nid  # an input node is named
         input_vars.append((nid, apply_locals(node.name), checked.inputs[node.name]))
     _input_symbols(fn, [(v, t) for _, v, t in input_vars])
     compute = _DTYPES[dtype]
@@ -153,10 +159,10 @@ def generate(
     values = low.values(fn, checked.root, graph, env, dicts, apply_locals.fresh("x"), keep)
     outs = [values[nid] for _, nid in graph.outputs]
     results = []
-    for (name, _), var in zip(graph.outputs, outs):
-        var = low.convert(fn, var, "cf", reuse=False)
+    for (name, _), out in zip(graph.outputs, outs):
+        converted = low.convert(fn, out, "cf", reuse=False)
         cast = ".astype(jnp.float32)" if dtype != "float32" else ""
-        results.append((name, f"{var.name}{cast}"))
+        results.append((name, f"{converted.name}{cast}"))
     if has_state and dtype != "float32":
         fn.line("new_state = jax.tree.map(lambda a: a.astype(jnp.float32), new_state)")
     new_state = "new_state" if has_state else "{}"
