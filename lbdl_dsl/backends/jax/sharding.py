@@ -46,7 +46,7 @@ def make_mesh(spec: MeshSpec, devices: Sequence[Any] | None = None) -> Mesh:
     return jax.make_mesh(spec.shape, spec.names, axis_types=axis_types, devices=found)
 
 
-def partition_spec(spec: tuple) -> PartitionSpec:
+def partition_spec(spec: tuple[str | tuple[str, ...] | None, ...]) -> PartitionSpec:
     return PartitionSpec(*spec)
 
 
@@ -79,11 +79,11 @@ class Sharded:
     def replicated(self) -> NamedSharding:
         return NamedSharding(self.mesh, PartitionSpec())
 
-    def params(self) -> dict:
+    def params(self) -> dict[str, Any]:
         """The params pytree's shardings, nested as ``init`` nests the arrays."""
         return unflatten({p: self.named(p) for p in self.layout.params})
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return unflatten({p: self.named(p) for p in self.layout.state})
 
     def batch(self, ndim: int) -> NamedSharding:
@@ -107,7 +107,7 @@ class Sharded:
         )
 
     # -- arrays ---------------------------------------------------------------------------------
-    def init(self, model: Any, key: jax.Array) -> tuple[dict, dict]:
+    def init(self, model: Any, key: jax.Array) -> tuple[dict[str, Any], dict[str, Any]]:
         """``model.init(key)``'s very numbers, each device drawing only its own blocks."""
         data = np.asarray(jax.random.key_data(key))
         if data.ndim != 1:
@@ -132,7 +132,8 @@ class Sharded:
             wrap = jax.jit(
                 lambda d: jax.random.wrap_key_data(d, impl=impl), out_shardings=self.replicated
             )
-            return wrap(data)
+            wrapped: jax.Array = wrap(data)
+            return wrapped
         host = np.asarray(value)
         return jax.make_array_from_callback(host.shape, self.replicated, lambda _: host)
 
@@ -160,8 +161,12 @@ class Sharded:
         return out
 
     def jit_step(
-        self, step: Callable, state_shardings: Any, batch_shardings: Any, donate: bool = True
-    ) -> Callable:
+        self,
+        step: Callable[..., Any],
+        state_shardings: Any,
+        batch_shardings: Any,
+        donate: bool = True,
+    ) -> Callable[..., Any]:
         """``step(state, batch) -> (state, metrics)`` jitted with the state kept in its
         shardings, the batch split, and the metrics replicated (read on every process)."""
         return jax.jit(
@@ -184,13 +189,16 @@ def restore_target(like: Any, shardings: Any) -> Any:
 
 
 def _from_blocks(
-    sharding: NamedSharding, entry: tuple, stream: shard_init.Stream, offset: int
+    sharding: NamedSharding,
+    entry: tuple[tuple[int, ...], str, float],
+    stream: shard_init.Stream,
+    offset: int,
 ) -> jax.Array:
     """A global array whose addressable blocks are drawn once each (replicas share one)."""
     shape = tuple(entry[0])
-    cache: dict[tuple, np.ndarray] = {}
+    cache: dict[tuple[tuple[int, int], ...], np.ndarray] = {}
 
-    def callback(index: tuple | None) -> np.ndarray:
+    def callback(index: tuple[slice, ...] | None) -> np.ndarray:
         norm = tuple(s.indices(n)[:2] for s, n in zip(index or (slice(None),) * len(shape), shape))
         if norm not in cache:
             cache[norm] = shard_init.block(stream, entry, offset, index)
@@ -199,7 +207,11 @@ def _from_blocks(
     return jax.make_array_from_callback(shape, sharding, callback, dtype=jnp.float32)
 
 
-def _same_tables(layout: Layout, params: dict, state: dict) -> None:
+def _same_tables(
+    layout: Layout,
+    params: dict[str, tuple[tuple[int, ...], str, float]],
+    state: dict[str, tuple[tuple[int, ...], str, float]],
+) -> None:
     """The compiler's arrays are the module's, path for path and shape for shape (our bug if
     not: the two walks of the instance tree have drifted apart)."""
     ours = {p: tuple(d.as_int() for d in a.shape) for p, a in layout.arrays.items()}
