@@ -90,7 +90,7 @@ bad-values-nightly: setup
 	$(PY) -m pytest -n 2 -m full tests/test_bad_values.py
 
 # Before the tests (CI runs `make test`), failing on any finding: ruff's rules and format on the
-# code, then mypy, strict on lbdl_dsl/compiler and lbdl_dsl/core (pyproject.toml, [tool.mypy]).
+# code, then mypy, strict on the whole of lbdl_dsl (pyproject.toml, [tool.mypy]).
 lint: setup
 	$(VENV)/bin/ruff check lbdl_dsl tests bench
 	$(VENV)/bin/ruff format --check lbdl_dsl tests bench

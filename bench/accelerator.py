@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 
 import lbdl_dsl  # noqa: E402
 from bench import choose, flax_peers, harness, memory, run  # noqa: E402
-from lbdl_dsl.backends.jax import runtime  # noqa: E402
+from lbdl_dsl.backends.jax.runtime import attention as runtime  # noqa: E402
 
 MFU_TARGET = 0.5  # the issue's: GPT-2 medium's training step, attention fused
 
@@ -716,7 +716,7 @@ def profile_section(profile: dict | None) -> list[str]:
     GPT step and the MFU target, read from the figures."""
     if not profile:
         return []
-    from bench import gpu_profile
+    from bench import gpu_kernels
 
     runs = profile["runs"]
     kinds = sorted({r["kind"] for r in runs})
@@ -728,12 +728,12 @@ def profile_section(profile: dict | None) -> list[str]:
         + ". Milliseconds per training step (kernels per step in brackets); one stream runs "
         "the kernels in turn, so the wall time less their sum is the time the device waited.",
         "",
-        gpu_profile.table(runs),
+        gpu_kernels.table(runs),
         "",
     ]
     for r in runs:
-        products = r["ms"][gpu_profile.KINDS[0]] + r["ms"][gpu_profile.KINDS[1]]
-        attention = r["ms"][gpu_profile.KINDS[2]]
+        products = r["ms"][gpu_kernels.KINDS[0]] + r["ms"][gpu_kernels.KINDS[1]]
+        attention = r["ms"][gpu_kernels.KINDS[2]]
         rest = r["busy_ms"] - products - attention
         who = "lbdl" if r["side"] == "ours" else "Flax"
         said = (

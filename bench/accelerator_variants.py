@@ -17,14 +17,14 @@ GPT-2 medium (batch 16) and ResNet-50 (batch 128) and times one training step of
   (26.5 against 31.4 with the CPU's convolutions) but planned 5.02 GiB (5.06) against the
   peer's 4.96, so the runtime keeps the checkpoint there;
 * ``cpu-conv``: every convolution as the runtime computes it on a CPU (1×1 kernels as matrix
-  products, the gradients as channels-last convolutions, `runtime.conv`) rather than as one
+  products, the gradients as channels-last convolutions, `runtime/conv.py`) rather than as one
   ``jax.lax.conv_general_dilated`` with JAX's own rules, which the runtime does off a CPU
   (ResNet-50 only; on an H200 the CPU's way compiled in 23.6 s against 16.2 s, and ran no
   faster);
 * ``cpu-conv-copies``: both of the last two at once, ResNet-50 as a CPU runs it (ResNet-50
   only);
 * ``two-pass``: each batch norm's mean and variance in two passes over the batch, as on a CPU
-  (`runtime.batch_statistics`; ResNet-50 only).
+  (`runtime/norm.py`'s `batch_statistics`; ResNet-50 only).
 
 Each figure: compile seconds (in one process, so later compiles skip autotuning: only a
 rough guide), the median of 10 steps, XLA's planned memory (GiB) and TFLOP/s. With

@@ -661,7 +661,7 @@ sections below):
 ### Steady state
 
 **ResNet-50: forward {resnet50_forward}, training step {resnet50_train}.** Three changes to
-the runtime (`lbdl_dsl/backends/jax/runtime.py`), each measured on this machine:
+the runtime (`lbdl_dsl/backends/jax/runtime/`), each measured on this machine:
 
 1. *The gradient of `conv` as channels-last convolutions.* JAX's transpose rules write the
    input and kernel gradients of a convolution with permuted dimension numbers

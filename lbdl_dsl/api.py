@@ -15,13 +15,16 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lbdl_dsl.compiler.driver import CheckFailed, compile_spec
 from lbdl_dsl.compiler.imports import sources_for
 from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import ArgumentError, LbdlError
 from lbdl_dsl.core.symbolic import fmt_count
+
+if TYPE_CHECKING:
+    from lbdl_dsl.backends.jax.model import Model
 
 DTYPES = ("float32", "bfloat16")
 
@@ -90,7 +93,7 @@ def compile(  # noqa: A001 - the verb users expect, as in jax.jit(...).lower(...
     dtype: Any = "float32",
     import_path: Sequence[str | os.PathLike[str]] = (),
     **overrides: Any,
-):
+) -> Model:
     """A runnable `Model` for a spec; model parameters are keyword arguments (``N=24``).
 
     ``dtype`` is the compute type (``"float32"`` or ``"bfloat16"``, or the NumPy/JAX type);

@@ -47,7 +47,9 @@ def _value(e: Expr) -> int | str:
 def rows(checked: Checked, depth: int | None) -> Iterator[tuple[int, str, Inst, Expr]]:
     """(depth, path, instance, copies) in the summary's order; copies multiply inside ×N."""
 
-    def visit(insts: list[Inst], level: int, prefix: str, copies: Expr) -> Iterator:
+    def visit(
+        insts: list[Inst], level: int, prefix: str, copies: Expr
+    ) -> Iterator[tuple[int, str, Inst, Expr]]:
         for inst in insts:
             path = f"{prefix}/{inst.id}" if prefix else inst.id
             yield level, path, inst, copies
@@ -59,7 +61,9 @@ def rows(checked: Checked, depth: int | None) -> Iterator[tuple[int, str, Inst, 
     yield from visit(checked.root, 0, "", Expr.lift(1))
 
 
-def figures(checked: Checked, plan: Plan, depth: int | None) -> tuple[Bytes, list[tuple]]:
+def figures(
+    checked: Checked, plan: Plan, depth: int | None
+) -> tuple[Bytes, list[tuple[int, str, str, Bytes]]]:
     """The totals and (depth, label, bytes) per row."""
     shown = list(rows(checked, depth))
     whole, boxes = memory.per_device(

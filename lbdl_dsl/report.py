@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 from lbdl_dsl.boxtext import box_label
 from lbdl_dsl.compiler.infer import Checked, Inst
@@ -187,10 +187,11 @@ def _bytes(e: Expr) -> str:
     v = e.as_int()
     if v is None:
         return f"{e} B"  # the caller has already counted 4 bytes a value
+    size: float = v
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or unit == "TiB":
-            return f"{v:,.1f} {unit}" if unit != "B" else f"{v} B"
-        v /= 1024
+        if size < 1024 or unit == "TiB":
+            return f"{size:,.1f} {unit}" if unit != "B" else f"{v} B"
+        size /= 1024
     return ""
 
 
@@ -358,7 +359,7 @@ def _console_lines(messages: list[str], terminal: bool, table: Any = None) -> li
         markup=False,
         emoji=False,
         record=True,
-        file=_Null(),
+        file=cast(IO[str], _Null()),  # write and flush are all rich calls
     )
     for message in messages:
         console.print(message)

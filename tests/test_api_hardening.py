@@ -150,7 +150,7 @@ def test_checks_run_under_jit_once_per_signature(conv) -> None:
 def test_the_runtime_convolution_has_a_forward_derivative(k, stride, padding, groups) -> None:
     """jax.jvp through our convolution (a custom JVP), against JAX's own on the same operands:
     a 3×3 kernel with uneven padding and a strided 1×1 kernel (the matrix-product path)."""
-    from lbdl_dsl.backends.jax.runtime import conv as ours
+    from lbdl_dsl.backends.jax.runtime.conv import conv as ours
 
     keys = jax.random.split(jax.random.key(0), 4)
     x, dx = (jax.random.normal(k_, (2, 6, 5, 4)) for k_ in keys[:2])

@@ -295,7 +295,7 @@ def test_gpu_report_is_rendered_from_every_run_beside_it(tmp_path: Path) -> None
 
 def test_gpu_profile_sorts_kernels_by_their_names() -> None:
     """Names as an H200's trace of GPT-2 medium and ResNet-50 gave them."""
-    from bench import gpu_profile as g
+    from bench import gpu_kernels as g
 
     products, triton, attention, reductions, memsets, rest = g.KINDS
     for name, kind in (
@@ -317,7 +317,8 @@ def test_gpu_profile_sums_the_device_kernels_per_step(tmp_path: Path) -> None:
     """Only the GPU process's complete events count, per step; the host's do not."""
     import json
 
-    from bench import gpu_profile as g
+    from bench import gpu_kernels as g
+    from bench import gpu_profile
 
     def meta(pid: int, name: str) -> dict:
         return {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}
@@ -338,7 +339,7 @@ def test_gpu_profile_sums_the_device_kernels_per_step(tmp_path: Path) -> None:
     assert got["ms"][g.KINDS[5]] == 0.75 and got["busy_ms"] == 3.0 and got["wall_ms"] == 4.0
     record = {"setting": "unroll-v64", "side": "ours", **got}
     (tmp_path / "runs.json").write_text(json.dumps({"runs": [record, {**record, "side": "peer"}]}))
-    text = g.main(["--render", str(tmp_path / "runs.json")])
+    text = gpu_profile.main(["--render", str(tmp_path / "runs.json")])
     assert "| unroll-v64 (lbdl) | unroll-v64 (Flax) |" in text
     assert "| all kernels | 3.0 | 3.0 |" in text and "| wall time, traced | 4.0 | 4.0 |" in text
 

@@ -1,9 +1,10 @@
-"""The static checks CI runs before the tests: mypy strict on compiler and core, ruff.
+"""The static checks CI runs before the tests: mypy strict on the whole package, ruff.
 
-mypy's own `strict = true` cannot be scoped to some modules (python/mypy#11401: in an override it
-turns strict mode on everywhere), so pyproject.toml spells the flags out. These tests ask mypy
-which flags ``--strict`` sets and check that the override sets each of them for compiler and
-core, and nothing of them for the rest of lbdl_dsl; and that `make test` runs the checks first.
+pyproject.toml sets ``strict = true`` for every module of lbdl_dsl, with two kinds of exception
+and no others: third-party modules that ship no annotations (their names are Any), and the one
+module of ours waiting for its annotations (`runtime/decode.py`, on another branch). These tests
+ask mypy which flags ``--strict`` sets and check that pyproject gives every one of them to the
+whole package, that the exceptions are those; and that `make test` runs the checks first.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from pathlib import Path
 import pytest
 from mypy.config_parser import parse_config_file
 from mypy.main import process_options
-from mypy.options import PER_MODULE_OPTIONS, Options
+from mypy.options import Options
 
 REPO = Path(__file__).resolve().parents[1]
-STRICT_PACKAGES = ("lbdl_dsl.compiler.*", "lbdl_dsl.core.*")
 
 
 def _strict_flags() -> dict[str, object]:
@@ -45,29 +45,23 @@ def _project_options(flags: dict[str, object]) -> Options:
     return options
 
 
-def test_compiler_and_core_get_every_strict_flag() -> None:
+def test_the_whole_package_gets_every_strict_flag() -> None:
     flags = _strict_flags()
     options = _project_options(flags)
     assert "disallow_untyped_defs" in flags  # the probe itself works
-    assert options.files == ["lbdl_dsl/compiler", "lbdl_dsl/core"]
-    for package in STRICT_PACKAGES:
-        section = options.per_module_options[package]
-        missing = {
-            n: v for n, v in flags.items() if n in PER_MODULE_OPTIONS and section.get(n) != v
-        }
-        assert not missing, f"{package} lacks these parts of --strict: {missing}"
-    global_only = {n: v for n, v in flags.items() if n not in PER_MODULE_OPTIONS}
-    assert all(getattr(options, n) == v for n, v in global_only.items()), global_only
+    assert options.files == ["lbdl_dsl"]
+    missing = {n: v for n, v in flags.items() if getattr(options, n) != v}
+    assert not missing, f"lbdl_dsl lacks these parts of --strict: {missing}"
 
 
-def test_the_rest_of_lbdl_dsl_is_not_strict() -> None:
-    flags = _strict_flags()
-    options = _project_options(flags)
-    _, plain = process_options(["--config-file", "", "x.py"])
-    leaked = [
-        n for n in flags if n in PER_MODULE_OPTIONS and getattr(options, n) != getattr(plain, n)
-    ]
-    assert not leaked, f"strict flags set for every module: {leaked}"
+def test_the_exceptions_are_third_party_modules_and_one_named_module() -> None:
+    options = _project_options(_strict_flags())
+    ours = {m for m in options.per_module_options if m.startswith("lbdl_dsl")}
+    assert ours == {"lbdl_dsl.backends.jax.runtime.decode"}, ours
+    for module, section in options.per_module_options.items():
+        if not module.startswith("lbdl_dsl"):
+            set_ = {k: v for k, v in section.items() if v not in ([], None)}
+            assert set_ == {"ignore_missing_imports": True}, (module, section)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

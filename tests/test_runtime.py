@@ -24,8 +24,15 @@ for _p in (_TESTS, _TESTS.parent):
 
 import numpy_ref as ref  # noqa: E402
 
-from lbdl_dsl.backends.jax import runtime as rt  # noqa: E402
-from lbdl_dsl.backends.jax.runtime_extra import norm_axis  # noqa: E402
+from lbdl_dsl.backends.jax.runtime import (  # noqa: E402
+    activation,
+    attention,
+    conv,
+    dense,
+    inits,
+    module,
+    norm,
+)
 
 TOL = {"rtol": 1e-9, "atol": 1e-10}
 
@@ -78,10 +85,10 @@ def call(fn, *args, **kwargs):
 
 def test_layout_roundtrip():
     x = jnp.arange(2 * 3 * 4 * 5.0).reshape(2, 3, 4, 5)
-    y = rt.to_channels_last(x)
+    y = module.to_channels_last(x)
     assert y.shape == (2, 4, 5, 3)
     np.testing.assert_array_equal(np.asarray(y), np.transpose(np.asarray(x), (0, 2, 3, 1)))
-    np.testing.assert_array_equal(np.asarray(rt.to_channels_first(y)), np.asarray(x))
+    np.testing.assert_array_equal(np.asarray(module.to_channels_first(y)), np.asarray(x))
 
 
 INIT_TABLE = {
@@ -96,7 +103,7 @@ INIT_TABLE = {
 
 
 def test_init_table_laws():
-    out = rt.init_table(jax.random.key(0), INIT_TABLE)
+    out = inits.init_table(jax.random.key(0), INIT_TABLE)
     assert list(out) == list(INIT_TABLE)
     for path, (shape, _, _) in INIT_TABLE.items():
         assert out[path].shape == shape and out[path].dtype == jnp.float32, path
@@ -107,29 +114,29 @@ def test_init_table_laws():
     assert not np.any(np.asarray(out["a/b"])) and np.all(np.asarray(out["n/scale"]) == 1)
     assert np.all(np.asarray(out["ls/gamma"]) == np.float32(1e-6))
     assert np.unique(np.asarray(out["odd"])).size == 15  # its own numbers, not a neighbour's
-    arrays = rt.init_arrays(jax.random.key_data(jax.random.key(0)), INIT_TABLE)
+    arrays = inits.init_arrays(jax.random.key_data(jax.random.key(0)), INIT_TABLE)
     drawn = [a for a, row in zip(arrays, INIT_TABLE.values()) if row[1] in ("fan_in", "std")]
     assert all(a.ctypes.data % 64 == 0 for a in drawn if a.size)  # device_put need not copy
 
 
 def test_init_table_is_a_function_of_the_key():
     key = jax.random.key(0)
-    eager = rt.init_table(key, INIT_TABLE)
+    eager = inits.init_table(key, INIT_TABLE)
 
     def same(a: dict, b: dict) -> bool:
         return all(np.array_equal(np.asarray(a[p]), np.asarray(b[p])) for p in INIT_TABLE)
 
-    assert same(eager, rt.init_table(key, INIT_TABLE))
-    assert not same(eager, rt.init_table(jax.random.key(1), INIT_TABLE))
-    assert same(eager, jax.jit(lambda k: rt.init_table(k, INIT_TABLE))(key))
+    assert same(eager, inits.init_table(key, INIT_TABLE))
+    assert not same(eager, inits.init_table(jax.random.key(1), INIT_TABLE))
+    assert same(eager, jax.jit(lambda k: inits.init_table(k, INIT_TABLE))(key))
     keys = jax.random.split(key, 2)
-    batched = jax.vmap(lambda k: rt.init_table(k, INIT_TABLE))(keys)
-    assert same({p: v[1] for p, v in batched.items()}, rt.init_table(keys[1], INIT_TABLE))
-    old_style = rt.init_table(jax.random.PRNGKey(0), INIT_TABLE)  # raw uint32 keys too
+    batched = jax.vmap(lambda k: inits.init_table(k, INIT_TABLE))(keys)
+    assert same({p: v[1] for p, v in batched.items()}, inits.init_table(keys[1], INIT_TABLE))
+    old_style = inits.init_table(jax.random.PRNGKey(0), INIT_TABLE)  # raw uint32 keys too
     assert same(old_style, eager)
     with pytest.raises(ValueError, match="init takes one key, not"):
-        rt.init_table(keys, INIT_TABLE)
-    shapes = jax.eval_shape(lambda k: rt.init_table(k, INIT_TABLE), key)
+        inits.init_table(keys, INIT_TABLE)
+    shapes = jax.eval_shape(lambda k: inits.init_table(k, INIT_TABLE), key)
     assert {p: s.shape for p, s in shapes.items()} == {p: r[0] for p, r in INIT_TABLE.items()}
 
 
@@ -163,28 +170,28 @@ def test_init_arrays_threads_draw_the_one_stream(workers):
         "empty": ((0, 4), "fan_in", 0.0),
     }
     key = jax.random.key_data(jax.random.key(7))
-    got = rt.init_arrays(key, table, workers)
+    got = inits.init_arrays(key, table, workers)
     for path, a, b in zip(table, got, _one_stream(key, table), strict=True):
         np.testing.assert_array_equal(a, b, err_msg=path)
 
 
 def test_init_arrays_uses_threads_by_itself_for_big_tables(monkeypatch):
     counts = []
-    real = rt.ThreadPoolExecutor
+    real = inits.ThreadPoolExecutor
 
     def counting(n):
         counts.append(n)
         return real(n)
 
-    monkeypatch.setattr(rt, "ThreadPoolExecutor", counting)
-    monkeypatch.setattr(rt.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(inits, "ThreadPoolExecutor", counting)
+    monkeypatch.setattr(inits.os, "sched_getaffinity", lambda _: {0, 1}, raising=False)
     table = {"big": (((1 << 23) + 3,), "fan_in", 4.0), "small": ((5,), "std", 1.0)}
     key = jax.random.key_data(jax.random.key(3))
-    got = rt.init_arrays(key, table)
+    got = inits.init_arrays(key, table)
     assert counts == [2]  # 8M numbers: two threads, as many as the usable cores
     for a, b in zip(got, _one_stream(key, table), strict=True):
         np.testing.assert_array_equal(a, b)
-    assert rt.init_arrays(key, {"small": ((5,), "std", 1.0)}) and counts == [2]  # no pool
+    assert inits.init_arrays(key, {"small": ((5,), "std", 1.0)}) and counts == [2]  # no pool
 
 
 def test_each_copy_drops_the_checkpoint_only_on_a_cpu_and_only_when_told(monkeypatch):
@@ -196,24 +203,24 @@ def test_each_copy_drops_the_checkpoint_only_on_a_cpu_and_only_when_told(monkeyp
 
     def primitives(remat_on_cpu: bool) -> set[str]:
         def f(x):
-            return rt.each_copy(step, x, xs, 0, 2, remat_on_cpu=remat_on_cpu)[0].sum()
+            return module.each_copy(step, x, xs, 0, 2, remat_on_cpu=remat_on_cpu)[0].sum()
 
         jaxpr = jax.make_jaxpr(jax.value_and_grad(f))(jnp.ones((2, 3)))
         return {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}
 
     assert "remat2" in primitives(True)  # the checkpoint, everywhere by default
     assert "remat2" not in primitives(False) and "jit" in primitives(False)  # on this CPU
-    monkeypatch.setattr(rt.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert "remat2" in primitives(False)  # an accelerator keeps it: it saves memory there
     # one function decides, looked up when the copies run (bench/accelerator_variants.py's
     # cpu-copies replaces it in a generated module)
-    monkeypatch.setattr(rt, "checkpoint_copies", lambda remat_on_cpu: remat_on_cpu)
+    monkeypatch.setattr(module, "checkpoint_copies", lambda remat_on_cpu: remat_on_cpu)
     assert "remat2" not in primitives(False)
     # the same numbers either way
     x = jnp.arange(6.0).reshape(2, 3) / 6
     monkeypatch.undo()
-    a = jax.grad(lambda x: rt.each_copy(step, x, xs, 0, 2)[0].sum())(x)
-    b = jax.grad(lambda x: rt.each_copy(step, x, xs, 0, 2, remat_on_cpu=False)[0].sum())(x)
+    a = jax.grad(lambda x: module.each_copy(step, x, xs, 0, 2)[0].sum())(x)
+    b = jax.grad(lambda x: module.each_copy(step, x, xs, 0, 2, remat_on_cpu=False)[0].sum())(x)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
 
 
@@ -233,20 +240,20 @@ def test_conv_off_a_cpu_is_one_plain_convolution_with_the_same_values(monkeypatc
     w = jax.random.normal(jax.random.key(1), kernel) / 4
 
     def grads(x, w):
-        return jax.grad(lambda x, w: jnp.sum(rt.conv(x, w, **options) ** 2), argnums=(0, 1))(x, w)
+        return jax.grad(lambda x, w: jnp.sum(conv.conv(x, w, **options) ** 2), argnums=(0, 1))(x, w)
 
     def program() -> str:  # a new function each time: JAX caches a traced one by identity
         return str(jax.make_jaxpr(lambda x, w: grads(x, w))(x, w))
 
-    on_cpu = rt.conv(x, w, **options), grads(x, w)
+    on_cpu = conv.conv(x, w, **options), grads(x, w)
     cpu = program()
-    monkeypatch.setattr(rt.jax, "default_backend", lambda: "gpu")
-    assert rt.plain_convolutions()
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert conv.plain_convolutions()
     plain = program()
     assert plain != cpu
     assert plain.count("conv_general_dilated[") == 3  # forward, input and weight gradients
     assert "dot_general[" not in plain  # a 1×1 kernel too stays a convolution
-    np.testing.assert_allclose(rt.conv(x, w, **options), on_cpu[0], atol=1e-5)
+    np.testing.assert_allclose(conv.conv(x, w, **options), on_cpu[0], atol=1e-5)
     for got, want in zip(grads(x, w), on_cpu[1], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
@@ -254,7 +261,7 @@ def test_conv_off_a_cpu_is_one_plain_convolution_with_the_same_values(monkeypatc
 @pytest.mark.parametrize("n", [0, 5, 1 << 23])
 def test_init_buffer_is_aligned_writable_and_shared_with_the_device(n):
     # from 32 MiB on the buffer is its own mapping of plain pages, not NumPy's heap
-    buf = rt.float32_buffer(n)
+    buf = inits.float32_buffer(n)
     assert buf.shape == (n,) and buf.dtype == np.float32 and buf.flags.writeable
     assert buf.ctypes.data % 64 == 0 or not n
     mapped = isinstance(buf.base, memoryview) and isinstance(buf.base.obj, mmap.mmap)
@@ -273,7 +280,7 @@ def test_dense(bias):
     rng = np.random.default_rng(0)
     x, w, b = rand(rng, 2, 3, 5), rand(rng, 5, 4), rand(rng, 4)
     b = b if bias else None
-    np.testing.assert_allclose(call(rt.dense, x, w, b), ref.dense_ref(x, w, b), **TOL)
+    np.testing.assert_allclose(call(dense.dense, x, w, b), ref.dense_ref(x, w, b), **TOL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,8 +307,8 @@ def test_conv(case):
     x = rand(rng, 2, cin, *size)
     w = rand(rng, *kernel, cin // groups, cout)
     b = rand(rng, cout) if bias else None
-    pads = rt.same_padding(kernel, dilation) if padding == "same" else padding
-    y = call(rt.conv, cl(x), w, b, stride=stride, padding=pads, dilation=dilation, groups=groups)
+    pads = conv.same_padding(kernel, dilation) if padding == "same" else padding
+    y = call(conv.conv, cl(x), w, b, stride=stride, padding=pads, dilation=dilation, groups=groups)
     expected = ref.conv_nd_ref(x, w, b, stride, padding, dilation, groups)
     if padding == "same":
         assert expected.shape[2:] == size
@@ -309,9 +316,9 @@ def test_conv(case):
 
 
 def test_same_padding():
-    assert rt.same_padding((3, 4), (1, 1)) == ((1, 1), (1, 2))
-    assert rt.same_padding((3,), (2,)) == ((2, 2),)
-    assert rt.same_padding((1, 2), (1, 3)) == ((0, 0), (1, 2))
+    assert conv.same_padding((3, 4), (1, 1)) == ((1, 1), (1, 2))
+    assert conv.same_padding((3,), (2,)) == ((2, 2),)
+    assert conv.same_padding((1, 2), (1, 3)) == ((0, 0), (1, 2))
 
 
 # (spatial size, cin, cout, kernel, stride, padding, output_padding, dilation, groups, bias)
@@ -333,7 +340,7 @@ def test_conv_transpose(case):
     w = rand(rng, *kernel, cin, cout // groups)
     b = rand(rng, cout) if bias else None
     y = call(
-        rt.conv_transpose,
+        conv.conv_transpose,
         cl(x),
         w,
         b,
@@ -365,17 +372,17 @@ def test_conv_transpose_is_gradient_of_conv():
     x = jnp.asarray(rand(rng, 2, 9, 10, 4))
 
     def fwd(x):
-        return rt.conv(
+        return conv.conv(
             x, w_conv, stride=stride, padding=tuple((p, p) for p in padding), dilation=dilation
         )
 
     y, vjp = jax.vjp(fwd, x)
     ct = jnp.asarray(rand(rng, *y.shape))
     (grad,) = vjp(ct)
-    no_pad = call(rt.conv_transpose, ct, w_t, stride=stride, padding=padding, dilation=dilation)
+    no_pad = call(conv.conv_transpose, ct, w_t, stride=stride, padding=padding, dilation=dilation)
     out_pad = tuple(a - b for a, b in zip(x.shape[1:3], no_pad.shape[1:3], strict=True))
     tx = call(
-        rt.conv_transpose,
+        conv.conv_transpose,
         ct,
         w_t,
         stride=stride,
@@ -405,7 +412,7 @@ POOL_CASES = [
 def test_max_pool(case):
     size, kernel, stride, padding, dilation = case
     x = rand(np.random.default_rng(4), 2, 3, *size)
-    y = call(rt.max_pool, cl(x), window=kernel, stride=stride, padding=padding, dilation=dilation)
+    y = call(conv.max_pool, cl(x), window=kernel, stride=stride, padding=padding, dilation=dilation)
     np.testing.assert_allclose(cf(y), ref.max_pool_ref(x, kernel, stride, padding, dilation), **TOL)
 
 
@@ -413,18 +420,18 @@ def test_max_pool(case):
 def test_avg_pool(case):
     size, kernel, stride, padding, _ = case
     x = rand(np.random.default_rng(5), 2, 3, *size)
-    y = call(rt.avg_pool, cl(x), window=kernel, stride=stride, padding=padding)
+    y = call(conv.avg_pool, cl(x), window=kernel, stride=stride, padding=padding)
     np.testing.assert_allclose(cf(y), ref.avg_pool_ref(x, kernel, stride, padding), **TOL)
 
 
 def test_global_avg_pool():
     x = rand(np.random.default_rng(6), 2, 3, 5, 4)
-    y = call(rt.global_avg_pool, cl(x))
+    y = call(conv.global_avg_pool, cl(x))
     assert y.shape == (2, 1, 1, 3)
     np.testing.assert_allclose(cf(y), ref.global_avg_pool_ref(x), **TOL)
     x1 = rand(np.random.default_rng(6), 2, 3, 7)
     np.testing.assert_allclose(
-        cf(call(rt.global_avg_pool, cl(x1))), ref.global_avg_pool_ref(x1), **TOL
+        cf(call(conv.global_avg_pool, cl(x1))), ref.global_avg_pool_ref(x1), **TOL
     )
 
 
@@ -443,7 +450,7 @@ def test_batch_norm(train, shape):
     mean, var = rand(rng, c), rng.uniform(0.5, 2.0, c)
     xl = cl(x) if x.ndim > 2 else jnp.asarray(x)
     y, new_mean, new_var = call(
-        rt.batch_norm, xl, scale, bias, mean, var, train=train, momentum=0.1, eps=1e-5
+        norm.batch_norm, xl, scale, bias, mean, var, train=train, momentum=0.1, eps=1e-5
     )
     ey, emean, evar = ref.batch_norm_ref(x, scale, bias, mean, var, train, 0.1, 1e-5)
     y = cf(y) if x.ndim > 2 else np.asarray(y)
@@ -458,7 +465,7 @@ def test_batch_norm(train, shape):
 def test_batch_norm_unbiased_running_var():
     """Explicit PyTorch numbers: x = [0, 2] per channel, momentum 0.1, running var 1."""
     x = jnp.asarray([[0.0], [2.0]])
-    y, m, v = call(rt.batch_norm, x, None, None, jnp.zeros(1), jnp.ones(1), train=True, eps=0.0)
+    y, m, v = call(norm.batch_norm, x, None, None, jnp.zeros(1), jnp.ones(1), train=True, eps=0.0)
     np.testing.assert_allclose(np.asarray(y)[:, 0], [-1.0, 1.0])  # biased var 1
     np.testing.assert_allclose(np.asarray(m), [0.1])
     np.testing.assert_allclose(np.asarray(v), [0.9 + 0.1 * 2.0])  # unbiased var 2
@@ -467,7 +474,7 @@ def test_batch_norm_unbiased_running_var():
 @pytest.fixture
 def one_pass(monkeypatch):
     """`batch_norm` as it runs off a CPU: each batch's statistics in one pass."""
-    monkeypatch.setattr(rt, "one_pass_statistics", lambda: True)
+    monkeypatch.setattr(norm, "one_pass_statistics", lambda: True)
 
 
 @pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 4)])
@@ -482,7 +489,7 @@ def test_batch_norm_one_pass(one_pass, shape):
     xl = cl(x) if x.ndim > 2 else x
 
     def f(x, scale, bias):
-        return rt.batch_norm(x, scale, bias, mean, var, train=True, momentum=0.1, eps=1e-5)
+        return norm.batch_norm(x, scale, bias, mean, var, train=True, momentum=0.1, eps=1e-5)
 
     y, new_mean, new_var = jax.jit(f)(xl, scale, bias)
     ey, emean, evar = ref.batch_norm_ref(x, scale, bias, mean, var, True, 0.1, 1e-5)
@@ -496,7 +503,7 @@ def test_batch_norm_one_pass_keeps_a_far_means_variance(one_pass):
     """In float32, the sums of x and x^2 lose a variance of 1 under a mean of 10,000 (the
     ulp of 10^8 is 8); less each channel's first value, the one pass keeps it."""
     x = (1e4 + np.random.default_rng(36).standard_normal((4096, 2))).astype(np.float32)
-    mean, var = jax.jit(rt.batch_statistics, static_argnums=1)(x, (0,))
+    mean, var = jax.jit(norm.batch_statistics, static_argnums=1)(x, (0,))
     assert mean.dtype == var.dtype == jnp.float32
     exact = x.astype(np.float64)
     np.testing.assert_allclose(mean, exact.mean(axis=0), rtol=1e-6)
@@ -512,7 +519,7 @@ def test_batch_norm_bfloat16_gradients_keep_a_far_means_digits(one_pass):
 
     def grad_scale(x, dtype):
         def loss(scale):
-            y, _, _ = rt.batch_norm(
+            y, _, _ = norm.batch_norm(
                 x.astype(dtype), scale, None, jnp.zeros(3), jnp.ones(3), train=True
             )
             return jnp.sum(y.astype(jnp.float64) * g)
@@ -530,7 +537,7 @@ def test_layer_norm(n_axes, affine):
     x = rand(rng, 2, 3, 4, 5)
     shape = x.shape[-n_axes:]
     scale, bias = (rand(rng, *shape), rand(rng, *shape)) if affine else (None, None)
-    y = call(rt.layer_norm, x, scale, bias, eps=1e-5, axes=n_axes)
+    y = call(norm.layer_norm, x, scale, bias, eps=1e-5, axes=n_axes)
     np.testing.assert_allclose(y, ref.layer_norm_ref(x, scale, bias, 1e-5, n_axes), **TOL)
 
 
@@ -539,7 +546,7 @@ def test_group_norm(shape, groups):
     rng = np.random.default_rng(9)
     x = rand(rng, *shape)
     scale, bias = rand(rng, shape[1]), rand(rng, shape[1])
-    y = call(rt.group_norm, cl(x), scale, bias, groups=groups, eps=1e-5)
+    y = call(norm.group_norm, cl(x), scale, bias, groups=groups, eps=1e-5)
     np.testing.assert_allclose(cf(y), ref.group_norm_ref(x, scale, bias, groups, 1e-5), **TOL)
 
 
@@ -547,7 +554,7 @@ def test_rms_norm():
     rng = np.random.default_rng(10)
     x, scale = rand(rng, 2, 3, 8), rand(rng, 8)
     np.testing.assert_allclose(
-        call(rt.rms_norm, x, scale, eps=1e-6), ref.rms_norm_ref(x, scale, 1e-6), **TOL
+        call(norm.rms_norm, x, scale, eps=1e-6), ref.rms_norm_ref(x, scale, 1e-6), **TOL
     )
 
 
@@ -556,13 +563,13 @@ def test_rms_norm():
 # ---------------------------------------------------------------------------------------------
 
 ACTIVATIONS = [
-    (rt.relu, ref.relu_ref),
-    (rt.tanh, ref.tanh_ref),
-    (rt.sigmoid, ref.sigmoid_ref),
-    (partial(rt.leaky_relu, slope=0.1), partial(ref.leaky_relu_ref, a=0.1)),
-    (partial(rt.gelu, approximate=False), partial(ref.gelu_ref, approximate=False)),
-    (partial(rt.gelu, approximate=True), partial(ref.gelu_ref, approximate=True)),
-    (rt.silu, ref.silu_ref),
+    (activation.relu, ref.relu_ref),
+    (activation.tanh, ref.tanh_ref),
+    (activation.sigmoid, ref.sigmoid_ref),
+    (partial(activation.leaky_relu, slope=0.1), partial(ref.leaky_relu_ref, a=0.1)),
+    (partial(activation.gelu, approximate=False), partial(ref.gelu_ref, approximate=False)),
+    (partial(activation.gelu, approximate=True), partial(ref.gelu_ref, approximate=True)),
+    (activation.silu, ref.silu_ref),
 ]
 
 
@@ -575,7 +582,7 @@ def test_activations(fn, ref_fn):
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_softmax(axis):
     x = rand(np.random.default_rng(12), 3, 4, 5) * 5
-    y = call(rt.softmax, x, axis=axis)
+    y = call(activation.softmax, x, axis=axis)
     np.testing.assert_allclose(y, ref.softmax_ref(x, axis), **TOL)
     np.testing.assert_allclose(np.sum(np.asarray(y), axis=axis), 1.0, **TOL)
 
@@ -589,16 +596,18 @@ def test_dropout_train():
     x = rand(np.random.default_rng(13), 8, 100) + 5.0  # nonzero everywhere
     key = jax.random.PRNGKey(1)
     p = 0.3
-    y = np.asarray(call(rt.dropout, jnp.asarray(x), p, train=True, key=key))
+    y = np.asarray(call(activation.dropout, jnp.asarray(x), p, train=True, key=key))
     keep = y != 0
     np.testing.assert_allclose(y, ref.dropout_ref(x, keep, p), **TOL)
     assert 0.6 < keep.mean() < 0.8
     np.testing.assert_array_equal(
-        y, np.asarray(call(rt.dropout, jnp.asarray(x), p, train=True, key=key))
+        y, np.asarray(call(activation.dropout, jnp.asarray(x), p, train=True, key=key))
     )
-    other = np.asarray(call(rt.dropout, jnp.asarray(x), p, train=True, key=jax.random.PRNGKey(2)))
+    other = np.asarray(
+        call(activation.dropout, jnp.asarray(x), p, train=True, key=jax.random.PRNGKey(2))
+    )
     assert np.any(other != y)
-    eager = rt.dropout(
+    eager = activation.dropout(
         jnp.asarray(x), p, train=True, key=key
     )  # eager and jitted draw the same mask
     np.testing.assert_array_equal(np.asarray(eager), y)
@@ -606,17 +615,17 @@ def test_dropout_train():
 
 def test_dropout_identity_and_errors():
     x = jnp.asarray(rand(np.random.default_rng(14), 4, 5))
-    assert rt.dropout(x, 0.5, train=False, key=None) is x
-    assert rt.dropout(x, 0.0, train=True, key=None) is x
+    assert activation.dropout(x, 0.5, train=False, key=None) is x
+    assert activation.dropout(x, 0.0, train=True, key=None) is x
     x4 = x[:, None, None]
-    assert rt.dropout_channels(x4, 0.5, train=False, key=None) is x4
-    assert rt.dropout_channels(x4, 0.0, train=True, key=None) is x4
+    assert activation.dropout_channels(x4, 0.5, train=False, key=None) is x4
+    assert activation.dropout_channels(x4, 0.0, train=True, key=None) is x4
     with pytest.raises(ValueError, match="key"):
-        rt.dropout(x, 0.5, train=True, key=None)
+        activation.dropout(x, 0.5, train=True, key=None)
     with pytest.raises(ValueError, match="key"):
-        rt.dropout_channels(x4, 0.5, train=True, key=None)
+        activation.dropout_channels(x4, 0.5, train=True, key=None)
     np.testing.assert_array_equal(
-        np.asarray(rt.dropout(x, 1.0, train=True, key=jax.random.PRNGKey(0))), 0
+        np.asarray(activation.dropout(x, 1.0, train=True, key=jax.random.PRNGKey(0))), 0
     )
 
 
@@ -624,17 +633,19 @@ def test_dropout_channels():
     x = rand(np.random.default_rng(15), 6, 8, 3, 4) + 5.0  # channels-first (B, C, H, W)
     key = jax.random.PRNGKey(3)
     p = 0.5
-    y = cf(call(rt.dropout_channels, cl(x), p, train=True, key=key))
+    y = cf(call(activation.dropout_channels, cl(x), p, train=True, key=key))
     keep = np.all(y != 0, axis=(2, 3))  # (B, C)
     dropped = np.all(y == 0, axis=(2, 3))
     assert np.all(keep | dropped)  # whole channels are dropped
     assert 0 < keep.sum() < keep.size
     np.testing.assert_allclose(y, ref.dropout_ref(x, keep[:, :, None, None], p), **TOL)
-    np.testing.assert_array_equal(y, cf(call(rt.dropout_channels, cl(x), p, train=True, key=key)))
+    np.testing.assert_array_equal(
+        y, cf(call(activation.dropout_channels, cl(x), p, train=True, key=key))
+    )
     x1 = cl(x[:, :, 0])  # 1-D signals (B, T, C)
-    y1 = np.asarray(call(rt.dropout_channels, x1, p, train=True, key=key))
+    y1 = np.asarray(call(activation.dropout_channels, x1, p, train=True, key=key))
     assert np.all(np.all(y1 != 0, axis=1) | np.all(y1 == 0, axis=1))
-    assert rt.dropout_channels(cl(x), p, train=False, key=key).shape == (6, 3, 4, 8)
+    assert activation.dropout_channels(cl(x), p, train=False, key=key).shape == (6, 3, 4, 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -646,28 +657,28 @@ def test_embed():
     rng = np.random.default_rng(16)
     table = rand(rng, 10, 4)
     ids = rng.integers(0, 10, (2, 5))
-    y = call(rt.embed, jnp.asarray(ids), table)
+    y = call(dense.embed, jnp.asarray(ids), table)
     assert y.shape == (2, 5, 4)
     np.testing.assert_allclose(y, ref.embed_ref(ids, table), **TOL)
 
 
 @pytest.mark.parametrize("T,D", [(7, 8), (5, 9), (1, 2)])
 def test_sinusoidal_positions(T, D):
-    pe = rt.sinusoidal_positions(T, D, jnp.float64)
+    pe = dense.sinusoidal_positions(T, D, jnp.float64)
     assert pe.shape == (T, D) and pe.dtype == jnp.float64
     np.testing.assert_allclose(pe, ref.sinusoidal_positions_ref(T, D), **TOL)
-    assert rt.sinusoidal_positions(T, D, jnp.float32).dtype == jnp.float32
+    assert dense.sinusoidal_positions(T, D, jnp.float32).dtype == jnp.float32
 
 
 def test_add_positions():
     rng = np.random.default_rng(17)
     x = rand(rng, 2, 6, 8)
     np.testing.assert_allclose(
-        call(rt.add_positions, jnp.asarray(x)), ref.add_positions_ref(x), **TOL
+        call(dense.add_positions, jnp.asarray(x)), ref.add_positions_ref(x), **TOL
     )
     table = rand(rng, 10, 8)
     np.testing.assert_allclose(
-        call(rt.add_learned_positions, jnp.asarray(x), table),
+        call(dense.add_learned_positions, jnp.asarray(x), table),
         ref.add_learned_positions_ref(x, table),
         **TOL,
     )
@@ -684,7 +695,7 @@ def test_attention(use_mask, causal):
     rng = np.random.default_rng(18)
     q, k, v = rand(rng, 2, 3, 5, 4), rand(rng, 2, 3, 5, 4), rand(rng, 2, 3, 5, 6)
     mask = rng.uniform(size=(2, 1, 5, 5)) < 0.7 if use_mask else None
-    y = call(rt.attention, q, k, v, mask, causal=causal)
+    y = call(attention.attention, q, k, v, mask, causal=causal)
     np.testing.assert_allclose(y, ref.attention_ref(q, k, v, mask, causal), **TOL)
 
 
@@ -694,11 +705,11 @@ def test_attention_cross_lengths_and_fully_masked_rows():
     mask = np.ones((2, 2, 3, 6), dtype=bool)
     mask[0, 1, 2] = False  # one query sees nothing
     mask[1, :, :, 4:] = False  # key padding
-    y = np.asarray(call(rt.attention, q, k, v, mask))
+    y = np.asarray(call(attention.attention, q, k, v, mask))
     assert np.all(np.isfinite(y))
     np.testing.assert_array_equal(y[0, 1, 2], 0.0)
     np.testing.assert_allclose(y, ref.attention_ref(q, k, v, mask, False), **TOL)
-    yc = call(rt.attention, q, k, v, None, causal=True)
+    yc = call(attention.attention, q, k, v, None, causal=True)
     np.testing.assert_allclose(yc, ref.attention_ref(q, k, v, None, True), **TOL)
 
 
@@ -706,10 +717,10 @@ def test_attention_dropout():
     rng = np.random.default_rng(20)
     q, k, v = (jnp.asarray(rand(rng, 1, 2, 6, 4)) for _ in range(3))
     key = jax.random.PRNGKey(5)
-    base = call(rt.attention, q, k, v, None, dropout=0.5, train=False, key=key)
+    base = call(attention.attention, q, k, v, None, dropout=0.5, train=False, key=key)
     np.testing.assert_allclose(base, ref.attention_ref(q, k, v), **TOL)
-    y1 = call(rt.attention, q, k, v, None, dropout=0.5, train=True, key=key)
-    y2 = call(rt.attention, q, k, v, None, dropout=0.5, train=True, key=key)
+    y1 = call(attention.attention, q, k, v, None, dropout=0.5, train=True, key=key)
+    y2 = call(attention.attention, q, k, v, None, dropout=0.5, train=True, key=key)
     np.testing.assert_array_equal(np.asarray(y1), np.asarray(y2))
     assert not np.allclose(np.asarray(y1), np.asarray(base))
 
@@ -720,7 +731,7 @@ def test_fused_attention_takes_heads_last_and_agrees(causal):
     # checked is the layout (B, T, H, D) in and out and the causal mask handed over
     rng = np.random.default_rng(23)
     q, k, v = (rand(rng, 2, 5, 3, 4) for _ in range(3))
-    fused = partial(rt.fused_attention, causal=causal, implementation="xla")
+    fused = partial(attention.fused_attention, causal=causal, implementation="xla")
     y = call(fused, q, k, v)
     heads_first = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
     expected = ref.attention_ref(*heads_first, None, causal).transpose(0, 2, 1, 3)
@@ -731,10 +742,10 @@ def test_fused_attention_runs_only_where_cudnn_does():
     rng = np.random.default_rng(24)
     q = jnp.asarray(rand(rng, 1, 8, 2, 8), dtype=jnp.bfloat16)
     if jax.default_backend() != "gpu":  # no cuDNN here: the caller computes it itself
-        assert rt.fused_attention(q, q, q, causal=True) is None
+        assert attention.fused_attention(q, q, q, causal=True) is None
     wide = jnp.asarray(rand(rng, 1, 8, 2, 8))  # float32: never the half-precision kernel
-    assert rt.fused_attention(wide, wide, wide, causal=False) is None
-    cross = partial(rt.fused_attention, causal=True, implementation="xla")
+    assert attention.fused_attention(wide, wide, wide, causal=False) is None
+    cross = partial(attention.fused_attention, causal=True, implementation="xla")
     assert cross(q, q[:, :4], q[:, :4]) is None  # a causal mask over unequal lengths
     assert cross(q, q, q[..., :4]) is None  # values of another head size
 
@@ -742,16 +753,16 @@ def test_fused_attention_runs_only_where_cudnn_does():
 def test_mha_without_the_fused_kernel_keeps_its_dropout_and_mask(monkeypatch):
     # the fused call is asked only where it computes the same: no mask, no active dropout
     asked = []
-    monkeypatch.setattr(rt, "fused_attention", lambda *a, **k: asked.append(k) or None)
+    monkeypatch.setattr(attention, "fused_attention", lambda *a, **k: asked.append(k) or None)
     rng = np.random.default_rng(25)
     x = jnp.asarray(rand(rng, 1, 4, 8))
     p = mha_params(rng, 8, 8, 2, 4, 4, 8, True)
     key = jax.random.PRNGKey(1)
-    rt.mha(x, x, p, heads=2, causal=True)
-    rt.mha(x, x, p, heads=2, dropout=0.5, train=False, key=key)
+    attention.mha(x, x, p, heads=2, causal=True)
+    attention.mha(x, x, p, heads=2, dropout=0.5, train=False, key=key)
     assert asked == [{"causal": True}, {"causal": False}]
-    rt.mha(x, x, p, heads=2, dropout=0.5, train=True, key=key)
-    rt.mha(x, x, p, heads=2, mask=np.ones((1, 1, 4, 4), bool))
+    attention.mha(x, x, p, heads=2, dropout=0.5, train=True, key=key)
+    attention.mha(x, x, p, heads=2, mask=np.ones((1, 1, 4, 4), bool))
     assert len(asked) == 2
 
 
@@ -778,7 +789,7 @@ def test_mha_self(bias, causal):
     rng = np.random.default_rng(21)
     x = rand(rng, 2, 5, 8)
     p = mha_params(rng, 8, 8, 2, 4, 3, 7, bias)
-    y = call(rt.mha, jnp.asarray(x), jnp.asarray(x), p, heads=2, causal=causal)
+    y = call(attention.mha, jnp.asarray(x), jnp.asarray(x), p, heads=2, causal=causal)
     assert y.shape == (2, 5, 7)
     np.testing.assert_allclose(y, ref.mha_ref(x, x, p, 2, causal), **TOL)
 
@@ -788,12 +799,12 @@ def test_mha_cross(bias):
     rng = np.random.default_rng(22)
     x, z = rand(rng, 2, 4, 6), rand(rng, 2, 7, 5)
     p = mha_params(rng, 6, 5, 3, 2, 4, 6, bias)
-    y = call(rt.mha, jnp.asarray(x), jnp.asarray(z), p, heads=3)
+    y = call(attention.mha, jnp.asarray(x), jnp.asarray(z), p, heads=3)
     assert y.shape == (2, 4, 6)
     np.testing.assert_allclose(y, ref.mha_ref(x, z, p, 3), **TOL)
     mask = rng.uniform(size=(2, 1, 1, 7)) < 0.6
     mask[:, :, :, 0] = True
-    ym = call(rt.mha, jnp.asarray(x), jnp.asarray(z), p, heads=3, mask=mask)
+    ym = call(attention.mha, jnp.asarray(x), jnp.asarray(z), p, heads=3, mask=mask)
     np.testing.assert_allclose(ym, ref.mha_ref(x, z, p, 3, mask=mask), **TOL)
 
 
@@ -805,24 +816,24 @@ def test_mha_cross(bias):
 @pytest.mark.parametrize("shape,size", [((2, 3, 8, 8), 4), ((1, 2, 9, 10), 3), ((2, 3, 9, 10), 4)])
 def test_patches(shape, size):
     x = rand(np.random.default_rng(23), *shape)
-    y = call(rt.patches, cl(x), size)
+    y = call(conv.patches, cl(x), size)
     np.testing.assert_allclose(y, ref.patches_ref(x, size), **TOL)
 
 
 @pytest.mark.parametrize("factor", [2, 3])
 def test_upsample_nearest(factor):
     x = rand(np.random.default_rng(24), 2, 3, 4, 5)
-    y = call(rt.upsample_nearest, cl(x), factor)
+    y = call(conv.upsample_nearest, cl(x), factor)
     np.testing.assert_allclose(cf(y), ref.upsample_nearest_ref(x, factor), **TOL)
     x1 = rand(np.random.default_rng(24), 2, 3, 4)
-    y1 = call(rt.upsample_nearest, cl(x1), factor)
+    y1 = call(conv.upsample_nearest, cl(x1), factor)
     np.testing.assert_allclose(cf(y1), ref.upsample_nearest_ref(x1, factor), **TOL)
 
 
 @pytest.mark.parametrize("factor", [2, 3, 4])
 def test_upsample_bilinear(factor):
     x = rand(np.random.default_rng(25), 2, 3, 4, 5)
-    y = call(rt.upsample_bilinear, cl(x), factor)
+    y = call(conv.upsample_bilinear, cl(x), factor)
     np.testing.assert_allclose(cf(y), ref.upsample_bilinear_ref(x, factor), **TOL)
 
 
@@ -835,8 +846,8 @@ def test_upsample_bilinear_known_pytorch_values():
         [1.5, 1.75, 2.25, 2.5],
         [2.0, 2.25, 2.75, 3.0],
     ]
-    np.testing.assert_allclose(cf(call(rt.upsample_bilinear, cl(x), 2))[0, 0], expected, **TOL)
-    row = cf(call(rt.upsample_bilinear, cl(jnp.asarray([[[[0.0, 1.0]]]])), 3))[0, 0, 0]
+    np.testing.assert_allclose(cf(call(conv.upsample_bilinear, cl(x), 2))[0, 0], expected, **TOL)
+    row = cf(call(conv.upsample_bilinear, cl(jnp.asarray([[[[0.0, 1.0]]]])), 3))[0, 0, 0]
     np.testing.assert_allclose(row, [0, 0, 1 / 3, 2 / 3, 1, 1], **TOL)
 
 
@@ -855,7 +866,7 @@ def rnn_params(rng, d, hd, gates, bias=True):
 
 @pytest.mark.parametrize(
     "fn,ref_fn,gates",
-    [(rt.rnn, ref.rnn_ref, 1), (rt.lstm, ref.lstm_ref, 4), (rt.gru, ref.gru_ref, 3)],
+    [(dense.rnn, ref.rnn_ref, 1), (dense.lstm, ref.lstm_ref, 4), (dense.gru, ref.gru_ref, 3)],
 )
 @pytest.mark.parametrize("bias", [True, False])
 def test_recurrent(fn, ref_fn, gates, bias):
@@ -877,7 +888,7 @@ def test_grad_conv():
     x, w, b = rand(rng, 1, 5, 4), rand(rng, 3, 2, 4), rand(rng, 4)
 
     def f(x, w, b):
-        return rt.conv(x, w, b, stride=(2,), padding=((1, 1),), groups=2)
+        return conv.conv(x, w, b, stride=(2,), padding=((1, 1),), groups=2)
 
     check_grads(jax.jit(f), (x, w, b), order=1, modes=["rev"])
 
@@ -887,7 +898,7 @@ def test_grad_conv_transpose():
     x, w, b = rand(rng, 1, 3, 3, 2), rand(rng, 2, 2, 2, 3), rand(rng, 3)
 
     def f(x, w, b):
-        return rt.conv_transpose(x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0))
+        return conv.conv_transpose(x, w, b, stride=(2, 1), padding=(1, 0), output_padding=(1, 0))
 
     check_grads(jax.jit(f), (x, w, b), order=1, modes=["rev"])
 
@@ -898,7 +909,7 @@ def test_grad_batch_norm():
     mean, var = np.zeros(3), np.ones(3)
 
     def f(x, s, b):
-        return rt.batch_norm(x, s, b, mean, var, train=True)[0]
+        return norm.batch_norm(x, s, b, mean, var, train=True)[0]
 
     check_grads(jax.jit(f), (x, s, b), order=1, modes=["rev"])
 
@@ -906,12 +917,12 @@ def test_grad_batch_norm():
 def test_grad_layer_norm():
     rng = np.random.default_rng(31)
     x, s, b = rand(rng, 2, 3, 4), rand(rng, 3, 4), rand(rng, 3, 4)
-    f = jax.jit(lambda x, s, b: rt.layer_norm(x, s, b, axes=2))
+    f = jax.jit(lambda x, s, b: norm.layer_norm(x, s, b, axes=2))
     check_grads(f, (x, s, b), order=1, modes=["rev"])
 
 
 def textbook_normalized(x, axes, eps, centred):
-    """What `rt.normalized` computes, in plain JAX operations, for JAX to differentiate."""
+    """What `norm.normalized` computes, in plain JAX operations, for JAX to differentiate."""
     if centred:
         return (x - jnp.mean(x, axis=axes, keepdims=True)) * jax.lax.rsqrt(
             jnp.var(x, axis=axes, keepdims=True) + eps
@@ -926,7 +937,7 @@ def test_normalized_derivatives_are_jax_own(axes, centred):
     x, dx, ct = (rand(rng, 2, 3, 5) * 3 + 1 for _ in range(3))
 
     def ours(x):
-        return rt.normalized(x, axes, 1e-5, centred)
+        return norm.normalized(x, axes, 1e-5, centred)
 
     def theirs(x):
         return textbook_normalized(x, axes, 1e-5, centred)
@@ -942,32 +953,32 @@ def test_normalized_derivatives_are_jax_own(axes, centred):
 
 
 @pytest.mark.parametrize(
-    "norm",
+    "fn",
     [
-        lambda x, s, b: rt.layer_norm(x, s, b, axes=1),
-        lambda x, s, b: rt.group_norm(x, s, b, groups=2),
-        lambda x, s, b: rt.rms_norm(x, s) + b.reshape(1, 1, -1),
-        lambda x, s, b: norm_axis.layer_norm_at(x, s, b, axis=-1),
-        lambda x, s, b: norm_axis.rms_norm_at(x, s, axis=-1) + b.reshape(1, 1, -1),
+        lambda x, s, b: norm.layer_norm(x, s, b, axes=1),
+        lambda x, s, b: norm.group_norm(x, s, b, groups=2),
+        lambda x, s, b: norm.rms_norm(x, s) + b.reshape(1, 1, -1),
+        lambda x, s, b: norm.layer_norm_at(x, s, b, axis=-1),
+        lambda x, s, b: norm.rms_norm_at(x, s, axis=-1) + b.reshape(1, 1, -1),
     ],
     ids=["layer_norm", "group_norm", "rms_norm", "layer_norm_at", "rms_norm_at"],
 )
-def test_grad_norms_both_modes_second_order(norm):
-    """Every norm built on `rt.normalized` differentiates forward and in reverse, twice."""
+def test_grad_norms_both_modes_second_order(fn):
+    """Every norm built on `norm.normalized` differentiates forward and in reverse, twice."""
     rng = np.random.default_rng(35)
     x, s, b = rand(rng, 2, 3, 4) * 2 + 0.5, rand(rng, 4), rand(rng, 4)
-    check_grads(jax.jit(norm), (x, s, b), order=2, modes=["fwd", "rev"])
+    check_grads(jax.jit(fn), (x, s, b), order=2, modes=["fwd", "rev"])
 
 
 def test_grad_mha():
     rng = np.random.default_rng(32)
     x = rand(rng, 1, 3, 4)
     p = mha_params(rng, 4, 4, 2, 2, 2, 4, True)
-    f = jax.jit(lambda x, p: rt.mha(x, x, p, heads=2, causal=True))
+    f = jax.jit(lambda x, p: attention.mha(x, x, p, heads=2, causal=True))
     check_grads(f, (x, p), order=1, modes=["rev"])
 
 
-@pytest.mark.parametrize("fn,gates", [(rt.lstm, 4), (rt.gru, 3)])
+@pytest.mark.parametrize("fn,gates", [(dense.lstm, 4), (dense.gru, 3)])
 def test_grad_recurrent(fn, gates):
     rng = np.random.default_rng(33)
     x = rand(rng, 1, 3, 2)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lbdl_dsl.cli import common, mesh_flags
+from lbdl_dsl.compiler.blockdef import BlockCompiled
 from lbdl_dsl.compiler.driver import CheckFailed, compile_spec, spec_name
 from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.compiler.stages import Built, Parsed
@@ -217,7 +218,7 @@ def _run(
 
 
 def _plan(args: argparse.Namespace, result: Any) -> Any:
-    if not isinstance(result, Checked) or getattr(result, "unchecked", ()):
+    if not isinstance(result, Checked) or (isinstance(result, BlockCompiled) and result.unchecked):
         return None
     return mesh_flags.plan(args, result)
 

@@ -63,7 +63,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def environments(n: int, port: int, per: int | None, base: dict[str, str]) -> list[dict]:
+def environments(n: int, port: int, per: int | None, base: dict[str, str]) -> list[dict[str, str]]:
     """Each process's environment (pure: what `lbdl launch` promises its processes)."""
     from lbdl_dsl.backends.jax import distributed as d
 

@@ -16,6 +16,8 @@ from lbdl_dsl.compiler.memory import OPTIMIZERS
 from lbdl_dsl.core.errors import LbdlError
 
 if TYPE_CHECKING:  # imported when a mesh is given: a plain `--check` has no use for them
+    from lbdl_dsl.backends.jax.model import Model
+    from lbdl_dsl.backends.jax.parallel import Parallel
     from lbdl_dsl.memory_report import Plan
 
 
@@ -73,7 +75,9 @@ def plan(args: argparse.Namespace, compiled: Checked) -> Plan | None:
     return Plan(layout, getattr(args, "optimizer", "adam"), batch)
 
 
-def summary(checked, plan: Plan | None, depth: int | None, as_json: bool, terminal: bool) -> str:
+def summary(
+    checked: Checked, plan: Plan | None, depth: int | None, as_json: bool, terminal: bool
+) -> str:
     """The summary (`report`) and, with a mesh, the memory per device after it (or inside the
     JSON object, under ``"sharding"``)."""
     import json
@@ -111,7 +115,7 @@ def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--process-id", type=int, metavar="I", help="this process, 0 to N-1")
 
 
-def parallel(args: argparse.Namespace, model):
+def parallel(args: argparse.Namespace, model: Model) -> Parallel | None:
     """The `Parallel` the flags ask for (joining the other processes first), or None without
     ``--mesh`` (one device, as before). Call it before anything else uses JAX."""
     if getattr(args, "mesh", None) is None:

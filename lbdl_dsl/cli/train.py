@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from lbdl_dsl.cli import common, mesh_flags
+
+if TYPE_CHECKING:  # heavy: imported when the verb runs
+    from lbdl_dsl.training.config import TrainConfig
+    from lbdl_dsl.training.devices import Mesh, One
+    from lbdl_dsl.training.loop import TrainResult
 
 EXTRAS = ("jax", "train")
 HELP = "train a spec on data (digits, shakespeare, synthetic, .npz, .txt), with checkpoints"
@@ -148,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     return leave(common.guarded(work, args.spec))  # a failing process of several exits at once
 
 
-def _train(config, devices=None) -> int:
+def _train(config: TrainConfig, devices: One | Mesh | None = None) -> int:
     from lbdl_dsl.training import loop, progress
 
     display = progress.display_for(sys.stdout)
@@ -170,7 +176,7 @@ def _train(config, devices=None) -> int:
     return 0
 
 
-def summary(result) -> list[str]:
+def summary(result: TrainResult) -> list[str]:
     """The closing lines: the last evaluation, the time, and the files written."""
     lines = []
     ev = result.eval

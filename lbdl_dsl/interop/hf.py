@@ -218,7 +218,7 @@ def from_pretrained(
 def load(spec: HfSpec, *, dtype: str = "float32") -> tuple[Any, Any, Any]:
     import jax.numpy as jnp
 
-    from lbdl_dsl.backends.jax.runtime import unflatten
+    from lbdl_dsl.backends.jax.runtime.module import unflatten
     from lbdl_dsl.interop.importer import import_weights
 
     model = compiled(spec, f"{spec.name}.lbdl", dtype)

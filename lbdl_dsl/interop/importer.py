@@ -115,7 +115,7 @@ def arrays(
     (path → its row of the state table) get their initial value, and those of ``cut`` (see
     `copies`) their copy of the view's array, read copy by copy too (a split's view is made
     whole once, as its targets are, and dropped after its last copy)."""
-    from lbdl_dsl.backends.jax.runtime import init_arrays
+    from lbdl_dsl.backends.jax.runtime.inits import init_arrays
 
     ready: dict[str, np.ndarray] = {}
     views: dict[str, np.ndarray] = {}
@@ -124,7 +124,7 @@ def arrays(
         left[c.view] = left.get(c.view, 0) + 1
     for key, path, shape in order:
         if computed and path in computed:
-            yield key, init_arrays((0,), {path: computed[path]})[0]
+            yield key, init_arrays(np.zeros(1, np.uint32), {path: computed[path]})[0]
         elif cut and path in cut:
             c = cut[path]
             b, _ = plan.targets[c.view]
@@ -275,7 +275,7 @@ def import_weights(
     else:
         from lbdl_dsl.backends.jax.model import model_of
 
-        model = model_of(spec, overrides)
+        model = model_of(spec, dict(overrides) if overrides is not None else None)
     params_table = {k: tuple(v[0]) for k, v in model.module["PARAMS"].items()}
     state_table = {k: tuple(v[0]) for k, v in model.module["STATE"].items()}
     if output is not None and Path(output).suffix != ".safetensors":

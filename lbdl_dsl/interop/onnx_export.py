@@ -161,7 +161,7 @@ def _traced(model: Any, values: tuple[Any, Any], result: Any) -> None:
 
     from lbdl_dsl.backends.jax import weights as files
     from lbdl_dsl.backends.onnx.names import ascii_names
-    from lbdl_dsl.interop.exporter import failure, forward
+    from lbdl_dsl.interop.traced import failure, forward
 
     _refuse_unsupported(model)
     to_onnx = _converter()

@@ -21,19 +21,27 @@ same name (keyword-only after the tensors); the tests check the signatures and t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
 
 def max_pool(
-    x: jax.Array, *, window: tuple, stride: tuple, padding: tuple, dilation: tuple | None = None
+    x: jax.Array,
+    *,
+    window: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int | tuple[int, int], ...],
+    dilation: tuple[int, ...] | None = None,
 ) -> jax.Array:
     """The runtime's ``max_pool`` (channels-last, PyTorch's MaxPool), with batch and channels
     merged into one leading axis so that the window covers the spatial axes alone."""
     kernel, dilation = window, dilation or (1,) * len(window)
     b, c, spatial = x.shape[0], x.shape[-1], x.shape[1:-1]
     y = jnp.moveaxis(x, -1, 1).reshape(-1, *spatial)
-    pads = ((0, 0), *((p, p) if isinstance(p, int) else tuple(p) for p in padding))
+    pads = ((0, 0), *((p, p) if isinstance(p, int) else (p[0], p[1]) for p in padding))
     y = jax.lax.reduce_window(
         y,
         -jnp.inf,
@@ -46,7 +54,7 @@ def max_pool(
     return jnp.moveaxis(y.reshape(b, c, *y.shape[1:]), 1, -1)
 
 
-def _dilate(x, axis: int, factor: int):
+def _dilate(x: jax.Array, axis: int, factor: int) -> jax.Array:
     """``factor - 1`` zeros between consecutive values along ``axis``, by a stack and a
     reshape (the converter has no interior padding either)."""
     if factor == 1:
@@ -63,10 +71,10 @@ def conv_transpose(
     w: jax.Array,
     b: jax.Array | None = None,
     *,
-    stride: tuple,
-    padding: tuple,
-    output_padding: tuple | None = None,
-    dilation: tuple | None = None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    output_padding: tuple[int, ...] | None = None,
+    dilation: tuple[int, ...] | None = None,
     groups: int = 1,
 ) -> jax.Array:
     """The runtime's ``conv_transpose`` (PyTorch's ConvTranspose, weight (*k, Cin, Cout/g)) as
@@ -105,12 +113,19 @@ def conv_transpose(
     return y
 
 
-def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):  # noqa: ARG001
+def each_copy(  # noqa: ARG001 - remat_on_cpu: the runtime's signature
+    step: Callable[..., tuple[Any, Any]],
+    x: Any,
+    xs: Any,
+    first: int,
+    length: int,
+    remat_on_cpu: bool = True,
+) -> tuple[Any, dict[str, Any]]:
     """The runtime's `each_copy` without its checkpoint or its jitted copy (see the module):
     ``remat_on_cpu`` changes nothing in a forward pass."""
-    from lbdl_dsl.backends.jax.runtime import copy_of
+    from lbdl_dsl.backends.jax.runtime.module import copy_of
 
-    news = {}
+    news: dict[str, Any] = {}
     for k in range(first, first + length):
         x, news[str(k)] = step(x, copy_of(xs, k, first))
     return x, news

@@ -47,7 +47,8 @@ def digests(tree: Any) -> dict[str, str] | None:
         if isinstance(leaf, jax.Array):
             if not leaf.is_fully_addressable:
                 return None
-            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            # jax.dtypes exports issubdtype, though its stub does not say so
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):  # type: ignore[attr-defined]
                 leaf = jax.random.key_data(leaf)
         array = np.ascontiguousarray(np.asarray(leaf))
         digest = hashlib.blake2b(array.tobytes(), digest_size=12)
@@ -113,7 +114,8 @@ class Checkpoints:
             self.manager = ocp.CheckpointManager(self.directory, options=options)
 
     def latest(self) -> int | None:
-        return self.manager.latest_step()
+        latest: int | None = self.manager.latest_step()
+        return latest
 
     def steps(self) -> list[int]:
         """The steps saved, newest first."""

@@ -81,8 +81,8 @@ class TrainConfig:
         for problem in _type_problems(self):  # the Python API's keywords, before any comparison
             raise ArgumentError(problem)
         object.__setattr__(self, "shard", tuple(self.shard))  # JSON gives a list
-        for problem in _problems(self):
-            raise LbdlError(problem[0], None, hint=problem[1])
+        for message, hint in _problems(self):
+            raise LbdlError(message, None, hint=hint)
         if self.mesh is not None:
             from lbdl_dsl.compiler.sharding import parse_mesh, parse_rules
 

@@ -299,7 +299,9 @@ def _from_arrays(arrays: dict[str, np.ndarray], path: Path, sig: Signature, task
     return Data(path.name, train, test, {"train": len(train), "test": len(test) if test else 0})
 
 
-def _npz_split(arrays: dict[str, np.ndarray], suffix: str, path: Path, sig, task) -> ArrayData:
+def _npz_split(
+    arrays: dict[str, np.ndarray], suffix: str, path: Path, sig: Signature, task: Task
+) -> ArrayData:
     inputs = {}
     for name, port in sig.inputs.items():
         names = [name + suffix] + ([f"X{suffix}", f"x{suffix}"] if len(sig.inputs) == 1 else [])
@@ -355,7 +357,9 @@ def _single_input(sig: Signature, label: str) -> Port:
     return next(iter(sig.inputs.values()))
 
 
-def _fit_input(port: Port, array: np.ndarray, label: str, what: str, *, reshape_ok: bool = False):
+def _fit_input(
+    port: Port, array: np.ndarray, label: str, what: str, *, reshape_ok: bool = False
+) -> np.ndarray:
     per = tuple(array.shape[1:])
     if per != port.shape:
         if reshape_ok and math.prod(per) == math.prod(port.shape):

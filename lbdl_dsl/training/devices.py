@@ -14,14 +14,13 @@ the others compute beside it.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 
 from lbdl_dsl.core.errors import LbdlError
-from lbdl_dsl.training.step import TrainState, init_state
+from lbdl_dsl.training.step import EvalStep, TrainState, TrainStep, init_state
 
 
 class One:
@@ -39,10 +38,10 @@ class One:
     def check_batch(self, batch: int) -> None:
         return None
 
-    def step(self, train_step: Callable, ts: TrainState, tx: Any) -> Callable:
+    def step(self, train_step: TrainStep, ts: TrainState, tx: Any) -> TrainStep:
         return train_step
 
-    def eval_step(self, eval_step: Callable) -> Callable:
+    def eval_step(self, eval_step: EvalStep) -> EvalStep:
         return eval_step
 
     def put(self, host: Any) -> Any:
@@ -111,12 +110,14 @@ class Mesh:
     def init_state(self, model: Any, tx: Any, seed: int) -> TrainState:
         """`step.init_state`'s very numbers (the same split of the seed), drawn in place."""
         init_key, train_key = jax.random.split(jax.random.PRNGKey(seed))
-        return self.parallel.init_state(TrainState, model, tx, init_key, train_key)
+        ts: TrainState = self.parallel.init_state(TrainState, model, tx, init_key, train_key)
+        return ts
 
-    def step(self, train_step: Callable, ts: TrainState, tx: Any) -> Callable:
-        return self.parallel.jit(train_step, ts, tx)
+    def step(self, train_step: TrainStep, ts: TrainState, tx: Any) -> TrainStep:
+        jitted: TrainStep = self.parallel.jit(train_step, ts, tx)
+        return jitted
 
-    def eval_step(self, eval_step: Callable) -> Callable:
+    def eval_step(self, eval_step: EvalStep) -> EvalStep:
         """The evaluation sums, replicated, so that every process reads them."""
         return jax.jit(eval_step, out_shardings=self.parallel.sharded.replicated)
 

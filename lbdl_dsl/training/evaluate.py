@@ -113,7 +113,7 @@ def load_params(model: Any, path: str | Path) -> tuple[Any, Any]:
     through the map of its ``model_type`` (the spec `lbdl from-hf` wrote, or one alike)."""
     path = Path(path)
     if path.is_dir() and (path / "config.json").is_file():
-        from lbdl_dsl.backends.jax.runtime import unflatten
+        from lbdl_dsl.backends.jax.runtime.module import unflatten
         from lbdl_dsl.interop.hf import spec_for
         from lbdl_dsl.interop.importer import import_weights
 

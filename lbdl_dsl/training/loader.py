@@ -12,6 +12,7 @@ count)`` gives one process its slice of every global batch, for multi-process ru
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,7 +87,9 @@ class Loader:
         return Position(step // self.steps_per_epoch, step % self.steps_per_epoch)
 
 
-def eval_batches(dataset: Dataset, batch_size: int, limit: int | None = None):
+def eval_batches(
+    dataset: Dataset, batch_size: int, limit: int | None = None
+) -> Iterator[tuple[Batch, np.ndarray]]:
     """The evaluation samples in order, in batches padded to ``batch_size`` (so the eval step
     compiles once), each with a weight per row: 1 for a real sample, 0 for padding. With
     ``limit``, that many samples spread evenly over the split (a long text's windows)."""

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -41,8 +41,11 @@ from lbdl_dsl.training.loader import Loader, Position, eval_batches
 from lbdl_dsl.training.plot import plot
 from lbdl_dsl.training.progress import Display, MetricsFile, Record
 from lbdl_dsl.training.signature import signature
-from lbdl_dsl.training.step import TrainState, make_eval_step, make_train_step
+from lbdl_dsl.training.step import TrainState, TrainStep, make_eval_step, make_train_step
 from lbdl_dsl.training.tasks import Task, choose
+
+if TYPE_CHECKING:
+    from lbdl_dsl.backends.jax.model import Model
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,15 @@ def run(
         return _run_claimed(config, model, devices, digest, display, callbacks, started)
 
 
-def _run_claimed(config, model, devices, digest, display, callbacks, started) -> TrainResult:
+def _run_claimed(
+    config: TrainConfig,
+    model: Model,
+    devices: One | Mesh,
+    digest: str,
+    display: Display,
+    callbacks: Sequence[Callable[[Record], None]],
+    started: float,
+) -> TrainResult:
     """The run, once the folder is this command's alone (`rundir.claimed`)."""
     run_dir = Path(config.output_dir)
     old = rundir.check_claim(run_dir, config, digest)
@@ -239,8 +250,9 @@ def _shared_id(devices: One | Mesh) -> str:
 class _Loop:
     """The state of one command's loop; each method is one phase of the run."""
 
-    def __init__(self, config, model, task, data: Data, loader, total, run_dir, ckpts, display,
-                 callbacks) -> None:  # fmt: skip
+    def __init__(self, config: TrainConfig, model: Model, task: Task, data: Data, loader: Loader,
+                 total: int, run_dir: Path, ckpts: Checkpoints, display: Display,
+                 callbacks: Sequence[Callable[[Record], None]]) -> None:  # fmt: skip
         self.config, self.model, self.task, self.data = config, model, task, data
         self.loader, self.total, self.run_dir, self.ckpts = loader, total, run_dir, ckpts
         self.display, self.callbacks = display, callbacks
@@ -269,7 +281,9 @@ class _Loop:
             try:
                 meta = self.ckpts.read_meta(latest)
                 self._check_meta(latest, meta)
-                restored = self.ckpts.restore_checked(latest, ts, meta, self.model.cut())
+                restored: TrainState = self.ckpts.restore_checked(
+                    latest, ts, meta, self.model.cut()
+                )
                 break
             except Damaged as exc:
                 damaged.append((latest, str(exc)))
@@ -334,7 +348,7 @@ class _Loop:
             )
         self.ckpts.reload()
 
-    def steps(self, ts: TrainState, train_step: Callable) -> TrainState:
+    def steps(self, ts: TrainState, train_step: TrainStep) -> TrainState:
         step = int(ts.step)
         pending: list[dict[str, Any]] = []
         self.clock = self.last_flush = self.last_save = time.perf_counter()
@@ -408,7 +422,7 @@ class _Loop:
         minutes = self.config.save_minutes
         if not minutes or step == self.total:
             return False
-        due = time.perf_counter() - self.last_save >= 60.0 * minutes
+        due: bool = time.perf_counter() - self.last_save >= 60.0 * minutes
         if self.devices.count > 1:
             if not self._due(step, self.config.log_every):
                 return False

@@ -9,14 +9,12 @@ defaulting to optax's 1e-4 and 1e-3), and added to the gradients for the others 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import optax
 
 from lbdl_dsl.training.config import TrainConfig
 
 
-def schedule(config: TrainConfig, total_steps: int) -> Callable:
+def schedule(config: TrainConfig, total_steps: int) -> optax.Schedule:
     """The learning rate as a function of the step (0-based)."""
     lr, warmup = config.lr, min(config.warmup, total_steps)
     rest = max(total_steps - warmup, 1)
@@ -28,10 +26,13 @@ def schedule(config: TrainConfig, total_steps: int) -> Callable:
         main = optax.constant_schedule(lr)
     if not warmup:
         return main
-    return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), main], [warmup])
+    joined: optax.Schedule = optax.join_schedules(
+        [optax.linear_schedule(0.0, lr, warmup), main], [warmup]
+    )
+    return joined
 
 
-def optimizer(config: TrainConfig, lr: Callable) -> optax.GradientTransformation:
+def optimizer(config: TrainConfig, lr: optax.Schedule) -> optax.GradientTransformation:
     wd = config.weight_decay
     name = config.optimizer
     if name == "adamw":

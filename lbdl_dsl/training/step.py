@@ -21,6 +21,12 @@ import optax
 from lbdl_dsl.training import tasks
 from lbdl_dsl.training.tasks import Task
 
+Metrics = dict[str, jax.Array]
+TrainStep = Callable[["TrainState", dict[str, Any]], tuple["TrainState", Metrics]]
+"""``train_step(ts, batch) -> (ts, metrics)``."""
+EvalStep = Callable[[Any, Any, dict[str, Any], jax.typing.ArrayLike], Metrics]
+"""``eval_step(params, state, batch, weights) -> sums``."""
+
 
 class TrainState(NamedTuple):
     step: jax.Array  # int32 scalar: steps taken
@@ -47,14 +53,14 @@ def _by_name(outputs: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def make_train_step(
-    model: Any, task: Task, tx: optax.GradientTransformation, lr: Callable
-) -> Callable[[TrainState, dict[str, Any]], tuple[TrainState, dict[str, jax.Array]]]:
+    model: Any, task: Task, tx: optax.GradientTransformation, lr: optax.Schedule
+) -> TrainStep:
     names, outs = tuple(model.checked.inputs), tuple(model.checked.outputs)
 
-    def train_step(ts: TrainState, batch: dict[str, Any]):
+    def train_step(ts: TrainState, batch: dict[str, Any]) -> tuple[TrainState, Metrics]:
         key = jax.random.fold_in(ts.key, ts.step)
 
-        def loss_fn(params):
+        def loss_fn(params: Any) -> tuple[jax.Array, tuple[Any, Metrics]]:
             outputs, new_state = model.apply(
                 params, ts.state, *_inputs(names, batch), train=True, key=key
             )
@@ -71,12 +77,14 @@ def make_train_step(
     return jax.jit(train_step, donate_argnums=0)
 
 
-def make_eval_step(model: Any, task: Task) -> Callable:
+def make_eval_step(model: Any, task: Task) -> EvalStep:
     """``eval_step(params, state, batch, weights) -> sums``: weighted sums of the per-sample
     loss and metrics (padding rows weigh 0), in evaluation mode."""
     names, outs = tuple(model.checked.inputs), tuple(model.checked.outputs)
 
-    def eval_step(params, state, batch, weights):
+    def eval_step(
+        params: Any, state: Any, batch: dict[str, Any], weights: jax.typing.ArrayLike
+    ) -> Metrics:
         outputs, _ = model.apply(params, state, *_inputs(names, batch), train=False)
         per = tasks.per_sample(task, _by_name(outputs, outs), batch)
         return {k: jnp.sum(v * weights) for k, v in per.items()}

@@ -10,7 +10,7 @@ import pytest
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax import shard_init
-from lbdl_dsl.backends.jax.runtime import init_arrays
+from lbdl_dsl.backends.jax.runtime.inits import init_arrays
 
 
 def _weights(init: str) -> np.ndarray:

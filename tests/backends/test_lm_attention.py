@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax.runtime import attention, mha
-from lbdl_dsl.backends.jax.runtime_extra.lm_attention import mha_lm, rope, window_mask
+from lbdl_dsl.backends.jax.runtime.attention import attention, mha, mha_lm, rope, window_mask
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.layers.attention import band_ref, rope_ref
@@ -70,8 +69,7 @@ def test_the_fused_path_computes_what_the_einsum_does(monkeypatch, window: int) 
     # window is a mask, which the fused call is not asked for
     from functools import partial
 
-    from lbdl_dsl.backends.jax import runtime
-    from lbdl_dsl.backends.jax.runtime_extra import lm_attention
+    from lbdl_dsl.backends.jax.runtime import attention as runtime
 
     heads, kv, d, dh = 4, 2, 16, 4
     x = _rand(11, 2, 6, d)
@@ -81,11 +79,13 @@ def test_the_fused_path_computes_what_the_einsum_does(monkeypatch, window: int) 
     want = mha_lm(x, x, p, **options)
     asked: list[int] = []
 
+    xla = partial(runtime.fused_attention, implementation="xla")  # before it is replaced
+
     def fused(*a, **k):
         asked.append(1)
-        return partial(runtime.fused_attention, implementation="xla")(*a, **k)
+        return xla(*a, **k)
 
-    monkeypatch.setattr(lm_attention, "fused_attention", fused)
+    monkeypatch.setattr(runtime, "fused_attention", fused)
     got = mha_lm(x, x, p, **options)
     assert asked == ([] if window else [1])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

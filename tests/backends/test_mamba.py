@@ -12,7 +12,7 @@ import numpy as np
 import optax
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax.runtime_extra.ssm import linear_recurrence, mamba_mixer
+from lbdl_dsl.backends.jax.runtime.ssm import linear_recurrence, mamba_mixer
 from lbdl_dsl.core.layers.ssm import scan_ref
 
 REPO = Path(__file__).resolve().parents[2]

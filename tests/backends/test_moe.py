@@ -12,7 +12,7 @@ import optax
 import pytest
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax.runtime_extra.moe import moe, pooled_balance_loss
+from lbdl_dsl.backends.jax.runtime.moe import moe, pooled_balance_loss
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
 

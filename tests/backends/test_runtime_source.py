@@ -50,3 +50,33 @@ def test_defaults_are_the_literal_ones_and_a_copy() -> None:
     assert runtime_source.defaults("no such function") == {}
     conv = runtime_source.defaults("conv")
     assert "b" in conv and conv["b"] is None  # None is a literal too
+
+
+RUNTIME = REPO / "lbdl_dsl" / "backends" / "jax" / "runtime"
+# what a generated module's header imports (codegen.py), and the runtime's own modules
+_HEADER = {
+    "mmap",
+    "os",
+    "concurrent.futures",
+    "collections.abc",
+    "typing",
+    "jax",
+    "jax.numpy",
+    "numpy",
+}
+
+
+@pytest.mark.parametrize("path", sorted(RUNTIME.glob("[!_]*.py")), ids=lambda p: p.stem)
+def test_a_runtime_module_holds_only_what_a_copy_keeps(path: Path) -> None:
+    # the generated module copies each function's text alone: a module-level constant or an
+    # import its header lacks would leave the copy calling a name it does not define
+    for node in ast.parse(path.read_text("utf-8")).body:
+        if isinstance(node, ast.Import):
+            assert {a.name for a in node.names} <= _HEADER, (path.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            sibling = (node.module or "").removeprefix("lbdl_dsl.backends.jax.runtime.")
+            own = (RUNTIME / f"{sibling}.py").is_file()
+            assert node.module in _HEADER or own, (path.name, node.lineno, node.module)
+        else:
+            docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            assert docstring or isinstance(node, ast.FunctionDef), (path.name, node.lineno)

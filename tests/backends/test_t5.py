@@ -12,7 +12,7 @@ import numpy as np
 import optax
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax.runtime_extra.constants import alibi_bias, relative_buckets
+from lbdl_dsl.backends.jax.runtime.constants import alibi_bias, relative_buckets
 from lbdl_dsl.core.layers.constants import alibi_slopes, t5_bucket
 
 REPO = Path(__file__).resolve().parents[2]

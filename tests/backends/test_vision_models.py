@@ -215,7 +215,7 @@ def test_window_attention_pads_a_map_as_torchvision_s_swin() -> None:
     """torchvision's shifted_window_attention on a 5×7 map with a 3×3 window shifted by 1: it
     pads to 6×9 with zeros at the bottom and right, attends, and crops; so does window-att
     (tests/fixtures/swin/make_padded_window.py; measured 4.8e-7 of outputs up to 3.1)."""
-    from lbdl_dsl.backends.jax.runtime_extra.vision import window_attention
+    from lbdl_dsl.backends.jax.runtime.vision import window_attention
 
     d = np.load(Path(__file__).resolve().parents[1] / "fixtures" / "swin" / "padded-window.npz")
     c = 8

@@ -20,7 +20,7 @@ import pytest
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax.decode import Sampling
-from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.interop import import_weights
 
 REPO = Path(__file__).resolve().parents[2]

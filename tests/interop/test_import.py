@@ -15,7 +15,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.cli import main
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.interop import import_weights

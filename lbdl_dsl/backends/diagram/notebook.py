@@ -74,7 +74,7 @@ def figure(
 ) -> Svg | str | bytes:
     """What ``model.diagram()`` (and ``lbdl_dsl.check(...).diagram()``) answers: SVG text that
     shows as the figure and saves in any format, DOT text, or PNG/PDF bytes."""
-    from lbdl_dsl.backends.diagram import to_dot
+    from lbdl_dsl.backends.diagram.draw import to_dot
 
     if fmt not in ("svg", "dot", "png", "pdf"):
         raise ArgumentError(f"fmt must be one of svg, dot, png, pdf; got {fmt!r}")
@@ -88,7 +88,7 @@ def figure(
 def html_figure(compiled: Checked) -> str:
     """The summary table and the figure as one HTML fragment."""
     from lbdl_dsl import report
-    from lbdl_dsl.backends.diagram import scene, to_dot
+    from lbdl_dsl.backends.diagram.draw import scene, to_dot
 
     parts = [report.render_html(compiled)] if compiled is not None else []
     try:

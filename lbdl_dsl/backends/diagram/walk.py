@@ -52,6 +52,7 @@ from lbdl_dsl.compiler.graph import (
 from lbdl_dsl.compiler.instance import (
     CallInst,
     Checked,
+    Copies,
     GroupInst,
     Inst,
     LayerInst,
@@ -201,6 +202,7 @@ class Walker:
             last = all(min(w, len(srcs) - 1) != i for _, w in ports[j + 1 :])
             label = name if i > 0 and last else ""
             used.add(i)
+            assert src is not None, "a box's first input always has a source"
             self.edges.append(Edge(src, box.id, kind, label, look, name=name, port=blank + j))
         for i, (src, name) in enumerate(srcs):
             if i not in used and src is not None:
@@ -258,7 +260,7 @@ class Walker:
             opens = layer is not None and layer.expert is not None and isinstance(inst, LayerInst)
             if layer is not None and layer.expert is not None and wanted and not opens:
                 self.shut.add(layer.name)
-            if opens and wanted and isinstance(inst, LayerInst):
+            if opens and wanted and isinstance(inst, LayerInst) and layer is not None:
                 body = expert_body(inst)
                 if body is not None:
                     self.opened.add(layer.name)
@@ -500,7 +502,7 @@ def _body(inst: Inst | None) -> list[Inst]:
     return []
 
 
-def _vary(frame: Frame, copies: list, prefix: str, output: str) -> None:
+def _vary(frame: Frame, copies: list[Copies], prefix: str, output: str) -> None:
     """A ×N group whose copies change the shape: the one copy drawn cannot give one shape for
     all of them where they differ, so those are left blank, and the group's output is written
     where it leaves the frame (on its last row, or beside the ×N)."""

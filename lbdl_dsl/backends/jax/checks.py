@@ -11,8 +11,10 @@ and is checked when the values are there (not under ``jax.jit``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -45,7 +47,7 @@ def _guess(spec: InputSpec, shape: tuple[int | None, ...]) -> str | None:
         per = list(shape[1:])
         if len(want) >= 2 and per == want[1:] + want[:1]:
             return "channels last? the spec's layout is channels first: jnp.moveaxis(x, -1, 1)"
-        if sorted(per) == sorted(want):
+        if Counter(per) == Counter(want):
             return "the sizes are right but not in the spec's order (channels first)"
     if len(shape) == len(want) + 2 and list(shape[2:]) == want:
         return "an extra axis? the batch is the only axis before the spec's"
@@ -108,7 +110,7 @@ def _fits(spec: InputSpec, shape: tuple[int | None, ...], bound: dict[str, int])
                 return False
             continue
         symbols = sorted(value.free_symbols)
-        if len(symbols) == 1 and value == Expr({((symbols[0], 1),): 1}):
+        if len(symbols) == 1 and value == Expr({((symbols[0], 1),): Fraction(1)}):
             bound[symbols[0]] = size  # a size the spec leaves free: whatever the input has
         if size < 1:
             return False
@@ -154,7 +156,9 @@ def check_tokens(specs: Sequence[InputSpec], arrays: Sequence[Any]) -> None:
             )
 
 
-def check_tree(tree: Any, table: Mapping[str, Any], what: str, flatten) -> None:
+def check_tree(
+    tree: Any, table: Mapping[str, Any], what: str, flatten: Callable[[Any], dict[str, Any]]
+) -> None:
     """Params (or state) with exactly the paths and shapes of the module's table."""
     from lbdl_dsl.backends.jax.weights import mismatches
 

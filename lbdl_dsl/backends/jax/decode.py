@@ -27,7 +27,7 @@ import numpy as np
 
 from lbdl_dsl.backends.jax import storage
 from lbdl_dsl.backends.jax.codegen import generate
-from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.compiler import decoding
 from lbdl_dsl.core.errors import ArgumentError
 

@@ -26,6 +26,7 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from lbdl_dsl.core.errors import LbdlError
 
@@ -76,7 +77,7 @@ def detect(
     num_processes: int | None = None,
     process_id: int | None = None,
     env: Mapping[str, str] | None = None,
-) -> tuple[dict, str]:
+) -> tuple[dict[str, Any], str]:
     """The arguments for ``jax.distributed.initialize`` and where they came from (pure)."""
     env = os.environ if env is None else env
     explicit = (coordinator, num_processes, process_id)
@@ -102,7 +103,9 @@ def detect(
     return {}, "single process"
 
 
-def _checked(coordinator, count, index, local) -> dict:
+def _checked(
+    coordinator: str | None, count: int | None, index: int | None, local: list[int] | None
+) -> dict[str, Any]:
     host, sep, port = (coordinator or "").rpartition(":")
     if not sep or not host or not port.isdigit():
         raise LbdlError(
@@ -115,7 +118,11 @@ def _checked(coordinator, count, index, local) -> dict:
             f"--process-id {index} of --num-processes {count}: the id must be 0 to N-1",
             None,
         )
-    out = {"coordinator_address": coordinator, "num_processes": count, "process_id": index}
+    out: dict[str, Any] = {
+        "coordinator_address": coordinator,
+        "num_processes": count,
+        "process_id": index,
+    }
     if local is not None:
         out["local_device_ids"] = local
     return out

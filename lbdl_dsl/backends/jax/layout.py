@@ -114,11 +114,11 @@ def _item(item: ast.AST | tuple[str, ast.expr], indent: str) -> list[str]:
     return _open(item, indent, "", ",")
 
 
-def _parts(node: ast.expr) -> tuple[list | None, str, str]:
+def _parts(node: ast.expr) -> tuple[list[ast.expr | tuple[str, ast.expr]] | None, str, str]:
     """The items of a call, dictionary or tuple (or of a lambda's call), and its brackets;
     None for anything else."""
     if isinstance(node, ast.Call):
-        items: list = list(node.args)
+        items: list[ast.expr | tuple[str, ast.expr]] = list(node.args)
         items += [(f"{k.arg}=", k.value) for k in node.keywords]
         return items, _flat(node.func) + "(", ")"
     if isinstance(node, ast.Dict):
@@ -128,12 +128,12 @@ def _parts(node: ast.expr) -> tuple[list | None, str, str]:
     if isinstance(node, ast.List):
         return list(node.elts), "[", "]"
     if isinstance(node, ast.Lambda) and isinstance(node.body, ast.Call):  # a table's formula
-        items, opening, closing = _parts(node.body)
-        return items, f"lambda {', '.join(a.arg for a in node.args.args)}: {opening}", closing
+        inner, opening, closing = _parts(node.body)
+        return inner, f"lambda {', '.join(a.arg for a in node.args.args)}: {opening}", closing
     return None, "", ""
 
 
-def _flat(node: ast.AST | str | None) -> str:
+def _flat(node: ast.AST | str) -> str:
     """One node on one line, in the form the formatter keeps."""
     if isinstance(node, str):
         return node

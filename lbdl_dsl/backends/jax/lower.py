@@ -40,6 +40,7 @@ from lbdl_dsl.compiler.instance import (
     LayerInst,
     RepeatInst,
     ResidualInst,
+    Tensor,
 )
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
@@ -264,7 +265,7 @@ class Lowerer:
         self.unroll = unroll
         self.runtime: set[str] = set()
         self.functions: list[str] = []
-        self.blocks: dict[tuple, BlockFn] = {}
+        self.blocks: dict[tuple[object, ...], BlockFn] = {}
         self.stacked = 0  # stacked groups and mixtures of experts around what is lowered now
 
     def stateful(self, inst: Inst) -> bool:
@@ -293,6 +294,7 @@ class Lowerer:
     ) -> Var:
         """Emit one graph's boxes and return its result; ``env`` gives its input nodes' values,
         ``chain`` the name its boxes reuse while the value flows straight down."""
+        assert graph.result is not None, "a built graph has its result"
         return self.values(fn, insts, graph, env, d, chain)[graph.result]
 
     def values(
@@ -333,7 +335,7 @@ class Lowerer:
 
     def box(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         written = inst.node.annotation is not None
-        shape = f"  ->  {fmt_shape(inst.output.shape)}" if fn.shapes and not written else ""
+        shape = f"  ->  {fmt_shape(_output(inst).shape)}" if fn.shapes and not written else ""
         fn.comment(f"{self.where(inst.node.span)}{shape}")
         match inst:
             case LayerInst():
@@ -362,9 +364,12 @@ class Lowerer:
                 fn.line(f'{d.ns}["{inst.id}"] = {inner.ns}')
             return out
         layer = lookup(inst.node.op)
+        assert layer is not None, inst.node.op  # the checker knew it
         want = layer.layout
         if want == "attrs":  # the axis a norm or a scale works on is chosen per box
-            want = inst.attrs.layout
+            chosen = getattr(inst.attrs, "layout", None)
+            assert isinstance(chosen, str), inst.node.op
+            want = chosen
         if want == "any":
             want = ins[0].layout if all(v.rank == ins[0].rank for v in ins) else "cf"
         xs = [self.convert(fn, v, want, reuse=v.name == target) for v in ins]
@@ -377,7 +382,7 @@ class Lowerer:
             items = ", ".join(f'"{k}": {v}' for k, v in emit.new_state.items())
             fn.line(f'{d.ns}["{inst.id}"] = {{{items}}}')
         layout = layer.out_layout or want
-        rank = len(inst.output.shape)
+        rank = len(_output(inst).shape)
         return Var(target, layout if rank >= 2 else "cf", rank)
 
     # -- residual groups ------------------------------------------------------------------------
@@ -426,7 +431,7 @@ class Lowerer:
             args.append(f"key={fn.next_key()}")
         out = f'{target}, {d.ns}["{inst.id}"]' if bfn.state else target
         fn.line(f"{out} = {bfn.name}({', '.join(args)})")
-        return Var(target, bfn.out_layout, len(inst.output.shape))
+        return Var(target, bfn.out_layout, len(_output(inst).shape))
 
     def local_names(self) -> Namespace:
         """A function's namespace: nothing may shadow a module-level name (a runtime or block
@@ -484,6 +489,7 @@ class Lowerer:
         """A ×N group: one step function per run of identical copies, scanned over its
         stacked arrays, or, for a short group kept apart (`storage`), called once per copy
         with that copy's arrays."""
+        assert isinstance(inst.node, RepeatNode)
         body = inst.node.body
         x = ins[0]
         outer = d.sub(inst.id, has_params(inst), self.stateful(inst))
@@ -533,7 +539,7 @@ class Lowerer:
                     ("p", group.p),
                     ("s", group.s),
                     (var, f"jnp.arange({first}, {first + count})" if read else ""),
-                    ("key", "key" in sub.uses or None),
+                    ("key", "key" if "key" in sub.uses else ""),  # split below
                 )
                 if name and expr
             ]
@@ -622,4 +628,10 @@ class Lowerer:
         fn.line(f"{ys} = jax.vmap({expert})({', '.join(value for _, value in args)})")
         fn.line(f"{target} = moe_combine({ys}, {routes}, {x.name}.shape[:-1])")
         fn.line(f'{d.ns}["{inst.id}"] = {{"aux": {aux}}}')
-        return Var(target, "cf", len(inst.output.shape))
+        return Var(target, "cf", len(_output(inst).shape))
+
+
+def _output(inst: Inst) -> Tensor:
+    """A box's output: set on every box the checker passed, the only ones lowered."""
+    assert inst.output is not None, inst.id
+    return inst.output

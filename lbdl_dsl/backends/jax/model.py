@@ -19,7 +19,8 @@ import numpy as np
 from lbdl_dsl.backends.jax import storage, weights
 from lbdl_dsl.backends.jax.checks import InputSpec, check_inputs, check_tokens, check_tree
 from lbdl_dsl.backends.jax.codegen import generate
-from lbdl_dsl.backends.jax.runtime import on_host, unflatten
+from lbdl_dsl.backends.jax.runtime.inits import on_host
+from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import ArgumentError
 from lbdl_dsl.core.symbolic import Expr, fmt_count
@@ -35,19 +36,19 @@ class Model:
         namespace: dict[str, Any] = {"__name__": f"lbdl_generated_{self.name}"}
         exec(compile(self.source, f"<lbdl {compiled.file}>", "exec"), namespace)  # noqa: S102
         self.module = namespace
-        self._init: Callable = namespace["init"]
-        self._apply: Callable = namespace["apply"]
+        self._init: Callable[[Any], tuple[Any, Any]] = namespace["init"]
+        self._apply: Callable[..., tuple[Any, Any]] = namespace["apply"]
         self._specs = [
             InputSpec(name, tuple(t.shape), t.dtype, t.vocab.as_int() if t.vocab else None)
             for name, t in self.checked.inputs.items()
         ]
         # draws random numbers in training: the generated module carries the functions
         self._random = any(f in namespace for f in ("dropout_mask_apply", "reparameterize"))
-        self._seen: set[tuple] = set()  # signatures that passed the checks
+        self._seen: set[tuple[object, ...]] = set()  # signatures that passed the checks
         # what `evaluate` runs: `lbdl_dsl.training.evaluate.evaluate`, which opens the data
         # and chooses the loss as `lbdl train` does; `lbdl_dsl.compile` connects it (the
         # training floor is above this one, which names none of its modules)
-        self.evaluator: Callable | None = None
+        self.evaluator: Callable[..., dict[str, Any]] | None = None
 
     def init(self, key: Any) -> tuple[Any, Any]:
         """The generated module's ``init(key) -> (params, state)``, after checking that ``key``
@@ -57,9 +58,11 @@ class Model:
                 f"key must be a JAX random key, got {type(key).__name__}",
                 hint="model.init(jax.random.key(0))",
             )
-        return self._init(key)  # type: ignore[no-any-return]
+        return self._init(key)
 
-    def apply(self, params: Any, state: Any, *inputs: Any, train: bool = False, key: Any = None):
+    def apply(
+        self, params: Any, state: Any, *inputs: Any, train: bool = False, key: Any = None
+    ) -> tuple[Any, Any]:
         """The generated module's ``apply``, after checking what it is given.
 
         Shapes, dtypes and the structure of ``params`` and ``state`` are checked once per
@@ -73,13 +76,17 @@ class Model:
         check_tokens(self._specs, inputs)
         return self._apply(params, state, *inputs, train=train, key=key)
 
-    def _signature(self, params, state, inputs, train, key) -> tuple:
+    def _signature(
+        self, params: Any, state: Any, inputs: tuple[Any, ...], train: bool, key: Any
+    ) -> tuple[object, ...]:
         leaves, tree = jax.tree.flatten((params, state))
         shapes = tuple(getattr(x, "shape", type(x)) for x in leaves)
         ins = tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x)))) for x in inputs)
         return (tree, shapes, ins, train, key is None)
 
-    def _check(self, params, state, inputs, train, key) -> None:
+    def _check(
+        self, params: Any, state: Any, inputs: tuple[Any, ...], train: bool, key: Any
+    ) -> None:
         if not isinstance(train, bool):
             raise ArgumentError(f"train must be True or False, got {train!r}")
         if train and key is None and self._random:
@@ -97,13 +104,13 @@ class Model:
         return self.checked.program.model.name
 
     @functools.cached_property
-    def jit_apply(self) -> Callable:
+    def jit_apply(self) -> Callable[..., tuple[Any, Any]]:
         """``apply`` compiled with ``jax.jit`` (``train`` is static)."""
         return jax.jit(self.apply, static_argnames=("train",))
 
     @property
     def param_count(self) -> int:
-        return int(self.checked.totals["params"].as_int())
+        return _int(self.checked.totals["params"], "the parameter count")
 
     @property
     def inputs(self) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -119,7 +126,11 @@ class Model:
 
     @property
     def outputs(self) -> dict[str, tuple[int, ...]]:
-        return {k: tuple(_int(d, k) for d in t.shape) for k, t in self.checked.outputs.items()}
+        out = {}
+        for k, t in self.checked.outputs.items():
+            assert t is not None, k  # a checked model's outputs have their shapes
+            out[k] = tuple(_int(d, k) for d in t.shape)
+        return out
 
     def example_inputs(self, key: jax.Array, batch: int = 2) -> list[jax.Array]:
         """Random inputs of the spec's shapes: standard normal values, tokens uniform in their
@@ -168,7 +179,9 @@ class Model:
         return f"<lbdl Model {self.name}: {params} parameters{dtype}>"
 
     # -- using a trained model -----------------------------------------------------------------
-    def predict(self, params: Any, state: Any, *inputs: Any, output: str | None = None):
+    def predict(
+        self, params: Any, state: Any, *inputs: Any, output: str | None = None
+    ) -> jax.Array:
         """Class probabilities for a batch: the classifier output (``output``, or the only
         one) passed through a softmax over its last axis, unless a ``softargmax`` made it."""
         name = output or next(iter(self.checked.outputs))
@@ -177,11 +190,12 @@ class Model:
                 f"the spec has no output `{name}`", hint=f"its outputs: {', '.join(self.outputs)}"
             )
         outs, _ = self.jit_apply(params, state, *inputs)
-        scores = outs[name] if isinstance(outs, dict) else outs
+        scores: jax.Array = outs[name] if isinstance(outs, dict) else outs
         made_by = getattr(self.checked.outputs[name], "made_by", "") or ""
         if made_by.startswith("`softargmax`"):
             return scores
-        return jax.nn.softmax(scores.astype(jnp.float32), axis=-1)
+        probabilities: jax.Array = jax.nn.softmax(scores.astype(jnp.float32), axis=-1)
+        return probabilities
 
     def evaluate(self, params: Any, state: Any, data: Any, **options: Any) -> dict[str, Any]:
         """Loss, and accuracy or perplexity, on ``data``: a name or file as ``lbdl train
@@ -281,11 +295,13 @@ def model_of(
 _EXAMPLE_DTYPES = {"int": np.int32, "bool": np.bool_, "float": np.float32}
 
 
-def example_arrays(key_data: Any, wanted: list[tuple[tuple[int, ...], str, int]]) -> list:
+def example_arrays(
+    key_data: Any, wanted: list[tuple[tuple[int, ...], str, int]]
+) -> list[np.ndarray]:
     """NumPy arrays for ``(shape, kind, vocab)`` rows (kind ``int``, ``bool`` or ``float``),
     each from its own PCG64 stream seeded by the key's words and the row's position."""
     words = [int(w) for w in np.asarray(key_data, np.uint32).ravel()]
-    out = []
+    out: list[np.ndarray] = []
     for i, (shape, kind, vocab) in enumerate(wanted):
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([*words, i])))
         if kind == "int":
@@ -297,7 +313,7 @@ def example_arrays(key_data: Any, wanted: list[tuple[tuple[int, ...], str, int]]
     return out
 
 
-def _int(d: Expr | None, where: str) -> int:
+def _int(d: Expr | int | None, where: str) -> int:
     v = d.as_int() if isinstance(d, Expr) else d
     if v is None:
         symbols = sorted(d.free_symbols) if isinstance(d, Expr) else []

@@ -89,7 +89,12 @@ class Parallel:
         return type(ts)(**fields)
 
     def init_state(
-        self, state_type: Callable, model: Any, tx: Any, init_key: jax.Array, train_key: jax.Array
+        self,
+        state_type: Callable[..., Any],
+        model: Any,
+        tx: Any,
+        init_key: jax.Array,
+        train_key: jax.Array,
     ) -> Any:
         """``state_type(step, params, state, opt_state, key)``, every array in its sharding."""
         params, state = self.sharded.init(model, init_key)
@@ -97,7 +102,9 @@ class Parallel:
         step = self.sharded.replicate(np.zeros((), np.int32))
         return state_type(step, params, state, opt_state, self.sharded.replicate(train_key))
 
-    def jit(self, train_step: Callable, ts: Any, tx: Any, donate: bool = True) -> Callable:
+    def jit(
+        self, train_step: Callable[..., Any], ts: Any, tx: Any, donate: bool = True
+    ) -> Callable[..., Any]:
         """``train_step(ts, batch) -> (ts, metrics)`` with ``ts`` kept in its shardings, the
         batch split over the batch axes and the metrics on every process."""
         return _ShardedStep(self.sharded, train_step, self.state_shardings(ts, tx), donate)
@@ -110,9 +117,11 @@ class Parallel:
 class _ShardedStep:
     """The jitted step, compiled once per batch structure (each input split by its rank)."""
 
-    def __init__(self, sharded: Sharded, step: Callable, shardings: Any, donate: bool) -> None:
+    def __init__(
+        self, sharded: Sharded, step: Callable[..., Any], shardings: Any, donate: bool
+    ) -> None:
         self._sharded, self._step, self._shardings, self._donate = sharded, step, shardings, donate
-        self._jitted: dict = {}
+        self._jitted: dict[Any, Callable[..., Any]] = {}
 
     def __call__(self, ts: Any, batch: Any) -> Any:
         leaves, tree = jax.tree.flatten(batch)

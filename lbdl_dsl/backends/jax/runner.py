@@ -145,7 +145,7 @@ def _int(value: object) -> int:
     return int(v) if isinstance(v, int) else 0
 
 
-def _elements(shape: tuple) -> int:
+def _elements(shape: tuple[Expr, ...]) -> int:
     n = 1
     for d in shape:
         n *= _int(d)

@@ -2,10 +2,9 @@
 
 The generated module must import only JAX and NumPy (beyond Python's standard library), so
 instead of importing our runtime it carries the functions it uses (and the ones those call),
-in the order they appear in `runtime.py` and then in the modules of `runtime_extra/` (by file
-name), which hold the functions of newer families of boxes under the same rule: top-level
-``def``s that need only the runtime's imports. The files are ours, parsed with `ast`:
-nothing from a spec is involved.
+in the order they appear in the modules of `runtime/` (one per family, by file name): top-level
+``def``s that need only the runtime's imports. The files are ours, parsed with `ast`: nothing
+from a spec is involved.
 """
 
 from __future__ import annotations
@@ -15,11 +14,11 @@ import functools
 from pathlib import Path
 from typing import NamedTuple
 
-_RUNTIME = Path(__file__).with_name("runtime.py")
+_RUNTIME = Path(__file__).with_name("runtime")
 
 
 def _files() -> list[Path]:
-    return [_RUNTIME, *sorted(_RUNTIME.with_name("runtime_extra").glob("[!_]*.py"))]
+    return sorted(_RUNTIME.glob("[!_]*.py"))
 
 
 def _text() -> str:

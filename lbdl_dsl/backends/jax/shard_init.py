@@ -44,7 +44,7 @@ class Stream:
             self._at += (out.size - (start % 2) + 1) // 2
 
 
-def offsets(table: Mapping[str, tuple]) -> dict[str, int]:
+def offsets(table: Mapping[str, tuple[tuple[int, ...], str, float]]) -> dict[str, int]:
     """Where each random array's numbers start in the stream (constants draw nothing)."""
     out, at = {}, 0
     for path, (shape, how, _) in table.items():
@@ -79,7 +79,12 @@ def _runs(shape: tuple[int, ...], index: tuple[slice, ...]) -> tuple[np.ndarray,
     return starts, length
 
 
-def block(stream: Stream, entry: tuple, offset: int, index: tuple[slice, ...] | None) -> np.ndarray:
+def block(
+    stream: Stream,
+    entry: tuple[tuple[int, ...], str, float],
+    offset: int,
+    index: tuple[slice, ...] | None,
+) -> np.ndarray:
     """The numbers of one table entry ``(shape, how, scale)`` in the block ``index``."""
     shape, how, scale = tuple(entry[0]), entry[1], entry[2]
     index = tuple(index) if index is not None else ()
@@ -98,7 +103,7 @@ def block(stream: Stream, entry: tuple, offset: int, index: tuple[slice, ...] | 
             chunk *= np.float32(2.0) * bound  # [0, 1) -> [-bound, bound), as init_arrays
             chunk -= bound
     if how in ("normal", "truncated_normal"):
-        from lbdl_dsl.backends.jax.runtime import normal_from_uniform
+        from lbdl_dsl.backends.jax.runtime.inits import normal_from_uniform
 
         normal_from_uniform(out, scale, truncated=how == "truncated_normal")
     return out.reshape(dims)

@@ -27,7 +27,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from lbdl_dsl.backends.jax import shard_init, storage
-from lbdl_dsl.backends.jax.runtime import unflatten
+from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.sharding import (
     Layout,
@@ -56,7 +56,7 @@ def make_mesh(spec: MeshSpec, devices: Sequence[Any] | None = None) -> Mesh:
     return jax.make_mesh(spec.shape, spec.names, axis_types=axis_types, devices=found)
 
 
-def partition_spec(spec: tuple) -> PartitionSpec:
+def partition_spec(spec: tuple[str | tuple[str, ...] | None, ...]) -> PartitionSpec:
     return PartitionSpec(*spec)
 
 
@@ -66,7 +66,7 @@ class Sharded:
 
     mesh: Mesh
     layout: Layout
-    stored: tuple[dict[str, tuple], dict[str, tuple]]  # the module's params, state → specs
+    stored: tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]]]  # params, state → specs
 
     @classmethod
     def of(
@@ -86,17 +86,19 @@ class Sharded:
     # -- shardings ------------------------------------------------------------------------------
     def named(self, path: str) -> NamedSharding:
         params, state = self.stored
-        return NamedSharding(self.mesh, partition_spec(params.get(path, state.get(path))))
+        return NamedSharding(
+            self.mesh, partition_spec(params[path] if path in params else state[path])
+        )
 
     @property
     def replicated(self) -> NamedSharding:
         return NamedSharding(self.mesh, PartitionSpec())
 
-    def params(self) -> dict:
+    def params(self) -> dict[str, Any]:
         """The params pytree's shardings, nested as ``init`` nests the arrays."""
         return unflatten({p: self.named(p) for p in self.stored[0]})
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return unflatten({p: self.named(p) for p in self.stored[1]})
 
     def batch(self, ndim: int) -> NamedSharding:
@@ -120,7 +122,7 @@ class Sharded:
         )
 
     # -- arrays ---------------------------------------------------------------------------------
-    def init(self, model: Any, key: jax.Array) -> tuple[dict, dict]:
+    def init(self, model: Any, key: jax.Array) -> tuple[dict[str, Any], dict[str, Any]]:
         """``model.init(key)``'s very numbers, each device drawing only its own blocks."""
         data = np.asarray(jax.random.key_data(key))
         if data.ndim != 1:
@@ -145,7 +147,8 @@ class Sharded:
             wrap = jax.jit(
                 lambda d: jax.random.wrap_key_data(d, impl=impl), out_shardings=self.replicated
             )
-            return wrap(data)
+            wrapped: jax.Array = wrap(data)
+            return wrapped
         host = np.asarray(value)
         return jax.make_array_from_callback(host.shape, self.replicated, lambda _: host)
 
@@ -173,8 +176,12 @@ class Sharded:
         return out
 
     def jit_step(
-        self, step: Callable, state_shardings: Any, batch_shardings: Any, donate: bool = True
-    ) -> Callable:
+        self,
+        step: Callable[..., Any],
+        state_shardings: Any,
+        batch_shardings: Any,
+        donate: bool = True,
+    ) -> Callable[..., Any]:
         """``step(state, batch) -> (state, metrics)`` jitted with the state kept in its
         shardings, the batch split, and the metrics replicated (read on every process)."""
         return jax.jit(
@@ -197,13 +204,16 @@ def restore_target(like: Any, shardings: Any) -> Any:
 
 
 def _from_blocks(
-    sharding: NamedSharding, entry: tuple, stream: shard_init.Stream, offset: int
+    sharding: NamedSharding,
+    entry: tuple[tuple[int, ...], str, float],
+    stream: shard_init.Stream,
+    offset: int,
 ) -> jax.Array:
     """A global array whose addressable blocks are drawn once each (replicas share one)."""
     shape = tuple(entry[0])
-    cache: dict[tuple, np.ndarray] = {}
+    cache: dict[tuple[tuple[int, int], ...], np.ndarray] = {}
 
-    def callback(index: tuple | None) -> np.ndarray:
+    def callback(index: tuple[slice, ...] | None) -> np.ndarray:
         norm = tuple(s.indices(n)[:2] for s, n in zip(index or (slice(None),) * len(shape), shape))
         if norm not in cache:
             cache[norm] = shard_init.block(stream, entry, offset, index)
@@ -212,15 +222,17 @@ def _from_blocks(
     return jax.make_array_from_callback(shape, sharding, callback, dtype=jnp.float32)
 
 
-def stored_specs(layout: Layout, cut: paths.Cut) -> tuple[dict[str, tuple], dict[str, tuple]]:
+def stored_specs(
+    layout: Layout, cut: paths.Cut
+) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]]]:
     """The partition spec of each parameter and state array as the module stores it: a copy
     kept apart lives as its logical array does, less the stacked axes it was cut from."""
     copies: dict[str, list[tuple[str, int]]] = {}
     for path, (logical, index, _shape) in cut.items():
         copies.setdefault(logical, []).append((path, len(index)))
 
-    def expand(table: dict[str, Placement]) -> dict[str, tuple]:
-        out: dict[str, tuple] = {}
+    def expand(table: dict[str, Placement]) -> dict[str, tuple[Any, ...]]:
+        out: dict[str, tuple[Any, ...]] = {}
         for path, placement in table.items():
             for stored, lead in copies.get(path, [(path, 0)]):
                 if any(axis is not None for axis in placement.spec[:lead]):
@@ -240,7 +252,9 @@ def stored_specs(layout: Layout, cut: paths.Cut) -> tuple[dict[str, tuple], dict
 
 
 def _same_tables(
-    stored: tuple[dict[str, tuple], dict[str, tuple]], params: dict, state: dict
+    stored: tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]]],
+    params: dict[str, tuple[tuple[int, ...], str, float]],
+    state: dict[str, tuple[tuple[int, ...], str, float]],
 ) -> None:
     """The compiler's arrays, as the module stores them, are the module's, path for path
     (our bug if not: the walks of the instance tree have drifted apart)."""

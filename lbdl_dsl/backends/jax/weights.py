@@ -89,7 +89,7 @@ def save(path: str | Path, params: Any, state: Any = None, cut: Cut | None = Non
         data = safetensors_bytes(flat, METADATA)
     else:
         buffer = io.BytesIO()
-        np.savez(buffer, **flat)
+        np.savez(buffer, **flat)  # type: ignore[arg-type]  # numpy's stub reads **kwds as allow_pickle
         data = buffer.getvalue()
     return write_atomic(path, data)
 
@@ -212,7 +212,9 @@ Cut = dict[str, tuple[str, tuple[int, ...], tuple[int, ...]]]
 (`Model.cut`, from `paths.cut`)."""
 
 
-def cut_copies(flat: dict[str, Any], cut: Mapping[str, tuple[str, tuple[int, ...], Any]]) -> dict:
+def cut_copies(
+    flat: dict[str, Any], cut: Mapping[str, tuple[str, tuple[int, ...], Any]]
+) -> dict[str, Any]:
     """``flat`` (arrays by path) with each copy kept apart cut from its stacked array, the
     stacked arrays dropped (a view's path can be a copy's, ``repeat_0/0/...``); ``flat``
     itself when it holds none of them. A stack too short for an index leaves that copy out,
@@ -231,7 +233,7 @@ def cut_copies(flat: dict[str, Any], cut: Mapping[str, tuple[str, tuple[int, ...
 
 def stack_copies(
     flat: Mapping[str, Any], cut: Mapping[str, tuple[str, tuple[int, ...], Any]]
-) -> dict:
+) -> dict[str, Any]:
     """``flat`` (arrays by path) in the logical layout: each copy kept apart put back into its
     stacked array, where its first copy was (the inverse of `cut_copies`). Weight files hold
     this layout, so that they do not change when the module keeps a group's copies apart."""

@@ -142,4 +142,17 @@ DROPOUT2D = _dropout(
     aliases=("dropout2d", "2d-dropout"),
 )
 
-LAYERS = (RELU, TANH, SIGMOID, LEAKY, GELU, SILU, IDENTITY, SOFTARGMAX, DROPOUT, DROPOUT2D)
+# ReLU6 is MobileNetV2's activation (Sandler et al. 2018).
+RELU6 = Layer(
+    name="relu6",
+    category="Activation",
+    doc="ReLU clipped at 6, min(max(0, x), 6) (MobileNetV2, PyTorch's ReLU6).",
+    layout="any",
+    rf=True,
+    example=("32×8×8", "relu6"),
+    step=lambda c: TOKEN,
+    reference=lambda xs, p, s, a: numpy().clip(xs[0], 0.0, 6.0),
+)
+
+
+LAYERS = (RELU, TANH, SIGMOID, LEAKY, GELU, SILU, IDENTITY, SOFTARGMAX, DROPOUT, DROPOUT2D, RELU6)

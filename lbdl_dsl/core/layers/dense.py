@@ -1,4 +1,6 @@
-"""Layers on the last axis and on tokens: fc, embed, positional encodings, the CLS token."""
+"""Layers on the last axis and on tokens: fc, embed, positional encodings, the CLS token, a
+trainable scale, and the recurrent layers (Elman RNN, LSTM, GRU), whose lowering and runtime
+share the family's files."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from lbdl_dsl.core.layers.base import (
     TOKEN,
     ZEROS,
     Ctx,
+    FanIn,
     Layer,
     PSpec,
     Shape,
     Std,
     Step,
+    Weights,
     numel,
     numpy,
     per_token_axis,
@@ -180,4 +184,105 @@ CLS_TOKEN = Layer(
     ),
 )
 
-LAYERS = (FC, EMBED, POS_ENC, POS_EMBED, CLS_TOKEN)
+# `scale` multiplies by one trainable scalar kept as its logarithm, CLIP's temperature on the
+# similarity of its two embeddings (Radford et al. 2021).
+SCALE = Layer(
+    name="scale",
+    aliases=("logit-scale",),
+    category="Dense",
+    doc="Multiplies every value by exp(s), s one trainable scalar (CLIP's learned temperature "
+    "on its similarity matrix). s starts at 0 (a scale of 1): CLIP's log(1/0.07) is not an "
+    "initialiser the registry has.",
+    params=lambda c: {"log_s": PSpec((), ZEROS, ())},
+    layout="any",
+    rf=True,
+    example=("8×8", "scale"),
+    step=lambda c: TOKEN,
+    reference=lambda xs, p, s, a: xs[0] * numpy().exp(p["log_s"]),
+)
+
+
+# Recurrent layers over a T×D sequence: Elman RNN, LSTM and GRU (PyTorch's equations).
+
+
+def _rnn(name: str, gates: int, doc: str) -> Layer:
+    def params(c: Ctx) -> dict[str, PSpec]:
+        d, h = c.x[1], c.a.h
+        return {
+            "w_ih": PSpec((d, gates * h), FanIn(d), ("in", "hidden")),
+            "w_hh": PSpec((h, gates * h), FanIn(h), ("hidden", "hidden")),
+            "b_ih": PSpec((gates * h,), ZEROS, ("hidden",)),
+            "b_hh": PSpec((gates * h,), ZEROS, ("hidden",)),
+        }
+
+    def carry(c: Ctx) -> dict[str, PSpec]:
+        """The state a step hands the next: h, and an LSTM's cell c."""
+        names = ("h", "c") if name == "lstm" else ("h",)
+        return {n: PSpec((c.a.h,), ZEROS, ("hidden",)) for n in names}
+
+    return Layer(
+        name=name,
+        category="Recurrent",
+        doc=doc,
+        hparams=(HP("h", "size", doc="hidden size (taken from the annotation when left out)"),),
+        shape=lambda c: (c.rank(2, what="T×D sequence")[0], c.a.h),
+        params=params,
+        macs=lambda c: c.x[0] * (c.x[1] + c.a.h) * gates * c.a.h,
+        from_annotation=(("h", -1),),
+        example=("16×32", f"{name}  16×64"),
+        step=lambda c: Step("cache", cache=lambda s: carry(c)),
+        reference=lambda xs, p, s, a: recurrent_ref(xs[0], p, name),
+    )
+
+
+def recurrent_ref(x: Any, p: Weights, kind: str) -> Any:
+    """PyTorch's equations, step by step from a zero state; gates in PyTorch's order."""
+    np = numpy()
+    hd = p["w_hh"].shape[0]
+
+    def gate(xt: Any, h: Any, g: int) -> tuple[Any, Any]:
+        cols = slice(g * hd, (g + 1) * hd)
+        return xt @ p["w_ih"][:, cols] + p["b_ih"][cols], h @ p["w_hh"][:, cols] + p["b_hh"][cols]
+
+    def sig(v: Any) -> Any:
+        return 1 / (1 + np.exp(-v))
+
+    h = c = np.zeros((x.shape[0], hd))
+    out = []
+    for t in range(x.shape[1]):
+        xt = x[:, t]
+        if kind == "rnn":
+            h = np.tanh(sum(gate(xt, h, 0)))
+        elif kind == "lstm":
+            i, f, o = (sig(sum(gate(xt, h, g))) for g in (0, 1, 3))
+            c = f * c + i * np.tanh(sum(gate(xt, h, 2)))
+            h = o * np.tanh(c)
+        else:
+            r, z = (sig(sum(gate(xt, h, g))) for g in (0, 1))
+            xn, hn = gate(xt, h, 2)
+            h = (1 - z) * np.tanh(xn + r * hn) + z * h
+        out.append(h)
+    return np.stack(out, axis=1)
+
+
+RNN = _rnn(
+    "rnn",
+    1,
+    "Elman recurrent layer: h_t = tanh(W_ih x_t + W_hh h_(t−1) + b); the "
+    "output is the sequence of hidden states.",
+)
+LSTM = _rnn(
+    "lstm",
+    4,
+    "Long short-term memory (Hochreiter & Schmidhuber 1997), gates i, f, g, o "
+    "as PyTorch orders them; the output is the sequence of hidden states.",
+)
+GRU = _rnn(
+    "gru",
+    3,
+    "Gated recurrent unit (Cho et al. 2014), gates r, z, n as PyTorch defines "
+    "them; the output is the sequence of hidden states.",
+)
+
+
+LAYERS = (FC, EMBED, POS_ENC, POS_EMBED, CLS_TOKEN, SCALE, RNN, LSTM, GRU)

@@ -3,7 +3,7 @@ gated feed-forward experts per token.
 
 The box counts every expert's parameters but only the k active experts' multiply-accumulates
 (plus the router's), as the papers quote "active" compute. Its lowering dispatches tokens to
-expert buffers of a fixed capacity (runtime_extra/moe.py) and reports the load-balancing loss
+expert buffers of a fixed capacity (backends/jax/runtime/moe.py) and reports the load-balancing loss
 as the state entry `aux`: training code reads it from the new state that `apply` returns and
 adds it, scaled (Mixtral: 0.02), to the task loss; under a ×N frame it is one value per layer.
 """

@@ -9,7 +9,7 @@ class token and the positions are stored with a leading batch axis of 1, which g
 (``encoder.layer.{i}.attention.attention.query``): both are read.
 """
 
-from lbdl_dsl.interop.layout import FamilyMap, Rule, conv_as_fc, squeeze, transpose
+from lbdl_dsl.interop.layout import FamilyMap, Op, Rule, conv_as_fc, squeeze, transpose
 
 L = "repeat_0/"
 ATT, FFW = L + "self_att_0/", L + "ffw_0/"
@@ -18,7 +18,7 @@ T = (transpose(),)
 NEW, OLD = "layers.{i}.", "encoder.layer.{i}."
 
 
-def _layer(new: str, old: str, target: str, ops: tuple = ()) -> Rule:
+def _layer(new: str, old: str, target: str, ops: tuple[Op, ...] = ()) -> Rule:
     return Rule((NEW + new, OLD + old), target, ops)
 
 

@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +59,7 @@ def init(key):
 
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
+    del state, train, key  # the common signature; not read here
     # autoencoder.lbdl:9: fc            Hd
     x = dense(X, params["fc_0"]["w"], params["fc_0"]["b"])
     # autoencoder.lbdl:10: relu  ->  400
@@ -77,7 +80,29 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
+
+
+def sigmoid(x: jax.Array) -> jax.Array:
+    """Logistic sigmoid 1 / (1 + exp(-x))."""
+    return jax.nn.sigmoid(x)
+
+
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def init_arrays(
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -100,7 +125,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
     runs = []  # (where in noise, how many, bound), in the stream's order, 1 MB at most each
-    for (_, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (_, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             continue
         bound = np.float32(init_bound(how, scale))
@@ -109,7 +134,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -122,7 +150,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     elif spans:
         draw_runs(entropy, noise, spans[0], 0)
     out = []
-    for (shape, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (shape, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
@@ -141,7 +169,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -190,7 +218,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -209,33 +239,9 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
-
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
-    """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
-
-
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
-
-
-def relu(x: jax.Array) -> jax.Array:
-    """max(x, 0)."""
-    return jax.nn.relu(x)
-
-
-def sigmoid(x: jax.Array) -> jax.Array:
-    """Logistic sigmoid 1 / (1 + exp(-x))."""
-    return jax.nn.sigmoid(x)
-
-
-def init_table(key, table: dict) -> dict:
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
     Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
@@ -244,10 +250,15 @@ def init_table(key, table: dict) -> dict:
     """
     shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
     arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
+    return dict(zip(table, arrays, strict=True))
 
 
-def on_host(key, draw, shapes: list, what: str) -> list:
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
     """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
     concrete key, by a host callback for a traced one, so that both give the same numbers."""
     data = jax.random.key_data(key)
@@ -258,9 +269,9 @@ def on_host(key, draw, shapes: list, what: str) -> list:
     return [jax.device_put(a) for a in draw(data)]
 
 
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -268,3 +279,11 @@ def unflatten(flat: dict) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

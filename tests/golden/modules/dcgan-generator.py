@@ -10,7 +10,9 @@ apply(params, state, z, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +86,7 @@ def init(key):
 
 def apply(params, state, z, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
+    del key  # the common signature; not read here
     new_state = {}
     # dcgan-generator.lbdl:10: tconv-2d k=4 bias=false                8F×4×4
     z_cl = to_channels_last(z)
@@ -153,17 +156,81 @@ def apply(params, state, z, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
-def to_channels_last(x: jax.Array) -> jax.Array:
-    """(B, C, *S) -> (B, *S, C): from the language's (PyTorch) layout to the internal one."""
-    return jnp.moveaxis(x, 1, -1)
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
 
 
-def to_channels_first(x: jax.Array) -> jax.Array:
-    """(B, *S, C) -> (B, C, *S): from the internal layout back to the language's layout."""
-    return jnp.moveaxis(x, -1, 1)
+def tanh(x: jax.Array) -> jax.Array:
+    """Hyperbolic tangent."""
+    return jnp.tanh(x)
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def conv_dimension_numbers(n: int) -> tuple[str, str, str]:
+    """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
+    spatial = "DHW"[3 - n :]
+    return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
+
+
+def conv_transpose(
+    x: jax.Array,
+    w: jax.Array,
+    b: jax.Array | None = None,
+    *,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    output_padding: tuple[int, ...] | None = None,
+    dilation: tuple[int, ...] | None = None,
+    groups: int = 1,
+) -> jax.Array:
+    """N-d channels-last transposed convolution with PyTorch's ConvTranspose semantics.
+
+    Output size per spatial axis: (in - 1) * s - 2 * p + d * (k - 1) + output_padding + 1.
+
+    Weight convention: ``w`` is (*k, Cin, Cout // groups) and
+    ``out[o_g, i * s + j * d - p] += x[c, i] * w[j, c, o]`` where input channel ``c`` belongs to
+    group ``g = c // (Cin // groups)`` and writes output channel ``g * (Cout // groups) + o``.
+    A PyTorch ConvTranspose weight (Cin, Cout // g, *k) therefore converts with
+    ``transpose(2, ..., 0, 1)`` (for any ``groups``).
+
+    Implemented as the gradient of a convolution: dilate the input by ``stride``
+    (``lhs_dilation``), pad by ``d * (k - 1) - p`` (plus ``output_padding`` at the end) and
+    correlate with the spatially flipped kernel.
+    """
+    n = x.ndim - 2
+    output_padding, dilation = output_padding or (0,) * n, dilation or (1,) * n
+    kernel = w.shape[:n]
+    cin, cout_g = w.shape[n], w.shape[n + 1]
+    cin_g = cin // groups
+    # (*k, Cin, Cout // g) -> (*k, Cin // g, Cout) with output channels grouped like the input.
+    w = w.reshape(*kernel, groups, cin_g, cout_g)
+    w = jnp.moveaxis(w, n, n + 1)
+    w = w.reshape(*kernel, cin_g, groups * cout_g)
+    w = jnp.flip(w, axis=tuple(range(n)))
+    pads = []
+    for k, p, op, d in zip(kernel, padding, output_padding, dilation, strict=True):
+        edge = d * (k - 1) - p
+        pads.append((edge, edge + op))
+    y = jax.lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=(1,) * n,
+        padding=tuple(pads),
+        lhs_dilation=tuple(stride),
+        rhs_dilation=tuple(dilation),
+        dimension_numbers=conv_dimension_numbers(n),
+        feature_group_count=groups,
+    )
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def init_arrays(
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -186,7 +253,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
     runs = []  # (where in noise, how many, bound), in the stream's order, 1 MB at most each
-    for (_, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (_, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             continue
         bound = np.float32(init_bound(how, scale))
@@ -195,7 +262,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -208,7 +278,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     elif spans:
         draw_runs(entropy, noise, spans[0], 0)
     out = []
-    for (shape, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (shape, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
@@ -227,7 +297,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -276,7 +346,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -295,72 +367,56 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
+    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
+    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
+    numbers of an eager one.
     """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
+    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
+    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
+    return dict(zip(table, arrays, strict=True))
 
 
-def conv_dimension_numbers(n: int) -> tuple:
-    """Channels-last dimension numbers for an n-d convolution (n <= 3): ("NHWC", "HWIO", "NHWC")."""
-    spatial = "DHW"[3 - n :]
-    return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
+    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
+    concrete key, by a host callback for a traced one, so that both give the same numbers."""
+    data = jax.random.key_data(key)
+    if isinstance(key, jax.core.Tracer):
+        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
+    if data.ndim != 1:
+        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
+    return [jax.device_put(a) for a in draw(data)]
 
 
-def conv_transpose(
-    x: jax.Array,
-    w: jax.Array,
-    b=None,
-    *,
-    stride: tuple,
-    padding: tuple,
-    output_padding: tuple | None = None,
-    dilation: tuple | None = None,
-    groups: int = 1,
-) -> jax.Array:
-    """N-d channels-last transposed convolution with PyTorch's ConvTranspose semantics.
+def to_channels_last(x: jax.Array) -> jax.Array:
+    """(B, C, *S) -> (B, *S, C): from the language's (PyTorch) layout to the internal one."""
+    return jnp.moveaxis(x, 1, -1)
 
-    Output size per spatial axis: (in - 1) * s - 2 * p + d * (k - 1) + output_padding + 1.
 
-    Weight convention: ``w`` is (*k, Cin, Cout // groups) and
-    ``out[o_g, i * s + j * d - p] += x[c, i] * w[j, c, o]`` where input channel ``c`` belongs to
-    group ``g = c // (Cin // groups)`` and writes output channel ``g * (Cout // groups) + o``.
-    A PyTorch ConvTranspose weight (Cin, Cout // g, *k) therefore converts with
-    ``transpose(2, ..., 0, 1)`` (for any ``groups``).
+def to_channels_first(x: jax.Array) -> jax.Array:
+    """(B, *S, C) -> (B, C, *S): from the internal layout back to the language's layout."""
+    return jnp.moveaxis(x, -1, 1)
 
-    Implemented as the gradient of a convolution: dilate the input by ``stride``
-    (``lhs_dilation``), pad by ``d * (k - 1) - p`` (plus ``output_padding`` at the end) and
-    correlate with the spatially flipped kernel.
-    """
-    n = x.ndim - 2
-    output_padding, dilation = output_padding or (0,) * n, dilation or (1,) * n
-    kernel = w.shape[:n]
-    cin, cout_g = w.shape[n], w.shape[n + 1]
-    cin_g = cin // groups
-    # (*k, Cin, Cout // g) -> (*k, Cin // g, Cout) with output channels grouped like the input.
-    w = w.reshape(*kernel, groups, cin_g, cout_g)
-    w = jnp.moveaxis(w, n, n + 1)
-    w = w.reshape(*kernel, cin_g, groups * cout_g)
-    w = jnp.flip(w, axis=tuple(range(n)))
-    pads = []
-    for k, p, op, d in zip(kernel, padding, output_padding, dilation, strict=True):
-        edge = d * (k - 1) - p
-        pads.append((edge, edge + op))
-    y = jax.lax.conv_general_dilated(
-        x,
-        w,
-        window_strides=(1,) * n,
-        padding=tuple(pads),
-        lhs_dilation=tuple(stride),
-        rhs_dilation=tuple(dilation),
-        dimension_numbers=conv_dimension_numbers(n),
-        feature_group_count=groups,
-    )
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
+
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
 
 
 def one_pass_statistics() -> bool:
@@ -369,7 +425,7 @@ def one_pass_statistics() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
+def batch_statistics(x: jax.Array, axes: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
     """A batch's mean and biased variance over ``axes``, per channel.
 
     A GPU's training step of batch norms is bound by memory, and a second pass over every
@@ -396,15 +452,15 @@ def batch_statistics(x: jax.Array, axes: tuple) -> tuple:
 
 def batch_norm(
     x: jax.Array,
-    scale,
-    bias,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
     mean: jax.Array,
     var: jax.Array,
     *,
     train: bool,
     momentum: float = 0.1,
     eps: float = 1e-5,
-) -> tuple:
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Batch norm over every axis but the last (channel) one; returns (y, new_mean, new_var).
 
     PyTorch's convention: in training, normalise with the batch mean and BIASED batch variance,
@@ -443,46 +499,9 @@ def batch_norm(
     return y.astype(x.dtype), new_mean, new_var
 
 
-def relu(x: jax.Array) -> jax.Array:
-    """max(x, 0)."""
-    return jax.nn.relu(x)
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
 
-
-def tanh(x: jax.Array) -> jax.Array:
-    """Hyperbolic tangent."""
-    return jnp.tanh(x)
-
-
-def init_table(key, table: dict) -> dict:
-    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
-
-    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
-    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
-    numbers of an eager one.
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
     """
-    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
-    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
-
-
-def on_host(key, draw, shapes: list, what: str) -> list:
-    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
-    concrete key, by a host callback for a traced one, so that both give the same numbers."""
-    data = jax.random.key_data(key)
-    if isinstance(key, jax.core.Tracer):
-        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
-    if data.ndim != 1:
-        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
-    return [jax.device_put(a) for a in draw(data)]
-
-
-def unflatten(flat: dict) -> dict:
-    """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
-    for path, value in flat.items():
-        node = out
-        *parents, leaf = path.split("/")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

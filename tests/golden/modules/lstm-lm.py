@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,6 +65,7 @@ def init(key):
 
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
+    del state  # the common signature; not read here
     # lstm-lm.lbdl:10: embed              T×D
     x = embed(X, params["embed_0"]["table"])
     # lstm-lm.lbdl:11: dropout  ->  T×650
@@ -99,7 +102,77 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def dropout_mask_apply(
+    x: jax.Array, p: float, key: jax.Array | None, mask_shape: tuple[int, ...]
+) -> jax.Array:
+    """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
+    if key is None:
+        raise ValueError("dropout in training mode needs a PRNG key, but key is None")
+    if isinstance(p, (int, float)) and p >= 1.0:
+        return jnp.zeros_like(x)
+    keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
+    return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
+
+
+def dropout(x: jax.Array, p: float, *, train: bool, key: jax.Array | None) -> jax.Array:
+    """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
+
+    Identity when not training or p == 0. The same key gives the same mask.
+    """
+    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
+        return x
+    return dropout_mask_apply(x, p, key, x.shape)
+
+
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
+    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
+    return jnp.take(table, ids, axis=0)
+
+
+def rnn_inputs(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
+    """Input projections for all time steps, time-major: (T, B, G*Hd) = x @ w_ih + b_ih."""
+    xi = dense(x, p["w_ih"], p.get("b_ih"))
+    return jnp.swapaxes(xi, 0, 1)
+
+
+def lstm(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
+    """LSTM (PyTorch's nn.LSTM, gate order i, f, g, o).
+
+    i, f, o = sigmoid(...), g = tanh(...), c_t = f * c_{t-1} + i * g, h_t = o * tanh(c_t).
+    x (B, T, D) -> all hidden states (B, T, Hd); initial h and c are zero.
+    """
+    w_hh, b_hh = p["w_hh"], p.get("b_hh")
+    hd = w_hh.shape[0]
+
+    def step(
+        carry: tuple[jax.Array, jax.Array], xi: jax.Array
+    ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+        h, c = carry
+        gates = xi + dense(h, w_hh, b_hh)
+        i, f, g, o = jnp.split(gates, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+
+    xs = rnn_inputs(x, p)
+    zeros = jnp.zeros((x.shape[0], hd), dtype=jnp.result_type(xs, w_hh))
+    _, hs = jax.lax.scan(step, (zeros, zeros), xs)
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def init_arrays(
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -122,7 +195,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
     runs = []  # (where in noise, how many, bound), in the stream's order, 1 MB at most each
-    for (_, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (_, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             continue
         bound = np.float32(init_bound(how, scale))
@@ -131,7 +204,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -144,7 +220,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     elif spans:
         draw_runs(entropy, noise, spans[0], 0)
     out = []
-    for (shape, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (shape, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
@@ -163,7 +239,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -212,7 +288,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -231,82 +309,9 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
-
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
-    """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
-
-
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
-
-
-def dropout_mask_apply(x: jax.Array, p: float, key, mask_shape: tuple) -> jax.Array:
-    """Inverted dropout with a keep-mask of ``mask_shape`` broadcast against ``x``."""
-    if key is None:
-        raise ValueError("dropout in training mode needs a PRNG key, but key is None")
-    if isinstance(p, (int, float)) and p >= 1.0:
-        return jnp.zeros_like(x)
-    keep = jax.random.bernoulli(key, 1.0 - p, mask_shape)
-    return jnp.where(keep, x / (1.0 - p), jnp.zeros_like(x))
-
-
-def dropout(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
-    """Element-wise inverted dropout (PyTorch's Dropout): kept values are scaled by 1/(1-p).
-
-    Identity when not training or p == 0. The same key gives the same mask.
-    """
-    if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
-        return x
-    return dropout_mask_apply(x, p, key, x.shape)
-
-
-def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
-    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
-    return jnp.take(table, ids, axis=0)
-
-
-def rnn_inputs(x: jax.Array, p: dict) -> jax.Array:
-    """Input projections for all time steps, time-major: (T, B, G*Hd) = x @ w_ih + b_ih."""
-    xi = dense(x, p["w_ih"], p.get("b_ih"))
-    return jnp.swapaxes(xi, 0, 1)
-
-
-def lstm(x: jax.Array, p: dict) -> jax.Array:
-    """LSTM (PyTorch's nn.LSTM, gate order i, f, g, o).
-
-    i, f, o = sigmoid(...), g = tanh(...), c_t = f * c_{t-1} + i * g, h_t = o * tanh(c_t).
-    x (B, T, D) -> all hidden states (B, T, Hd); initial h and c are zero.
-    """
-    w_hh, b_hh = p["w_hh"], p.get("b_hh")
-    hd = w_hh.shape[0]
-
-    def step(carry, xi):
-        h, c = carry
-        gates = xi + dense(h, w_hh, b_hh)
-        i, f, g, o = jnp.split(gates, 4, axis=-1)
-        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        return (h, c), h
-
-    xs = rnn_inputs(x, p)
-    zeros = jnp.zeros((x.shape[0], hd), dtype=jnp.result_type(xs, w_hh))
-    _, hs = jax.lax.scan(step, (zeros, zeros), xs)
-    return jnp.swapaxes(hs, 0, 1)
-
-
-def fold(key, i: int):
-    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
-    return None if key is None else jax.random.fold_in(key, i)
-
-
-def init_table(key, table: dict) -> dict:
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
     """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
     Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
@@ -315,10 +320,15 @@ def init_table(key, table: dict) -> dict:
     """
     shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
     arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
+    return dict(zip(table, arrays, strict=True))
 
 
-def on_host(key, draw, shapes: list, what: str) -> list:
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
     """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
     concrete key, by a host callback for a traced one, so that both give the same numbers."""
     data = jax.random.key_data(key)
@@ -329,9 +339,14 @@ def on_host(key, draw, shapes: list, what: str) -> list:
     return [jax.device_put(a) for a in draw(data)]
 
 
-def unflatten(flat: dict) -> dict:
+def fold(key: jax.Array | None, i: int) -> jax.Array | None:
+    """A key of its own for the i-th random draw of a function; None stays None (evaluation)."""
+    return None if key is None else jax.random.fold_in(key, i)
+
+
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -339,3 +354,11 @@ def unflatten(flat: dict) -> dict:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

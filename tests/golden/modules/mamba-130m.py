@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +67,7 @@ def init(key):
 
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
+    del state, train, key  # the common signature; not read here
     # mamba-130m.lbdl:12: embed                                 T×D
     tokens = embed(X, params["embed_0"]["table"])
 
@@ -105,7 +108,29 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def silu(x: jax.Array) -> jax.Array:
+    """x * sigmoid(x) (a.k.a. swish)."""
+    return jax.nn.silu(x)
+
+
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
+    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
+    return jnp.take(table, ids, axis=0)
+
+
+def init_arrays(
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -128,7 +153,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
     runs = []  # (where in noise, how many, bound), in the stream's order, 1 MB at most each
-    for (_, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (_, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             continue
         bound = np.float32(init_bound(how, scale))
@@ -137,7 +162,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -150,7 +178,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     elif spans:
         draw_runs(entropy, noise, spans[0], 0)
     out = []
-    for (shape, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (shape, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
@@ -169,7 +197,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -218,7 +246,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -237,80 +267,37 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
+    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
+    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
+    numbers of an eager one.
     """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
+    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
+    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
+    return dict(zip(table, arrays, strict=True))
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
+    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
+    concrete key, by a host callback for a traced one, so that both give the same numbers."""
+    data = jax.random.key_data(key)
+    if isinstance(key, jax.core.Tracer):
+        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
+    if data.ndim != 1:
+        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
+    return [jax.device_put(a) for a in draw(data)]
 
 
-def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
-    """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
-    part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
-
-    Its tangent is written out, r·(c − y·mean(c·y)) with r = 1 / sqrt(var + eps) and c the
-    tangent less its mean (itself when not centred), where JAX's own rule steps through the
-    mean, the variance and ``rsqrt`` and transposes each: GPT-2 small's training step on a
-    CPU then has 114 distinct kernels against 117 and 18 % fewer operations in them, and
-    compiles 5 % faster at 12 blocks and 11 % at one, for the same step time
-    (docs/performance.md). Forward mode, vmap and higher orders go through it as through
-    any JAX function.
-    """
-
-    def value(x):
-        return standardised(x, axes, eps, centred)[0]
-
-    def tangent(primals, tangents):
-        (x,), (dx,) = primals, tangents
-        y, r = standardised(x, axes, eps, centred)
-        if centred:
-            dx = dx - jnp.mean(dx, axis=axes, keepdims=True)
-        return y, r * (dx - y * jnp.mean(dx * y, axis=axes, keepdims=True))
-
-    rule = jax.custom_jvp(value)
-    rule.defjvp(tangent)
-    return rule(x)
-
-
-def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
-    """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
-    have: the mean, then the biased variance of what is left, then ``rsqrt``."""
-    if centred:
-        x = x - jnp.mean(x, axis=axes, keepdims=True)
-    r = jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=axes, keepdims=True) + eps)
-    return x * r, r
-
-
-def rms_norm(x: jax.Array, scale, *, eps: float = 1e-6) -> jax.Array:
-    """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm),
-    normalised in at least float32 and scaled in x's type, as LLaMA's is under bfloat16."""
-    xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # at least float32
-    y = normalized(xf, (-1,), eps, centred=False).astype(x.dtype)
-    if scale is not None:
-        y = y * trailing(scale, y.ndim)
-    return y
-
-
-def silu(x: jax.Array) -> jax.Array:
-    """x * sigmoid(x) (a.k.a. swish)."""
-    return jax.nn.silu(x)
-
-
-def embed(ids: jax.Array, table: jax.Array) -> jax.Array:
-    """Look up rows of ``table`` (N, D) for integer ``ids`` of any shape -> (*ids.shape, D)."""
-    return jnp.take(table, ids, axis=0)
-
-
-def keep_products(prim, *_, **params) -> bool:
+def keep_products(prim: Any, *_: Any, **params: Any) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
     convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
     output and softmax statistics, which its backward kernel reads); everything else (norms,
@@ -328,38 +315,17 @@ def keep_products(prim, *_, **params) -> bool:
     return False
 
 
-def scan_group(step, x, xs, length: int):
+def scan_group(
+    step: Callable[..., tuple[Any, Any]], x: Any, xs: Any, length: int
+) -> tuple[Any, Any]:
     """A ×N group: ``jax.lax.scan`` of one copy over the stacked parameters (compiled once,
     whatever N), its backward pass keeping only what ``keep_products`` names."""
     return jax.lax.scan(jax.checkpoint(step, policy=keep_products), x, xs, length=length)
 
 
-def init_table(key, table: dict) -> dict:
-    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
-
-    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
-    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
-    numbers of an eager one.
-    """
-    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
-    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
-
-
-def on_host(key, draw, shapes: list, what: str) -> list:
-    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
-    concrete key, by a host callback for a traced one, so that both give the same numbers."""
-    data = jax.random.key_data(key)
-    if isinstance(key, jax.core.Tracer):
-        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
-    if data.ndim != 1:
-        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
-    return [jax.device_put(a) for a in draw(data)]
-
-
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -369,22 +335,78 @@ def unflatten(flat: dict) -> dict:
     return out
 
 
-def linear_recurrence(a: jax.Array, b: jax.Array, *, axis: int = 1, sequential: bool = False):
+def normalized(x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool = True) -> jax.Array:
+    """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
+    part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
+
+    Its tangent is written out, r·(c − y·mean(c·y)) with r = 1 / sqrt(var + eps) and c the
+    tangent less its mean (itself when not centred), where JAX's own rule steps through the
+    mean, the variance and ``rsqrt`` and transposes each: GPT-2 small's training step on a
+    CPU then has 114 distinct kernels against 117 and 18 % fewer operations in them, and
+    compiles 5 % faster at 12 blocks and 11 % at one, for the same step time
+    (docs/performance.md). Forward mode, vmap and higher orders go through it as through
+    any JAX function.
+    """
+
+    def value(x: jax.Array) -> jax.Array:
+        return standardised(x, axes, eps, centred)[0]
+
+    def tangent(
+        primals: tuple[jax.Array], tangents: tuple[jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
+        (x,), (dx,) = primals, tangents
+        y, r = standardised(x, axes, eps, centred)
+        if centred:
+            dx = dx - jnp.mean(dx, axis=axes, keepdims=True)
+        return y, r * (dx - y * jnp.mean(dx * y, axis=axes, keepdims=True))
+
+    rule = jax.custom_jvp(value)
+    rule.defjvp(tangent)
+    return rule(x)
+
+
+def standardised(
+    x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool
+) -> tuple[jax.Array, jax.Array]:
+    """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
+    have: the mean, then the biased variance of what is left, then ``rsqrt``."""
+    if centred:
+        x = x - jnp.mean(x, axis=axes, keepdims=True)
+    r = jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=axes, keepdims=True) + eps)
+    return x * r, r
+
+
+def rms_norm(x: jax.Array, scale: jax.Array | None, *, eps: float = 1e-6) -> jax.Array:
+    """RMS norm over the last axis: x / sqrt(mean(x**2) + eps) * scale (PyTorch's RMSNorm),
+    normalised in at least float32 and scaled in x's type, as LLaMA's is under bfloat16."""
+    xf = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # at least float32
+    y = normalized(xf, (-1,), eps, centred=False).astype(x.dtype)
+    if scale is not None:
+        y = y * trailing(scale, y.ndim)
+    return y
+
+
+def linear_recurrence(
+    a: jax.Array, b: jax.Array, *, axis: int = 1, sequential: bool = False
+) -> jax.Array:
     """h_t = a_t * h_{t-1} + b_t along ``axis`` (h_{-1} = 0), for a and b of one shape."""
     if sequential:
         a_t, b_t = jnp.moveaxis(a, axis, 0), jnp.moveaxis(b, axis, 0)
 
-        def step(h, ab):
+        def step(h: jax.Array, ab: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
             h = ab[0] * h + ab[1]
             return h, h
 
         _, hs = jax.lax.scan(step, jnp.zeros_like(b_t[0]), (a_t, b_t))
         return jnp.moveaxis(hs, 0, axis)
 
-    def combine(first, second):
+    def combine(
+        first: tuple[jax.Array, jax.Array], second: tuple[jax.Array, jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
         return first[0] * second[0], second[0] * first[1] + second[1]
 
-    return jax.lax.associative_scan(combine, (a, b), axis=axis)[1]
+    h: jax.Array = jax.lax.associative_scan(combine, (a, b), axis=axis)[1]
+    return h
 
 
 def causal_depthwise_conv(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
@@ -396,7 +418,16 @@ def causal_depthwise_conv(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array
     return out + trailing(b, 3)
 
 
-def selective_scan(x, dt, a, bm, cm, d, *, sequential: bool = False):
+def selective_scan(
+    x: jax.Array,
+    dt: jax.Array,
+    a: jax.Array,
+    bm: jax.Array,
+    cm: jax.Array,
+    d: jax.Array,
+    *,
+    sequential: bool = False,
+) -> jax.Array:
     """Mamba's S6: x, dt (B, T, E); a (E, N); bm, cm (B, T, N); d (E). The state of channel e
     evolves as h_t = exp(dt_t·a) ⊙ h_{t-1} + dt_t·B_t·x_t, and y_t = C_t·h_t + d·x_t."""
     decay = jnp.exp(dt[..., None] * trailing(a, 4))  # (B, T, E, N)
@@ -405,7 +436,9 @@ def selective_scan(x, dt, a, bm, cm, d, *, sequential: bool = False):
     return jnp.einsum("bten,btn->bte", h, cm) + x * trailing(d, 3)
 
 
-def mamba_mixer(x: jax.Array, p: dict, *, state: int, rank: int, sequential: bool = False):
+def mamba_mixer(
+    x: jax.Array, p: dict[str, jax.Array], *, state: int, rank: int, sequential: bool = False
+) -> jax.Array:
     """Mamba's block (Gu & Dao 2023, Fig. 3) on x (B, T, D): in_proj to x and the gate z, the
     causal depthwise conv and silu on x, Δ, B and C projected from x (Δ through dt_proj and
     softplus), the selective scan with A = −exp(A_log), the output gated by silu(z), out_proj."""
@@ -417,3 +450,11 @@ def mamba_mixer(x: jax.Array, p: dict, *, state: int, rank: int, sequential: boo
     dt = jax.nn.softplus(dense(dt, p["dt_proj"], p["dt_bias"]))
     y = selective_scan(xs, dt, -jnp.exp(p["A_log"]), bm, cm, p["D"], sequential=sequential)
     return dense(y * silu(z), p["out_proj"])
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)

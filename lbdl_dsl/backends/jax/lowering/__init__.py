@@ -44,9 +44,7 @@ for _family in _TABLES:
         LOWERINGS[_name] = _lower
 
 DECODE_LOWERINGS: dict[str, Lowering] = {
-    name: lower
-    for family in (dense, attention, moe)
-    for name, lower in family.DECODE.items()  # type: ignore[attr-defined]
+    name: lower for family in (dense, attention, moe) for name, lower in family.DECODE.items()
 }
 """A decoding module's lowering where it differs (`Step`: positions, caches, routing)."""
 

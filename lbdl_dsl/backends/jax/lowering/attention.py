@@ -59,7 +59,7 @@ def attention(e: Emit) -> str:
 
 def mha_step(e: Emit) -> str:
     """A causal self-attention in a decoding module: the step with its cache of keys and
-    values (`runtime_extra/decode.py`), which it returns updated."""
+    values (`runtime/decode.py`), which it returns updated."""
     weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
     a = e.a
     options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}

@@ -7,7 +7,7 @@ from typing import Any
 from lbdl_dsl.backends.jax.emit import Emit, Lowering
 
 
-def _ones(values: tuple) -> bool:
+def _ones(values: tuple[int, ...]) -> bool:
     return all(v == 1 for v in values)
 
 

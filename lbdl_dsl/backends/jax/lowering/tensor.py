@@ -7,7 +7,7 @@ from typing import Any
 from lbdl_dsl.backends.jax.emit import Emit, Lowering
 
 
-def _dims(values: tuple) -> str:
+def _dims(values: tuple[int, ...]) -> str:
     return ", ".join(str(v) for v in values)
 
 

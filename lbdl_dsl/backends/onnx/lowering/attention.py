@@ -54,7 +54,7 @@ def mha(e: Emit) -> str:
     a = e.a
     if a.masked:
         raise Unsupported("a key mask (no ONNX form here)")
-    if getattr(a, "scale", None) is not None or getattr(a, "bias_at", 0):
+    if getattr(a, "scale", None) is not None or getattr(a, "bias_at", False):
         raise Unsupported("a score bias or a scale= (not lowered to ONNX here)")
     x = e.x[0]
     z = e.x[1] if len(e.x) > 1 else x

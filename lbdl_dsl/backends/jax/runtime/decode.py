@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax.runtime import dense, sinusoidal_positions
+from lbdl_dsl.backends.jax.runtime.dense import dense, sinusoidal_positions
 
 
 def add_positions_at(x: jax.Array, *, pos, context: int) -> jax.Array:

@@ -14,7 +14,8 @@ gated feed-forward experts between them, an ``experts:`` group its own body unde
 import jax
 import jax.numpy as jnp
 
-from lbdl_dsl.backends.jax.runtime import dense, gelu, silu
+from lbdl_dsl.backends.jax.runtime.activation import gelu, silu
+from lbdl_dsl.backends.jax.runtime.dense import dense
 
 
 def moe_dispatch(
@@ -24,7 +25,7 @@ def moe_dispatch(
     k: int,
     capacity: float | None = None,
     train: bool = False,
-) -> tuple:
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array], jax.Array]:
     """Route the tokens of x (B, ..., T, D) to E expert buffers; returns (buffers (E, G·C, D),
     the routes (G, T, k) into them, their gates (G, T, k), the load-balancing loss).
 
@@ -86,7 +87,9 @@ def _scatter(tokens: jax.Array, slots: jax.Array, rows: int) -> jax.Array:
     return out.at[slots.reshape(-1)].add(src.reshape(n * k, -1))[:rows]
 
 
-def moe_combine(ys: jax.Array, routes: tuple, lead: tuple) -> jax.Array:
+def moe_combine(
+    ys: jax.Array, routes: tuple[jax.Array, jax.Array], lead: tuple[int, ...]
+) -> jax.Array:
     """The experts' outputs ys (E, G·C, D') gathered back into their tokens and summed with
     the gates of `moe_dispatch`; ``lead`` is the input's shape before its last axis."""
     slots, gates = routes
@@ -101,14 +104,14 @@ def moe_combine(ys: jax.Array, routes: tuple, lead: tuple) -> jax.Array:
 
 def moe(
     x: jax.Array,
-    p: dict,
+    p: dict[str, jax.Array],
     *,
     k: int,
     act: str,
     capacity: float | None = None,
     train: bool = False,
     stats: bool = False,
-) -> tuple:
+) -> tuple[jax.Array, ...]:
     """Sparse mixture of gated experts on x (B, T, D); returns (y, load-balancing loss), and
     with ``stats`` each expert's load (k times its share of the choices) and mean probability,
     which `pooled_balance_loss` pools across layers.
@@ -127,7 +130,7 @@ def moe(
     return moe_combine(ys, routes, x.shape[:-1]), aux
 
 
-def routing_stats(x: jax.Array, router: jax.Array, *, k: int) -> tuple:
+def routing_stats(x: jax.Array, router: jax.Array, *, k: int) -> tuple[jax.Array, jax.Array]:
     """Per expert: the number of times it is among a token's top k, per token (k times its
     share of the choices), and its mean router probability, over the tokens of x."""
     tokens = x.reshape(-1, x.shape[-1])
@@ -137,7 +140,7 @@ def routing_stats(x: jax.Array, router: jax.Array, *, k: int) -> tuple:
     return load, jnp.mean(probs, axis=0)
 
 
-def pooled_balance_loss(state) -> jax.Array:
+def pooled_balance_loss(state: dict[str, object]) -> jax.Array:
     """The load-balancing loss pooled across layers, as transformers' Mixtral computes it
     (``load_balancing_loss_func``): E·Σ_e load_e·prob_e with each expert's load and mean
     probability averaged over every `moe` layer of ``state`` (each layer's `load` and `prob`,
@@ -145,7 +148,7 @@ def pooled_balance_loss(state) -> jax.Array:
     rather than a mean of the layers' own losses."""
     loads, probs = [], []
 
-    def walk(node) -> None:
+    def walk(node: object) -> None:
         if isinstance(node, dict):
             if "load" in node and "prob" in node:
                 loads.append(node["load"].reshape(-1, node["load"].shape[-1]))

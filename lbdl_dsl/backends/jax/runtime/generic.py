@@ -5,11 +5,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax.runtime import dropout_mask_apply
-from lbdl_dsl.backends.jax.runtime_extra.norm_axis import along
+from lbdl_dsl.backends.jax.runtime.activation import dropout_mask_apply
+from lbdl_dsl.backends.jax.runtime.norm import along
 
 
-def drop_path(x: jax.Array, p: float, *, train: bool, key) -> jax.Array:
+def drop_path(x: jax.Array, p: float, *, train: bool, key: jax.Array | None) -> jax.Array:
     """Stochastic depth: in training, each sample's whole tensor is zeroed with probability p
     and the others scaled by 1/(1-p) (one draw per sample); the identity otherwise."""
     if not train or (isinstance(p, (int, float)) and p == 0):  # p traced: a copy's rate
@@ -38,7 +38,7 @@ def timestep_embedding(
     *,
     period: float = 10000.0,
     sin_first: bool = False,
-    dtype=jnp.float32,
+    dtype: jax.typing.DTypeLike = jnp.float32,
 ) -> jax.Array:
     """Each value of ``t`` as ``dim`` features cos(t·w_i), sin(t·w_i), w_i = period^(-i/half)
     (ADM's and DiT's order; sines first with ``sin_first``), a zero column if ``dim`` is odd;
@@ -53,7 +53,9 @@ def timestep_embedding(
     return jnp.concatenate(parts, axis=-1).astype(dtype)
 
 
-def token_drop(ids: jax.Array, p: float, null: int, *, train: bool, key) -> jax.Array:
+def token_drop(
+    ids: jax.Array, p: float, null: int, *, train: bool, key: jax.Array | None
+) -> jax.Array:
     """In training, each sample's tokens all become ``null`` with probability p (DiT's label
     dropout for classifier-free guidance); the identity otherwise."""
     if not train or p == 0:

@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax.runtime import dense
-from lbdl_dsl.backends.jax.runtime_extra.constants import relative_index
+from lbdl_dsl.backends.jax.runtime.constants import relative_index
+from lbdl_dsl.backends.jax.runtime.dense import dense
 
 
 def window_partition(x: jax.Array, window: int) -> jax.Array:
@@ -31,13 +31,19 @@ def shift_mask(h: int, w: int, window: int, shift: int) -> jax.Array:
     for i, (r0, r1) in enumerate(bands):
         for j, (c0, c1) in enumerate(bands):
             labels[r0:r1, c0:c1] = 3 * i + j
-    cells = labels.reshape(h // window, window, w // window, window).transpose(0, 2, 1, 3)
-    cells = cells.reshape(-1, window * window)
+    grid = labels.reshape(h // window, window, w // window, window).transpose(0, 2, 1, 3)
+    cells = grid.reshape(-1, window * window)
     return jnp.asarray((cells[:, :, None] == cells[:, None, :])[:, None])
 
 
 def window_attention(
-    x: jax.Array, p: dict, *, heads: int, window: int, shift: int = 0, pad: tuple = (0, 0)
+    x: jax.Array,
+    p: dict[str, jax.Array],
+    *,
+    heads: int,
+    window: int,
+    shift: int = 0,
+    pad: tuple[int, int] = (0, 0),
 ) -> jax.Array:
     """Swin's (S)W-MSA on a channels-last map (B, H, W, C): attention within each window,
     with the relative position bias ``p["table"]`` ((2w-1)^2, heads) and, when shifted, the
@@ -82,7 +88,7 @@ def space_to_depth(x: jax.Array, f: int, *, swin: bool = False) -> jax.Array:
     return x.reshape(b, h // f, w // f, f * f * c)
 
 
-def adaptive_avg_pool(x: jax.Array, out: tuple) -> jax.Array:
+def adaptive_avg_pool(x: jax.Array, out: tuple[int, ...]) -> jax.Array:
     """PyTorch's adaptive average pooling of a channels-last map (B, *S, C) to sizes ``out``:
     on each axis of n, output i averages positions floor(i*n/o) to ceil((i+1)*n/o) - 1,
     written as a constant matrix that the axis is multiplied by."""

@@ -9,25 +9,32 @@ position at a time with ``jax.lax.scan``, the reference the tests compare with.
 import jax
 import jax.numpy as jnp
 
-from lbdl_dsl.backends.jax.runtime import dense, silu, trailing
+from lbdl_dsl.backends.jax.runtime.activation import silu
+from lbdl_dsl.backends.jax.runtime.dense import dense
+from lbdl_dsl.backends.jax.runtime.tensor import trailing
 
 
-def linear_recurrence(a: jax.Array, b: jax.Array, *, axis: int = 1, sequential: bool = False):
+def linear_recurrence(
+    a: jax.Array, b: jax.Array, *, axis: int = 1, sequential: bool = False
+) -> jax.Array:
     """h_t = a_t * h_{t-1} + b_t along ``axis`` (h_{-1} = 0), for a and b of one shape."""
     if sequential:
         a_t, b_t = jnp.moveaxis(a, axis, 0), jnp.moveaxis(b, axis, 0)
 
-        def step(h, ab):
+        def step(h: jax.Array, ab: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
             h = ab[0] * h + ab[1]
             return h, h
 
         _, hs = jax.lax.scan(step, jnp.zeros_like(b_t[0]), (a_t, b_t))
         return jnp.moveaxis(hs, 0, axis)
 
-    def combine(first, second):
+    def combine(
+        first: tuple[jax.Array, jax.Array], second: tuple[jax.Array, jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
         return first[0] * second[0], second[0] * first[1] + second[1]
 
-    return jax.lax.associative_scan(combine, (a, b), axis=axis)[1]
+    h: jax.Array = jax.lax.associative_scan(combine, (a, b), axis=axis)[1]
+    return h
 
 
 def causal_depthwise_conv(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
@@ -39,7 +46,16 @@ def causal_depthwise_conv(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array
     return out + trailing(b, 3)
 
 
-def selective_scan(x, dt, a, bm, cm, d, *, sequential: bool = False):
+def selective_scan(
+    x: jax.Array,
+    dt: jax.Array,
+    a: jax.Array,
+    bm: jax.Array,
+    cm: jax.Array,
+    d: jax.Array,
+    *,
+    sequential: bool = False,
+) -> jax.Array:
     """Mamba's S6: x, dt (B, T, E); a (E, N); bm, cm (B, T, N); d (E). The state of channel e
     evolves as h_t = exp(dt_t·a) ⊙ h_{t-1} + dt_t·B_t·x_t, and y_t = C_t·h_t + d·x_t."""
     decay = jnp.exp(dt[..., None] * trailing(a, 4))  # (B, T, E, N)
@@ -48,7 +64,9 @@ def selective_scan(x, dt, a, bm, cm, d, *, sequential: bool = False):
     return jnp.einsum("bten,btn->bte", h, cm) + x * trailing(d, 3)
 
 
-def mamba_mixer(x: jax.Array, p: dict, *, state: int, rank: int, sequential: bool = False):
+def mamba_mixer(
+    x: jax.Array, p: dict[str, jax.Array], *, state: int, rank: int, sequential: bool = False
+) -> jax.Array:
     """Mamba's block (Gu & Dao 2023, Fig. 3) on x (B, T, D): in_proj to x and the gate z, the
     causal depthwise conv and silu on x, Δ, B and C projected from x (Δ through dt_proj and
     softplus), the selective scan with A = −exp(A_log), the output gated by silu(z), out_proj."""
