@@ -782,7 +782,7 @@ XLA spends longer on ResNet-50's loops.
   ((2, 64), (3, 128), (5, 256)...). Splitting the stacks at run time does not help (static
   slices, dynamic slices and `jnp.unstack` are kernels too: unrolling over the stacks took
   1.63 s forward against the peer's 0.79 s, `jnp.unstack` before a Python loop 1.54 s). So a
-  short group of convolutions now keeps each copy's arrays apart (`compiler/storage.py`,
+  short group of convolutions now keeps each copy's arrays apart (`backends/jax/storage.py`,
   `each_copy`): no stacks and no slices, the copies called in turn. In one process (medians
   of three, in turn), the training step compiled in 9.9 s stacked and 5.7 s apart, the forward
   pass in 1.37 s and 0.93 s; with the checkpointed copy traced once for all copies, 5.16 s

@@ -22,8 +22,8 @@ import optax
 import pytest
 
 import lbdl_dsl
+from lbdl_dsl.backends.jax import storage
 from lbdl_dsl.backends.jax.codegen import generate
-from lbdl_dsl.compiler import storage
 from lbdl_dsl.compiler.driver import compile_spec
 from lbdl_dsl.compiler.paths import arrays
 from lbdl_dsl.compiler.roles import logical_roles
@@ -139,9 +139,9 @@ def test_the_counts_are_all_experts_parameters_and_k_experts_macs() -> None:
 
 
 def test_the_experts_arrays_are_stacked_with_an_experts_axis() -> None:
-    """In the stacked view (what maps and the ×N frame's longer variants see)."""
+    """In the logical layout (what maps, files and sharding read)."""
     checked = lbdl_dsl.check(str(SPEC), T=6)
-    view = arrays(checked.root, stacked=True)
+    view = arrays(checked.root)
     shapes = {a.path: tuple(int(d.as_int() or 0) for d in a.shape) for a in view}
     assert shapes["experts_0/router"] == (8, 4)
     assert shapes["experts_0/expert/fc_0/w"] == (4, 8, 16)
@@ -150,8 +150,14 @@ def test_the_experts_arrays_are_stacked_with_an_experts_axis() -> None:
     roles = logical_roles(checked.root)
     assert roles["experts_0/router"] == ("embed", "experts")
     assert roles["experts_0/expert/fc_0/w"] == ("experts", "in", "mlp")
-    # stored, the frame's copies are apart: no `layers` axis, the experts' axis first
-    assert roles["repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_1/w"][:2] == ("experts", "mlp")
+    assert roles["repeat_0/experts_0/expert/ffn_0/residual_0/fc_1/w"][:3] == (
+        "layers",
+        "experts",
+        "mlp",
+    )
+    # as the JAX module stores them, the frame's copies are apart: no `layers` axis
+    stored = logical_roles(checked.root, storage.per_copy)
+    assert stored["repeat_0/1/experts_0/expert/ffn_0/residual_0/fc_1/w"][:2] == ("experts", "mlp")
 
 
 def test_a_training_step_reaches_the_router_and_every_expert(model: Any) -> None:

@@ -18,11 +18,10 @@ import pytest
 
 import lbdl_dsl
 from lbdl_dsl import cli as main
-from lbdl_dsl.backends.jax import distributed, shard_init
+from lbdl_dsl.backends.jax import distributed, shard_init, storage
 from lbdl_dsl.backends.jax.runtime.inits import init_arrays
 from lbdl_dsl.backends.jax.sharding import Sharded, make_mesh
 from lbdl_dsl.cli.launch import environments
-from lbdl_dsl.compiler import storage
 from lbdl_dsl.compiler.sharding import parse_mesh
 from lbdl_dsl.core.errors import LbdlError
 

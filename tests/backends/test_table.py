@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import lbdl_dsl
-from lbdl_dsl.backends.jax.runtime_extra.constants import formula_table, relative_buckets
+from lbdl_dsl.backends.jax.runtime.constants import formula_table, relative_buckets
 from lbdl_dsl.compiler.formula_parse import parse_formula
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.formula import evaluate

@@ -10,7 +10,9 @@ apply(params, state, X, train=False, key=None) -> (outputs, new_state); jit it a
 
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -106,6 +108,7 @@ def ffn(p, x):
 
 def apply(params, state, X, *, train=False, key=None):
     """The model on a batch: a leading axis on every input; returns (outputs, new state)."""
+    del key  # the common signature; not read here
     new_state = {}
     # experts.lbdl:13: experts e=E k=K cap=1.5:  ->  6×8
     (buffers, routes, aux) = moe_dispatch(
@@ -154,7 +157,29 @@ def apply(params, state, X, *, train=False, key=None):
 # -- runtime functions (copied from lbdl's runtime) --
 
 
-def init_arrays(key_data, table: dict, workers: int = 0) -> list:
+def relu(x: jax.Array) -> jax.Array:
+    """max(x, 0)."""
+    return jax.nn.relu(x)
+
+
+def gelu(x: jax.Array, approximate: bool = False) -> jax.Array:
+    """GELU; exact (erf) form unless ``approximate`` (PyTorch's approximate="tanh")."""
+    return jax.nn.gelu(x, approximate=approximate)
+
+
+def dense(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
+    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
+    y = jnp.matmul(x, w)
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def init_arrays(
+    key_data: jax.typing.ArrayLike,
+    table: dict[str, tuple[tuple[int, ...], str, float]],
+    workers: int = 0,
+) -> list[np.ndarray]:
     """NumPy arrays for a table of ``path: (shape, how, arg)``, from the words of a key.
 
     "fan_in": uniform with variance 1/arg (LeCun's scaling, as Flax's default, from the
@@ -177,7 +202,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     starts = np.cumsum([0] + [-(-n // 16) * 16 for n in sizes]).tolist()
     noise = float32_buffer(starts[-1])
     runs = []  # (where in noise, how many, bound), in the stream's order, 1 MB at most each
-    for (_, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (_, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             continue
         bound = np.float32(init_bound(how, scale))
@@ -186,7 +211,10 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     if not workers:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         workers = max(1, min(8, cpus or 1, total >> 22))
-    spans, first, at = [], [], 0  # each worker's runs, and the stream number it starts from
+    # each worker's runs, and the stream number it starts from
+    spans: list[list[tuple[int, int, np.float32]]] = []
+    first: list[int] = []
+    at = 0
     for where, n, bound in runs:
         if not spans or (at * workers >= total * len(spans) and len(spans) < workers):
             spans.append([])
@@ -199,7 +227,7 @@ def init_arrays(key_data, table: dict, workers: int = 0) -> list:
     elif spans:
         draw_runs(entropy, noise, spans[0], 0)
     out = []
-    for (shape, how, scale), start, n in zip(table.values(), starts, sizes):
+    for (shape, how, scale), start, n in zip(table.values(), starts[:-1], sizes, strict=True):
         if not n:
             out.append(np.full(shape, scale if how == "const" else 0.0, np.float32))
             continue
@@ -218,7 +246,7 @@ def init_bound(how: str, scale: float) -> float:
     return 1.0 if how in ("normal", "truncated_normal") else float(np.sqrt(3.0) * scale)
 
 
-def normal_from_uniform(u, std: float, *, truncated: bool = False) -> None:
+def normal_from_uniform(u: np.ndarray, std: float, *, truncated: bool = False) -> None:
     """Uniform numbers in [-1, 1) turned, in place and one by one, into a normal law of ``std``
     by its inverse distribution function (Acklam's rational approximation, relative error
     1.2e-9); ``truncated`` keeps the law within ±2σ by drawing from its middle 95.4%. One
@@ -267,7 +295,9 @@ def float32_buffer(n: int) -> np.ndarray:
     return raw[skip : skip + n]
 
 
-def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
+def draw_runs(
+    entropy: list[int], noise: np.ndarray, runs: list[tuple[int, int, np.float32]], first: int
+) -> None:
     """Fill ``noise``'s ``runs`` (where, how many, bound) with the init stream's numbers from
     number ``first`` on, scaled from [0, 1) to [-bound, bound) in place.
 
@@ -286,83 +316,37 @@ def draw_runs(entropy: list, noise, runs: list, first: int) -> None:
         chunk -= bound
 
 
-def trailing(v: jax.Array, ndim: int) -> jax.Array:
-    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+def init_table(
+    key: jax.Array, table: dict[str, tuple[tuple[int, ...], str, float]]
+) -> dict[str, jax.Array]:
+    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
 
-    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
+    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
+    numbers of an eager one.
     """
-    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
+    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
+    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
+    return dict(zip(table, arrays, strict=True))
 
 
-def dense(x: jax.Array, w: jax.Array, b=None) -> jax.Array:
-    """x @ w (+ b) over the last axis; ``w`` is (Din, Dout), i.e. PyTorch's weight transposed."""
-    y = jnp.matmul(x, w)
-    if b is not None:
-        y = y + trailing(b, y.ndim)
-    return y
+def on_host(
+    key: jax.Array,
+    draw: Callable[[jax.Array], list[np.ndarray]],
+    shapes: list[jax.ShapeDtypeStruct],
+    what: str,
+) -> list[jax.Array]:
+    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
+    concrete key, by a host callback for a traced one, so that both give the same numbers."""
+    data = jax.random.key_data(key)
+    if isinstance(key, jax.core.Tracer):
+        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
+    if data.ndim != 1:
+        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
+    return [jax.device_put(a) for a in draw(data)]
 
 
-def layer_norm(x: jax.Array, scale, bias, *, eps: float = 1e-5, axes: int = 1) -> jax.Array:
-    """Layer norm over the last ``axes`` axes (PyTorch's LayerNorm: biased variance).
-
-    ``scale`` and ``bias`` have the normalised shape ``x.shape[-axes:]``; either may be None.
-    """
-    y = normalized(x, tuple(range(x.ndim - axes, x.ndim)), eps)
-    if scale is not None:
-        y = y * trailing(scale, y.ndim)
-    if bias is not None:
-        y = y + trailing(bias, y.ndim)
-    return y
-
-
-def normalized(x: jax.Array, axes: tuple, eps: float, centred: bool = True) -> jax.Array:
-    """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
-    part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
-
-    Its tangent is written out, r·(c − y·mean(c·y)) with r = 1 / sqrt(var + eps) and c the
-    tangent less its mean (itself when not centred), where JAX's own rule steps through the
-    mean, the variance and ``rsqrt`` and transposes each: GPT-2 small's training step on a
-    CPU then has 114 distinct kernels against 117 and 18 % fewer operations in them, and
-    compiles 5 % faster at 12 blocks and 11 % at one, for the same step time
-    (docs/performance.md). Forward mode, vmap and higher orders go through it as through
-    any JAX function.
-    """
-
-    def value(x):
-        return standardised(x, axes, eps, centred)[0]
-
-    def tangent(primals, tangents):
-        (x,), (dx,) = primals, tangents
-        y, r = standardised(x, axes, eps, centred)
-        if centred:
-            dx = dx - jnp.mean(dx, axis=axes, keepdims=True)
-        return y, r * (dx - y * jnp.mean(dx * y, axis=axes, keepdims=True))
-
-    rule = jax.custom_jvp(value)
-    rule.defjvp(tangent)
-    return rule(x)
-
-
-def standardised(x: jax.Array, axes: tuple, eps: float, centred: bool) -> tuple:
-    """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
-    have: the mean, then the biased variance of what is left, then ``rsqrt``."""
-    if centred:
-        x = x - jnp.mean(x, axis=axes, keepdims=True)
-    r = jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=axes, keepdims=True) + eps)
-    return x * r, r
-
-
-def relu(x: jax.Array) -> jax.Array:
-    """max(x, 0)."""
-    return jax.nn.relu(x)
-
-
-def gelu(x: jax.Array, approximate: bool = False) -> jax.Array:
-    """GELU; exact (erf) form unless ``approximate`` (PyTorch's approximate="tanh")."""
-    return jax.nn.gelu(x, approximate=approximate)
-
-
-def keep_products(prim, *_, **params) -> bool:
+def keep_products(prim: Any, *_: Any, **params: Any) -> bool:
     """What the backward pass of a ×N group keeps from its forward pass: the outputs of
     convolutions, of matrix products with no batch axes and of cuDNN's fused attention (its
     output and softmax statistics, which its backward kernel reads); everything else (norms,
@@ -386,7 +370,14 @@ def checkpoint_copies(remat_on_cpu: bool) -> bool:
     return remat_on_cpu or jax.default_backend() != "cpu"
 
 
-def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
+def each_copy(
+    step: Callable[..., tuple[Any, Any]],
+    x: Any,
+    xs: Any,
+    first: int,
+    length: int,
+    remat_on_cpu: bool = True,
+) -> tuple[Any, dict[str, Any]]:
     """A short ×N group whose copies keep arrays of their own (``storage`` in the compiler):
     copies ``first`` to ``first + length - 1`` called in turn, each with its own arrays and key,
     their backward passes keeping what ``keep_products`` names, as a scanned group's do. XLA
@@ -409,7 +400,7 @@ def each_copy(step, x, xs, first: int, length: int, remat_on_cpu: bool = True):
     return x, news
 
 
-def copy_of(xs, k: int, first: int):
+def copy_of(xs: Any, k: int, first: int) -> Any:
     """Copy ``k``'s part of what a step reads: its arrays out of a dict by copy number, its key
     out of the keys split for the run that starts at copy ``first``."""
     if isinstance(xs, tuple):
@@ -419,32 +410,9 @@ def copy_of(xs, k: int, first: int):
     return None if xs is None else xs[k - first]
 
 
-def init_table(key, table: dict) -> dict:
-    """Arrays for a table of ``path: (shape, how, scale)`` (see ``init_arrays``).
-
-    Drawn on the host, so that initialising compiles nothing; under ``jax.jit``, ``vmap`` or
-    ``eval_shape`` the same function runs as a callback, so a jitted ``init`` gives the very
-    numbers of an eager one.
-    """
-    shapes = [jax.ShapeDtypeStruct(shape, jnp.float32) for shape, _, _ in table.values()]
-    arrays = on_host(key, lambda data: init_arrays(data, table), shapes, "init")
-    return dict(zip(table, arrays))
-
-
-def on_host(key, draw, shapes: list, what: str) -> list:
-    """``draw(key_data)``'s NumPy arrays (of ``shapes``) on the device: drawn at once for a
-    concrete key, by a host callback for a traced one, so that both give the same numbers."""
-    data = jax.random.key_data(key)
-    if isinstance(key, jax.core.Tracer):
-        return list(jax.pure_callback(draw, shapes, data, vmap_method="sequential"))
-    if data.ndim != 1:
-        raise ValueError(f"{what} takes one key, not {data.shape[:-1]} of them: vmap it")
-    return [jax.device_put(a) for a in draw(data)]
-
-
-def unflatten(flat: dict) -> dict:
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     """Nested dictionaries from "a/b/c" paths: the pytree whose paths mirror the spec."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for path, value in flat.items():
         node = out
         *parents, leaf = path.split("/")
@@ -461,7 +429,7 @@ def moe_dispatch(
     k: int,
     capacity: float | None = None,
     train: bool = False,
-) -> tuple:
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array], jax.Array]:
     """Route the tokens of x (B, ..., T, D) to E expert buffers; returns (buffers (E, G·C, D),
     the routes (G, T, k) into them, their gates (G, T, k), the load-balancing loss).
 
@@ -523,7 +491,9 @@ def _scatter(tokens: jax.Array, slots: jax.Array, rows: int) -> jax.Array:
     return out.at[slots.reshape(-1)].add(src.reshape(n * k, -1))[:rows]
 
 
-def moe_combine(ys: jax.Array, routes: tuple, lead: tuple) -> jax.Array:
+def moe_combine(
+    ys: jax.Array, routes: tuple[jax.Array, jax.Array], lead: tuple[int, ...]
+) -> jax.Array:
     """The experts' outputs ys (E, G·C, D') gathered back into their tokens and summed with
     the gates of `moe_dispatch`; ``lead`` is the input's shape before its last axis."""
     slots, gates = routes
@@ -534,3 +504,72 @@ def moe_combine(ys: jax.Array, routes: tuple, lead: tuple) -> jax.Array:
     picked = jax.vmap(lambda r, s: r[s])(rows, slots)  # (G, T, k, D')
     y = jnp.einsum("gtkd,gtk->gtd", picked, gates.astype(picked.dtype))
     return y.reshape(*lead, ys.shape[-1])
+
+
+def layer_norm(
+    x: jax.Array,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
+    *,
+    eps: float = 1e-5,
+    axes: int = 1,
+) -> jax.Array:
+    """Layer norm over the last ``axes`` axes (PyTorch's LayerNorm: biased variance).
+
+    ``scale`` and ``bias`` have the normalised shape ``x.shape[-axes:]``; either may be None.
+    """
+    y = normalized(x, tuple(range(x.ndim - axes, x.ndim)), eps)
+    if scale is not None:
+        y = y * trailing(scale, y.ndim)
+    if bias is not None:
+        y = y + trailing(bias, y.ndim)
+    return y
+
+
+def normalized(x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool = True) -> jax.Array:
+    """``x`` over ``axes`` less its mean and divided by its root mean square plus ``eps``: the
+    part of every norm that has no parameters (not ``centred``: RMS norm's, no mean taken).
+
+    Its tangent is written out, r·(c − y·mean(c·y)) with r = 1 / sqrt(var + eps) and c the
+    tangent less its mean (itself when not centred), where JAX's own rule steps through the
+    mean, the variance and ``rsqrt`` and transposes each: GPT-2 small's training step on a
+    CPU then has 114 distinct kernels against 117 and 18 % fewer operations in them, and
+    compiles 5 % faster at 12 blocks and 11 % at one, for the same step time
+    (docs/performance.md). Forward mode, vmap and higher orders go through it as through
+    any JAX function.
+    """
+
+    def value(x: jax.Array) -> jax.Array:
+        return standardised(x, axes, eps, centred)[0]
+
+    def tangent(
+        primals: tuple[jax.Array], tangents: tuple[jax.Array]
+    ) -> tuple[jax.Array, jax.Array]:
+        (x,), (dx,) = primals, tangents
+        y, r = standardised(x, axes, eps, centred)
+        if centred:
+            dx = dx - jnp.mean(dx, axis=axes, keepdims=True)
+        return y, r * (dx - y * jnp.mean(dx * y, axis=axes, keepdims=True))
+
+    rule = jax.custom_jvp(value)
+    rule.defjvp(tangent)
+    return rule(x)
+
+
+def standardised(
+    x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool
+) -> tuple[jax.Array, jax.Array]:
+    """(`normalized`'s output, the factor r it multiplies by), computed as the norms always
+    have: the mean, then the biased variance of what is left, then ``rsqrt``."""
+    if centred:
+        x = x - jnp.mean(x, axis=axes, keepdims=True)
+    r = jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=axes, keepdims=True) + eps)
+    return x * r, r
+
+
+def trailing(v: jax.Array, ndim: int) -> jax.Array:
+    """``v`` with leading axes of size 1, to broadcast over the last axes of an ndim array.
+
+    Written out rather than left to NumPy's implicit rank promotion, which strict JAX refuses.
+    """
+    return jnp.reshape(v, (1,) * (ndim - v.ndim) + v.shape)
