@@ -2,11 +2,16 @@
 
 GPT-2 small (specs/gpt2.lbdl at its defaults: 124,439,808 parameters), random weights of the
 same shapes on both sides, batch 1, a prompt of 128 tokens, 128 new tokens, greedy, float32.
-Both sides run in this one invocation, back to back (the peer in a subprocess of
+Both sides run in this one invocation, interleaved (the peer in a subprocess of
 /work/refvenv's Python, which has torch and transformers; the project's own environment has
-neither): each warms up once (compilation, allocation), then is timed ``--repeats`` times and
-the best run kept. Reported per side: the prefill (the prompt's one forward pass, up to its
-first new token) in ms, the steps after it in tokens/s, and the whole in tokens/s.
+neither; it waits for each measurement it is asked for, so that the two sides take turns and
+share the machine's load): each warms up once (compilation, allocation), then is timed
+``--repeats`` times and the best run kept. Reported per side: the prefill (the prompt's one
+forward pass, up to its first new token; the logits of the last position only, as
+transformers' ``generate`` asks for with ``logits_to_keep=1`` and lbdl's decoding module
+computes) in ms, the steps after it in tokens/s, and the whole in tokens/s; then the ratios.
+Both sides use the machine's cores: torch ``--threads`` of them (all by default), XLA:CPU its
+own pool of one thread per core.
 
     python bench/generate.py [--prompt 128] [--new 128] [--repeats 3] [--json FILE]
 
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "performance-generate.json"  # --record: beside docs/performance.md
@@ -36,105 +42,132 @@ PEER_PYTHON = os.environ.get("LBDL_PEER_PYTHON", "/work/refvenv/bin/python")
 PEER = r"""
 import json, sys, time
 import torch, transformers
-prompt_len, new, repeats, threads = (int(a) for a in sys.argv[1:5])
+prompt_len, new, threads = (int(a) for a in sys.argv[1:4])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
 ids = torch.randint(0, 50257, (1, prompt_len))
-def prefill():
+def prefill():  # generate's first call: the cache filled, the last position's logits
     with torch.no_grad():
-        return model(ids, use_cache=True)
+        return model(ids, use_cache=True, logits_to_keep=1)
 def whole():
     with torch.no_grad():
         return model.generate(ids, do_sample=False, max_new_tokens=new, min_new_tokens=new,
                               use_cache=True, pad_token_id=0)
-prefill(); whole()  # warm-up
-pre, total = [], []
-for _ in range(repeats):
-    t = time.perf_counter(); prefill(); pre.append(time.perf_counter() - t)
-    t = time.perf_counter(); out = whole(); total.append(time.perf_counter() - t)
+prefill(); out = whole()  # warm-up
 assert out.shape[1] == prompt_len + new
-print(json.dumps({"prefill_s": min(pre), "total_s": min(total), "torch": torch.__version__,
-                  "transformers": transformers.__version__, "threads": threads}))
+print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__,
+                  "threads": torch.get_num_threads()}), flush=True)
+for line in sys.stdin:  # one measurement per line asked for: "prefill" or "whole"
+    run = prefill if line.strip() == "prefill" else whole
+    t = time.perf_counter(); run(); took = time.perf_counter() - t
+    print(json.dumps({"s": took}), flush=True)
 """
 
 
-def ours(args: argparse.Namespace) -> dict:
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
+class Ours:
+    """lbdl's side: the model compiled and warmed up; `measure` times one prefill or one whole
+    generation."""
 
-    import lbdl_dsl
-    from lbdl_dsl.backends.jax.decode import Sampling
-    from lbdl_dsl.compiler import memory
+    def __init__(self, args: argparse.Namespace) -> None:
+        import jax
+        import numpy as np
 
-    sets = dict(s.split("=", 1) for s in args.set)
-    model = lbdl_dsl.compile(str(ROOT / args.spec), dtype=args.dtype, **sets)
-    params, state = model.init(jax.random.key(0))
-    decoder = model.decoder
-    prompt = np.random.default_rng(0).integers(0, decoder.plan.vocab, (1, args.prompt))
-    greedy = Sampling(greedy=True)
-    context = decoder.context(args.prompt + args.new)
+        import lbdl_dsl
+        from lbdl_dsl.backends.jax.decode import Sampling
 
-    def prefill() -> float:
-        cache = decoder.init_cache(1, context, state)
-        jax.block_until_ready(cache)
-        t = time.perf_counter()
-        out = decoder.run(
-            params, cache, jnp.asarray(prompt, jnp.int32), 0, jax.random.key(0), context, greedy
+        self.args = args
+        sets = dict(s.split("=", 1) for s in args.set)
+        self.model = lbdl_dsl.compile(str(ROOT / args.spec), dtype=args.dtype, **sets)
+        self.params, self.state = self.model.init(jax.random.key(0))
+        self.decoder = self.model.decoder
+        self.prompt = np.random.default_rng(0).integers(
+            0, self.decoder.plan.vocab, (1, args.prompt)
         )
-        jax.block_until_ready(out)
-        return time.perf_counter() - t
+        self.greedy = Sampling(greedy=True)
+        self.context = self.decoder.context(args.prompt + args.new)
+        self.measure("prefill")
+        self.measure("whole")  # warm-up: compiles the prompt's shape and the loop's
 
-    def whole() -> float:
+    def measure(self, what: str) -> float:
+        import jax
+        import jax.numpy as jnp
+
+        d, args = self.decoder, self.args
+        if what == "prefill":
+            cache = d.init_cache(1, self.context, self.state)
+            jax.block_until_ready(cache)
+            ids = jnp.asarray(self.prompt, jnp.int32)
+            t = time.perf_counter()
+            out = d.run(self.params, cache, ids, 0, jax.random.key(0), self.context, self.greedy)
+            jax.block_until_ready(out)
+            return time.perf_counter() - t
         t = time.perf_counter()
-        out = decoder.generate(params, prompt, args.new, greedy, state=state)
-        assert out.ids.shape == (1, args.prompt + args.new)
+        gen = d.generate(self.params, self.prompt, args.new, self.greedy, state=self.state)
+        assert gen.ids.shape == (1, args.prompt + args.new)
         return time.perf_counter() - t
 
-    prefill()
-    whole()  # warm-up: compiles the prompt's shape and the step's
-    pre = min(prefill() for _ in range(args.repeats))
-    total = min(whole() for _ in range(args.repeats))
-    result = {
-        "prefill_s": pre,
-        "total_s": total,
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "compiles": decoder.traces,
-    }
-    if args.bandwidth:
-        step = (total - pre) / (args.new - 1)
-        itemsize = 2 if args.dtype == "bfloat16" else 4
-        weights = model.param_count * itemsize
-        cache = memory.kv_cache(model.checked)
-        assert cache is not None
-        # the cache read by the average step: positions prompt .. prompt + new, float32
-        average = args.prompt + args.new / 2
-        kv = int(cache.per_token.as_int() or 0) * average
-        read = weights + kv
-        result |= {
-            "bytes_per_token": read,
-            "step_s": step,
-            "bandwidth_use": read / step / (args.bandwidth * 1e9),
+    def result(self, pre: float, total: float) -> dict:
+        import jax
+
+        from lbdl_dsl.compiler import memory
+
+        args = self.args
+        result = {
+            "prefill_s": pre,
+            "total_s": total,
+            "jax": jax.__version__,
+            "backend": jax.default_backend(),
+            "threads": os.cpu_count(),  # XLA:CPU's intra-op pool: one thread per core
+            "compiles": self.decoder.traces,
         }
-    return result
+        if args.bandwidth:
+            step = (total - pre) / (args.new - 1)
+            itemsize = 2 if args.dtype == "bfloat16" else 4
+            weights = self.model.param_count * itemsize
+            cache = memory.kv_cache(self.model.checked)
+            assert cache is not None
+            # the cache read by the average step: positions prompt .. prompt + new, float32
+            average = args.prompt + args.new / 2
+            kv = int(cache.per_token.as_int() or 0) * average
+            read = weights + kv
+            result |= {
+                "bytes_per_token": read,
+                "step_s": step,
+                "bandwidth_use": read / step / (args.bandwidth * 1e9),
+            }
+        return result
 
 
-def peer(args: argparse.Namespace) -> dict:
-    cmd = [
-        PEER_PYTHON,
-        "-c",
-        PEER,
-        str(args.prompt),
-        str(args.new),
-        str(args.repeats),
-        str(args.threads),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"the peer failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+class Peer:
+    """transformers' side, in /work/refvenv's Python: started and warmed up, then asked for
+    one measurement at a time."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        cmd = [PEER_PYTHON, "-c", PEER, str(args.prompt), str(args.new), str(args.threads)]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.about = json.loads(self._line())
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            assert self.proc.stderr is not None
+            raise SystemExit(f"the peer failed:\n{self.proc.stderr.read()[-2000:]}")
+        return line
+
+    def measure(self, what: str) -> float:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        return float(json.loads(self._line())["s"])
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def rates(r: dict, args: argparse.Namespace) -> dict:
@@ -160,6 +193,17 @@ def show(side: str, r: dict) -> None:
         )
 
 
+def ratios(results: dict) -> dict:
+    """lbdl over transformers: the prefill's time (≤ 1 is the target), decode and whole tokens/s
+    (≥ 1)."""
+    ours, peer = results["lbdl"], results["transformers"]
+    return {
+        "prefill_time": ours["prefill_s"] / peer["prefill_s"],
+        "decode_tokens_per_s": ours["decode_tokens_per_s"] / peer["decode_tokens_per_s"],
+        "tokens_per_s": ours["tokens_per_s"] / peer["tokens_per_s"],
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--spec", default="specs/gpt2.lbdl")
@@ -178,11 +222,37 @@ def main() -> None:
         help=f"save the figures ({RECORD.name}) and write their section of docs/performance.md",
     )
     args = p.parse_args()
-    results = {"lbdl": rates(ours(args), args)}
-    show("lbdl", results["lbdl"])
+    sides: dict[str, Any] = {"lbdl": Ours(args)}
     if not args.no_peer:
-        results["transformers"] = rates(peer(args), args)
-        show("transformers", results["transformers"])
+        sides["transformers"] = Peer(args)
+    times: dict[str, dict[str, list[float]]] = {n: {"prefill": [], "whole": []} for n in sides}
+    for _ in range(args.repeats):  # the sides take turns, each measurement in the same moment
+        for what in ("prefill", "whole"):
+            for name, side in sides.items():
+                times[name][what].append(side.measure(what))
+    results = {}
+    for name, side in sides.items():
+        pre, total = min(times[name]["prefill"]), min(times[name]["whole"])
+        about = (
+            side.result(pre, total)
+            if name == "lbdl"
+            else side.about
+            | {
+                "prefill_s": pre,
+                "total_s": total,
+            }
+        )
+        results[name] = rates(about, args)
+        show(name, results[name])
+    if not args.no_peer:
+        sides["transformers"].close()
+        results["ratios"] = ratios(results)
+        r = results["ratios"]
+        print(
+            f"{'lbdl / peer':13} prefill time {r['prefill_time']:.3f} (target ≤ 1)   decode "
+            f"{r['decode_tokens_per_s']:.3f} (≥ 1)   whole {r['tokens_per_s']:.3f} (≥ 1)",
+            flush=True,
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     if args.record:
