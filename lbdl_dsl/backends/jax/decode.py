@@ -144,7 +144,9 @@ class Decoder:
 
     def init_cache(self, batch: int, context: int, state: Any = None) -> dict[str, Any]:
         """Zeros for every box's cache, merged with the model's state (as the module's
-        ``apply`` reads them both from one tree)."""
+        ``apply`` reads them both from one tree). A cache stacked over a ×N group is a list
+        of its layers' arrays, as `split` makes the weights: each step updates them in place
+        (`each_layer`)."""
         flat: dict[str, Any] = {}
         for path, (shape, _how, _arg) in self.model.module["STATE"].items():
             flat[path] = jnp.zeros(shape, jnp.float32)
@@ -156,7 +158,11 @@ class Decoder:
         for array in decoding.cache_arrays(self.model.checked.root, context):
             sizes = [_known(d) for d in array.stack]
             per = [_known(d) for d in array.spec.shape]
-            flat[array.path] = jnp.zeros((*sizes, batch, *per), jnp.float32)
+            if sizes and array.stack_roles[:1] == ("layers",):  # one array per layer
+                rest = (*sizes[1:], batch, *per)
+                flat[array.path] = [jnp.zeros(rest, jnp.float32) for _ in range(sizes[0])]
+            else:
+                flat[array.path] = jnp.zeros((*sizes, batch, *per), jnp.float32)
         tree: dict[str, Any] = unflatten(flat)
         return tree
 

@@ -162,13 +162,30 @@ def recurrent_from(x: jax.Array, p: dict, carry: tuple, *, kind: str) -> tuple:
 
 
 def each_layer(step, x, xs, length: int):
-    """`unrolled` for a decoding module, whose caller split each stacked weight into a list of
-    its layers (`Decoder.split`): the step reads layer i's arrays as they are, where a slice of
-    the stack is a copy on XLA:CPU; a stacked array (a cache) is sliced, and the new states are
-    stacked again."""
+    """`unrolled` for a decoding module, whose caller split each stacked weight and each
+    stacked cache into a list of its layers (`Decoder.split`, `Decoder.init_cache`): the step
+    reads layer i's arrays as they are, where a slice of the stack is a copy on XLA:CPU, and
+    each layer's new cache is returned in a list again, where stacking them would copy every
+    layer's cache at every step (GPT-2 small: 19 MB a token, and XLA:CPU copied the stack
+    before slicing it too). An array still stacked is sliced, and its new states stacked."""
+    is_list = lambda a: isinstance(a, list)  # noqa: E731
     ys = []
     for i in range(length):
-        pick = jax.tree.map(lambda a, i=i: a[i], xs, is_leaf=lambda a: isinstance(a, list))
+        pick = jax.tree.map(lambda a, i=i: a[i], xs, is_leaf=is_list)
         x, y = step(x, pick)
         ys.append(y)
+    if not ys or ys[0] is None:
+        return x, None
+    shape = jax.tree.structure(ys[0])
+    # the input the new states come from (the state part of xs): lists stay lists
+    like = [c for c in (xs if isinstance(xs, tuple) else (xs,)) if _same(c, shape, is_list)]
+    if like:
+        return x, jax.tree.map(
+            lambda t, *a: list(a) if is_list(t) else jnp.stack(a), like[0], *ys, is_leaf=is_list
+        )
     return x, jax.tree.map(lambda *a: jnp.stack(a), *ys)
+
+
+def _same(tree, shape, is_leaf) -> bool:
+    """Whether ``tree``, lists as leaves, has the structure ``shape``."""
+    return jax.tree.structure(tree, is_leaf=is_leaf) == shape
