@@ -632,3 +632,22 @@ def test_generate_section_is_written_in_place(tmp_path: Path) -> None:
     assert text.count(generate.HEADING) == 1 and text.startswith("# Performance\n\n## Analysis")
     assert "| prefill, 128 tokens (ms) | 250 | 1000 | 0.25 | ≤ 1 |" in text
     assert "| decode (tokens/s) | 30 | 20 | 1.5 | ≥ 1 |" in text
+
+
+def test_generate_section_gives_the_one_core_run_and_its_verdict(tmp_path: Path) -> None:
+    """The run pinned to one core is written after the table, with its own verdict; a loaded
+    main run says so."""
+    from bench import generate
+
+    side = {"prefill_s": 0.3, "total_s": 8.0, "decode_tokens_per_s": 16.0, "tokens_per_s": 16.0}
+    peer = side | {"prefill_s": 0.25, "torch": "2", "threads": 1, "transformers": "5"}
+    one = {"lbdl": side, "transformers": peer, "command": "taskset -c 0 python x", "load": [1.0]}
+    main = {"lbdl": side, "transformers": peer | {"threads": 2}, "command": "c", "load": [9.0]}
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n", encoding="utf-8")
+    generate.write_section(doc, main, one)
+    text = doc.read_text(encoding="utf-8")
+    assert "on one core (`taskset -c 0 python x`: torch with 1 thread" in text
+    assert "a prefill of 300 ms against 250 ms (1.2)" in text
+    assert "the prefill takes 1.20× the peer's time" in text
+    assert "Under this load (9.0 runnable processes" in text

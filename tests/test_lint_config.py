@@ -1,8 +1,7 @@
 """The static checks CI runs before the tests: mypy strict on the whole package, ruff.
 
-pyproject.toml sets ``strict = true`` for every module of lbdl_dsl, with two kinds of exception
-and no others: third-party modules that ship no annotations (their names are Any), and the one
-module of ours waiting for its annotations (`runtime/decode.py`, on another branch). These tests
+pyproject.toml sets ``strict = true`` for every module of lbdl_dsl, with one kind of exception
+and no other: third-party modules that ship no annotations (their names are Any). These tests
 ask mypy which flags ``--strict`` sets and check that pyproject gives every one of them to the
 whole package, that the exceptions are those; and that `make test` runs the checks first.
 """
@@ -54,10 +53,10 @@ def test_the_whole_package_gets_every_strict_flag() -> None:
     assert not missing, f"lbdl_dsl lacks these parts of --strict: {missing}"
 
 
-def test_the_exceptions_are_third_party_modules_and_one_named_module() -> None:
+def test_the_exceptions_are_third_party_modules_only() -> None:
     options = _project_options(_strict_flags())
     ours = {m for m in options.per_module_options if m.startswith("lbdl_dsl")}
-    assert ours == {"lbdl_dsl.backends.jax.runtime.decode"}, ours
+    assert ours == set(), ours
     for module, section in options.per_module_options.items():
         if not module.startswith("lbdl_dsl"):
             set_ = {k: v for k, v in section.items() if v not in ([], None)}

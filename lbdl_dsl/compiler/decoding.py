@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lbdl_dsl.compiler import paths
-from lbdl_dsl.compiler.graph import InputNode, Program
+from lbdl_dsl.compiler.graph import Graph, InputNode, Program
 from lbdl_dsl.compiler.instance import Checked, ExpertsInst, Inst, LayerInst
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
@@ -122,6 +122,33 @@ def plan(checked: Checked) -> Plan:
     return Plan(
         name, int(vocab), outs[0], free[0] if len(free) == 1 else None, min(limits, default=None)
     )
+
+
+def last_only_from(root: list[Inst], graph: Graph) -> str | None:
+    """The first box of the model's tail that works on each position alone (`Step` kind
+    ``token``: GPT-2's final layernorm and output layer), when the model has one output and
+    nothing else reads the tail's values; None if there is no such tail.
+
+    Decoding samples from the last position only, so a decoding module gives this box the
+    last position of its input alone: a prompt's prefill then computes one row of logits,
+    not one per position (128 × 50,257 of them for GPT-2 small and a 128-token prompt, a
+    third of the prefill's work), as transformers' ``generate`` does (``logits_to_keep=1``).
+    A mixture of experts is not cut (its capacity depends on how many tokens it routes)."""
+    if len(graph.outputs) != 1:
+        return None
+    by_id = {inst.id: inst for inst in root}
+    nid, first = graph.outputs[0][1], None
+    while True:
+        inst = by_id.get(nid)
+        if not isinstance(inst, LayerInst) or inst.inside is not None:
+            return first
+        readers = graph.successors(nid)
+        if readers != ([] if first is None else [first]) or step_of(inst).kind != "token":
+            return first
+        preds = graph.preds(nid)
+        if len(preds) != 1:
+            return first
+        first, nid = nid, preds[0]
 
 
 def caches(inst: Inst, s: Expr) -> dict[str, PSpec]:

@@ -22,6 +22,7 @@ from lbdl_dsl.backends.jax import layout, roles_table, storage
 from lbdl_dsl.backends.jax.lower import Dicts, Fn, Lowerer, Var, printable
 from lbdl_dsl.backends.jax.names import LOCAL_RESERVED, RESERVED, Namespace
 from lbdl_dsl.backends.jax.runtime_source import available, bound_names, source_for
+from lbdl_dsl.compiler import decoding
 from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers.base import Const, FanIn, Init, Normal, Std, fmt_shape
@@ -155,7 +156,8 @@ def generate(
     dicts = Dicts("params", "state" if has_state else None, "new_state" if has_state else None)
     env = {nid: Var(var, "cf", len(t.shape)) for nid, var, t in input_vars}
     keep = frozenset(nid for _, nid in graph.outputs)
-    values = low.values(fn, checked.root, graph, env, dicts, apply_locals.fresh("x"), keep)
+    last = decoding.last_only_from(checked.root, graph) if decode else None
+    values = low.values(fn, checked.root, graph, env, dicts, apply_locals.fresh("x"), keep, last)
     outs = [values[nid] for _, nid in graph.outputs]
     results = []
     for (name, _), out in zip(graph.outputs, outs):

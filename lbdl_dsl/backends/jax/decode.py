@@ -145,7 +145,9 @@ class Decoder:
 
     def init_cache(self, batch: int, context: int, state: Any = None) -> dict[str, Any]:
         """Zeros for every box's cache, merged with the model's state (as the module's
-        ``apply`` reads them both from one tree)."""
+        ``apply`` reads them both from one tree). A cache stacked over a ×N group is a list
+        of its layers' arrays, as `split` makes the weights: each step updates them in place
+        (`each_layer`)."""
         flat: dict[str, Any] = {}
         for path, (shape, _how, _arg) in self.model.module["STATE"].items():
             flat[path] = jnp.zeros(shape, jnp.float32)
@@ -157,7 +159,11 @@ class Decoder:
         for array in decoding.cache_arrays(self.model.checked.root, context, storage.per_copy):
             sizes = [_known(d) for d in array.stack]
             per = [_known(d) for d in array.spec.shape]
-            flat[array.path] = jnp.zeros((*sizes, batch, *per), jnp.float32)
+            if sizes and array.stack_roles[:1] == ("layers",):  # one array per layer
+                rest = (*sizes[1:], batch, *per)
+                flat[array.path] = [jnp.zeros(rest, jnp.float32) for _ in range(sizes[0])]
+            else:
+                flat[array.path] = jnp.zeros((*sizes, batch, *per), jnp.float32)
         tree: dict[str, Any] = unflatten(flat)
         return tree
 
@@ -236,6 +242,30 @@ class Decoder:
             )
         return arr.astype(np.int32)
 
+    def prefill(
+        self,
+        params: Any,
+        prompt: np.ndarray,
+        context: int,
+        sampling: Sampling,
+        key: Any,
+        state: Any,
+    ) -> tuple[Any, Any, Any, Any, Any]:
+        """A fresh cache filled with the prompt (B, t), in chunks (`chunks`); returns the first
+        new token, its log-probability, the logits it came from, the cache and the key left."""
+        batch, t = prompt.shape
+        cache = self.init_cache(batch, context, state)
+        pos = 0
+        out: Any = None
+        for n in chunks(t):
+            key, sub = jax.random.split(key)
+            piece = jnp.asarray(prompt[:, pos : pos + n])
+            out = self.run(params, cache, piece, pos, sub, context, sampling)
+            cache = out[3]
+            pos += n
+        token, logp, logits, cache = out
+        return token, logp, logits, cache, key
+
     def stream(
         self,
         params: Any,
@@ -246,23 +276,14 @@ class Decoder:
         state: Any = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Yields (tokens (B,), their log-probabilities (B,), the logits they came from
-        (B, V)) for each new token, as it is made."""
-        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
-            raise ArgumentError(f"max_new must be a whole number ≥ 0, got {max_new!r}")
+        (B, V)) for each new token, as it is made: one call of the module per token."""
+        _whole(max_new)
         prompt = self.check_prompt(ids)
-        batch, t = prompt.shape
-        context = self.context(t + max_new)
-        cache = self.init_cache(batch, context, state)
-        key = jax.random.key(seed)
-        pos = 0
-        token: Any = None
-        logp: Any = None
-        logits: Any = None
-        for n in chunks(t):
-            key, sub = jax.random.split(key)
-            piece = jnp.asarray(prompt[:, pos : pos + n])
-            token, logp, logits, cache = self.run(params, cache, piece, pos, sub, context, sampling)
-            pos += n
+        pos = prompt.shape[1]
+        context = self.context(pos + max_new)
+        token, logp, logits, cache, key = self.prefill(
+            params, prompt, context, sampling, jax.random.key(seed), state
+        )
         for i in range(max_new):
             yield np.asarray(token), np.asarray(logp), np.asarray(logits)
             if i + 1 == max_new:
@@ -272,6 +293,54 @@ class Decoder:
                 params, cache, token[:, None], pos, sub, context, sampling
             )
             pos += 1
+
+    @functools.cached_property
+    def _loop(self) -> Any:
+        def loop(
+            params: Any,
+            cache: Any,
+            first: tuple[Any, Any, Any],
+            pos: Any,
+            steps: Any,
+            key: Any,
+            *,
+            context: int,
+            sampling: Sampling,
+            keep_logits: bool,
+        ) -> tuple[Any, Any, Any, Any]:
+            """The tokens after the first, one step at a time as `stream` makes them (the
+            same splits of the key, the same module), inside one compiled loop: no dispatch,
+            no copy to the host and no new buffers per token. The outputs hold ``context``
+            rows (a size known when compiling; ``steps``, how many are made, is not)."""
+            self.traces += 1
+            token, logp, logits = first
+            b = token.shape[0]
+            tokens = jnp.zeros((b, context), jnp.int32).at[:, 0].set(token)
+            logps = jnp.zeros((b, context), jnp.float32).at[:, 0].set(logp)
+            kept = jnp.zeros((b, context if keep_logits else 1, logits.shape[-1]), jnp.float32)
+            kept = kept.at[:, 0].set(logits)
+
+            def body(i: Any, carry: tuple[Any, ...]) -> tuple[Any, ...]:
+                cache, token, key, tokens, logps, kept = carry
+                key, sub = jax.random.split(key)
+                out, cache = self._apply(
+                    params, cache, token[:, None], pos=pos + i, context=context
+                )
+                logits = (out[self.plan.output] if self._many else out)[:, -1].astype(jnp.float32)
+                token, logp = choose(logits, sub, sampling)
+                tokens = tokens.at[:, i + 1].set(token)
+                logps = logps.at[:, i + 1].set(logp)
+                if keep_logits:
+                    kept = kept.at[:, i + 1].set(logits)
+                return cache, token, key, tokens, logps, kept
+
+            carry = (cache, token, key, tokens, logps, kept)
+            cache, _, _, tokens, logps, kept = jax.lax.fori_loop(0, steps, body, carry)
+            return tokens, logps, kept, cache  # the cache: where its donated buffers go
+
+        return jax.jit(
+            loop, static_argnames=("context", "sampling", "keep_logits"), donate_argnames="cache"
+        )
 
     def generate(
         self,
@@ -283,10 +352,37 @@ class Decoder:
         state: Any = None,
         keep_logits: bool = False,
     ) -> Generation:
+        """``max_new`` tokens after the prompt: the prefill, then every other token in one
+        call of a compiled loop (`_loop`); the same tokens, log-probabilities and logits as
+        `stream` gives one call at a time."""
+        _whole(max_new)
         prompt = self.check_prompt(ids)
-        steps = list(self.stream(params, prompt, max_new, sampling, seed, state))
-        batch = prompt.shape[0]
-        tokens = np.stack([s[0] for s in steps], 1) if steps else np.zeros((batch, 0), np.int32)
-        logprobs = np.stack([s[1] for s in steps], 1) if steps else np.zeros((batch, 0))
-        logits = np.stack([s[2] for s in steps], 1) if keep_logits and steps else None
-        return Generation(np.concatenate([prompt, tokens], 1), tokens, logprobs, logits)
+        batch, t = prompt.shape
+        context = self.context(t + max_new)
+        if max_new == 0:
+            empty = np.zeros((batch, 0), np.int32)
+            return Generation(prompt, empty, np.zeros((batch, 0), np.float32))
+        *first, cache, key = self.prefill(
+            params, prompt, context, sampling, jax.random.key(seed), state
+        )
+        tokens, logps, kept, _ = self._loop(
+            self.split(params),
+            cache,
+            tuple(first),
+            jnp.int32(t),
+            jnp.int32(max_new - 1),
+            key,
+            context=context,
+            sampling=sampling,
+            keep_logits=keep_logits,
+        )
+        new = np.asarray(tokens)[:, :max_new]
+        logits = np.asarray(kept)[:, :max_new] if keep_logits else None
+        return Generation(
+            np.concatenate([prompt, new], 1), new, np.asarray(logps)[:, :max_new], logits
+        )
+
+
+def _whole(max_new: Any) -> None:
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
+        raise ArgumentError(f"max_new must be a whole number ≥ 0, got {max_new!r}")

@@ -306,8 +306,10 @@ class Lowerer:
         d: Dicts,
         chain: str,
         keep: frozenset[str] = frozenset(),
+        last_from: str | None = None,
     ) -> dict[str, Var]:
-        """Like `scope`, returning every node's value; ``keep`` nodes get names of their own."""
+        """Like `scope`, returning every node's value; ``keep`` nodes get names of their own;
+        the box ``last_from`` gets the last position of its input alone (`last_position`)."""
         by_id = {inst.id: inst for inst in insts}
         order = [nid for nid in graph.order() if nid in by_id]
         labels = {nid: name for name, nid in sorted(graph.names.items())}
@@ -330,8 +332,20 @@ class Lowerer:
             reuse = (single or last) and not named and free
             target = chain if reuse else fn.names.fresh(label or inst.id)
             ins = [values[u] for u in graph.preds(nid)]
+            if nid == last_from:
+                ins = [self.last_position(fn, ins[0])]
             values[nid] = self.box(fn, inst, ins, d, target)
         return values
+
+    def last_position(self, fn: Fn, v: Var) -> Var:
+        """``v`` (B, T, …) cut to its last position (B, 1, …), in a new variable
+        (`decoding.last_only_from`); a value in another layout is left whole."""
+        if v.layout != "cf" or v.rank < 1:
+            return v
+        cut = fn.names.fresh("last")
+        fn.comment("decoding samples from the last position only")
+        fn.line(f"{cut} = {v.name}[:, -1:]")
+        return Var(cut, v.layout, v.rank)
 
     def box(self, fn: Fn, inst: Inst, ins: list[Var], d: Dicts, target: str) -> Var:
         written = inst.node.annotation is not None

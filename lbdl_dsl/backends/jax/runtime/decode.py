@@ -13,27 +13,46 @@ p mod S; the new tokens attend to the cache (what it held before this step) and 
 in one softmax over both; then the last min(t, S) of them are written to their slots.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lbdl_dsl.backends.jax.runtime.dense import dense, sinusoidal_positions
+from lbdl_dsl.backends.jax.runtime.tensor import trailing
 
 
-def add_positions_at(x: jax.Array, *, pos, context: int) -> jax.Array:
+def dense_rows(x: jax.Array, w: jax.Array, b: jax.Array | None = None) -> jax.Array:
+    """x @ w.T (+ b) for a weight stored (Dout, Din), such as an embedding table tied to an
+    output layer: the product w · xᵀ over the rows of x (…, Din), transposed back. The same
+    sums as `dense` of ``w.T``; XLA:CPU then reads ``w`` where it lies, where for ``x @ w.T``
+    of one row it copies the transposed table first (GPT-2 small's step: 154 MB more written
+    and read, about a fifth of the step)."""
+    rows = x.reshape(-1, x.shape[-1])
+    y = jnp.matmul(w, rows.T).T.reshape(*x.shape[:-1], w.shape[0])
+    if b is not None:
+        y = y + trailing(b, y.ndim)
+    return y
+
+
+def add_positions_at(x: jax.Array, *, pos: jax.Array | int, context: int) -> jax.Array:
     """x (B, t, D) + the sinusoidal encodings of positions pos..pos+t-1: rows of the same
     float64 table `add_positions` uses, made for the ``context`` positions of the cache."""
     table = sinusoidal_positions(context, x.shape[-1], x.dtype)
     return x + jax.lax.dynamic_slice_in_dim(table, pos, x.shape[-2], axis=0)[None]
 
 
-def add_learned_positions_at(x: jax.Array, table: jax.Array, *, pos) -> jax.Array:
+def add_learned_positions_at(x: jax.Array, table: jax.Array, *, pos: jax.Array | int) -> jax.Array:
     """x (B, t, D) + rows pos..pos+t-1 of a learned table (Tmax, D)."""
     rows = jax.lax.dynamic_slice_in_dim(table, pos, x.shape[-2], axis=0)
     return x + rows[None].astype(x.dtype)
 
 
-def rope_at(x: jax.Array, pos, *, theta: float, fraction: float = 1.0) -> jax.Array:
+def rope_at(
+    x: jax.Array, pos: jax.Array | int, *, theta: float, fraction: float = 1.0
+) -> jax.Array:
     """`rope` of (B, H, t, d) at positions pos..pos+t-1 (the same angles, the same products)."""
     t, d = x.shape[-2], x.shape[-1]
     r = int(d * fraction) // 2 * 2
@@ -48,7 +67,7 @@ def rope_at(x: jax.Array, pos, *, theta: float, fraction: float = 1.0) -> jax.Ar
     return jnp.concatenate([y, x[..., r:]], axis=-1) if r < d else y
 
 
-def ring_write(cache: jax.Array, new: jax.Array, pos) -> jax.Array:
+def ring_write(cache: jax.Array, new: jax.Array, pos: jax.Array | int) -> jax.Array:
     """Write the (B, KV, t, d) entries of positions pos..pos+t-1 into a ring (B, KV, S, d):
     position p to slot p mod S, only the last S of them when t > S."""
     s, t = cache.shape[2], new.shape[2]
@@ -60,7 +79,16 @@ def ring_write(cache: jax.Array, new: jax.Array, pos) -> jax.Array:
     return cache.at[:, :, slots].set(new)
 
 
-def cached_attention(q, k, v, ck, cv, pos, *, window: int = 0) -> jax.Array:
+def cached_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    ck: jax.Array,
+    cv: jax.Array,
+    pos: jax.Array | int,
+    *,
+    window: int = 0,
+) -> jax.Array:
     """Queries q (B, H, t, dk) at positions pos.. over the ring (ck, cv) (B, KV, S, d), which
     holds the positions before pos, and over the new keys and values k, v (B, KV, t, d): one
     softmax over both, causal, within the window if any. Returns (B, H, t, dv)."""
@@ -89,17 +117,17 @@ def cached_attention(q, k, v, ck, cv, pos, *, window: int = 0) -> jax.Array:
 
 def mha_step(
     x: jax.Array,
-    p: dict,
+    p: dict[str, jax.Array],
     ck: jax.Array,
     cv: jax.Array,
     *,
-    pos,
+    pos: jax.Array | int,
     heads: int,
     kv: int,
     window: int = 0,
     theta: float = 0.0,
     fraction: float = 1.0,
-) -> tuple:
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Causal self-attention (`mha`, `mha_lm`) of x (B, t, D) at positions pos.., with its
     cache of keys and values; returns (output (B, t, out), keys, values) with the cache
     updated."""
@@ -120,13 +148,17 @@ def mha_step(
     return y, ring_write(ck, k, pos), ring_write(cv, v, pos)
 
 
-def recurrent_from(x: jax.Array, p: dict, carry: tuple, *, kind: str) -> tuple:
+def recurrent_from(
+    x: jax.Array, p: dict[str, jax.Array], carry: tuple[jax.Array, ...], *, kind: str
+) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """`rnn`, `lstm` or `gru` (``kind``) of x (B, t, D) from the carry a previous step left
     ((h,) or, for an LSTM, (h, c)); returns (all hidden states (B, t, Hd), the new carry)."""
     w_hh, b_hh = p["w_hh"], p.get("b_hh")
     xs = jnp.swapaxes(dense(x, p["w_ih"], p.get("b_ih")), 0, 1)
 
-    def step(carry, xi):
+    def step(
+        carry: tuple[jax.Array, ...], xi: jax.Array
+    ) -> tuple[tuple[jax.Array, ...], jax.Array]:
         h = carry[0]
         hh = dense(h, w_hh, b_hh)
         if kind == "rnn":
@@ -148,14 +180,33 @@ def recurrent_from(x: jax.Array, p: dict, carry: tuple, *, kind: str) -> tuple:
     return jnp.swapaxes(hs, 0, 1), carry
 
 
-def each_layer(step, x, xs, length: int):
-    """`unrolled` for a decoding module, whose caller split each stacked weight into a list of
-    its layers (`Decoder.split`): the step reads layer i's arrays as they are, where a slice of
-    the stack is a copy on XLA:CPU; a stacked array (a cache) is sliced, and the new states are
-    stacked again."""
-    ys = []
+def each_layer(
+    step: Callable[[jax.Array, Any], tuple[jax.Array, Any]], x: jax.Array, xs: Any, length: int
+) -> tuple[jax.Array, Any]:
+    """`unrolled` for a decoding module, whose caller split each stacked weight and each
+    stacked cache into a list of its layers (`Decoder.split`, `Decoder.init_cache`): the step
+    reads layer i's arrays as they are, where a slice of the stack is a copy on XLA:CPU, and
+    each layer's new cache is returned in a list again, where stacking them would copy every
+    layer's cache at every step (GPT-2 small: 19 MB a token, and XLA:CPU copied the stack
+    before slicing it too). An array still stacked is sliced, and its new states stacked."""
+    is_list: Callable[[Any], bool] = lambda a: isinstance(a, list)  # noqa: E731
+    ys: list[Any] = []
     for i in range(length):
-        pick = jax.tree.map(lambda a, i=i: a[i], xs, is_leaf=lambda a: isinstance(a, list))
+        pick = jax.tree.map(lambda a, i=i: a[i], xs, is_leaf=is_list)
         x, y = step(x, pick)
         ys.append(y)
+    if not ys or ys[0] is None:
+        return x, None
+    shape = jax.tree.structure(ys[0])
+    # the input the new states come from (the state part of xs): lists stay lists
+    like = [c for c in (xs if isinstance(xs, tuple) else (xs,)) if _same(c, shape, is_list)]
+    if like:
+        return x, jax.tree.map(
+            lambda t, *a: list(a) if is_list(t) else jnp.stack(a), like[0], *ys, is_leaf=is_list
+        )
     return x, jax.tree.map(lambda *a: jnp.stack(a), *ys)
+
+
+def _same(tree: Any, shape: Any, is_leaf: Callable[[Any], bool]) -> bool:
+    """Whether ``tree``, lists as leaves, has the structure ``shape``."""
+    return bool(jax.tree.structure(tree, is_leaf=is_leaf) == shape)
