@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from lbdl_dsl.backends.jax.runtime_extra.decode import dense_rows
+from lbdl_dsl.backends.jax.runtime.decode import dense_rows
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax.decode import Sampling
@@ -79,7 +79,7 @@ def test_a_tied_output_layer_reads_the_table_by_rows() -> None:
 )
 def test_the_prefill_computes_the_last_position_only(name: str, tail: list[str]) -> None:
     model = compiled(name)
-    graph, root = model.compiled.program.model.body, model.checked.root
+    graph, root = model.checked.program.model.body, model.checked.root
     first = decoding.last_only_from(root, graph)
     assert first is not None
     ops, nid = [], first
