@@ -10,6 +10,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import lbdl_dsl
 
@@ -118,3 +119,16 @@ def test_the_module_runs_jax_lax_scan_and_is_formatted() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout.decode()
+
+
+def test_onnx_refuses_the_group_by_name_and_line() -> None:
+    pytest.importorskip("onnx")
+    from lbdl_dsl.backends.jax import weights as files
+    from lbdl_dsl.backends.onnx import to_onnx
+
+    model = lbdl_dsl.compile("elman.lbdl", text=ELMAN, T=6)
+    params, state = model.init(jax.random.key(0))
+    flat = {k: np.asarray(v) for k, v in (files.flatten(params) | files.flatten(state)).items()}
+    (refused,) = to_onnx(model.checked, flat).unsupported
+    assert (refused.path, refused.op, refused.span.line) == ("scan_0", "scan", 3)
+    assert "loop over the sequence" in refused.reason

@@ -610,7 +610,7 @@ class Lowerer:
         result = self.convert(sub, result, "cf", reuse=False)
         sub.line(f"return {result.name}, {result.name}")
         keyed = "key" in sub.uses
-        fn.line(f"def {step}({carry}, {f'xs):' if keyed else f'{xt}):'}")
+        fn.line(f"def {step}({carry}, {'xs' if keyed else xt}):")
         if keyed:  # one key per step
             fn.line(f"{_INDENT}{xt}, key = xs")
         fn.lines += sub.lines
