@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 
 import lbdl_dsl
+
+REPO = Path(__file__).resolve().parents[2]
 
 ELMAN = """\
 model elman(D=5, H=7):
@@ -121,8 +124,10 @@ def test_the_module_runs_jax_lax_scan_and_is_formatted() -> None:
     assert done.returncode == 0, done.stdout.decode()
 
 
-def test_onnx_refuses_the_group_by_name_and_line() -> None:
-    pytest.importorskip("onnx")
+def test_onnx_refuses_the_group_by_name_and_line_and_exports_it_traced(tmp_path, capsys) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("jax2onnx")
+    from lbdl_dsl.cli import main
     from lbdl_dsl.backends.jax import weights as files
     from lbdl_dsl.backends.onnx import to_onnx
 
@@ -132,3 +137,9 @@ def test_onnx_refuses_the_group_by_name_and_line() -> None:
     (refused,) = to_onnx(model.checked, flat).unsupported
     assert (refused.path, refused.op, refused.span.line) == ("scan_0", "scan", 3)
     assert "loop over the sequence" in refused.reason
+    spec = REPO / "tests" / "fixtures" / "scan" / "elman.lbdl"
+    out = tmp_path / "elman.onnx"
+    assert main(["export", str(spec), "--set", "T=6", "-o", str(out)]) == 0
+    err = capsys.readouterr().err  # not the `scan` box's refusal: the group traces
+    assert "traced through jax2onnx: no ONNX lowering here for `scan` at elman.lbdl:4" in err
+    assert "checked in onnxruntime" in err
