@@ -127,9 +127,9 @@ def test_the_module_runs_jax_lax_scan_and_is_formatted() -> None:
 def test_onnx_refuses_the_group_by_name_and_line_and_exports_it_traced(tmp_path, capsys) -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("jax2onnx")
-    from lbdl_dsl.cli import main
     from lbdl_dsl.backends.jax import weights as files
     from lbdl_dsl.backends.onnx import to_onnx
+    from lbdl_dsl.cli import main
 
     model = lbdl_dsl.compile("elman.lbdl", text=ELMAN, T=6)
     params, state = model.init(jax.random.key(0))
