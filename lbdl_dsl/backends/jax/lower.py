@@ -597,6 +597,8 @@ class Lowerer:
                 node.span,
                 hint="run the whole sequence through `apply` instead",
             )
+        out = inst.output
+        assert out is not None, "a module is generated from a model that checked"
         x = self.convert(fn, ins[0], "cf", reuse=False)
         start = ins[1] if node.init else None
         captures = ins[2:] if node.init else ins[1:]
@@ -617,7 +619,7 @@ class Lowerer:
         if start is not None:
             h0 = self.convert(fn, start, "cf", reuse=False).name
         else:  # zeros of the compute type, the type the step gives back
-            dims = [str(_code_value(e, fn)) for e in inst.output.shape[1:]]
+            dims = [str(_code_value(e, fn)) for e in out.shape[1:]]
             h0 = fn.names.fresh(f"{node.carry}_0")
             fn.line(f"{h0} = jnp.zeros(({x.name}.shape[0], {', '.join(dims)}), COMPUTE)")
         seq = f"jnp.swapaxes({x.name}, 0, 1)"
@@ -626,7 +628,7 @@ class Lowerer:
             seq = f"({seq}, split_keys({fn.next_key()}, {x.name}.shape[1]))"
         fn.line(f"_, {target} = jax.lax.scan({step}, {h0}, {seq})")
         fn.line(f"{target} = jnp.swapaxes({target}, 0, 1)")
-        return Var(target, "cf", len(inst.output.shape))
+        return Var(target, "cf", len(out.shape))
 
     # -- mixtures of experts --------------------------------------------------------------------
     def experts(self, fn: Fn, inst: ExpertsInst, ins: list[Var], d: Dicts, target: str) -> Var:
