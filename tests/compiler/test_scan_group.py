@@ -108,3 +108,19 @@ def test_the_carry_may_not_hide_a_named_tensor(compile_text) -> None:
         compile_text(text, stop_after="build")
     d = info.value.diagnostics[0]
     assert "would hide the tensor `h`" in d.message and (d.span.line, d.span.column) == (4, 8)
+
+
+def test_the_backward_pass_keeps_every_step_s_values(compile_text) -> None:
+    """The memory checker counts a step's values once per step: per sample, T times the
+    step's four 16-wide vectors (wx, the carry's product, the sum, tanh: the stacked carries
+    that leave the group are tanh's values, not counted again)."""
+    from lbdl_dsl.compiler.memory import per_device
+    from lbdl_dsl.compiler.sharding import parse_mesh, parse_rules, resolve
+
+    figures = []
+    for t in (8, 16):
+        checked = compile_text(ELMAN, T=t)
+        mesh = parse_mesh("data=1")
+        whole, _ = per_device(checked, resolve(checked, mesh, parse_rules([], mesh)), [], batch=1)
+        figures.append(whole.activations.as_int())
+    assert figures[1] - figures[0] == 8 * 4 * 16 * 4  # 8 more steps, float32 bytes
