@@ -32,6 +32,43 @@ model elman(D=5, H=7):
 BOX = "model box(D=5, H=7):\n  input X: T×D\n  rnn h=H\n  output Y\n"
 
 
+LSTM = """\
+model lstm_scan(D=5, H=7):
+  input X: T×D
+  scan hc: 2H:
+    -> x
+    from hc
+    slice stop=H                -> h
+    from hc
+    slice start=H               -> c
+    from x
+    fc out=4H                   -> gx
+    from h
+    fc out=4H
+    +(gx)                       -> g
+    slice stop=H
+    sigmoid                     -> i
+    from g
+    slice start=H stop=2H
+    sigmoid                     -> f
+    from g
+    slice start=2H stop=3H
+    tanh                        -> u
+    from g
+    slice start=3H
+    sigmoid                     -> o
+    from f
+    mul(c)                      -> kept
+    from i
+    mul(u)
+    +(kept)                     -> c2
+    tanh
+    mul(o)
+    concat(c2)
+  output Y
+"""
+
+
 def _weights(seed: int = 1) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     shapes = {"w_ih": (5, 7), "w_hh": (7, 7), "b_ih": (7,), "b_hh": (7,)}
@@ -70,6 +107,23 @@ def test_an_elman_step_scanned_is_the_loop_and_the_rnn_box() -> None:
     _, bstate = box.init(jax.random.key(0))
     yb, _ = box.apply({"rnn_0": {k: jnp.asarray(v) for k, v in w.items()}}, bstate, x)
     np.testing.assert_allclose(np.asarray(y), np.asarray(yb), rtol=1e-5, atol=1e-5)
+
+
+def test_an_lstm_step_with_its_two_carries_packed_in_one_is_the_lstm_box() -> None:
+    """An LSTM carries (h, c): one carry of 2H, cut with `slice` and joined with `concat`; its
+    parameters are the `lstm` box's (4 gates in PyTorch's order i, f, g, o), and so is h."""
+    rng = np.random.default_rng(3)
+    shapes = {"w_ih": (5, 28), "w_hh": (7, 28), "b_ih": (28,), "b_hh": (28,)}
+    w = {k: jnp.asarray(rng.normal(0, 0.5, size=s).astype(np.float32)) for k, s in shapes.items()}
+    x = rng.normal(size=(2, 6, 5)).astype(np.float32)
+    scan = lbdl_dsl.compile("lstm.lbdl", text=LSTM, T=6)
+    box = lbdl_dsl.compile("box.lbdl", text=BOX.replace("rnn", "lstm"), T=6)
+    assert scan.param_count == box.param_count == 392
+    packed = {"gx": {"w": w["w_ih"], "b": w["b_ih"]}, "fc_0": {"w": w["w_hh"], "b": w["b_hh"]}}
+    y, _ = scan.apply({"scan_0": packed}, scan.init(jax.random.key(0))[1], x)
+    yb, _ = box.apply({"lstm_0": w}, box.init(jax.random.key(0))[1], x)
+    assert y.shape == (2, 6, 14)
+    np.testing.assert_allclose(np.asarray(y[..., :7]), np.asarray(yb), rtol=1e-5, atol=1e-5)
 
 
 def test_gradients_reach_the_shared_weights_from_every_step() -> None:
