@@ -9,7 +9,7 @@ import pytest
 from lbdl_dsl.compiler.driver import CheckFailed
 from lbdl_dsl.compiler.graph import ScanNode, verify
 from lbdl_dsl.compiler.instance import ScanInst
-from lbdl_dsl.compiler.textform import graph_text, shapes_text
+from lbdl_dsl.compiler.textform import ast_text, graph_text, shapes_text
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.core.layers import LAYERS
 from lbdl_dsl.core.symbolic import Expr
@@ -36,6 +36,7 @@ def test_the_group_builds_a_step_that_reads_x_t_and_the_carry(compile_text) -> N
     text = graph_text(built.program)
     assert "scan_0 = scan h: H(input:X)  -> Y" in text
     assert "fc_0 = fc(carry) out=H bias=false" in text
+    assert "  scan h: H\n    box fc out=H -> wx\n    from h\n" in ast_text(built.ast)
 
 
 def test_parameters_count_once_and_work_once_per_step(compile_text) -> None:
