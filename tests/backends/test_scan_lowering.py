@@ -197,3 +197,26 @@ def test_onnx_refuses_the_group_by_name_and_line_and_exports_it_traced(tmp_path,
     err = capsys.readouterr().err  # not the `scan` box's refusal: the group traces
     assert "traced through jax2onnx: no ONNX lowering here for `scan` at elman.lbdl:4" in err
     assert "checked in onnxruntime" in err
+
+
+def test_a_language_model_with_a_scan_decodes_from_its_carried_state() -> None:
+    """Decoding keeps the carry as the group's cache (`scan_0/h`): each step's logits equal a
+    full pass over the whole text, prompt prefilled in chunks, then one token at a time."""
+    from lbdl_dsl.backends.jax.decode import Sampling
+    from lbdl_dsl.compiler import decoding
+
+    text = (
+        "model lm(D=8, V=20):\n  input X: T int<V>\n  embed  T×D\n"
+        + ELMAN.split("  input X: T×D\n")[1].replace("H", "D").replace("  output Y\n", "")
+        + "  fc out=V\n  output P\n"
+    )
+    model = lbdl_dsl.compile("lm.lbdl", text=text)
+    assert [a.path for a in decoding.cache_arrays(model.checked.root, 16)] == ["scan_0/h"]
+    params, state = model.init(jax.random.key(0))
+    ids = np.random.default_rng(1).integers(0, 20, (2, 9)).astype(np.int32)
+    out = model.decoder.generate(
+        params, ids, 5, Sampling(greedy=True), state=state, keep_logits=True
+    )
+    full = np.asarray(model.apply(params, state, jnp.asarray(out.ids[:, :-1]))[0])
+    for step in range(5):
+        np.testing.assert_allclose(out.logits[:, step], full[:, 8 + step], atol=1e-5, rtol=0)

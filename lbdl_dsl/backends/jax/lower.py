@@ -589,14 +589,9 @@ class Lowerer:
     def scan(self, fn: Fn, inst: ScanInst, ins: list[Var], d: Dicts, target: str) -> Var:
         """``scan h: H:``: a step function of (carry, x_t), run by ``jax.lax.scan`` over the
         sequence axis (axis 1, after the batch); the step reads the group's parameters (one
-        set for every step) and the outer tensors it names from the function around it."""
+        set for every step) and the outer tensors it names from the function around it. A
+        decoding module starts from the carry its cache holds and keeps the last one."""
         node = inst.node
-        if self.decode:
-            raise LbdlError(
-                "a `scan` group cannot be decoded one token at a time yet",
-                node.span,
-                hint="run the whole sequence through `apply` instead",
-            )
         out = inst.output
         assert out is not None, "a module is generated from a model that checked"
         x = self.convert(fn, ins[0], "cf", reuse=False)
@@ -616,7 +611,11 @@ class Lowerer:
         if keyed:  # one key per step
             fn.line(f"{_INDENT}{xt}, key = xs")
         fn.lines += sub.lines
-        if start is not None:
+        cached = f'{d.s}["{inst.id}"]["{node.carry}"]' if self.decode and d.s else None
+        if cached is not None:  # decoding: the carry the previous tokens left
+            h0 = fn.names.fresh(f"{node.carry}_0")
+            fn.line(f"{h0} = {cached}.astype(COMPUTE)")
+        elif start is not None:
             h0 = self.convert(fn, start, "cf", reuse=False).name
         else:  # zeros of the compute type, the type the step gives back
             dims = [str(_code_value(e, fn)) for e in out.shape[1:]]
@@ -626,8 +625,11 @@ class Lowerer:
         if keyed:
             self.runtime.add("split_keys")
             seq = f"({seq}, split_keys({fn.next_key()}, {x.name}.shape[1]))"
-        fn.line(f"_, {target} = jax.lax.scan({step}, {h0}, {seq})")
+        last = fn.names.fresh(f"{node.carry}_last") if cached is not None else "_"
+        fn.line(f"{last}, {target} = jax.lax.scan({step}, {h0}, {seq})")
         fn.line(f"{target} = jnp.swapaxes({target}, 0, 1)")
+        if cached is not None:
+            fn.line(f'{d.ns}["{inst.id}"] = {{"{node.carry}": {last}}}')
         return Var(target, "cf", len(out.shape))
 
     # -- mixtures of experts --------------------------------------------------------------------
