@@ -220,3 +220,28 @@ def test_a_language_model_with_a_scan_decodes_from_its_carried_state() -> None:
     full = np.asarray(model.apply(params, state, jnp.asarray(out.ids[:, :-1]))[0])
     for step in range(5):
         np.testing.assert_allclose(out.logits[:, step], full[:, 8 + step], atol=1e-5, rtol=0)
+
+
+def test_a_scan_inside_a_repeat_group_is_a_deep_rnn_with_stacked_layers() -> None:
+    """×3 around a scan: the layers' arrays stacked (3, ...) under `repeat_0/scan_0`, the
+    outer `jax.lax.scan` over layers running the inner one over positions."""
+    text = "model deep(D=5):\n  input X: T×D\n  ×3:\n" + "".join(
+        "  " + line + "\n"
+        for line in ELMAN.split("  input X: T×D\n")[1].replace("H", "D").splitlines()[:-1]
+    )
+    model = lbdl_dsl.compile("deep.lbdl", text=text, T=6)
+    params, state = model.init(jax.random.key(0))
+    layers = params["repeat_0"]["scan_0"]
+    assert layers["fc_0"]["w"].shape == (3, 5, 5) and model.param_count == 3 * 60
+    x = np.random.default_rng(4).normal(size=(2, 6, 5)).astype(np.float32)
+    y, _ = model.apply(params, state, x)
+    ref = x
+    for k in range(3):
+        w = {
+            "w_ih": np.asarray(layers["wx"]["w"][k]),
+            "b_ih": np.asarray(layers["wx"]["b"][k]),
+            "w_hh": np.asarray(layers["fc_0"]["w"][k]),
+            "b_hh": np.asarray(layers["fc_0"]["b"][k]),
+        }
+        ref = _loop(ref, w)
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-5, atol=1e-5)
