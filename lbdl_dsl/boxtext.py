@@ -121,6 +121,9 @@ def box_label(inst: Inst, blocks: Mapping[str, Block]) -> str:
         hp = inst.hp or {"e": getattr(node, "experts", ""), "k": getattr(node, "k", "")}
         cap = f" cap={hp['cap']}" if hp.get("cap", 1.25) != 1.25 else ""
         return f"experts e={hp['e']} k={hp['k']}{cap}"
+    if node.kind == "scan":
+        shape = getattr(node, "carry_shape", None)
+        return f"scan {getattr(node, 'carry', '')}: {shape.text if shape else ''}"
     if node.kind == "residual":
         return "residual" + (" + shortcut" if getattr(node, "shortcut", None) is not None else "")
     text = hparams_text(node, inst, blocks.get(node.op) if node.kind == "call" else None)

@@ -111,6 +111,19 @@ class ExpertsGroup:
 
 
 @dataclass(frozen=True)
+class ScanGroup:
+    """``scan h: H:``: the body is one step of a recurrence along the leading axis; it reads
+    x_t and the previous carry by its name, and its result is the next carry. ``init`` names
+    the tensor the carry starts from (``scan h: H = h0:``); None: zeros."""
+
+    carry: Ref
+    shape: ShapeAST
+    init: Ref | None
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
 class InputDecl:
     name: Ref
     shape: ShapeAST
@@ -157,6 +170,7 @@ Stmt = Union[
     RepeatGroup,
     ResidualGroup,
     ExpertsGroup,
+    ScanGroup,
     InputDecl,
     OutputDecl,
     FromStmt,

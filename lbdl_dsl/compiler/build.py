@@ -35,6 +35,7 @@ from lbdl_dsl.compiler.graph import (
     Program,
     RepeatNode,
     ResidualNode,
+    ScanNode,
     ShapeAssert,
     TensorSig,
 )
@@ -392,6 +393,34 @@ class _Builder:
         )
         self.emit(scope, node, [x])
 
+    def _ScanGroup(self, scope: _Scope, st: ast.ScanGroup) -> None:
+        x = self.flowing(scope, st.span)
+        name = st.carry.name
+        outer: _Scope | None = scope
+        while outer is not None:
+            if name in outer.graph.names:
+                raise LbdlError(
+                    f"the carry `{name}` would hide the tensor `{name}` named above",
+                    st.carry.span,
+                    notes=[Note("that tensor is named here", outer.name_spans[name])]
+                    if name in outer.name_spans
+                    else [],
+                    hint="name the carry differently, e.g. `scan state: ...:`",
+                )
+            outer = outer.parent
+        dims = tuple(check_symbols(d, scope.known, "shape") for d in st.shape.dims)
+        init = [self.resolve(scope, st.init)] if st.init is not None else []
+        body, sub = self.subgraph(scope, st.body, carry=st.carry)
+        node = ScanNode(
+            id=scope.new_id("scan"),
+            span=st.span,
+            body=body,
+            carry=name,
+            carry_shape=_annot(st.shape, dims),
+            init=bool(init),
+        )
+        self.emit(scope, node, [x, *init, *sub.captures])
+
     def _Box(self, scope: _Scope, st: ast.Box, in_frame: bool = False) -> None:
         if st.count is not None:  # `resblock ×2`: a frame around one box
             group = ast.RepeatGroup(st.count, (_replace_count(st),), st.span)
@@ -453,6 +482,7 @@ class _Builder:
         stmts: tuple[ast.Stmt, ...],
         framed: bool = False,
         index: str | None = None,
+        carry: ast.Ref | None = None,
     ) -> tuple[Graph, _Scope]:
         known, params = scope.known, scope.params
         if index is not None:  # `×N as i:`: the copy's index, for rates that follow depth
@@ -461,6 +491,10 @@ class _Builder:
         first = scope.graph.node(self.flowing(scope, stmts[0].span)) if stmts else None
         sub.graph.add(InputNode(id="input", span=first.span if first else Span.point("", 1, 1)))
         sub.graph.inputs.append("input")
+        if carry is not None:  # a scan's step: the previous carry, by its name
+            sub.graph.add(InputNode(id="carry", span=carry.span, name=carry.name))
+            sub.graph.inputs.append("carry")
+            self.define(sub, carry, "carry")
         sub.current = "input"
         if framed:
             for name, span in _defined_names(stmts):

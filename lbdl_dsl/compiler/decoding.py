@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.graph import Graph, InputNode, Program
-from lbdl_dsl.compiler.instance import Checked, ExpertsInst, Inst, LayerInst
+from lbdl_dsl.compiler.instance import Checked, ExpertsInst, Inst, LayerInst, ScanInst
 from lbdl_dsl.core.errors import LbdlError, Span
 from lbdl_dsl.core.layers import lookup
-from lbdl_dsl.core.layers.base import Ctx, PSpec, Step
+from lbdl_dsl.core.layers.base import ZEROS, Ctx, PSpec, Step
 from lbdl_dsl.core.symbolic import Expr, sym
 
 _HINT = (
@@ -76,9 +76,10 @@ def step_of(inst: LayerInst) -> Step:
 def primitives(insts: list[Inst], at: Span | None = None) -> Iterator[tuple[LayerInst, Span]]:
     """Every primitive box a sequence flows through, depth first, with the span to show for it
     (a composite's own line for the boxes inside it, ``at``); a mixture of experts' inside
-    works on one token's vector and is not entered (its routing is per token)."""
+    works on one token's vector and is not entered (its routing is per token), nor is a scan's
+    step, which sees one position and carries its state through the scan's own cache."""
     for inst in insts:
-        if isinstance(inst, ExpertsInst):
+        if isinstance(inst, (ExpertsInst, ScanInst)):
             continue
         if isinstance(inst, LayerInst):
             span = at or inst.node.span
@@ -152,7 +153,11 @@ def last_only_from(root: list[Inst], graph: Graph) -> str | None:
 
 
 def caches(inst: Inst, s: Expr) -> dict[str, PSpec]:
-    """One box's cache arrays, per sample, for a context of ``s`` positions ({} if none)."""
+    """One box's cache arrays, per sample, for a context of ``s`` positions ({} if none): a
+    scan group keeps its carry, named as it is."""
+    if isinstance(inst, ScanInst) and inst.output is not None:
+        shape = inst.output.shape[1:]
+        return {inst.node.carry: PSpec(shape, ZEROS, ("hidden",) * len(shape))}
     if not isinstance(inst, LayerInst) or inst.inside is not None:
         return {}
     step = step_of(inst)

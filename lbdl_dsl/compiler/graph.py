@@ -169,14 +169,35 @@ class ExpertsNode:
         return dict(self.spans).get(key, self.span)
 
 
-Node = Union[InputNode, LayerNode, CallNode, RepeatNode, ResidualNode, ExpertsNode]
+@dataclass(frozen=True, kw_only=True)
+class ScanNode:
+    """``scan h: H:``: a recurrence along the input's leading axis (T). ``body`` is one step;
+    its inputs are x_t (the input less its leading axis), the previous carry (named
+    ``carry``), then the outer tensors it reads. Its result is the next carry, of shape
+    ``carry_shape``; the group gives the T carries stacked. With ``init``, the carry starts
+    from the group's second port, else from zeros. The body's parameters are shared by every
+    step."""
+
+    kind: ClassVar[str] = "scan"
+    op: ClassVar[str] = ""
+    id: str
+    span: Span
+    body: Graph
+    carry: str
+    carry_shape: Annotation
+    init: bool = False
+    annotation: Annotation | None = None
+    name: str | None = None
+
+
+Node = Union[InputNode, LayerNode, CallNode, RepeatNode, ResidualNode, ExpertsNode, ScanNode]
 """One box of a graph; passes dispatch on its type with ``match``."""
 
 
 def subgraphs(node: Node) -> tuple[Graph, ...]:
     """The graphs a node holds: a frame's copy, a residual group's paths; none otherwise."""
     match node:
-        case RepeatNode(body=body) | ExpertsNode(body=body):
+        case RepeatNode(body=body) | ExpertsNode(body=body) | ScanNode(body=body):
             return (body,)
         case ResidualNode(body=body, shortcut=shortcut):
             return (body,) if shortcut is None else (body, shortcut)
@@ -498,6 +519,12 @@ def _node_problem(
                 return f"group {nid} has no body"
             shortcut = node.shortcut if isinstance(node, ResidualNode) else None
             expected = len(body.inputs) + (len(shortcut.inputs) - 1 if shortcut is not None else 0)
+            if ports != expected:
+                return f"group {nid} has {ports} inputs for {expected} ports"
+        case ScanNode(body=body, init=init):
+            if body.result is None:
+                return f"group {nid} has no body"
+            expected = len(body.inputs) - (0 if init else 1)  # x, [h0], captures: no carry
             if ports != expected:
                 return f"group {nid} has {ports} inputs for {expected} ports"
     return None

@@ -33,6 +33,7 @@ from lbdl_dsl.compiler.graph import (
     Program,
     RepeatNode,
     ResidualNode,
+    ScanNode,
     ShapeAssert,
     TensorSig,
 )
@@ -47,6 +48,7 @@ from lbdl_dsl.compiler.instance import (
     LayerInst,
     RepeatInst,
     ResidualInst,
+    ScanInst,
     Tensor,
     instance,
     numel,
@@ -112,6 +114,8 @@ def _where(node: Node) -> str:
             return f"`residual group` at line {node.span.line}"
         case ExpertsNode():
             return f"`experts` at line {node.span.line}"
+        case ScanNode():
+            return f"`scan` at line {node.span.line}"
         case _:
             return f"`{node.op}` at line {node.span.line}"
 
@@ -309,6 +313,8 @@ class Checker:
                 out = self.residual(inst, env)
             case ExpertsInst():
                 out = self.experts(inst, env)
+            case ScanInst():
+                out = self.scan(inst, env)
             case _:
                 raise GraphInvariantError(f"no kind of instance for {inst!r}")
         if node.annotation is not None:
@@ -814,6 +820,67 @@ class Checker:
                 f"e={n:,} experts is more than the {MAX_REPEAT:,} a spec may hold", node.where(name)
             )
         return n
+
+    def scan(self, inst: ScanInst, env: Env) -> Tensor:
+        """A recurrence: the step is checked once, on x_t (the input less its leading axis)
+        and the carry; it must give the carry's shape back."""
+        node = inst.node
+        assert isinstance(node, ScanNode), "`box` dispatches scans here"
+        x = inst.inputs[0]
+        if len(x.shape) < 2:
+            raise LbdlError(
+                f"`scan` runs along the leading axis of a sequence, but its input is {x}",
+                node.span,
+                hint="give it a T×D sequence (a step then sees one D vector)",
+                notes=[Note(f"the input is made by {x.made_by}", x.span)] if x.span else [],
+            )
+        ann = node.carry_shape
+        dims = tuple(self.size(d, env, s, "the carry's size") for d, s in zip(ann.dims, ann.spans))
+        carry = Tensor(dims, "float", None, f"the carry `{node.carry}`", ann.span)
+        ports = inst.inputs[1:]
+        if node.init:
+            start, ports = ports[0], ports[1:]
+            if start.shape != dims:
+                raise LbdlError(
+                    f"the carry `{node.carry}` is {carry} but starts from {start}",
+                    ann.span,
+                    hint=f"start it from a tensor of shape {carry}, or leave `= ...` out to "
+                    "start from zeros",
+                    notes=[Note(f"the start is made by {start.made_by}", start.span)]
+                    if start.span
+                    else [],
+                )
+        xt = Tensor(x.shape[1:], x.dtype, x.vocab, "one step of the scan's input", node.span)
+        self.stack.append((f"in a step of the scan over {x.shape[0]}, on {xt}", node.span))
+        try:
+            body, result, _ = self.graph(node.body, [xt, carry, *ports], env)
+        finally:
+            self.stack.pop()
+        inst.body, inst.steps = body, x.shape[0]
+        inst.hp = {"steps": x.shape[0], "carry": node.carry}
+        if result is None:
+            raise _poison()
+        kept = _stateful(body)
+        if kept is not None:
+            raise LbdlError(
+                f"a scan's step cannot keep state, and `{kept.node.op or kept.kind}` does",
+                kept.node.span,
+                hint="use a normalisation without state (layernorm, rmsnorm) inside the step",
+                notes=[Note("in this scan", node.span)],
+            )
+        if result.shape != dims:
+            raise LbdlError(
+                f"a step of the scan must give the next carry `{node.carry}`, {carry}, "
+                f"but it gives {result}",
+                node.span,
+                hint=f"end the step with a box that gives {carry} (e.g. `fc out=...`), or "
+                "declare the carry with the shape the step gives",
+                notes=[
+                    Note(f"the step ends with {result}, from {result.made_by}", result.span),
+                    Note(f"the carry is declared {carry} here", ann.span),
+                ],
+            )
+        return Tensor((x.shape[0], *dims), result.dtype, None, _where(node), node.span)
 
     def residual(self, inst: ResidualInst, env: Env) -> Tensor:
         node = inst.node

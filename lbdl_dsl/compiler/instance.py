@@ -23,6 +23,7 @@ from lbdl_dsl.compiler.graph import (
     Program,
     RepeatNode,
     ResidualNode,
+    ScanNode,
 )
 from lbdl_dsl.compiler.imports import Loaded
 from lbdl_dsl.compiler.stages import Built
@@ -203,7 +204,21 @@ class ExpertsInst(GroupInst):
     node: ExpertsNode
 
 
-Instance = LayerInst | CallInst | ResidualInst | RepeatInst | ExpertsInst
+@dataclass
+class ScanInst(Inst):
+    """A recurrence (``scan h: H:``): one step's boxes, run ``steps`` times (T). Its body's
+    arrays are stored once, shared by every step (not stacked): parameters count once, a
+    step's MACs and activations ``steps`` times."""
+
+    node: ScanNode
+    body: list[Inst] = _NONE_INSIDE
+    steps: Expr = _ONE
+
+    def scopes(self) -> list[tuple[str, list[Inst], Expr]]:
+        return [("", self.body, _ONE)]
+
+
+Instance = LayerInst | CallInst | ResidualInst | RepeatInst | ExpertsInst | ScanInst
 """A checked box, one kind per kind of graph node (an input is a tensor, not a box)."""
 
 KINDS: dict[type, type[Inst]] = {
@@ -212,13 +227,14 @@ KINDS: dict[type, type[Inst]] = {
     ResidualNode: ResidualInst,
     RepeatNode: RepeatInst,
     ExpertsNode: ExpertsInst,
+    ScanNode: ScanInst,
 }
 
 
 def instance(node: Node, inputs: list[Tensor]) -> Instance:
     """The instance of ``node``'s kind."""
     made = KINDS[type(node)](node, inputs)
-    assert isinstance(made, (LayerInst, CallInst, ResidualInst, RepeatInst, ExpertsInst))
+    assert isinstance(made, (LayerInst, CallInst, ResidualInst, RepeatInst, ExpertsInst, ScanInst))
     return made
 
 
@@ -300,6 +316,9 @@ def _totals(inst: Inst, memo: dict[int, _Sums], kept: _Kept) -> _Sums:
         for cp in inst.copies:
             for child in cp.body:
                 _add(sums, _totals(child, memo, kept), _count(cp.count), _count(cp.runs))
+    elif isinstance(inst, ScanInst):  # one step's arrays, every step's work
+        for child in inst.body:
+            _add(sums, _totals(child, memo, kept), 1, _count(inst.steps))
     else:
         for part in inst.parts():
             for child in part:

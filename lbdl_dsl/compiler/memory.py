@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lbdl_dsl.compiler import paths
-from lbdl_dsl.compiler.instance import Checked, GroupInst, Inst, LayerInst
+from lbdl_dsl.compiler.instance import Checked, GroupInst, Inst, LayerInst, ScanInst
 from lbdl_dsl.core.layers import lookup
 from lbdl_dsl.core.symbolic import Expr, sym, total
 
@@ -186,7 +186,9 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     if key in memo:
         return memo[key]
     out = _held(inst, looped) / splits.inside.get(id(inst), 1)
-    if not isinstance(inst, GroupInst):
+    if isinstance(inst, ScanInst):  # a recurrence keeps every step's values
+        out = out + _scope(inst.body, memo, splits, looped) * inst.steps
+    elif not isinstance(inst, GroupInst):
         for part in inst.parts():
             out = out + _scope(part, memo, splits, looped)
     for cp in inst.copies if isinstance(inst, GroupInst) else ():

@@ -626,6 +626,7 @@ class _ToAst:
 
     STATEMENTS = frozenset(
         ("hparam", "box", "repeat_group", "shortcut", "residual_group", "experts_group")
+        + ("scan_group",)
         + ("input_decl", "output_decl", "from_stmt", "name_stmt", "assert_count", "assert_shape")
         + ("param", "tensor_pat", "block_def", "model_def", "import_stmt")
     )
@@ -794,6 +795,10 @@ class _ToAst:
     def experts_group(self, meta: Span, c: Children) -> ast.ExpertsGroup:
         *hparams, body = c
         return ast.ExpertsGroup(tuple(hparams), body, meta)
+
+    def scan_group(self, meta: Span, c: Children) -> ast.ScanGroup:
+        init = self._ref(c[3]) if c[3] is not None else None
+        return ast.ScanGroup(self._ref(c[1]), c[2], init, c[4], meta)
 
     def _ref(self, tok: Token) -> ast.Ref:
         return ast.Ref(str(tok), _tok_span(self.file, tok))

@@ -22,6 +22,7 @@ from lbdl_dsl.compiler.graph import (
     Program,
     RepeatNode,
     ResidualNode,
+    ScanNode,
 )
 from lbdl_dsl.compiler.infer import Checked
 from lbdl_dsl.compiler.instance import LayerInst
@@ -83,6 +84,10 @@ def ast_text(module: ast.Module) -> str:
                 hps = " ".join(f"{h.key}={_value(h.value)}" for h in st.hparams)
                 lines.append(f"{pad}experts {hps}")
                 stmts(st.body, indent + 1)
+            elif isinstance(st, ast.ScanGroup):
+                init = f" = {st.init.name}" if st.init is not None else ""
+                lines.append(f"{pad}scan {st.carry.name}: {st.shape.text}{init}")
+                stmts(st.body, indent + 1)
             elif isinstance(st, ast.ResidualGroup):
                 lines.append(f"{pad}residual")
                 stmts(st.body, indent + 1)
@@ -126,6 +131,8 @@ def _node_line(node: Node, preds: list[str]) -> str:
             head, extra = "repeat", f" ×{count}"
         case ResidualNode():
             head = "residual"
+        case ScanNode():
+            head = f"scan {node.carry}: {node.carry_shape.text}" + (" =" if node.init else "")
         case ExpertsNode():
             head = "experts"
             hp = f"e={node.experts} k={node.k}"
@@ -147,7 +154,7 @@ def graph_text(program: Program) -> str:
         for node in g.nodes():
             lines.append(f"{pad}{node.id} = {_node_line(node, g.preds(node.id))}".rstrip())
             match node:
-                case RepeatNode(body=body) | ExpertsNode(body=body):
+                case RepeatNode(body=body) | ExpertsNode(body=body) | ScanNode(body=body):
                     graph(body, indent + 1)
                 case ResidualNode(body=body, shortcut=shortcut):
                     graph(body, indent + 1)

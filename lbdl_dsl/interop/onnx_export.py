@@ -64,21 +64,25 @@ def _apply_for_onnx(model: Any) -> Any:
 NO_ONNX = {
     "moe": "its token dispatch (a one-hot into expert buffers whose capacity follows the batch) "
     "has no ONNX form that onnxruntime runs",
-    "experts": "its token dispatch (a one-hot into expert buffers whose capacity follows the "
-    "batch) has no ONNX form that onnxruntime runs",
     "scan": "its associative scan pads with interior padding, which ONNX's Pad has not",
     "mamba": "its selective scan is an associative scan, which pads with interior padding, "
     "which ONNX's Pad has not",
 }
 """Boxes refused before converting, with the reason: the converter would fail deep inside, or
 write a file onnxruntime cannot load (OneHot), and neither says which box is to blame."""
+NO_ONNX_GROUPS = {
+    "experts": "its token dispatch (a one-hot into expert buffers whose capacity follows the "
+    "batch) has no ONNX form that onnxruntime runs",
+}
+"""Groups refused the same way, by their kind: apart from the layers, whose names a kind may
+share (the `scan` box is refused, a `scan h: H:` group is traced)."""
 
 
 def _refuse_unsupported(model: Any) -> None:
     from lbdl_dsl.core.errors import LbdlError
 
     for _, inst, _ in model.checked.walk():
-        reason = NO_ONNX.get(inst.node.op or inst.kind)
+        reason = NO_ONNX.get(inst.node.op) if inst.node.op else NO_ONNX_GROUPS.get(inst.kind)
         if reason is not None:
             raise LbdlError(
                 f"`{inst.node.op or inst.kind}` cannot be exported to ONNX: {reason}",

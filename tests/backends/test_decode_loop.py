@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from lbdl_dsl.backends.jax.runtime.decode import dense_rows
 
 import lbdl_dsl
 from lbdl_dsl.backends.jax.decode import Sampling
+from lbdl_dsl.backends.jax.runtime.decode import dense_rows
 from lbdl_dsl.compiler import decoding
 
 REPO = Path(__file__).resolve().parents[2]

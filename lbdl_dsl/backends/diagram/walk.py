@@ -35,6 +35,7 @@ from lbdl_dsl.backends.diagram.scene import (
     Item,
     Plus,
     Scene,
+    Stub,
     Terminal,
 )
 from lbdl_dsl.boxtext import hparams_text
@@ -48,6 +49,7 @@ from lbdl_dsl.compiler.graph import (
     Program,
     RepeatNode,
     ResidualNode,
+    ScanNode,
 )
 from lbdl_dsl.compiler.instance import (
     CallInst,
@@ -57,6 +59,7 @@ from lbdl_dsl.compiler.instance import (
     Inst,
     LayerInst,
     ResidualInst,
+    ScanInst,
 )
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.layers import lookup
@@ -383,6 +386,32 @@ class Walker:
         self.settle(frame, inst, len(srcs), before, node)
         return result
 
+    def draw_scan(
+        self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
+    ) -> str | None:
+        """A recurrence: one step's boxes in a frame titled ``scan over T``, with the carry
+        and its shape under the title; the boxes that read the previous carry take it from
+        the start tensor (``= h0``) if there is one, else from the carry's name written in
+        the frame."""
+        assert isinstance(node, ScanNode)
+        steps = inst.hp.get("steps") if inst is not None and inst.hp else None
+        title = f"scan over {steps}" if steps is not None else "scan"
+        carry = f"{node.carry}: {node.carry_shape.text}"
+        frame = Frame(f"cluster:{path}", "block", title, carry)
+        into.append(frame)
+        before = len(self.sites)
+        ins = [s for s, _ in srcs]
+        start = ins[1] if node.init and len(ins) > 1 else None
+        if start is None:  # the previous step's carry: its name, where it is read
+            stub = Stub(f"{path}/{node.carry}", f"{node.carry} (previous step)")
+            frame.items.append(stub)
+            start = stub.id
+        captures = ins[2:] if node.init else ins[1:]
+        step = [ins[0] if ins else None, start, *captures]
+        result = self.result(node.body, _body(inst), step, f"{path}/", depth + 1, frame.items)
+        self.settle(frame, inst, len(srcs), before, node)
+        return result
+
     def draw_residual(
         self, node: Node, inst: Inst | None, srcs: Srcs, path: str, depth: int, into: list[Item]
     ) -> str:
@@ -497,7 +526,7 @@ def _shapes(insts: list[Inst], prefix: str, out: dict[str, str]) -> dict[str, st
 
 def _body(inst: Inst | None) -> list[Inst]:
     """The boxes inside a composite, a block call or a residual group's main path."""
-    if isinstance(inst, (LayerInst, CallInst, ResidualInst)):
+    if isinstance(inst, (LayerInst, CallInst, ResidualInst, ScanInst)):
         return inst.body
     return []
 

@@ -40,6 +40,7 @@ from lbdl_dsl.compiler.instance import (
     LayerInst,
     RepeatInst,
     ResidualInst,
+    ScanInst,
     Tensor,
 )
 from lbdl_dsl.core.errors import LbdlError, Span
@@ -362,6 +363,8 @@ class Lowerer:
                 return self.repeat(fn, inst, ins, d, target)
             case ExpertsInst():
                 return self.experts(fn, inst, ins, d, target)
+            case ScanInst():
+                return self.scan(fn, inst, ins, d, target)
         raise AssertionError(inst.node)
 
     # -- layers ---------------------------------------------------------------------------------
@@ -601,6 +604,53 @@ class Lowerer:
             loop = "each_layer"
         self.runtime.add(loop)
         return f"{loop}({step}, {args}, {count})"
+
+    # -- recurrences ----------------------------------------------------------------------------
+    def scan(self, fn: Fn, inst: ScanInst, ins: list[Var], d: Dicts, target: str) -> Var:
+        """``scan h: H:``: a step function of (carry, x_t), run by ``jax.lax.scan`` over the
+        sequence axis (axis 1, after the batch); the step reads the group's parameters (one
+        set for every step) and the outer tensors it names from the function around it. A
+        decoding module starts from the carry its cache holds and keeps the last one."""
+        node = inst.node
+        out = inst.output
+        assert out is not None, "a module is generated from a model that checked"
+        x = self.convert(fn, ins[0], "cf", reuse=False)
+        start = ins[1] if node.init else None
+        captures = ins[2:] if node.init else ins[1:]
+        step, carry, xt = (fn.names.fresh(n) for n in (f"step_{inst.id}", node.carry, "x_t"))
+        sub = Fn(fn.names, depth=fn.depth + 1, shapes=fn.shapes, owner=fn.owner or fn)
+        inner = Dicts(d.sub(inst.id, has_params(inst), False).p, None, None)
+        rank = len(node.carry_shape.dims)
+        values = [Var(xt, "cf", x.rank - 1), Var(carry, "cf", rank), *captures]
+        env = dict(zip(node.body.inputs, values))
+        result = self.scope(sub, inst.body, node.body, env, inner, fn.names.fresh("h"))
+        result = self.convert(sub, result, "cf", reuse=False)
+        sub.line(f"return {result.name}, {result.name}")
+        keyed = "key" in sub.uses
+        fn.line(f"def {step}({carry}, {'xs' if keyed else xt}):")
+        if keyed:  # one key per step
+            fn.line(f"{_INDENT}{xt}, key = xs")
+        fn.lines += sub.lines
+        cached = f'{d.s}["{inst.id}"]["{node.carry}"]' if self.decode and d.s else None
+        if cached is not None:  # decoding: the carry the previous tokens left
+            h0 = fn.names.fresh(f"{node.carry}_0")
+            fn.line(f"{h0} = {cached}.astype(COMPUTE)")
+        elif start is not None:
+            h0 = self.convert(fn, start, "cf", reuse=False).name
+        else:  # zeros of the compute type, the type the step gives back
+            dims = [str(_code_value(e, fn)) for e in out.shape[1:]]
+            h0 = fn.names.fresh(f"{node.carry}_0")
+            fn.line(f"{h0} = jnp.zeros(({x.name}.shape[0], {', '.join(dims)}), COMPUTE)")
+        seq = f"jnp.swapaxes({x.name}, 0, 1)"
+        if keyed:
+            self.runtime.add("split_keys")
+            seq = f"({seq}, split_keys({fn.next_key()}, {x.name}.shape[1]))"
+        last = fn.names.fresh(f"{node.carry}_last") if cached is not None else "_"
+        fn.line(f"{last}, {target} = jax.lax.scan({step}, {h0}, {seq})")
+        fn.line(f"{target} = jnp.swapaxes({target}, 0, 1)")
+        if cached is not None:
+            fn.line(f'{d.ns}["{inst.id}"] = {{"{node.carry}": {last}}}')
+        return Var(target, "cf", len(out.shape))
 
     # -- mixtures of experts --------------------------------------------------------------------
     def experts(self, fn: Fn, inst: ExpertsInst, ins: list[Var], d: Dicts, target: str) -> Var:

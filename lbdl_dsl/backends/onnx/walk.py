@@ -40,6 +40,7 @@ from lbdl_dsl.compiler.instance import (
     LayerInst,
     RepeatInst,
     ResidualInst,
+    ScanInst,
 )
 from lbdl_dsl.core.errors import Span
 from lbdl_dsl.core.layers import lookup
@@ -131,6 +132,8 @@ class Walk:
                 return self.repeat(scope, inst, ins, where)
             case ExpertsInst():
                 return self.refuse(scope, inst, where, "a mixture of experts' token dispatch")
+            case ScanInst():
+                return self.refuse(scope, inst, where, "a `scan` group's loop over the sequence")
         raise AssertionError(inst.node)
 
     def refuse(self, scope: Scope, inst: Inst, where: Where, reason: str) -> str:
