@@ -114,7 +114,16 @@ class Mesh:
         return self.parallel.init_state(TrainState, model, tx, init_key, train_key)
 
     def step(self, train_step: Callable, ts: TrainState, tx: Any) -> Callable:
-        return self.parallel.jit(train_step, ts, tx)
+        """The jitted step. It takes the state it is given in place (donates it) except over
+        several CPU processes, where the state before each step stays whole until the step
+        completes: a process whose peer dies mid-step can then save it (`training.rescue`),
+        for the price of a second copy of the state in the host's memory."""
+        return self.parallel.jit(train_step, ts, tx, donate=not self.keeps_previous)
+
+    @property
+    def keeps_previous(self) -> bool:
+        """Whether the state before a step outlives it (several processes, on CPUs)."""
+        return self.count > 1 and jax.default_backend() == "cpu"
 
     def eval_step(self, eval_step: Callable) -> Callable:
         """The evaluation sums, replicated, so that every process reads them."""
