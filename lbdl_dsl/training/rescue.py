@@ -36,7 +36,8 @@ def held_whole(ts: Any) -> Held:
     if any(a.is_deleted() for a in arrays):
         return Held(None, "the state that entered the failed step was handed to it (donated)")
     try:
-        jax.block_until_ready(arrays)
+        for array in arrays:
+            array.block_until_ready()
     except Exception:  # noqa: BLE001 - a step that failed holds no state
         return Held(None, "its last step did not complete")
     out = []
