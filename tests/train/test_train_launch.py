@@ -126,7 +126,7 @@ def _killed(spec: Path, tmp_path: Path, victim: int, *more: str) -> tuple[_Watch
     """A run of 2 processes whose process ``victim`` is killed (SIGKILL, with its shell) once
     the run has logged a few steps; the launcher's output and when it named the dead one."""
     train = " ".join(_train(spec, "run", "--steps", "1000000", "--log-every", "1", *more))
-    dies = (f"{train} & while [ $(wc -l < run/metrics.jsonl 2>/dev/null || echo 0) -lt 5 ]; "
+    dies = (f"{train} & while [ $(cat run/metrics.jsonl 2>/dev/null | wc -l) -lt 5 ]; "
             "do sleep 0.1; done; kill -9 0")  # the group: the shell, its training  # fmt: skip
     script = f'if [ "$LBDL_PROCESS_ID" = {victim} ]; then {dies}; else exec {train}; fi'
     run = _Watched([*LAUNCH, "sh", "-c", script], tmp_path)
