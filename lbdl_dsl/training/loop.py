@@ -390,11 +390,11 @@ class _Loop:
         complete
         (`training.rescue`), else name the newest complete checkpoint; the error to stop
         with says which."""
-        why_not = ""
+        why_not: list[str] = []
         for ts, step, position in held:
             whole = rescue.held_whole(ts)
             if whole.state is None:
-                why_not = why_not or whole.why_not
+                why_not.append(whole.why_not)
                 continue
             self.position = position
             meta = dict(self.record)
@@ -406,7 +406,8 @@ class _Loop:
         else:
             steps = rundir.saved_steps(self.run_dir)
             newest = f"step {steps[-1]}" if steps else "none yet"
-            saved = f"it saved no checkpoint ({why_not}); the newest complete one: {newest}"
+            why = rescue.PARTIAL if rescue.PARTIAL in why_not else why_not[0]
+            saved = f"it saved no checkpoint ({why}); the newest complete one: {newest}"
         return LbdlError(
             f"{lost.first.message}\n  {saved}",
             None,

@@ -20,6 +20,8 @@ from typing import Any
 import jax
 import numpy as np
 
+PARTIAL = "each process holds only its part of the state"  # the reason that outranks the others
+
 
 @dataclass(frozen=True)
 class Held:
@@ -44,7 +46,7 @@ def held_whole(ts: Any) -> Held:
     for leaf in leaves:
         whole = _whole(leaf) if isinstance(leaf, jax.Array) else np.asarray(leaf)
         if whole is None:
-            return Held(None, "each process holds only its part of the state")
+            return Held(None, PARTIAL)
         out.append(whole)
     return Held(jax.tree.unflatten(tree, out))
 

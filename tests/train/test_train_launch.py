@@ -189,6 +189,20 @@ def test_the_survivors_checkpoint_continues_as_if_nothing_happened(spec_file, tm
 
 
 @pytest.mark.full
+def test_a_survivor_with_part_of_the_state_names_the_last_complete_checkpoint(
+    spec_file, tmp_path
+) -> None:
+    spec = spec_file(TINY_MLP)
+    fsdp = ("--mesh", "fsdp=2", "--shard", "fsdp", "--save-every", "2")  # the last --mesh holds
+    run, _ = _killed(spec, tmp_path, 1, *fsdp)
+    code, _ = run.finish()
+    match = re.search(r"it saved no checkpoint \(each process holds only its part of the "
+                      r"state\); the newest complete one: step (\d+)", run.text)  # fmt: skip
+    assert code == 1 and match, run.text[-3000:]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["step"] == int(match.group(1))
+
+
+@pytest.mark.full
 def test_a_dead_coordinator_leaves_the_last_complete_checkpoint(spec_file, tmp_path) -> None:
     """Process 0 hosts `jax.distributed`'s coordination service: when it dies, JAX's own agent
     ends every other process at once, before it can save. The run still ends with exit 1 and
