@@ -117,7 +117,8 @@ class Mesh:
         """The jitted step. It takes the state it is given in place (donates it) except over
         several CPU processes, where the state before each step stays whole until the step
         completes: a process whose peer dies mid-step can then save it (`training.rescue`),
-        for the price of a second copy of the state in the host's memory."""
+        for the price of up to two more copies of the state in the host's memory (the loop
+        keeps the state before the step and the one last logged)."""
         return self.parallel.jit(train_step, ts, tx, donate=not self.keeps_previous)
 
     @property
