@@ -9,13 +9,14 @@ lines behind ``[i]``.
 Cleaning up: each process runs in a process group of its own, and every signal the launcher
 sends goes to the whole group, so nothing a process started outlives the run. When one process
 fails (or is killed), the launcher, its parent, notices at once and names it in one line (index,
-pid, exit code or signal, its last error line), and asks the others to stop (SIGTERM, then
-SIGKILL 20 s later): ``lbdl train`` saves alone what it holds whole (`training.rescue`) and
-exits 1. ``lbdl launch`` exits with the failed process's code, or 1 if it was killed by a
-signal. SIGTERM or Ctrl-C to the launcher becomes SIGTERM to every
-group: ``lbdl train`` then checkpoints at a step every process agrees on and exits
-(`training.devices`). When the processes have exited, a descendant still holding the output
-pipe is killed rather than waited for. ``-n`` is at most the machine's cores unless ``--force``.
+pid, exit code or signal, its last error line). The others notice by themselves (their next
+collective fails): ``lbdl train`` saves alone what it holds whole (`training.rescue`) and exits
+1; whatever is left 2 s later gets SIGTERM, and SIGKILL 20 s after that. ``lbdl launch`` exits
+with the failed process's code, or 1 if it was killed by a signal. SIGTERM or Ctrl-C to the
+launcher becomes SIGTERM to every group: ``lbdl train`` then checkpoints at a step every
+process agrees on and exits (`training.devices`). When the processes have exited, a descendant
+still holding the output pipe is killed rather than waited for. ``-n`` is at most the
+machine's cores unless ``--force``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ from lbdl_dsl.core.errors import LbdlError
 HELP = "run a command as N processes of one distributed run on this machine"
 _GRACE = 30.0  # seconds a process asked to stop (a signal to the launcher) has to checkpoint
 _PEER_GRACE = 20.0  # after another process failed: its peers save alone, then stop
+# Seconds the others get to notice a failed process by themselves (their next collective fails)
+# before SIGTERM: under several processes SIGTERM goes to jax.distributed's preemption service,
+# whose barrier with a dead process can get a survivor terminated by JAX before it saves.
+_NOTICE = 2.0
 MAX_PROCESSES = 1024  # processes (and devices of each) one machine is asked to start, forced
 _DRAIN = 2.0  # seconds the output of exited processes may still take to arrive
 
@@ -203,7 +208,7 @@ class _Run:
             if failed and code == 0 and self.signalled is None:
                 code = max(failed[0].returncode, 1)  # a process killed by a signal: 1
                 self.say(self.obituary(failed[0], pending))
-                self.stop(pending, _PEER_GRACE)
+                self.stop(pending, _PEER_GRACE, _NOTICE)
         if self.signalled is not None and code == 0:
             codes = [p.returncode for p in self.procs]
             code = next((c if c > 0 else 128 - c for c in codes if c), 0)
@@ -229,14 +234,13 @@ class _Run:
             text += f"; asking process(es) {others} to checkpoint and stop"
         return text
 
-    def stop(self, procs: list[subprocess.Popen[bytes]], grace: float) -> None:
-        """SIGTERM to each process's group, then SIGKILL to the groups still there."""
+    def stop(self, procs: list[subprocess.Popen[bytes]], grace: float, notice: float = 0.0) -> None:
+        """After ``notice`` seconds for the processes to end by themselves, SIGTERM to each
+        process's group, then, ``grace`` seconds later, SIGKILL to the groups still there."""
+        _wait_all(procs, notice)
         for proc in procs:
             _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        _wait_all(procs, grace)
         for proc in procs:
             _signal_group(proc, signal.SIGKILL)
             proc.wait()
@@ -255,6 +259,13 @@ class _Run:
         for proc, pump in zip(self.procs, self.pumps, strict=True):
             if proc.stdout is not None and not pump.is_alive():
                 proc.stdout.close()
+
+
+def _wait_all(procs: list[subprocess.Popen[bytes]], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _signame(number: int) -> str:

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from lbdl_dsl.backends.jax import weights
+from lbdl_dsl.backends.jax.distributed import peer_error
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.training import rundir
 from lbdl_dsl.training.step import TrainState
@@ -138,6 +139,8 @@ class Checkpoints:
                 self.manager.save(step, args=args, force=True)
                 self.manager.wait_until_finished()
         except Exception as exc:  # noqa: BLE001 - whatever the layer raised, said once
+            if peer_error(exc) is not None:
+                raise  # another process is gone: the loop's to handle (`training.rescue`)
             if _full(exc):
                 raise LbdlError(
                     f"no space left on the device of {self.directory}: the checkpoint of step "
