@@ -8,12 +8,15 @@ lines behind ``[i]``.
 
 Cleaning up: each process runs in a process group of its own, and every signal the launcher
 sends goes to the whole group, so nothing a process started outlives the run. When one process
-fails (or is killed), the launcher names it and stops the others at once (SIGTERM, then SIGKILL
-after a few seconds: a peer stuck in a collective with a dead process cannot do better), and
-its exit code is ``lbdl launch``'s. SIGTERM or Ctrl-C to the launcher becomes SIGTERM to every
-group: ``lbdl train`` then checkpoints at a step every process agrees on and exits
-(`training.devices`). When the processes have exited, a descendant still holding the output
-pipe is killed rather than waited for. ``-n`` is at most the machine's cores unless ``--force``.
+fails (or is killed), the launcher, its parent, notices at once and names it in one line (index,
+pid, exit code or signal, its last error line). The others notice by themselves (their next
+collective fails): ``lbdl train`` saves alone what it holds whole (`training.rescue`) and exits
+1; whatever is left 2 s later gets SIGTERM, and SIGKILL 20 s after that. ``lbdl launch`` exits
+with the failed process's code, or 1 if it was killed by a signal. SIGTERM or Ctrl-C to the
+launcher becomes SIGTERM to every group: ``lbdl train`` then checkpoints at a step every
+process agrees on and exits (`training.devices`). When the processes have exited, a descendant
+still holding the output pipe is killed rather than waited for. ``-n`` is at most the
+machine's cores unless ``--force``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ from lbdl_dsl.core.errors import LbdlError
 
 HELP = "run a command as N processes of one distributed run on this machine"
 _GRACE = 30.0  # seconds a process asked to stop (a signal to the launcher) has to checkpoint
-_PEER_GRACE = 3.0  # after another process failed: its peers cannot finish a collective
+_PEER_GRACE = 20.0  # after another process failed: its peers save alone, then stop
+# Seconds the others get to notice a failed process by themselves (their next collective fails)
+# before SIGTERM: under several processes SIGTERM goes to jax.distributed's preemption service,
+# whose barrier with a dead process can get a survivor terminated by JAX before it saves.
+_NOTICE = 2.0
 MAX_PROCESSES = 1024  # processes (and devices of each) one machine is asked to start, forced
 _DRAIN = 2.0  # seconds the output of exited processes may still take to arrive
 
@@ -80,11 +87,15 @@ def environments(n: int, port: int, per: int | None, base: dict[str, str]) -> li
     return out
 
 
-def _pump(stream: IO[bytes], prefix: bytes, sink: Any, lock: threading.Lock) -> None:
+def _pump(
+    stream: IO[bytes], prefix: bytes, sink: Any, lock: threading.Lock, last: list[bytes]
+) -> None:
     for line in iter(stream.readline, b""):
         with lock:
             sink.write(prefix + line)
             sink.flush()
+        if line.strip():
+            last[:] = [*last[-4:], line]  # its last lines, for the message if it fails
 
 
 def launch(
@@ -153,6 +164,7 @@ class _Run:
         self.sink, self.lock = sink, threading.Lock()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pumps: list[threading.Thread] = []
+        self.last: list[list[bytes]] = []  # each process's last non-empty lines
         self.signalled: int | None = None  # a signal the launcher received, if any
 
     def start(self, command: list[str], env: dict[str, str], prefix: bytes) -> None:
@@ -164,8 +176,11 @@ class _Run:
             start_new_session=True,  # a group of its own: signals reach its descendants
         )
         self.procs.append(proc)
+        self.last.append([])
         pump = threading.Thread(
-            target=_pump, args=(proc.stdout, prefix, self.sink, self.lock), daemon=True
+            target=_pump,
+            args=(proc.stdout, prefix, self.sink, self.lock, self.last[-1]),
+            daemon=True,
         )
         pump.start()
         self.pumps.append(pump)
@@ -191,29 +206,41 @@ class _Run:
                 pending.remove(proc)
             failed = sorted((p for p in ended if p.returncode), key=lambda p: p.returncode > 0)
             if failed and code == 0 and self.signalled is None:
-                rc = failed[0].returncode
-                code = rc if rc > 0 else 128 - rc
-                i = self.procs.index(failed[0])
-                how = f"exited with code {rc}" if rc > 0 else f"was killed by {_signame(-rc)}"
-                if pending:
-                    others = ", ".join(str(self.procs.index(p)) for p in pending)
-                    self.say(f"process {i} {how}; stopping process(es) {others}")
-                else:
-                    self.say(f"process {i} {how}")
-                self.stop(pending, _PEER_GRACE)
+                code = max(failed[0].returncode, 1)  # a process killed by a signal: 1
+                self.say(self.obituary(failed[0], pending))
+                self.stop(pending, _PEER_GRACE, _NOTICE)
         if self.signalled is not None and code == 0:
             codes = [p.returncode for p in self.procs]
             code = next((c if c > 0 else 128 - c for c in codes if c), 0)
         return code
 
-    def stop(self, procs: list[subprocess.Popen[bytes]], grace: float) -> None:
-        """SIGTERM to each process's group, then SIGKILL to the groups still there."""
+    def obituary(
+        self, dead: subprocess.Popen[bytes], pending: list[subprocess.Popen[bytes]]
+    ) -> str:
+        """One line: which process failed (index, pid), how, the last error line of its
+        output when it exited with one (or its last line; a process killed outright wrote
+        none), and what becomes of the others."""
+        i, rc = self.procs.index(dead), dead.returncode
+        how = f"exited with code {rc}" if rc > 0 else f"was killed by {_signame(-rc)}"
+        text = f"process {i} (pid {dead.pid}) {how}"
+        self.pumps[i].join(timeout=0.2)  # its last lines, if they are still on their way
+        lines = [b.decode("utf-8", "replace").strip() for b in self.last[i]]
+        last = next((x for x in reversed(lines) if "error" in x.lower()), lines[-1:] or [""])
+        last = last if isinstance(last, str) else last[0]
+        if last and rc > 0:
+            text += f" (its last line: {last[:200]})"
+        if pending:
+            others = ", ".join(str(self.procs.index(p)) for p in pending)
+            text += f"; asking process(es) {others} to checkpoint and stop"
+        return text
+
+    def stop(self, procs: list[subprocess.Popen[bytes]], grace: float, notice: float = 0.0) -> None:
+        """After ``notice`` seconds for the processes to end by themselves, SIGTERM to each
+        process's group, then, ``grace`` seconds later, SIGKILL to the groups still there."""
+        _wait_all(procs, notice)
         for proc in procs:
             _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        _wait_all(procs, grace)
         for proc in procs:
             _signal_group(proc, signal.SIGKILL)
             proc.wait()
@@ -232,6 +259,13 @@ class _Run:
         for proc, pump in zip(self.procs, self.pumps, strict=True):
             if proc.stdout is not None and not pump.is_alive():
                 proc.stdout.close()
+
+
+def _wait_all(procs: list[subprocess.Popen[bytes]], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _signame(number: int) -> str:

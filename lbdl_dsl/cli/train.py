@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             mesh=args.mesh,
             shard=tuple(args.shard or ()),
         )
+        from lbdl_dsl.core.errors import LbdlError
         from lbdl_dsl.training.devices import join
 
         devices = join(
@@ -141,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         )
         try:
             return _train(config, devices)
+        except LbdlError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a peer's failure is named, the rest re-raised
             from lbdl_dsl.backends.jax.distributed import peer_error
 

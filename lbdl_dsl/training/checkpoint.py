@@ -31,7 +31,9 @@ import jax
 import numpy as np
 
 from lbdl_dsl.backends.jax import weights
+from lbdl_dsl.backends.jax.distributed import peer_error
 from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.training import rundir
 from lbdl_dsl.training.step import TrainState
 
 
@@ -139,6 +141,8 @@ class Checkpoints:
                 self.manager.save(step, args=args, force=True)
                 self.manager.wait_until_finished()
         except Exception as exc:  # noqa: BLE001 - whatever the layer raised, said once
+            if peer_error(exc) is not None:
+                raise  # another process is gone: the loop's to handle (`training.rescue`)
             if _full(exc):
                 raise LbdlError(
                     f"no space left on the device of {self.directory}: the checkpoint of step "
@@ -152,6 +156,40 @@ class Checkpoints:
                 None,
                 hint="the last checkpoint saved is intact; continue with --resume once the "
                 "folder can be written",
+            ) from None
+
+    def save_alone(self, ts: TrainState, meta: dict[str, Any]) -> None:
+        """Save ``ts`` (host arrays, the whole state) from this process alone, without a
+        collective or a barrier: the others of the run are gone (`training.rescue`). Written,
+        like every save, to a temporary folder renamed when complete; a step already saved is
+        left as it is (another survivor's rename got there first)."""
+        ocp = self._ocp
+        step = int(ts.step)
+        if step in rundir.saved_steps(self.directory.parent):
+            return
+        me = jax.process_index()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        options = ocp.CheckpointManagerOptions(
+            enable_async_checkpointing=False,
+            create=False,  # made above: orbax makes it only with every process
+            multiprocessing_options=ocp.options.MultiprocessingOptions(
+                primary_host=me, active_processes={me}
+            ),
+        )
+        meta = {**meta, "run_id": self.run_id, "digests": digests(ts)}
+        args = ocp.args.Composite(state=ocp.args.StandardSave(ts), meta=ocp.args.JsonSave(meta))
+        try:
+            with _layer_quiet(keep_after_failure=True):
+                alone = ocp.CheckpointManager(self.directory, options=options)
+                alone.save(step, args=args, force=True)
+                alone.wait_until_finished()
+                alone.close()
+        except Exception as exc:  # noqa: BLE001 - whatever the layer raised, said once
+            if step in rundir.saved_steps(self.directory.parent):
+                return
+            raise LbdlError(
+                f"cannot save the checkpoint of step {step} in {self.directory}: {_reason(exc)}",
+                None,
             ) from None
 
     def _check_own(self, step: int) -> None:

@@ -114,8 +114,18 @@ class Mesh:
         return ts
 
     def step(self, train_step: TrainStep, ts: TrainState, tx: Any) -> TrainStep:
-        jitted: TrainStep = self.parallel.jit(train_step, ts, tx)
+        """The jitted step. It takes the state it is given in place (donates it) except over
+        several CPU processes, where the state before each step stays whole until the step
+        completes: a process whose peer dies mid-step can then save it (`training.rescue`),
+        for the price of up to two more copies of the state in the host's memory (the loop
+        keeps the state before the step and the one last logged)."""
+        jitted: TrainStep = self.parallel.jit(train_step, ts, tx, donate=not self.keeps_previous)
         return jitted
+
+    @property
+    def keeps_previous(self) -> bool:
+        """Whether the state before a step outlives it (several processes, on CPUs)."""
+        return self.count > 1 and jax.default_backend() == "cpu"
 
     def eval_step(self, eval_step: EvalStep) -> EvalStep:
         """The evaluation sums, replicated, so that every process reads them."""

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 
 from lbdl_dsl.core.errors import ArgumentError, LbdlError
-from lbdl_dsl.training import optim, progress, rundir
+from lbdl_dsl.training import optim, progress, rescue, rundir
 from lbdl_dsl.training.checkpoint import Checkpoints, Damaged
 from lbdl_dsl.training.config import MAX_STEPS, TrainConfig
 from lbdl_dsl.training.datasets import Data, open_data
@@ -353,10 +353,12 @@ class _Loop:
         pending: list[dict[str, Any]] = []
         self.clock = self.last_flush = self.last_save = time.perf_counter()
         self.display.start(self.total, step)
+        before = confirmed = (ts, step, self.position)  # for `_rescue`
         try:
             stopping = False
             with self.stop.installed(self.devices.handled_signals):
                 while step < self.total and not stopping:
+                    before = (ts, step, self.position)  # whole until the step completes
                     batch = self.devices.put(self.loader.batch_at(self.position))
                     ts, metrics = train_step(ts, batch)
                     self.position = self.loader.advance(self.position)
@@ -370,15 +372,61 @@ class _Loop:
                     if self.data.test is not None and self._due(step, self.config.eval_every):
                         self._flush(step, pending)
                         self._evaluate(ts, step)
+                    if not pending and self.devices.count > 1:  # ts's step completed
+                        confirmed = (ts, step, self.position)
                     stopping = stopping or self.stop.requested  # a signal during the flush
                     if self._due(step, self.config.save_every) or stopping or self._time_due(step):
                         self._flush(step, pending)
                         self._save(ts, step)
                 if stopping:
                     raise TrainingInterrupted(step, self.run_dir)
+        except Exception as exc:
+            lost = self._peer_lost(exc)
+            if lost is None:
+                raise
+            raise self._rescue([(ts, step, self.position), before, confirmed], lost) from None
         finally:
             self.display.stop()
         return ts
+
+    def _peer_lost(self, exc: Exception) -> LbdlError | None:
+        """A collective that failed because another process of the run is gone, as the error
+        that names this process and what it saw; None for any other failure."""
+        if self.devices.count == 1 or isinstance(exc, LbdlError):
+            return None
+        from lbdl_dsl.backends.jax.distributed import peer_error
+
+        return peer_error(exc)
+
+    def _rescue(self, held: list[tuple[TrainState, int, Position]], lost: LbdlError) -> LbdlError:
+        """Another process is gone: save alone the newest state of ``held`` (the state of the
+        failed step, the one before it, the one last logged) that this process holds whole and
+        complete
+        (`training.rescue`), else name the newest complete checkpoint; the error to stop
+        with says which."""
+        why_not: list[str] = []
+        for ts, step, position in held:
+            whole = rescue.held_whole(ts)
+            if whole.state is None:
+                why_not.append(whole.why_not)
+                continue
+            self.position = position
+            meta = dict(self.record)
+            meta |= {"position": position.to_json(), "time": self._elapsed(), "step": step}
+            self.ckpts.save_alone(whole.state, meta)
+            rundir.write_record(self.run_dir, {**self.record, "step": step})
+            saved = f"it saved the checkpoint of step {step} alone"
+            break
+        else:
+            steps = rundir.saved_steps(self.run_dir)
+            newest = f"step {steps[-1]}" if steps else "none yet"
+            why = rescue.PARTIAL if rescue.PARTIAL in why_not else why_not[0]
+            saved = f"it saved no checkpoint ({why}); the newest complete one: {newest}"
+        return LbdlError(
+            f"{lost.first.message}\n  {saved}",
+            None,
+            hint=f"continue from {self.run_dir} with the same command and --resume",
+        )
 
     def finish(self, ts: TrainState, started: float) -> TrainResult:
         step = int(ts.step)
