@@ -46,6 +46,11 @@ export const lbdl = StreamLanguage.define({
         state.keyword = text;
         return "keyword";
       }
+      // `scan h: H:` opens a group; `scan b=...` is the box of that name
+      if (wasFirst && text === "scan" && stream.match(/^[ \t]+[^\W\d]\w*[ \t]*:/u, false)) {
+        state.keyword = text;
+        return "keyword";
+      }
       if ((state.keyword === "model" || state.keyword === "block") && !state.named) {
         state.named = true;
         return "variableName.definition";
