@@ -52,7 +52,7 @@ LOGGING = {
     "TF_CPP_VMODULE": "cpu_compiler=1,ir_compiler=1,fusion_compiler=1",
 }
 _TIMED = re.compile(r"time: [^(]*\((\d+) us\)")
-_KERNEL = re.compile(r"Checked (LLVM|MLIR) module: (\S+) time:")
+_KERNEL = re.compile(r"Compiled (LLVM|MLIR) module: (\S+) time:")
 
 
 @dataclass

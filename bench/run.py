@@ -808,7 +808,7 @@ XLA spends longer on ResNet-50's loops.
   because the target assumed a compile time proportional to the number of blocks. What is
   left of the forward pass's compile is the part a loop cannot shorten: XLA's own part took
   0.17 s at one block (no loop), 0.20 s at two and 0.21 s at twelve, the peer's 0.20, 0.22
-  and 0.33 s (medians of five, from shapes). Checked alone, a program of one elementwise
+  and 0.33 s (medians of five, from shapes). Compiled alone, a program of one elementwise
   kernel takes 25 to 27 ms (LLVM's setup, paid once per program), a second kernel 3 to 4 ms
   more, a library product (YNNPACK's) 6 ms; the embedding's gather alone 37 to 38 ms, a
   layer norm 46 to 52 ms. So our 0.21 s at twelve blocks is mostly what one block's

@@ -77,7 +77,7 @@ def measure(
 
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise LbdlError(f"--batch must be a whole number ≥ 1, got {batch!r}", None)
-    sig = signature(model)
+    sig = signature(model.checked)
     chosen = tasks.choose(sig, task, target)
     if isinstance(data, Mapping):
         opened = from_arrays(dict(data), sig, chosen)

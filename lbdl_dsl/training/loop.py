@@ -190,7 +190,7 @@ def _run_claimed(
     run_dir = Path(config.output_dir)
     old = rundir.check_claim(run_dir, config, digest)
     devices.barrier("lbdl-train-claimed")  # every process read the folder before it changes
-    sig = signature(model)
+    sig = signature(model.checked)
     task = choose(sig, config.task, config.target)
     data = open_data(config.data, sig, task, config.seed)
     loader = Loader(data.train, config.batch, config.seed)

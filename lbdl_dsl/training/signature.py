@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lbdl_dsl.compiler.instance import Checked
 from lbdl_dsl.core.errors import LbdlError
 
 
@@ -51,9 +52,9 @@ def _size(value: Any, where: str) -> int:
     return int(number)
 
 
-def signature(model: Any) -> Signature:
-    """The model's ports, with every size a number (or an error naming the missing ``--set``)."""
-    checked = model.checked
+def signature(checked: Checked) -> Signature:
+    """The ports of a checked spec (a `Model`'s ``checked``), with every size a number (or an
+    error naming the missing ``--set``)."""
     inputs = {}
     for name, t in checked.inputs.items():
         shape = tuple(_size(d, f"the spec's input {name}") for d in t.shape)
@@ -61,9 +62,10 @@ def signature(model: Any) -> Signature:
         vocab = _size(t.vocab, f"the vocabulary of input {name}") if t.vocab is not None else None
         inputs[name] = Port(name, shape, dtype, vocab)
     outputs = {}
-    for name, t in checked.outputs.items():
-        shape = tuple(_size(d, f"the spec's output {name}") for d in t.shape)
-        made_by = getattr(t, "made_by", "") or ""
+    for name, out in checked.outputs.items():
+        assert out is not None, "a model is built from a spec whose check passed"
+        shape = tuple(_size(d, f"the spec's output {name}") for d in out.shape)
+        made_by = out.made_by or ""
         outputs[name] = Port(
             name, shape, "float32", probabilities=made_by.startswith("`softargmax`")
         )

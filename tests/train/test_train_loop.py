@@ -82,7 +82,7 @@ def test_batchnorm_running_averages_are_updated(spec_file, quiet_train) -> None:
 def _losses_of_two_steps(spec: Path) -> tuple[float, float, float]:
     """Two steps on the same batch with a learning rate of 0: only randomness can differ."""
     model = lbdl_dsl.compile(spec)
-    task = choose(signature(model))
+    task = choose(signature(model.checked))
     tx = optax.sgd(0.0)
     step = make_train_step(model, task, tx, lambda s: 0.0)
     rng = np.random.default_rng(0)
