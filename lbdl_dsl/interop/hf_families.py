@@ -158,6 +158,52 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     )
 
 
+def gemma(c: Config, shapes: Shapes) -> Draft:
+    """Gemma: LLaMA's layers with the embedding scaled by √D, every RMSNorm's gain 1 + w, a
+    tanh-GELU gate (GeGLU), a head size of its own, and the output tied to the embedding."""
+    act = c.get("hidden_act", "hidden_activation", default="gelu_pytorch_tanh")
+    if act not in ("gelu_pytorch_tanh", "gelu"):
+        raise c.error(f"`hidden_act` {act!r} is not supported", "Gemma's gate is tanh-GELU")
+    d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
+    eps = _eps(c.number("rms_norm_eps", default=1e-6))
+    theta = c.rope_theta()
+    sizes = {
+        "N": c.whole("num_hidden_layers"),
+        "D": d,
+        "H": h,
+        "KV": c.whole("num_key_value_heads", default=h),
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+    }
+    hd = c.get("head_dim")
+    head = f" dqk={int(hd)} dv={int(hd)}" if hd is not None and hd != d // h else ""
+    att = f"self-att h=H kv=KV{head} causal=true rope=true theta={_eps(theta)}"
+    if c.get("attention_bias", default=False):
+        att += " bias=true"
+    norm = f"norm=rmsnorm eps={eps} offset=1"
+    return Draft(
+        "Gemma (Gemma Team 2024)",
+        "llama",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            "-> tokens",
+            _pad("times sqrt=D", "T×D"),
+            "×N:",
+            f"  {att} {norm} -> attn",
+            f"  ffw hidden=F act=geglu-tanh bias=false p=0.0 {norm} -> mlp",
+            f"rmsnorm eps={eps} offset=1",
+            _pad("fc bias=false tie=tokens", "T×V"),
+            "output P",
+        ],
+        [
+            "# LLaMA's layers with the embedding scaled by √D, RMSNorm gains of 1 + w, a tanh-GELU",
+            "# gate (GeGLU), and the output layer tied to the embedding.",
+        ],
+    )
+
+
 def _window(c: Config, kind: str) -> int:
     """The sliding window, where the config turns one on."""
     w = c.get("sliding_window")
@@ -349,10 +395,8 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "phi": phi,
     "bert": bert,
     "vit": vit,
+    "gemma": gemma,
 }
 
-REFUSED = {
-    "gemma": "Gemma's RMSNorm scales by (1 + w) and its feed-forward gate is tanh-GELU "
-    "(GeGLU), which the language says only with the language-reach issue (41); its weights are "
-    "not shifted by one to fit LLaMA's norm",
-}
+REFUSED: dict[str, str] = {}
+"""model_types known and refused, with the reason (none today: Gemma came with issue 41)."""

@@ -4,7 +4,7 @@ outputs: tests/fixtures/hf/make.py).
 
 For each: the spec written checks to the sum of the checkpoint's tensor sizes (a tied tensor is
 stored, so counted, once), asserts that count itself, draws, and computes what transformers
-computed; then the refusals (gemma, an unknown model_type, no config.json, tensors that do not
+computed; then the refusals (an unknown model_type, no config.json, tensors that do not
 fit the config) as the user reads them.
 """
 
@@ -21,12 +21,11 @@ from safetensors import safe_open
 
 import lbdl_dsl
 from lbdl_dsl.cli import main
-from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.interop import hf
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"
-CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "qwen2", "phi"]
+CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "qwen2", "phi", "gemma"]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
 ALL = [*CAUSAL, "bert", "vit", *STORED]
 
@@ -147,12 +146,12 @@ def _run(capsys, *args: str) -> tuple[int, str]:
     return code, captured.err
 
 
-def test_gemma_is_refused_with_the_reason(capsys) -> None:
-    code, err = _run(capsys, str(FIXTURES / "gemma"))
-    assert code == 1 and "Traceback" not in err
-    assert "model_type `gemma` is not supported yet" in err and "(1 + w)" in err
-    with pytest.raises(LbdlError, match="41"):
-        lbdl_dsl.from_pretrained(FIXTURES / "gemma")
+def test_gemma_s_spec_says_its_norms_gate_and_scaled_embedding() -> None:
+    """Gemma came with issue 41's `offset=1` and `geglu-tanh`: its norms' gains are 1 + w, read
+    as stored (never shifted), its gate is tanh-GELU, its embedding scaled by √D."""
+    text = hf.spec_for(FIXTURES / "gemma").text
+    assert text.count("offset=1") == 3 and "act=geglu-tanh" in text
+    assert "times sqrt=D" in text and "tie=tokens" in text
 
 
 def _copy(tmp_path: Path, name: str, **config) -> Path:
@@ -167,7 +166,7 @@ def test_an_unknown_model_type_lists_the_supported_ones(tmp_path: Path, capsys) 
     code, err = _run(capsys, str(_copy(tmp_path, "gpt2", model_type="t5")))
     assert code == 1
     assert "model_type `t5` is not supported" in err
-    assert "gpt2, llama, mistral, mixtral, qwen2, phi, bert, vit" in err
+    assert "gpt2, llama, mistral, mixtral, qwen2, phi, bert, vit, gemma" in err
 
 
 def test_a_folder_without_config_json_says_so(tmp_path: Path, capsys) -> None:

@@ -57,6 +57,11 @@ class HeadsAttrs(Attrs):
     keys_at: int = 0  # the input the keys and values come from (0: the queries' own)
     bias_at: int = 0  # the input that is an additive score bias (G×T×S); 0: none
     scale: float | None = None  # the scores' factor; None: 1/√dqk
+    offset: float = 0.0  # the pre-norm's gain is offset + its scale (Gemma's 1 + w)
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        """The record, less an offset of 0 (the pre-norm of every model but Gemma's)."""
+        return tuple((k, v) for k, v in super().items() if k != "offset" or v)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,10 @@ class FfwAttrs(Attrs):
     act: str
     eps: float
     norm: str = "layernorm"
+    offset: float = 0.0  # the pre-norm's gain is offset + its scale (Gemma's 1 + w)
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        return tuple((k, v) for k, v in super().items() if k != "offset" or v)
 
 
 def _kv(c: Ctx, h: int) -> int:
@@ -198,6 +207,7 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         keys_at=keys or 0,
         bias_at=bias_at,
         scale=_scale(c),
+        offset=float(c.hp.get("offset", 0.0)),
     )
 
 
@@ -596,7 +606,7 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
             reads = [*reads, "M"]
         return (
             f"block inside({', '.join([*passed, 'eps'])}) on {on}:\n"
-            f"  {hp.get('norm', 'layernorm')} eps=eps -> ln\n"
+            f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> ln\n"
             f"  mha{'(' + ', '.join(reads) + ')' if reads else ''}{args} -> att\n"
             "  +(X)\n"
         )
@@ -620,17 +630,26 @@ def _cross_attrs(c: Ctx) -> HeadsAttrs:
     return _heads_attrs(c)
 
 
-def _norm_ref(x: Any, p: Weights, norm: str, eps: float) -> Any:
+def _norm_ref(x: Any, p: Weights, norm: str, eps: float, offset: float = 0.0) -> Any:
     if norm == "rmsnorm":
-        return rmsnorm_ref(x, p["scale"], eps)
-    return layernorm_ref(x, p["scale"], p["bias"], eps, 1)
+        return rmsnorm_ref(x, p["scale"] + offset, eps)
+    return layernorm_ref(x, p["scale"] + offset, p["bias"], eps, 1)
+
+
+def _offset_text(hp: Mapping[str, Any]) -> str:
+    """The pre-norm's ``offset=`` in a composite's inside, where one is given."""
+    offset = float(hp.get("offset") or 0.0)
+    return f" offset={offset:g}" if offset else ""
+
+
+_PRE_OFFSET = HP("offset", "float", 0.0, "the pre-norm's gain is offset + w (1: Gemma's 1 + w)")
 
 
 def _pre_norm_ref(xs: Arrays, p: Weights, a: HeadsAttrs) -> Any:
     mask = xs[-1] if a.masked else None
     bias = xs[a.bias_at] if a.bias_at else None
     assert a.eps is not None, "self-att and cross-att declare `eps`; only a bare mha has none"
-    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps)
+    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset)
     z = xs[a.keys_at] if a.keys_at else h
     return xs[0] + mha_ref(h, z, p["att"], a, key_mask=mask, bias=bias)
 
@@ -649,6 +668,7 @@ SELF_ATT = Layer(
         HP("causal", "bool", False, "mask attention to later positions"),
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
+        _PRE_OFFSET,
     ),
     arity=(1, 3),
     resolve=lambda c: _self_attrs(c),
@@ -657,6 +677,7 @@ SELF_ATT = Layer(
     cases=(
         ("5×8", "self-att h=2 bias=true kbias=false"),
         ("7×16", "self-att h=4 kv=2 rope=true window=3 causal=true norm=rmsnorm"),
+        ("5×8", "self-att h=2 kv=1 causal=true norm=rmsnorm offset=1.0"),
         ("6×16", "self-att h=4 kv=1 bias=true obias=false rope=true rot=0.5 theta=100.0"),
         ("6×8; B: 2×6×6; M: 6 bool", "self-att(B, M) h=2 scale=none norm=rmsnorm causal=true"),
     ),
@@ -671,7 +692,7 @@ CROSS_ATT = Layer(
     "from a second sequence Z (the encoder's output, given in parentheses), multi-head "
     "attention, and the residual sum with X. `cross-att(Z, M)` with M: S bool masks padding "
     "keys; `cross-att(Z, B)` with B: G×T×S adds a score bias.",
-    hparams=(*_ATT_HP, HP(*_NORM), HP("eps", "float", 1e-5, "the pre-norm's epsilon")),
+    hparams=(*_ATT_HP, HP(*_NORM), HP("eps", "float", 1e-5, "the pre-norm's epsilon"), _PRE_OFFSET),
     arity=(2, 4),
     resolve=lambda c: _cross_attrs(c),
     inside=_att_inside(cross=True),
@@ -685,7 +706,15 @@ def _ffw_attrs(c: Ctx) -> FfwAttrs:
     c.rank(1, 2, 3)
     hidden = c.hp.get("hidden")
     hidden = hidden if hidden is not None else 4 * c.x[-1]
-    return FfwAttrs(hidden, c.hp["p"], c.hp["bias"], c.hp["act"], c.hp["eps"], c.hp["norm"])
+    return FfwAttrs(
+        hidden,
+        c.hp["p"],
+        c.hp["bias"],
+        c.hp["act"],
+        c.hp["eps"],
+        c.hp["norm"],
+        float(c.hp.get("offset", 0.0)),
+    )
 
 
 _ACT = {"gelu": "gelu", "gelu-tanh": "gelu approximate=true", "relu": "relu"}
@@ -699,7 +728,7 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
     params = ["hidden"] if hp.get("hidden") is not None else []
     head = (
         f"block inside({', '.join([*params, 'bias', 'p', 'eps'])}) on X: {pattern}:\n"
-        f"  {hp.get('norm', 'layernorm')} eps=eps -> ln\n"
+        f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> ln\n"
     )
     if hp["act"] in _GATED:  # Shazeer 2020: act(x·W_gate) ⊙ (x·W_up), then W_down
         return head + (
@@ -723,7 +752,7 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
 
 def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
     np = numpy()
-    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps)
+    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset)
     if a.act in _GATED:
         g = dense_ref(h, p["gate"]["w"], p["gate"].get("b"))
         g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, a.act == "geglu-tanh")
@@ -757,6 +786,7 @@ FFW = Layer(
         ),
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
+        _PRE_OFFSET,
     ),
     resolve=_ffw_attrs,
     inside=_ffw_inside,
@@ -766,6 +796,7 @@ FFW = Layer(
         ("6×8", "ffw act=gelu-tanh bias=false"),
         ("6×8", "ffw act=relu hidden=5"),
         ("6×8", "ffw act=swiglu hidden=12 bias=false p=0.0 norm=rmsnorm"),
+        ("6×8", "ffw act=geglu-tanh hidden=12 bias=false p=0.0 norm=rmsnorm offset=1.0"),
         ("6×8", "ffw act=geglu hidden=6"),
         ("6×8", "ffw act=geglu-tanh hidden=6"),
     ),
