@@ -247,7 +247,7 @@ class Walker:
             composite = layer is not None and layer.composite
             # A composite whose checked instance carries its inside (self-att, ffw) opens as a
             # block call does.
-            inside = getattr(inst, "inside", None) if composite else None
+            inside = inst.inside if composite and isinstance(inst, LayerInst) else None
             wanted = self.expansion.wants(node.op, depth) or (
                 layer is not None and self.expansion.wants(layer.name, depth)
             )

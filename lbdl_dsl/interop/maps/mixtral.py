@@ -38,6 +38,8 @@ state ``moe/aux``) are computed, not read: they start at 0.
 from dataclasses import replace
 from typing import Any
 
+from lbdl_dsl.compiler.instance import LayerInst
+from lbdl_dsl.core.layers.moe import MoeAttrs
 from lbdl_dsl.interop.layout import FamilyMap, Rule, split, transpose
 from lbdl_dsl.interop.maps.llama import ATTENTION, HEAD, IGNORE, T, X
 
@@ -51,11 +53,10 @@ def drops(model: Any) -> str:
     """What to say after an import into a spec whose experts may drop tokens in training (a
     capacity factor under E/k), which transformers' Mixtral never does."""
     for path, inst, _ in model.checked.walk():
-        a = getattr(inst, "attrs", None)  # a layer's record; other kinds of box have none
-        capacity = getattr(a, "capacity", None)
-        if a is None or capacity is None or not hasattr(a, "experts"):
+        a = inst.attrs if isinstance(inst, LayerInst) else None  # a mixture's record
+        if not isinstance(a, MoeAttrs) or a.capacity is None:
             continue
-        if capacity * a.k < a.experts:
+        if a.capacity * a.k < a.experts:
             return (
                 f"transformers' Mixtral drops no token, where in training `{'/'.join(path)}` "
                 f"keeps at most ⌈{a.capacity:g}·{a.k}·tokens/{a.experts}⌉ tokens of a batch per "
