@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax import storage
+from lbdl_dsl.backends.jax import decode_weights, storage
 from lbdl_dsl.backends.jax.codegen import generate
 from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.compiler import decoding
@@ -181,9 +181,15 @@ class Decoder:
         }
         flat = weights.flatten(params)
         out = {k: [v[i] for i in range(stacked[k])] if k in stacked else v for k, v in flat.items()}
-        tree = unflatten(out)
+        tree = unflatten(decode_weights.prepare(out, self._layouts))
         self._split = (params, tree)
         return tree
+
+    @functools.cached_property
+    def _layouts(self) -> dict[str, decode_weights.Layout]:
+        from lbdl_dsl.backends.jax.lowering import DECODE_LAYOUTS
+
+        return decode_weights.layouts(storage.stored(self.model.checked.root), DECODE_LAYOUTS)
 
     # -- one call of the module -----------------------------------------------------------------
     @functools.cached_property
@@ -197,15 +203,21 @@ class Decoder:
             *,
             context: int,
             sampling: Sampling,
+            fresh: bool,
         ) -> tuple[Any, Any, Any, Any]:
             self.traces += 1
-            out, cache = self._apply(params, cache, ids, pos=pos, context=context)
+            # a fresh cache's first call: its position the int 0, which the runtime reads as
+            # "nothing cached yet" (`cached_attention`, `ring_write`)
+            at = 0 if fresh else pos
+            out, cache = self._apply(params, cache, ids, pos=at, context=context)
             logits = (out[self.plan.output] if self._many else out)[:, -1].astype(jnp.float32)
             token, logp = choose(logits, key, sampling)
             return token, logp, logits, cache
 
         # the cache is donated: its buffers are the new cache's, updated in place
-        return jax.jit(forward, static_argnames=("context", "sampling"), donate_argnames="cache")
+        return jax.jit(
+            forward, static_argnames=("context", "sampling", "fresh"), donate_argnames="cache"
+        )
 
     def run(
         self,
@@ -218,9 +230,17 @@ class Decoder:
         sampling: Sampling,
     ) -> Any:
         """The module on ``ids`` (B, t) at positions pos..pos+t-1; returns the next token, its
-        log-probability and the logits after the last of them, and the cache."""
+        log-probability and the logits after the last of them, and the cache. At ``pos`` 0 the
+        cache must be fresh (`init_cache`): the prompt's first chunk attends to itself alone."""
         return self._forward(
-            self.split(params), cache, ids, jnp.int32(pos), key, context=context, sampling=sampling
+            self.split(params),
+            cache,
+            ids,
+            jnp.int32(pos),
+            key,
+            context=context,
+            sampling=sampling,
+            fresh=pos == 0,
         )
 
     # -- generation -----------------------------------------------------------------------------

@@ -191,6 +191,12 @@ class _Emit:
     def has_param(self, name: str) -> bool:
         return name in self.inst.params or name in self.inst.tied
 
+    def params(self) -> str | None:
+        """The box's own dictionary of parameters, whole (for a runtime function that may be
+        handed more than the box declares: `Decoder.split`'s fused projections); None where
+        one of them is another box's (tied), so not in that dictionary."""
+        return None if self.inst.tied else f'{self.d.p}["{self.inst.id}"]'
+
     def state(self, name: str) -> str:
         return f'{self.d.s}["{self.inst.id}"]["{name}"]'
 

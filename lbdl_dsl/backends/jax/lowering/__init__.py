@@ -7,6 +7,7 @@ kept for an entry that is gone).
 
 from __future__ import annotations
 
+from lbdl_dsl.backends.jax.decode_weights import Layout
 from lbdl_dsl.backends.jax.emit import Lowering
 from lbdl_dsl.backends.jax.lowering import (
     activation,
@@ -48,4 +49,9 @@ DECODE_LOWERINGS: dict[str, Lowering] = {
 }
 """A decoding module's lowering where it differs (`Step`: positions, caches, routing)."""
 
-__all__ = ["DECODE_LOWERINGS", "LOWERINGS"]
+DECODE_LAYOUTS: dict[str, Layout] = {
+    name: layout for family in (dense, attention) for name, layout in family.LAYOUTS.items()
+}
+"""How a decoding module's runtime function reads a box's weights (`decode_weights`)."""
+
+__all__ = ["DECODE_LAYOUTS", "DECODE_LOWERINGS", "LOWERINGS"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lbdl_dsl.backends.jax.decode_weights import Fused, Layout
 from lbdl_dsl.backends.jax.emit import Emit, Lowering
 
 _WEIGHTS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
@@ -59,8 +60,11 @@ def attention(e: Emit) -> str:
 
 def mha_step(e: Emit) -> str:
     """A causal self-attention in a decoding module: the step with its cache of keys and
-    values (`runtime/decode.py`), which it returns updated."""
-    weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
+    values (`runtime/decode.py`), which it returns updated. It reads the box's dictionary of
+    parameters whole, where `Decoder.split` may have put the three projections in one."""
+    weights = e.params() or (
+        "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
+    )
     a = e.a
     options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
     call = e.call(
@@ -82,6 +86,11 @@ def mha_step(e: Emit) -> str:
 
 DECODE: dict[str, Lowering] = {"mha": mha_step}
 """Lowerings that differ in a decoding module (`Lowerer(decode=True)`)."""
+
+LAYOUTS: dict[str, Layout] = {
+    "mha": Layout(rows=("wo",), fused=Fused(("wq", "wk", "wv"), ("bq", "bk", "bv"), "wqkv"))
+}
+"""The weights `mha_step` reads fused and by rows where given so."""
 
 LOWER: dict[str, Lowering] = {
     "attention": attention,

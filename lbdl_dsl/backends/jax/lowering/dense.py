@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lbdl_dsl.backends.jax.decode_weights import Layout
 from lbdl_dsl.backends.jax.emit import Emit, Lowering
 
 
@@ -42,13 +43,15 @@ def recurrent_from(kind: str) -> Lowering:
 
 
 def fc_step(e: Emit) -> str:
-    """`fc` in a decoding module. A weight tied to an embedding table, transposed (``….T``,
+    """`fc` in a decoding module: its own weight by rows where `Decoder.split` laid it out
+    so (`decode_weights`). A weight tied to an embedding table, transposed (``….T``,
     the table (Dout, Din): GPT-2's output layer), is read by rows (`dense_rows`), as
     XLA:CPU copies the whole transposed table before a one-token product (154 MB for GPT-2
     small, every step)."""
     w = e.param("w")
     if not w.endswith(".T"):
-        return fc(e)
+        own = e.params()
+        return e.call("dense_step", e.x[0], own) if own else fc(e)
     bias = _optional(e, "b")
     return e.call("dense_rows", e.x[0], w.removesuffix(".T"), *([bias] if bias else []))
 
@@ -66,6 +69,9 @@ DECODE: dict[str, Lowering] = {
     "gru": recurrent_from("gru"),
 }
 """Lowerings that differ in a decoding module: positions from ``pos``, carries kept."""
+
+LAYOUTS: dict[str, Layout] = {"fc": Layout(rows=("w",))}
+"""The weights `dense_step` reads by rows where given so."""
 
 LOWER: dict[str, Lowering] = {
     "fc": fc,
