@@ -19,7 +19,9 @@ without JAX. Per device, for each box and in total:
 - inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks);
 - recomputed: what the backward pass of a ×N group holds besides, while it computes one copy's
   forward pass again (all that copy's values but the products its loop kept), the largest
-  copy once.
+  copy once;
+- backward: the gradients the backward pass holds at once going back through a box, that of
+  its output and that of its input (the output of the box before it), the largest pair once.
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step
 ``step(params, state, opt_state, inputs)``: XLA's ``compiled.memory_analysis()`` reports the
@@ -72,6 +74,7 @@ class Bytes:
     activations: Expr
     inputs: Expr
     recomputed: Expr = Expr()  # one copy's values its checkpointed backward pass makes again
+    backward: Expr = Expr()  # the gradients of one box's output and input, held at once
 
     @property
     def arguments(self) -> Expr:
@@ -81,7 +84,7 @@ class Bytes:
 
     @property
     def total(self) -> Expr:
-        return self.arguments + self.grads + self.activations + self.recomputed
+        return self.arguments + self.grads + self.activations + self.recomputed + self.backward
 
     def items(self) -> Iterator[tuple[str, Expr]]:
         yield from (
@@ -92,6 +95,7 @@ class Bytes:
             ("activations", self.activations),
             ("inputs", self.inputs),
             ("recomputed", self.recomputed),
+            ("backward", self.backward),
             ("total", self.total),
         )
 
@@ -155,27 +159,57 @@ def _product(inst: Inst) -> bool:
     return any(len(p.shape) >= 2 for p in inst.params.values()) and bool(inst.macs)
 
 
-def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
-    """Values kept by the boxes of one scope, in order.
-
-    Outside a ×N group, every primitive box's output; a box without parameters that keeps the
-    shape of what it reads (gelu, dropout) is split like that. Inside one (``looped``), only
-    products and what attention keeps: the loop computes the rest again."""
-    out = Expr()
+def _outputs(body: list[Inst], splits: _Splits) -> Iterator[tuple[Inst, Expr]]:
+    """The boxes of one scope that have an output, in order, each with its output's values
+    per sample and device: over the pieces tensor parallelism cuts it into; a box without
+    parameters that keeps the shape of what it reads (gelu, dropout) is split like that."""
     before: tuple[tuple[Expr, ...], int] = ((), 1)  # the last output's shape and its pieces
     for inst in body:
-        out = out + kept(inst, memo, splits, looped)
         if inst.output is None:
             continue
         shape = inst.output.shape
         pieces = splits.output.get(id(inst), 1)
         if not inst.params and inst.inputs and inst.inputs[0].shape == before[0] == shape:
             pieces = before[1]
-        primitive = isinstance(inst, LayerInst) and inst.inside is None
-        if primitive and (not looped or _product(inst)):
-            out = out + _numel(shape) / pieces
+        yield inst, _numel(shape) / pieces
         before = (shape, pieces)
+
+
+def _primitive(inst: Inst) -> bool:
+    return isinstance(inst, LayerInst) and inst.inside is None
+
+
+def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
+    """Values kept by the boxes of one scope, in order.
+
+    Outside a ×N group, every primitive box's output. Inside one (``looped``), only products
+    and what attention keeps: the loop computes the rest again."""
+    out = Expr()
+    for inst in body:
+        out = out + kept(inst, memo, splits, looped)
+    for inst, values in _outputs(body, splits):
+        if _primitive(inst) and (not looped or _product(inst)):
+            out = out + values
     return out
+
+
+def backward(root: list[Inst], splits: _Splits) -> Expr:
+    """Values per sample the backward pass holds besides what was kept: going back through a
+    box, it reads the gradient of the box's output and writes the gradient of its input, the
+    output of the box before it in the same scope, so both are held at once; the largest such
+    pair of any scope counts, once. (The first box of the model has no gradient of its input:
+    nothing differentiates the data.)"""
+    best = Expr()
+    stack = [root]
+    while stack:
+        body = stack.pop()
+        stack.extend(part for inst in body for part in inst.parts())
+        last: Expr | None = None
+        for inst, values in _outputs(body, splits):
+            if _primitive(inst):
+                best = _larger(best, values + (last if last is not None else Expr()))
+            last = values
+    return best
 
 
 def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
@@ -287,11 +321,12 @@ def per_device(
     splits = _splits(checked, layout)
     acts = _scope(checked.root, memo, splits, False) * FLOAT * b
     again = recomputed(checked.root, memo, splits) * FLOAT * b
+    back = backward(checked.root, splits) * FLOAT * b
     inputs = total(
         _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
     )
     opt_bytes = params * moments + counters * COUNTER
-    whole = Bytes(params, params, opt_bytes, state, acts, inputs, again)
+    whole = Bytes(params, params, opt_bytes, state, acts, inputs, again, back)
     groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
     boxes = [
         BoxBytes(

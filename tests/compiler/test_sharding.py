@@ -274,7 +274,12 @@ def test_memory_per_device_is_each_arrays_share() -> None:
     again = 5 * t * 12288 + t * 49152 / 8 + 96 * t * t / 8
     assert whole.activations == (96 * per_layer + outside) * 4 * b
     assert whole.recomputed == again * 4 * b
-    assert whole.total == whole.arguments + whole.grads + whole.activations + whole.recomputed
+    # going back through the output layer: the gradients of its T·50257 logits and of the
+    # final layernorm's T·12288 values, the largest pair of neighbours
+    assert whole.backward == (t * 12288 + t * 50257) * 4 * b
+    assert whole.total == (
+        whole.arguments + whole.grads + whole.activations + whole.recomputed + whole.backward
+    )
 
 
 def test_optimisers_keep_their_moments_and_counters() -> None:
@@ -324,3 +329,19 @@ def test_attention_keeps_its_weights_outside_a_group_and_not_inside(tmp_path: Pa
     # the weights computed again
     assert figures["looped"].activations == Expr.lift(2 * (t * d + t * d + qkv) * 4)
     assert figures["looped"].recomputed == Expr.lift((2 * t * d + weights) * 4)
+
+
+def test_the_backward_pass_holds_the_gradients_of_the_largest_pair_of_neighbours(
+    tmp_path: Path,
+) -> None:
+    """`backward`: going back through relu, the gradient of its 32 outputs and of fc's 32
+    before it (the first fc's input is the data: nothing differentiates it)."""
+    spec = tmp_path / "m.lbdl"
+    spec.write_text("model m(D=8):\n  input X: D\n  fc 32\n  relu\n  fc 4\n  output Y\n", "utf-8")
+    checked = compile_spec(spec)
+    mesh = parse_mesh("data=2")
+    whole, _ = memory.per_device(
+        checked, resolve(checked, mesh, parse_rules([], mesh)), [], batch=3
+    )
+    assert whole.backward == Expr.lift((32 + 32) * 4 * 3)  # 3 samples, float32
+    assert whole.total == whole.arguments + whole.grads + whole.activations + whole.backward
