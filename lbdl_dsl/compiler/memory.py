@@ -21,7 +21,9 @@ without JAX. Per device, for each box and in total:
   forward pass again (all that copy's values but the products its loop kept), the largest
   copy once;
 - backward: the gradients the backward pass holds at once going back through a box, that of
-  its output and that of its input (the output of the box before it), the largest pair once.
+  its output and that of its input (the output of the box before it), the largest pair once;
+- gathered: under fsdp, the largest weight gathered whole for its layer, and its gradient
+  whole before it is summed and split, less the device's own piece of each.
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step
 ``step(params, state, opt_state, inputs)``: XLA's ``compiled.memory_analysis()`` reports the
@@ -75,6 +77,7 @@ class Bytes:
     inputs: Expr
     recomputed: Expr = Expr()  # one copy's values its checkpointed backward pass makes again
     backward: Expr = Expr()  # the gradients of one box's output and input, held at once
+    gathered: Expr = Expr()  # fsdp: the largest weight, and its gradient, whole on the device
 
     @property
     def arguments(self) -> Expr:
@@ -84,7 +87,8 @@ class Bytes:
 
     @property
     def total(self) -> Expr:
-        return self.arguments + self.grads + self.activations + self.recomputed + self.backward
+        held = self.recomputed + self.backward + self.gathered
+        return self.arguments + self.grads + self.activations + held
 
     def items(self) -> Iterator[tuple[str, Expr]]:
         yield from (
@@ -96,6 +100,7 @@ class Bytes:
             ("inputs", self.inputs),
             ("recomputed", self.recomputed),
             ("backward", self.backward),
+            ("gathered", self.gathered),
             ("total", self.total),
         )
 
@@ -113,6 +118,13 @@ INNER_ROLES = frozenset({"heads", "kv", "mlp", "hidden"})
 parallelism splits these axes of the weights, and with them the values computed along them (a
 mesh axis that splits the batch does not split them again: FSDP gathers each weight whole
 before using it, and the batch was split already)."""
+
+
+SPLIT_ROLES = INNER_ROLES | {"out"}
+"""The roles of a weight's last axis whose split splits the box's output with it: an inner
+width, or the output width itself where a rule splits it (a convolution's channels under the
+`out=tensor` rule `lbdl check` suggests for a CNN under tp: each device computes its share of
+the channels)."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +148,7 @@ def _splits(checked: Checked, layout: Layout) -> _Splits:
         placement = layout.arrays[arr.path]
         last = placement.spec[-1] if placement.spec else None
         axes = tuple(a for a in axis_names(last) if a not in layout.batch)
-        if placement.roles[-1] in INNER_ROLES and axes:
+        if placement.roles[-1] in SPLIT_ROLES and axes:
             target[id(arr.owner)] = layout.mesh.size(axes)
     return _Splits(output, inside)
 
@@ -254,6 +266,26 @@ def recomputed(root: list[Inst], memo: Memo, splits: _Splits) -> Expr:
     return best
 
 
+def gathered(layout: Layout) -> Expr:
+    """Bytes a device holds besides its pieces where a mesh axis that splits the batch also
+    splits weights (fsdp): a layer runs with its weight whole, gathered from every device's
+    piece, and the backward pass makes that weight's gradient whole from the device's own
+    samples before it is summed over the devices and split again. Layer by layer (one copy of a
+    stacked ×N group's weight at a time: its loop gathers a slice), the largest weight counts,
+    twice (weight and gradient), less the piece the device holds anyway."""
+    from lbdl_dsl.compiler.sharding import axis_names
+
+    best = Expr()
+    for p in layout.arrays.values():
+        over = [a for axis in p.spec for a in axis_names(axis) if a in layout.batch]
+        if p.kind != "param" or not over:
+            continue
+        one = _numel(tuple(d for d, r in zip(p.shape, p.roles) if r != "layers")) * FLOAT
+        whole = one / (p.pieces // layout.mesh.size(tuple(over)))
+        best = _larger(best, (whole - one / p.pieces) * 2)
+    return best
+
+
 def _larger(a: Expr, b: Expr) -> Expr:
     """The larger of two counts, term by term; where neither bounds the other (the sizes
     decide), their sum, which bounds both."""
@@ -326,7 +358,7 @@ def per_device(
         _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
     )
     opt_bytes = params * moments + counters * COUNTER
-    whole = Bytes(params, params, opt_bytes, state, acts, inputs, again, back)
+    whole = Bytes(params, params, opt_bytes, state, acts, inputs, again, back, gathered(layout))
     groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
     boxes = [
         BoxBytes(

@@ -277,9 +277,11 @@ def test_memory_per_device_is_each_arrays_share() -> None:
     # going back through the output layer: the gradients of its T·50257 logits and of the
     # final layernorm's T·12288 values, the largest pair of neighbours
     assert whole.backward == (t * 12288 + t * 50257) * 4 * b
-    assert whole.total == (
-        whole.arguments + whole.grads + whole.activations + whole.recomputed + whole.backward
-    )
+    # fsdp=16 gathers the (tied) token table whole for the output layer, and its gradient is
+    # whole before it is summed: 15/16 of 50257·12288 float32 more, twice
+    assert whole.gathered == Expr.lift(50257 * 12288 * 4 * 15 // 16 * 2)
+    held = whole.recomputed + whole.backward + whole.gathered
+    assert whole.total == whole.arguments + whole.grads + whole.activations + held
 
 
 def test_optimisers_keep_their_moments_and_counters() -> None:
@@ -345,3 +347,30 @@ def test_the_backward_pass_holds_the_gradients_of_the_largest_pair_of_neighbours
     )
     assert whole.backward == Expr.lift((32 + 32) * 4 * 3)  # 3 samples, float32
     assert whole.total == whole.arguments + whole.grads + whole.activations + whole.backward
+
+
+def test_fsdp_holds_the_largest_weight_and_its_gradient_whole(tmp_path: Path) -> None:
+    """`gathered`: fc 32's 8×32 weight, the largest, whole on each of fsdp=4's devices while its
+    layer runs, and its gradient whole before the sum; dp splits no weight."""
+    spec = tmp_path / "m.lbdl"
+    spec.write_text("model m(D=8):\n  input X: D\n  fc 32\n  relu\n  fc 4\n  output Y\n", "utf-8")
+    checked = compile_spec(spec)
+    figures = {}
+    for mesh_text, rules in (("fsdp=4", ["fsdp"]), ("data=4", [])):
+        mesh = parse_mesh(mesh_text)
+        lay = resolve(checked, mesh, parse_rules(rules, mesh))
+        figures[mesh_text] = memory.per_device(checked, lay, [], batch=3)[0]
+    assert figures["fsdp=4"].gathered == Expr.lift(8 * 32 * 4 * 3 // 4 * 2)
+    assert figures["data=4"].gathered == Expr()
+
+
+def test_a_rule_that_splits_a_convolutions_channels_splits_its_output() -> None:
+    """Under `out=tensor` (the rule `lbdl check` suggests for a CNN under tp) each device
+    computes its half of every convolution's channels: the kept values halve with them."""
+    checked = compiled("resnet18.lbdl", W=4, I=32, classes=10, L2=1, L3=1, L4=1)
+    acts = {}
+    for mesh_text, rules in (("data=2,tensor=2", ["out=tensor"]), ("data=2", [])):
+        mesh = parse_mesh(mesh_text)
+        lay = resolve(checked, mesh, parse_rules(rules, mesh))
+        acts[mesh_text] = memory.per_device(checked, lay, [], batch=1)[0].activations.as_int()
+    assert acts["data=2"] / 2 < acts["data=2,tensor=2"] < acts["data=2"]
