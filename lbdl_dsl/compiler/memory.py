@@ -21,7 +21,8 @@ without JAX. Per device, for each box and in total:
   forward pass again (all that copy's values but the products its loop kept), the largest
   copy once;
 - backward: the gradients the backward pass holds at once going back through a box, that of
-  its output and that of its input (the output of the box before it), the largest pair once;
+  its output and that of its input (the output of the box before it), or those of the values
+  the box keeps inside where they are larger, the largest box once;
 - gathered: under fsdp, the largest weight gathered whole for its layer, and its gradient
   whole before it is summed and split, less the device's own piece of each.
 
@@ -132,7 +133,7 @@ class _Splits:
     """How many pieces tensor parallelism cuts a box's output, and what it keeps inside, into."""
 
     output: dict[int, int]  # by id of the box: its weight `w`'s last axis is an inner width
-    inside: dict[int, int]  # attention: its query projection's heads
+    inside: dict[int, int]  # by id of the box: another array's last axis is an inner width
 
 
 def _splits(checked: Checked, layout: Layout) -> _Splits:
@@ -142,10 +143,10 @@ def _splits(checked: Checked, layout: Layout) -> _Splits:
     inside: dict[int, int] = {}
     for arr in paths.arrays(checked.root):
         name = arr.path.rsplit("/", 1)[1]
-        target = output if name == "w" else inside if name == "wq" else None
-        if target is None:
-            continue
+        target = output if name == "w" else inside  # a weight matrix, or any other array
         placement = layout.arrays[arr.path]
+        if not placement.roles:  # a scalar (a mixture's auxiliary loss weight)
+            continue
         last = placement.spec[-1] if placement.spec else None
         axes = tuple(a for a in axis_names(last) if a not in layout.batch)
         if placement.roles[-1] in SPLIT_ROLES and axes:
@@ -153,16 +154,20 @@ def _splits(checked: Checked, layout: Layout) -> _Splits:
     return _Splits(output, inside)
 
 
-def _held(inst: Inst, looped: bool) -> Expr:
-    """What a layer's own entry says its backward pass keeps inside it, per sample
+def _held(inst: Inst, looped: bool, splits: _Splits) -> Expr:
+    """What a layer's own entry says its backward pass keeps inside it, per sample and device
     (`Layer.kept`: attention's Q, K and V, a mixture's dispatch buffers, a state-space scan's
-    states)."""
+    states): over the pieces tensor parallelism cuts its weights' inner width into, but for
+    what lies along no inner width (`Layer.kept_whole`)."""
     if not isinstance(inst, LayerInst):
         return Expr()
     layer = lookup(inst.node.op)
     if layer is None or layer.kept is None or not inst.inputs or inst.attrs is None:
         return Expr()
-    return layer.kept(inst.attrs, tuple(tuple(t.shape) for t in inst.inputs), looped)
+    shapes = tuple(tuple(t.shape) for t in inst.inputs)
+    whole = layer.kept_whole(inst.attrs, shapes, looped) if layer.kept_whole else Expr()
+    inner = layer.kept(inst.attrs, shapes, looped) - whole
+    return whole + inner / splits.inside.get(id(inst), 1)
 
 
 def _product(inst: Inst) -> bool:
@@ -208,10 +213,12 @@ def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
 def backward(root: list[Inst], splits: _Splits) -> Expr:
     """Values per sample the backward pass holds besides what was kept: going back through a
     box, it reads the gradient of the box's output and writes the gradient of its input, the
-    output of the box before it in the same scope, so both are held at once; the largest such
-    pair of any scope counts, once. (The first box of the model has no gradient of its input:
-    nothing differentiates the data.)"""
-    best = Expr()
+    output of the box before it in the same scope, so both are held at once; inside a box
+    that keeps values of its own (`Layer.kept`: attention's Q, K, V and weights, a mixture's
+    dispatch buffers and experts' values, all at once), their gradients, where they are
+    larger. The largest of any box counts, once. (The first box of the model has no gradient
+    of its input: nothing differentiates the data.)"""
+    candidates = []
     stack = [root]
     while stack:
         body = stack.pop()
@@ -219,9 +226,25 @@ def backward(root: list[Inst], splits: _Splits) -> Expr:
         last: Expr | None = None
         for inst, values in _outputs(body, splits):
             if _primitive(inst):
-                best = _larger(best, values + (last if last is not None else Expr()))
+                candidates.append(values + (last if last is not None else Expr()))
+                candidates.append(_held(inst, False, splits))
             last = values
-    return best
+    return _largest(candidates)
+
+
+def _largest(counts: list[Expr]) -> Expr:
+    """The largest of several counts, term by term: where the sizes decide which (T·D against
+    T², say), the sum of those no other one bounds, which bounds them all, in any order."""
+    top: list[Expr] = []
+    for c in counts:
+        if any(_bounds(t, c) for t in top):
+            continue
+        top = [t for t in top if not _bounds(c, t)] + [c]
+    return total(top)
+
+
+def _bounds(a: Expr, b: Expr) -> bool:
+    return all(c >= 0 for _, c in (a - b).terms)
 
 
 def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
@@ -231,7 +254,7 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     key = (id(inst), looped)
     if key in memo:
         return memo[key]
-    out = _held(inst, looped) / splits.inside.get(id(inst), 1)
+    out = _held(inst, looped, splits)
     if isinstance(inst, ScanInst):  # a recurrence keeps every step's values
         out = out + _scope(inst.body, memo, splits, looped) * inst.steps
     elif not isinstance(inst, GroupInst):

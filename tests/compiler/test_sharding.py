@@ -275,8 +275,11 @@ def test_memory_per_device_is_each_arrays_share() -> None:
     assert whole.activations == (96 * per_layer + outside) * 4 * b
     assert whole.recomputed == again * 4 * b
     # going back through the output layer: the gradients of its T·50257 logits and of the
-    # final layernorm's T·12288 values, the largest pair of neighbours
-    assert whole.backward == (t * 12288 + t * 50257) * 4 * b
+    # final layernorm's T·12288 values, the largest pair of neighbours; and through attention,
+    # those of its Q, K, V and weights (over 8), larger for a long T: neither bounds the other
+    # whatever T, so both count
+    pair, att = t * 12288 + t * 50257, 3 * t * 12288 / 8 + 96 * t * t / 8
+    assert whole.backward == (pair + att) * 4 * b
     # fsdp=16 gathers the (tied) token table whole for the output layer, and its gradient is
     # whole before it is summed: 15/16 of 50257·12288 float32 more, twice
     assert whole.gathered == Expr.lift(50257 * 12288 * 4 * 15 // 16 * 2)
@@ -331,6 +334,26 @@ def test_attention_keeps_its_weights_outside_a_group_and_not_inside(tmp_path: Pa
     # the weights computed again
     assert figures["looped"].activations == Expr.lift(2 * (t * d + t * d + qkv) * 4)
     assert figures["looped"].recomputed == Expr.lift((2 * t * d + weights) * 4)
+    # going back through attention: the gradients of Q, K, V and the weights, more than its
+    # output's and input's (2·T·D), in a loop too (the copy is computed again whole)
+    for name in ("lone", "looped"):
+        assert figures[name].backward == Expr.lift((qkv + weights) * 4)
+
+
+def test_tensor_parallelism_splits_a_mixtures_experts_values_not_its_dispatch() -> None:
+    """`Layer.kept_whole`: a mixture's router probabilities, dispatch buffers and gathered
+    outputs stay whole under tp; its experts' gate, up and product values split with their
+    hidden width."""
+    from lbdl_dsl.compiler.instance import LayerInst
+
+    checked = compiled("mixtral-8x7b.lbdl", N=1, D=16, H=2, KV=1, F=16, E=4, V=32, T=32)
+    box = next(i for _, i, _ in checked.walk() if isinstance(i, LayerInst) and i.id == "moe")
+    t, d, e, k, f = 32, 16, 4, 2, 16
+    whole, inner = t * e + t * e * d + t * k * d, t * e * f * 3  # no capacity: E·T rows
+    for mesh_text, rules, pieces in (("data=2", [], 1), ("data=2,tensor=2", ["tp"], 2)):
+        mesh = parse_mesh(mesh_text)
+        splits = memory._splits(checked, resolve(checked, mesh, parse_rules(rules, mesh)))
+        assert memory._held(box, False, splits) == Expr.lift(whole + inner // pieces)
 
 
 def test_the_backward_pass_holds_the_gradients_of_the_largest_pair_of_neighbours(
