@@ -1,6 +1,7 @@
 """The checker's memory per device against XLA's, family by strategy, on 2, 4 and 8 virtual devices.
 
-Run ``python bench/memory_ratio.py [DEVICES...]`` from the repository root (default: 2 4 8). For the
+Run ``python bench/memory_ratio.py [DEVICES...]`` from the repository root (default: 2 4 8;
+``--family F`` and ``--strategy S``, each repeatable, measure only those). For the
 families of the gradient matrix (tests/backends/grad_matrix_worker.py: a CNN with batch norm, GPT,
 LLaMA, a Mixtral MoE, at small sizes) under dp, fsdp, tp and fsdp+tp, it compiles `lbdl train`'s
 own step (Adam, the state donated) and prints, per device, XLA's ``memory_analysis()`` total
@@ -16,6 +17,7 @@ collectives, the rest (the optimiser's update).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -27,6 +29,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PER_DEVICE = 4
+FAMILIES = ("cnn", "gpt", "llama", "moe")
+STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp")
 
 WORKER = r"""
 import json, sys
@@ -48,7 +52,7 @@ from lbdl_dsl.training.tasks import choose
 spec, sizes, kind = FAMILIES[name]
 sizes = dict(sizes) | ({} if kind == "image" else {"T": 32})
 model = lbdl_dsl.compile("specs/" + spec, **sizes)
-sig = signature(model); task = choose(sig)
+sig = signature(model.checked); task = choose(sig)
 tx = optax.adam(1e-3)
 out = {}
 for strategy in only or ("dp", "fsdp", "tp", "fsdp+tp"):
@@ -73,10 +77,10 @@ print(json.dumps(out))
 """
 
 
-def measure(family: str, devices: int) -> dict:
+def measure(family: str, devices: int, strategies: list[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("JAX_NUM_CPU_DEVICES", None)
-    args = [sys.executable, "-c", WORKER, family, str(PER_DEVICE), str(devices)]
+    args = [sys.executable, "-c", WORKER, family, str(PER_DEVICE), str(devices), *strategies]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(done.stderr[-3000:])
@@ -115,7 +119,8 @@ def peak(folder: Path) -> Counter:
 
 def show_peak(family: str, strategy: str, devices: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        env = dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS=f"--xla_dump_to={folder}")
+        flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={folder}"
+        env = dict(os.environ, PYTHONPATH=str(REPO), XLA_FLAGS=flags)
         env.pop("JAX_NUM_CPU_DEVICES", None)
         args = [sys.executable, "-c", WORKER, family, str(PER_DEVICE), str(devices), strategy]
         done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, check=False)
@@ -126,17 +131,22 @@ def show_peak(family: str, strategy: str, devices: int) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--peak"]:
-        show_peak(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("devices", nargs="*", type=int, default=[2, 4, 8])
+    parser.add_argument("--family", action="append", choices=FAMILIES, help="only these")
+    parser.add_argument("--strategy", action="append", choices=STRATEGIES, help="only these")
+    parser.add_argument("--peak", nargs=3, metavar=("FAMILY", "STRATEGY", "DEVICES"))
+    args = parser.parse_args()
+    if args.peak:
+        show_peak(args.peak[0], args.peak[1], int(args.peak[2]))
         return
-    counts = [int(a) for a in sys.argv[1:]] or [2, 4, 8]
     print(
         "| family | strategy | devices | XLA total per device | `--check` total | XLA ÷ checker |"
     )
     print("|---|---|---|---|---|---|")
-    for family in ("cnn", "gpt", "llama", "moe"):
-        for devices in counts:
-            for strategy, m in measure(family, devices).items():
+    for family in args.family or FAMILIES:
+        for devices in args.devices:
+            for strategy, m in measure(family, devices, args.strategy or []).items():
                 xla, ours = m["xla"] / 1024, m["checker"] / 1024
                 cells = (family, strategy, devices, f"{xla:.1f} KiB", f"{ours:.1f} KiB")
                 print("| " + " | ".join(map(str, cells)) + f" | {xla / ours:.2f} |", flush=True)

@@ -130,6 +130,16 @@ def render(checked: Checked, plan: Plan, depth: int | None = 1) -> str:
             f"recomputed   {fmt_bytes(whole.recomputed)} (one copy of a ×N group, made again "
             "by the backward pass)"
         )
+    if whole.backward != Expr():
+        console.print(
+            f"backward     {fmt_bytes(whole.backward)} (the gradients of one box's output and "
+            "input, held at once)"
+        )
+    if whole.gathered != Expr():
+        console.print(
+            f"gathered     {fmt_bytes(whole.gathered)} (the largest weight and its gradient, "
+            "whole for their layer: fsdp)"
+        )
     console.print(f"total        {fmt_bytes(whole.total)} per device")
     cache = memory.kv_cache(checked, plan.layout, plan.per_device_batch)
     if cache is not None:

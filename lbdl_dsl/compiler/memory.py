@@ -19,7 +19,12 @@ without JAX. Per device, for each box and in total:
 - inputs: the batch's own bytes on the device (int32 tokens, float32 values, one-byte masks);
 - recomputed: what the backward pass of a ×N group holds besides, while it computes one copy's
   forward pass again (all that copy's values but the products its loop kept), the largest
-  copy once.
+  copy once;
+- backward: the gradients the backward pass holds at once going back through a box, that of
+  its output and that of its input (the output of the box before it), or those of the values
+  the box keeps inside where they are larger, the largest box once;
+- gathered: under fsdp, the largest weight gathered whole for its layer, and its gradient
+  whole before it is summed and split, less the device's own piece of each.
 
 Parameters + optimiser state + model state + inputs are the arguments of a training step
 ``step(params, state, opt_state, inputs)``: XLA's ``compiled.memory_analysis()`` reports the
@@ -72,6 +77,8 @@ class Bytes:
     activations: Expr
     inputs: Expr
     recomputed: Expr = Expr()  # one copy's values its checkpointed backward pass makes again
+    backward: Expr = Expr()  # the gradients of one box's output and input, held at once
+    gathered: Expr = Expr()  # fsdp: the largest weight, and its gradient, whole on the device
 
     @property
     def arguments(self) -> Expr:
@@ -81,7 +88,8 @@ class Bytes:
 
     @property
     def total(self) -> Expr:
-        return self.arguments + self.grads + self.activations + self.recomputed
+        held = self.recomputed + self.backward + self.gathered
+        return self.arguments + self.grads + self.activations + held
 
     def items(self) -> Iterator[tuple[str, Expr]]:
         yield from (
@@ -92,6 +100,8 @@ class Bytes:
             ("activations", self.activations),
             ("inputs", self.inputs),
             ("recomputed", self.recomputed),
+            ("backward", self.backward),
+            ("gathered", self.gathered),
             ("total", self.total),
         )
 
@@ -111,12 +121,19 @@ mesh axis that splits the batch does not split them again: FSDP gathers each wei
 before using it, and the batch was split already)."""
 
 
+SPLIT_ROLES = INNER_ROLES | {"out"}
+"""The roles of a weight's last axis whose split splits the box's output with it: an inner
+width, or the output width itself where a rule splits it (a convolution's channels under the
+`out=tensor` rule `lbdl check` suggests for a CNN under tp: each device computes its share of
+the channels)."""
+
+
 @dataclass(frozen=True)
 class _Splits:
     """How many pieces tensor parallelism cuts a box's output, and what it keeps inside, into."""
 
     output: dict[int, int]  # by id of the box: its weight `w`'s last axis is an inner width
-    inside: dict[int, int]  # attention: its query projection's heads
+    inside: dict[int, int]  # by id of the box: another array's last axis is an inner width
 
 
 def _splits(checked: Checked, layout: Layout) -> _Splits:
@@ -126,27 +143,31 @@ def _splits(checked: Checked, layout: Layout) -> _Splits:
     inside: dict[int, int] = {}
     for arr in paths.arrays(checked.root):
         name = arr.path.rsplit("/", 1)[1]
-        target = output if name == "w" else inside if name == "wq" else None
-        if target is None:
-            continue
+        target = output if name == "w" else inside  # a weight matrix, or any other array
         placement = layout.arrays[arr.path]
+        if not placement.roles:  # a scalar (a mixture's auxiliary loss weight)
+            continue
         last = placement.spec[-1] if placement.spec else None
         axes = tuple(a for a in axis_names(last) if a not in layout.batch)
-        if placement.roles[-1] in INNER_ROLES and axes:
+        if placement.roles[-1] in SPLIT_ROLES and axes:
             target[id(arr.owner)] = layout.mesh.size(axes)
     return _Splits(output, inside)
 
 
-def _held(inst: Inst, looped: bool) -> Expr:
-    """What a layer's own entry says its backward pass keeps inside it, per sample
+def _held(inst: Inst, looped: bool, splits: _Splits) -> Expr:
+    """What a layer's own entry says its backward pass keeps inside it, per sample and device
     (`Layer.kept`: attention's Q, K and V, a mixture's dispatch buffers, a state-space scan's
-    states)."""
+    states): over the pieces tensor parallelism cuts its weights' inner width into, but for
+    what lies along no inner width (`Layer.kept_whole`)."""
     if not isinstance(inst, LayerInst):
         return Expr()
     layer = lookup(inst.node.op)
     if layer is None or layer.kept is None or not inst.inputs or inst.attrs is None:
         return Expr()
-    return layer.kept(inst.attrs, tuple(tuple(t.shape) for t in inst.inputs), looped)
+    shapes = tuple(tuple(t.shape) for t in inst.inputs)
+    whole = layer.kept_whole(inst.attrs, shapes, looped) if layer.kept_whole else Expr()
+    inner = layer.kept(inst.attrs, shapes, looped) - whole
+    return whole + inner / splits.inside.get(id(inst), 1)
 
 
 def _product(inst: Inst) -> bool:
@@ -155,27 +176,75 @@ def _product(inst: Inst) -> bool:
     return any(len(p.shape) >= 2 for p in inst.params.values()) and bool(inst.macs)
 
 
-def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
-    """Values kept by the boxes of one scope, in order.
-
-    Outside a ×N group, every primitive box's output; a box without parameters that keeps the
-    shape of what it reads (gelu, dropout) is split like that. Inside one (``looped``), only
-    products and what attention keeps: the loop computes the rest again."""
-    out = Expr()
+def _outputs(body: list[Inst], splits: _Splits) -> Iterator[tuple[Inst, Expr]]:
+    """The boxes of one scope that have an output, in order, each with its output's values
+    per sample and device: over the pieces tensor parallelism cuts it into; a box without
+    parameters that keeps the shape of what it reads (gelu, dropout) is split like that."""
     before: tuple[tuple[Expr, ...], int] = ((), 1)  # the last output's shape and its pieces
     for inst in body:
-        out = out + kept(inst, memo, splits, looped)
         if inst.output is None:
             continue
         shape = inst.output.shape
         pieces = splits.output.get(id(inst), 1)
         if not inst.params and inst.inputs and inst.inputs[0].shape == before[0] == shape:
             pieces = before[1]
-        primitive = isinstance(inst, LayerInst) and inst.inside is None
-        if primitive and (not looped or _product(inst)):
-            out = out + _numel(shape) / pieces
+        yield inst, _numel(shape) / pieces
         before = (shape, pieces)
+
+
+def _primitive(inst: Inst) -> bool:
+    return isinstance(inst, LayerInst) and inst.inside is None
+
+
+def _scope(body: list[Inst], memo: Memo, splits: _Splits, looped: bool) -> Expr:
+    """Values kept by the boxes of one scope, in order.
+
+    Outside a ×N group, every primitive box's output. Inside one (``looped``), only products
+    and what attention keeps: the loop computes the rest again."""
+    out = Expr()
+    for inst in body:
+        out = out + kept(inst, memo, splits, looped)
+    for inst, values in _outputs(body, splits):
+        if _primitive(inst) and (not looped or _product(inst)):
+            out = out + values
     return out
+
+
+def backward(root: list[Inst], splits: _Splits) -> Expr:
+    """Values per sample the backward pass holds besides what was kept: going back through a
+    box, it reads the gradient of the box's output and writes the gradient of its input, the
+    output of the box before it in the same scope, so both are held at once; inside a box
+    that keeps values of its own (`Layer.kept`: attention's Q, K, V and weights, a mixture's
+    dispatch buffers and experts' values, all at once), their gradients, where they are
+    larger. The largest of any box counts, once. (The first box of the model has no gradient
+    of its input: nothing differentiates the data.)"""
+    candidates = []
+    stack = [root]
+    while stack:
+        body = stack.pop()
+        stack.extend(part for inst in body for part in inst.parts())
+        last: Expr | None = None
+        for inst, values in _outputs(body, splits):
+            if _primitive(inst):
+                candidates.append(values + (last if last is not None else Expr()))
+                candidates.append(_held(inst, False, splits))
+            last = values
+    return _largest(candidates)
+
+
+def _largest(counts: list[Expr]) -> Expr:
+    """The largest of several counts, term by term: where the sizes decide which (T·D against
+    T², say), the sum of those no other one bounds, which bounds them all, in any order."""
+    top: list[Expr] = []
+    for c in counts:
+        if any(_bounds(t, c) for t in top):
+            continue
+        top = [t for t in top if not _bounds(c, t)] + [c]
+    return total(top)
+
+
+def _bounds(a: Expr, b: Expr) -> bool:
+    return all(c >= 0 for _, c in (a - b).terms)
 
 
 def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
@@ -185,7 +254,7 @@ def kept(inst: Inst, memo: Memo, splits: _Splits, looped: bool = False) -> Expr:
     key = (id(inst), looped)
     if key in memo:
         return memo[key]
-    out = _held(inst, looped) / splits.inside.get(id(inst), 1)
+    out = _held(inst, looped, splits)
     if isinstance(inst, ScanInst):  # a recurrence keeps every step's values
         out = out + _scope(inst.body, memo, splits, looped) * inst.steps
     elif not isinstance(inst, GroupInst):
@@ -217,6 +286,26 @@ def recomputed(root: list[Inst], memo: Memo, splits: _Splits) -> Expr:
                 continue
             extra = _scope(cp.body, memo, splits, False) - _scope(cp.body, memo, splits, True)
             best = _larger(best, extra)
+    return best
+
+
+def gathered(layout: Layout) -> Expr:
+    """Bytes a device holds besides its pieces where a mesh axis that splits the batch also
+    splits weights (fsdp): a layer runs with its weight whole, gathered from every device's
+    piece, and the backward pass makes that weight's gradient whole from the device's own
+    samples before it is summed over the devices and split again. Layer by layer (one copy of a
+    stacked ×N group's weight at a time: its loop gathers a slice), the largest weight counts,
+    twice (weight and gradient), less the piece the device holds anyway."""
+    from lbdl_dsl.compiler.sharding import axis_names
+
+    best = Expr()
+    for p in layout.arrays.values():
+        over = [a for axis in p.spec for a in axis_names(axis) if a in layout.batch]
+        if p.kind != "param" or not over:
+            continue
+        one = _numel(tuple(d for d, r in zip(p.shape, p.roles) if r != "layers")) * FLOAT
+        whole = one / (p.pieces // layout.mesh.size(tuple(over)))
+        best = _larger(best, (whole - one / p.pieces) * 2)
     return best
 
 
@@ -287,11 +376,12 @@ def per_device(
     splits = _splits(checked, layout)
     acts = _scope(checked.root, memo, splits, False) * FLOAT * b
     again = recomputed(checked.root, memo, splits) * FLOAT * b
+    back = backward(checked.root, splits) * FLOAT * b
     inputs = total(
         _numel(t.shape) * DTYPE_BYTES.get(t.dtype, FLOAT) * b for t in checked.inputs.values()
     )
     opt_bytes = params * moments + counters * COUNTER
-    whole = Bytes(params, params, opt_bytes, state, acts, inputs, again)
+    whole = Bytes(params, params, opt_bytes, state, acts, inputs, again, back, gathered(layout))
     groups = {"/".join(p) for p, inst, _ in checked.walk() if inst.kind == "repeat"}
     boxes = [
         BoxBytes(

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from lbdl_dsl.backends.jax.xla_options import step_options
 from lbdl_dsl.training import tasks
 from lbdl_dsl.training.tasks import Task
 
@@ -74,7 +75,8 @@ def make_train_step(
         metrics |= {"loss": loss, "grad_norm": optax.tree.norm(grads), "lr": lr(ts.step)}
         return TrainState(ts.step + 1, params, new_state, opt_state, ts.key), metrics
 
-    return jax.jit(train_step, donate_argnums=0)
+    options = step_options(jax.default_backend())
+    return jax.jit(train_step, donate_argnums=0, compiler_options=options)
 
 
 def make_eval_step(model: Any, task: Task) -> EvalStep:

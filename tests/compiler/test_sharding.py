@@ -274,7 +274,17 @@ def test_memory_per_device_is_each_arrays_share() -> None:
     again = 5 * t * 12288 + t * 49152 / 8 + 96 * t * t / 8
     assert whole.activations == (96 * per_layer + outside) * 4 * b
     assert whole.recomputed == again * 4 * b
-    assert whole.total == whole.arguments + whole.grads + whole.activations + whole.recomputed
+    # going back through the output layer: the gradients of its T·50257 logits and of the
+    # final layernorm's T·12288 values, the largest pair of neighbours; and through attention,
+    # those of its Q, K, V and weights (over 8), larger for a long T: neither bounds the other
+    # whatever T, so both count
+    pair, att = t * 12288 + t * 50257, 3 * t * 12288 / 8 + 96 * t * t / 8
+    assert whole.backward == (pair + att) * 4 * b
+    # fsdp=16 gathers the (tied) token table whole for the output layer, and its gradient is
+    # whole before it is summed: 15/16 of 50257·12288 float32 more, twice
+    assert whole.gathered == Expr.lift(50257 * 12288 * 4 * 15 // 16 * 2)
+    held = whole.recomputed + whole.backward + whole.gathered
+    assert whole.total == whole.arguments + whole.grads + whole.activations + held
 
 
 def test_optimisers_keep_their_moments_and_counters() -> None:
@@ -324,3 +334,66 @@ def test_attention_keeps_its_weights_outside_a_group_and_not_inside(tmp_path: Pa
     # the weights computed again
     assert figures["looped"].activations == Expr.lift(2 * (t * d + t * d + qkv) * 4)
     assert figures["looped"].recomputed == Expr.lift((2 * t * d + weights) * 4)
+    # going back through attention: the gradients of Q, K, V and the weights, more than its
+    # output's and input's (2·T·D), in a loop too (the copy is computed again whole)
+    for name in ("lone", "looped"):
+        assert figures[name].backward == Expr.lift((qkv + weights) * 4)
+
+
+def test_tensor_parallelism_splits_a_mixtures_experts_values_not_its_dispatch() -> None:
+    """`Layer.kept_whole`: a mixture's router probabilities, dispatch buffers and gathered
+    outputs stay whole under tp; its experts' gate, up and product values split with their
+    hidden width."""
+    from lbdl_dsl.compiler.instance import LayerInst
+
+    checked = compiled("mixtral-8x7b.lbdl", N=1, D=16, H=2, KV=1, F=16, E=4, V=32, T=32)
+    box = next(i for _, i, _ in checked.walk() if isinstance(i, LayerInst) and i.id == "moe")
+    t, d, e, k, f = 32, 16, 4, 2, 16
+    whole, inner = t * e + t * e * d + t * k * d, t * e * f * 3  # no capacity: E·T rows
+    for mesh_text, rules, pieces in (("data=2", [], 1), ("data=2,tensor=2", ["tp"], 2)):
+        mesh = parse_mesh(mesh_text)
+        splits = memory._splits(checked, resolve(checked, mesh, parse_rules(rules, mesh)))
+        assert memory._held(box, False, splits) == Expr.lift(whole + inner // pieces)
+
+
+def test_the_backward_pass_holds_the_gradients_of_the_largest_pair_of_neighbours(
+    tmp_path: Path,
+) -> None:
+    """`backward`: going back through relu, the gradient of its 32 outputs and of fc's 32
+    before it (the first fc's input is the data: nothing differentiates it)."""
+    spec = tmp_path / "m.lbdl"
+    spec.write_text("model m(D=8):\n  input X: D\n  fc 32\n  relu\n  fc 4\n  output Y\n", "utf-8")
+    checked = compile_spec(spec)
+    mesh = parse_mesh("data=2")
+    whole, _ = memory.per_device(
+        checked, resolve(checked, mesh, parse_rules([], mesh)), [], batch=3
+    )
+    assert whole.backward == Expr.lift((32 + 32) * 4 * 3)  # 3 samples, float32
+    assert whole.total == whole.arguments + whole.grads + whole.activations + whole.backward
+
+
+def test_fsdp_holds_the_largest_weight_and_its_gradient_whole(tmp_path: Path) -> None:
+    """`gathered`: fc 32's 8×32 weight, the largest, whole on each of fsdp=4's devices while its
+    layer runs, and its gradient whole before the sum; dp splits no weight."""
+    spec = tmp_path / "m.lbdl"
+    spec.write_text("model m(D=8):\n  input X: D\n  fc 32\n  relu\n  fc 4\n  output Y\n", "utf-8")
+    checked = compile_spec(spec)
+    figures = {}
+    for mesh_text, rules in (("fsdp=4", ["fsdp"]), ("data=4", [])):
+        mesh = parse_mesh(mesh_text)
+        lay = resolve(checked, mesh, parse_rules(rules, mesh))
+        figures[mesh_text] = memory.per_device(checked, lay, [], batch=3)[0]
+    assert figures["fsdp=4"].gathered == Expr.lift(8 * 32 * 4 * 3 // 4 * 2)
+    assert figures["data=4"].gathered == Expr()
+
+
+def test_a_rule_that_splits_a_convolutions_channels_splits_its_output() -> None:
+    """Under `out=tensor` (the rule `lbdl check` suggests for a CNN under tp) each device
+    computes its half of every convolution's channels: the kept values halve with them."""
+    checked = compiled("resnet18.lbdl", W=4, I=32, classes=10, L2=1, L3=1, L4=1)
+    acts = {}
+    for mesh_text, rules in (("data=2,tensor=2", ["out=tensor"]), ("data=2", [])):
+        mesh = parse_mesh(mesh_text)
+        lay = resolve(checked, mesh, parse_rules(rules, mesh))
+        acts[mesh_text] = memory.per_device(checked, lay, [], batch=1)[0].activations.as_int()
+    assert acts["data=2"] / 2 < acts["data=2,tensor=2"] < acts["data=2"]

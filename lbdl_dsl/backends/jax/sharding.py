@@ -28,6 +28,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from lbdl_dsl.backends.jax import shard_init, storage
 from lbdl_dsl.backends.jax.runtime.module import unflatten
+from lbdl_dsl.backends.jax.xla_options import step_options
 from lbdl_dsl.compiler import paths
 from lbdl_dsl.compiler.sharding import (
     Layout,
@@ -183,12 +184,15 @@ class Sharded:
         donate: bool = True,
     ) -> Callable[..., Any]:
         """``step(state, batch) -> (state, metrics)`` jitted with the state kept in its
-        shardings, the batch split, and the metrics replicated (read on every process)."""
+        shardings, the batch split, and the metrics replicated (read on every process). A step
+        jitted already (`training.step.make_train_step`'s) is jitted again from its function: JAX
+        takes compiler options (`xla_options`) only on the outer jit."""
         return jax.jit(
-            step,
+            getattr(step, "__wrapped__", step),
             in_shardings=(state_shardings, batch_shardings),
             out_shardings=(state_shardings, self.replicated),
             donate_argnums=(0,) if donate else (),
+            compiler_options=step_options(self.mesh.devices.flat[0].platform),
         )
 
 

@@ -356,6 +356,10 @@ class Layer:
     # whether it runs inside a ×N group's loop, which keeps only products (`keep_products`):
     # the memory checker adds them
     kept: Callable[[Any, tuple[tuple[Expr, ...], ...], bool], Expr] | None = None
+    # the part of `kept` along no inner width, which tensor parallelism does not split (a
+    # mixture's router probabilities and dispatch buffers); the rest splits like the box's
+    # weights' inner width (attention's heads, the experts' hidden width)
+    kept_whole: Callable[[Any, tuple[tuple[Expr, ...], ...], bool], Expr] | None = None
 
     def hparam(self, name: str) -> HP | None:
         by_name: dict[str, HP] | None = self.__dict__.get("_hparams_by_name")

@@ -123,13 +123,23 @@ def _kept(a: MoeAttrs, xs: tuple[tuple[Expr, ...], ...], looped: bool) -> Expr:
     probabilities (T·E), the experts' buffers (E·C rows of D: cap·k·T with a capacity, else
     E·T, every token's slot in every expert), their gate, up and product (3 × rows × hidden),
     and the k gathered outputs of each token (T·k·D)."""
-    t, d = Expr.lift(xs[0][0]), Expr.lift(xs[0][1])
+    return _kept_whole(a, xs, looped) + _rows(a, xs) * a.hidden * 3
+
+
+def _rows(a: MoeAttrs, xs: tuple[tuple[Expr, ...], ...]) -> Expr:
+    """The experts' buffers' rows per sample: E·C, cap·k·T with a capacity, else E·T."""
+    t = Expr.lift(xs[0][0])
     if a.capacity is None:
-        rows = t * a.experts
-    else:
-        num, den = float(a.capacity).as_integer_ratio()
-        rows = t * (a.k * num) / den
-    return t * a.experts + rows * d + rows * a.hidden * 3 + t * a.k * d
+        return t * a.experts
+    num, den = float(a.capacity).as_integer_ratio()
+    return t * (a.k * num) / den
+
+
+def _kept_whole(a: MoeAttrs, xs: tuple[tuple[Expr, ...], ...], looped: bool) -> Expr:
+    """What `_kept` counts along no hidden width (tensor parallelism splits the rest): the
+    router's probabilities, the experts' buffers and the k gathered outputs of each token."""
+    t, d = Expr.lift(xs[0][0]), Expr.lift(xs[0][1])
+    return t * a.experts + _rows(a, xs) * d + t * a.k * d
 
 
 def moe_groups(x: Any) -> Any:
@@ -219,6 +229,7 @@ MOE = Layer(
     reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
     expert=_expert,
     kept=_kept,
+    kept_whole=_kept_whole,
 )
 
 LAYERS = (MOE,)
