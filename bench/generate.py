@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "performance-generate.json"  # --record: beside docs/performance.md
 # --record run on one core (`taskset -c 0 python bench/generate.py --threads 1 --record`)
 RECORD_ONE_CORE = ROOT / "docs" / "performance-generate-one-core.json"
+# the GPU row: a device run's figures, this bench's (--no-peer) and bench/decode_profile.py's
+RECORD_GPU = ROOT / "docs" / "performance-generate-gpu.json"
 HEADING = "## Text generation: lbdl against transformers' PyTorch generate"
 PEER_PYTHON = os.environ.get("LBDL_PEER_PYTHON", "/work/refvenv/bin/python")
 
@@ -226,7 +228,11 @@ def main() -> None:
         action="store_true",
         help=f"save the figures ({RECORD.name}) and write their section of docs/performance.md",
     )
+    p.add_argument("--render", action="store_true", help="rewrite the section from saved figures")
     args = p.parse_args()
+    if args.render:
+        render()
+        return
     sides: dict[str, Any] = {"lbdl": Ours(args)}
     if not args.no_peer:
         sides["transformers"] = Peer(args)
@@ -276,10 +282,15 @@ def main() -> None:
         (RECORD_ONE_CORE if one_core else RECORD).write_text(
             json.dumps(results, indent=1) + "\n", encoding="utf-8"
         )
-        main_record = json.loads(RECORD.read_text(encoding="utf-8"))
-        other = RECORD_ONE_CORE if RECORD_ONE_CORE.exists() else None
-        one = json.loads(other.read_text(encoding="utf-8")) if other else None
-        write_section(ROOT / "docs" / "performance.md", main_record, one)
+        render()
+
+
+def render() -> None:
+    """docs/performance.md's section from the saved figures."""
+    main_record = json.loads(RECORD.read_text(encoding="utf-8"))
+    other = RECORD_ONE_CORE if RECORD_ONE_CORE.exists() else None
+    one = json.loads(other.read_text(encoding="utf-8")) if other else None
+    write_section(ROOT / "docs" / "performance.md", main_record, one)
 
 
 WHY = [
@@ -420,12 +431,56 @@ def section(record: dict, one_core: dict | None = None) -> list[str]:
         "",
         *WHY,
         "",
-        "On a GPU, a LLaMA-shaped 1B model in bf16 (`--spec specs/llama2-7b.lbdl --set N=22 "
-        "D=2048 H=32 F=5632 --dtype bfloat16 --no-peer --bandwidth 3350` on an H100 SXM) gives "
-        "the memory-bandwidth use of a decoded token: the bytes a step reads (every parameter "
-        "once, and the KV cache up to its position) over the step's time, over the device's "
-        "peak; the target is ≥ 60 %. **Not run**: no GPU was at hand in the sessions that wrote "
-        "this.",
+        *gpu_part(_saved(RECORD_GPU)),
+    ]
+
+
+def _saved(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def gpu_part(record: dict | None) -> list[str]:
+    """The GPU row: a LLaMA-shaped 1B in bf16, its decoded tokens' use of the memory bandwidth
+    (saved by a `--record --no-peer` run on the device, with `bench/decode_profile.py`'s
+    kernels by kind)."""
+    head = (
+        "On a GPU, a LLaMA-shaped 1B model in bf16 (specs/llama2-7b.lbdl with N=22, D=2048, "
+        "H=32, F=5632: 1,261,529,088 parameters) gives the memory-bandwidth use of a decoded "
+        "token: the bytes a step reads (every parameter once, and the KV cache up to its "
+        "position) over the step's time, over the device's peak; the target is ≥ 60 %."
+    )
+    if record is None:
+        return [head + " **Not run**: no GPU was at hand."]
+    ours, profile, before = record["lbdl"], record["profile"], record["before_cast"]
+    kinds = ", ".join(
+        f"{name} {ms:.3f} ms ({n:.0f} kernels)" for name, ms, n in profile["kinds"][:4]
+    )
+    return [
+        head,
+        "",
+        "<!-- doctest: skip: needs a GPU; the figures are docs/performance-generate-gpu.json -->",
+        "```sh",
+        record["command"],
+        "```",
+        "",
+        f"On an {record['device']} (jax {ours['jax']}, a peak of {record['peak_gb_s']} GB/s): "
+        f"{ours['decode_tokens_per_s']:.0f} decoded tokens/s, "
+        f"{ours['bytes_per_token'] / 1e6:.0f} MB read per token, "
+        f"**{ours['bandwidth_use']:.0%} of the peak bandwidth: the 60 % target is not met**. "
+        f"The prefill of 128 tokens took {ours['prefill_s'] * 1e3:.1f} ms. Before "
+        f"`Decoder.split` cast the weights to bf16 once, it was "
+        f"{before['decode_tokens_per_s']:.0f} tokens/s ({before['bandwidth_use']:.0%}): "
+        f"`{profile['command']}` found {profile['before_cast']['wrapped_convert_ms_per_token']:.1f}"
+        f" of each token's {profile['before_cast']['ms_per_token']:.1f} ms in "
+        f"{profile['before_cast']['wrapped_convert_per_token']:.0f} conversions of float32 "
+        "weights, as the module casts every parameter to its compute type on entry. Now the "
+        f"device's kernels take {profile['ms_per_token']:.2f} ms per token, "
+        f"{profile['kernels_per_token']} kernels: {kinds}. The products read the weights at "
+        "about two thirds of the peak; the rest is a few hundred small kernels a token "
+        "(normalisations, the softmax, the cache's writes, the rotary positions), each "
+        "launched apart inside XLA's loop. Reaching 60 % means a step of "
+        f"{ours['bytes_per_token'] / (0.6 * record['peak_gb_s'] * 1e9) * 1e3:.2f} ms, the "
+        "products' time alone: a fused decoding kernel per layer, not done.",
     ]
 
 

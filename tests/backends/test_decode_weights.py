@@ -95,3 +95,23 @@ def test_a_fresh_prefill_reads_nothing_from_the_cache() -> None:
         block = ring_write(zeros, k, pos)
         slots = ring_write(zeros, k, jnp.int32(pos))
         np.testing.assert_array_equal(block, slots)
+
+
+def test_weights_are_cast_once_to_the_compute_type() -> None:
+    # in bf16 the module casts every parameter on entry; Decoder.split casts them once, so the
+    # steps read half the bytes, and the tokens and logits are the same as casting per step
+    model = lbdl_dsl.compile(
+        str(REPO / "specs" / "llama2-7b.lbdl"), dtype="bfloat16", N=3, D=32, H=4, F=64, V=50
+    )
+    params, state = model.init(jax.random.key(0))
+    cast, per_step = Decoder(model), Decoder(model)
+    leaves = jax.tree.leaves(cast.split(params))
+    assert leaves and all(a.dtype == jnp.bfloat16 for a in leaves)
+    # float32 weights of the same values: the module casts them at each step
+    per_step._split = (params, jax.tree.map(lambda a: a.astype(jnp.float32), cast.split(params)))
+    assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(per_step.split(params)))
+    ids = np.random.default_rng(3).integers(0, 50, (1, 6)).astype(np.int32)
+    a = cast.generate(params, ids, 8, GREEDY, state=state, keep_logits=True)
+    b = per_step.generate(params, ids, 8, GREEDY, state=state, keep_logits=True)
+    assert a.logits is not None and b.logits is not None
+    np.testing.assert_array_equal(a.logits, b.logits)

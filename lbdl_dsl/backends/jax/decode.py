@@ -182,6 +182,12 @@ class Decoder:
         flat = weights.flatten(params)
         out = {k: [v[i] for i in range(stacked[k])] if k in stacked else v for k, v in flat.items()}
         tree = unflatten(decode_weights.prepare(out, self._layouts))
+        if self.model.dtype != "float32":
+            # the module casts every parameter to its compute type on entry; cast here, once,
+            # the cast is a no-op there: on an H200, LLaMA-shaped 1B in bf16 spent half of each
+            # decoded token (1.6 of 3.1 ms) converting its float32 weights
+            compute = jnp.dtype(self.model.dtype)
+            tree = jax.tree.map(lambda a: a.astype(compute), tree)
         self._split = (params, tree)
         return tree
 
