@@ -15,7 +15,8 @@ import pytest
 import lbdl_dsl
 from lbdl_dsl.backends.jax import weights
 from lbdl_dsl.backends.jax.decode import Decoder, Sampling
-from lbdl_dsl.backends.jax.decode_weights import Fused, Layout, prepare
+from lbdl_dsl.backends.jax.decode_weights import prepare
+from lbdl_dsl.backends.jax.emit import Fused, Layout
 from lbdl_dsl.backends.jax.runtime.decode import cached_attention, ring_write
 
 REPO = Path(__file__).resolve().parents[2]

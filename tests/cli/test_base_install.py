@@ -36,7 +36,8 @@ sys.exit(main(sys.argv[1:]))
 # that needs an extra must end with 1 and name it; the others must work.
 CALLS: dict[str, tuple[list[str], int]] = {
     "check": (["check", "specs/resnet50.lbdl"], 0),
-    "build": (["build", "specs/mlp.lbdl", "--emit", "dot,json", "-o", "{tmp}/out"], 0),
+    # every artefact, as `make demo` builds them: the JAX module is text, written without JAX
+    "build": (["build", "specs/mlp.lbdl", "-o", "{tmp}/out"], 0),
     "run": (["run", "specs/mlp.lbdl"], 1),
     "diff": (["diff", "specs/resnet18.lbdl", "specs/resnet50.lbdl"], 0),
     "train": (["train", "specs/mlp.lbdl", "--data", "synthetic", "--steps", "1"], 1),

@@ -27,6 +27,7 @@ import numpy as np
 
 from lbdl_dsl.backends.jax import decode_weights, storage
 from lbdl_dsl.backends.jax.codegen import generate
+from lbdl_dsl.backends.jax.emit import Layout
 from lbdl_dsl.backends.jax.runtime.module import unflatten
 from lbdl_dsl.compiler import decoding
 from lbdl_dsl.core.errors import ArgumentError
@@ -192,7 +193,7 @@ class Decoder:
         return tree
 
     @functools.cached_property
-    def _layouts(self) -> dict[str, decode_weights.Layout]:
+    def _layouts(self) -> dict[str, Layout]:
         from lbdl_dsl.backends.jax.lowering import DECODE_LAYOUTS
 
         return decode_weights.layouts(storage.stored(self.model.checked.root), DECODE_LAYOUTS)

@@ -18,34 +18,13 @@ otherwise, so a decoding module runs on parameters as `init` makes them too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
 
+from lbdl_dsl.backends.jax.emit import ROWS, Fused, Layout
 from lbdl_dsl.compiler.instance import LayerInst
 from lbdl_dsl.compiler.paths import Array
-
-ROWS = "_rows"
-"""The suffix of a weight stored (Dout, Din)."""
-
-
-@dataclass(frozen=True)
-class Fused:
-    """Weights multiplied with the same input, put side by side as ``into`` + `ROWS` (their
-    biases as ``b`` + the part of ``into`` after its first letter, a zero for one left out)."""
-
-    weights: tuple[str, ...]
-    biases: tuple[str, ...]
-    into: str
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a box's runtime function in a decoding module reads its weights."""
-
-    rows: tuple[str, ...] = ()
-    fused: Fused | None = None
 
 
 def layouts(arrays: Iterable[Array], table: Mapping[str, Layout]) -> dict[str, Layout]:

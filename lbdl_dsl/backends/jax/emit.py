@@ -10,6 +10,7 @@ sees the spec's text and never computes with sizes: what it needs is in the reco
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 
@@ -35,3 +36,26 @@ class Emit(Protocol):
 
 Lowering = Callable[[Emit], str]
 """One entry's lowering: the expression of the box's value (lines may be bound before it)."""
+
+
+ROWS = "_rows"
+"""The suffix of a weight stored (Dout, Din)."""
+
+
+@dataclass(frozen=True)
+class Fused:
+    """Weights multiplied with the same input, put side by side as ``into`` + `ROWS` (their
+    biases as ``b`` + the part of ``into`` after its first letter, a zero for one left out)."""
+
+    weights: tuple[str, ...]
+    biases: tuple[str, ...]
+    into: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a box's runtime function in a decoding module reads its weights, which
+    `Decoder.split` lays out so (`decode_weights`)."""
+
+    rows: tuple[str, ...] = ()
+    fused: Fused | None = None

@@ -7,8 +7,7 @@ kept for an entry that is gone).
 
 from __future__ import annotations
 
-from lbdl_dsl.backends.jax.decode_weights import Layout
-from lbdl_dsl.backends.jax.emit import Lowering
+from lbdl_dsl.backends.jax.emit import Layout, Lowering
 from lbdl_dsl.backends.jax.lowering import (
     activation,
     attention,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lbdl_dsl.backends.jax.decode_weights import Fused, Layout
-from lbdl_dsl.backends.jax.emit import Emit, Lowering
+from lbdl_dsl.backends.jax.emit import Emit, Fused, Layout, Lowering
 
 _WEIGHTS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
 

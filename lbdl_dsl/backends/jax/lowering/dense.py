@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from lbdl_dsl.backends.jax.decode_weights import Layout
-from lbdl_dsl.backends.jax.emit import Emit, Lowering
+from lbdl_dsl.backends.jax.emit import Emit, Layout, Lowering
 
 
 def _optional(e: Emit, name: str) -> str | None:
