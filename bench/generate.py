@@ -288,9 +288,7 @@ def main() -> None:
 def render() -> None:
     """docs/performance.md's section from the saved figures."""
     main_record = json.loads(RECORD.read_text(encoding="utf-8"))
-    other = RECORD_ONE_CORE if RECORD_ONE_CORE.exists() else None
-    one = json.loads(other.read_text(encoding="utf-8")) if other else None
-    write_section(ROOT / "docs" / "performance.md", main_record, one)
+    write_section(ROOT / "docs" / "performance.md", main_record, _saved(RECORD_ONE_CORE))
 
 
 WHY = [

@@ -48,50 +48,47 @@ def prepare(flat: dict[str, Any], boxes: Mapping[str, Layout]) -> dict[str, Any]
         for name in layout.rows:
             key = f"{box}/{name}"
             if key in out and _plain(out[key]):
-                out[key + ROWS] = _each(out.pop(key), lambda w: jnp.asarray(w.T))
+                layers, value = _layers(out.pop(key))
+                out[key + ROWS] = _back([w.T for w in value], layers)
     return out
+
+
+def _layers(value: Any) -> tuple[bool, list[Any]]:
+    """A value as a list of its layers' arrays (one for an array alone), and whether it was
+    a list."""
+    return (True, value) if isinstance(value, list) else (False, [value])
+
+
+def _back(arrays: list[Any], layers: bool) -> Any:
+    return arrays if layers else arrays[0]
 
 
 def _plain(value: Any) -> bool:
     """A 2-D weight, or a list of them (one per layer): nothing stacked is laid out."""
-    first = value[0] if isinstance(value, list) else value
-    return getattr(first, "ndim", 0) == 2
-
-
-def _each(value: Any, fn: Any) -> Any:
-    return [fn(v) for v in value] if isinstance(value, list) else fn(value)
+    return bool(_layers(value)[1][0].ndim == 2)
 
 
 def _fuse(out: dict[str, Any], box: str, f: Fused) -> None:
     """The weights of ``f`` side by side, transposed, where each is there and 2-D and the
     last two are as wide as each other (a key as wide as a value: the runtime splits the
-    product by the heads it knows)."""
+    product by the heads it knows); their biases side by side, a zero for one left out."""
     keys = [f"{box}/{w}" for w in f.weights]
     if not all(k in out and _plain(out[k]) for k in keys):
         return
-    ws = [out[k] for k in keys]
-    layers = isinstance(ws[0], list)
-    per = list(zip(*ws, strict=True)) if layers else [tuple(ws)]
-    if len({w.shape[0] for w in per[0]}) != 1 or per[0][-1].shape[1] != per[0][-2].shape[1]:
+    layers, _ = _layers(out[keys[0]])
+    ws = [_layers(out[k])[1] for k in keys]  # per weight, per layer
+    first = [w[0] for w in ws]
+    if len({w.shape[0] for w in first}) != 1 or first[-1].shape[1] != first[-2].shape[1]:
         return
-    fused = [jnp.concatenate(group, axis=1).T for group in per]
-    out[f"{box}/{f.into}{ROWS}"] = fused if layers else fused[0]
+    each = list(zip(*ws, strict=True))  # per layer, per weight
+    out[f"{box}/{f.into}{ROWS}"] = _back([jnp.concatenate(g, axis=1).T for g in each], layers)
     bkeys = [f"{box}/{b}" for b in f.biases]
     if any(k in out for k in bkeys):
-        parts = []
-        for i, group in enumerate(per):
-            parts.append(
-                jnp.concatenate(
-                    [
-                        _layer(out[k], i, layers) if k in out else jnp.zeros(w.shape[1], w.dtype)
-                        for k, w in zip(bkeys, group, strict=True)
-                    ]
-                )
-            )
-        out[f"{box}/b{f.into[1:]}"] = parts if layers else parts[0]
+        bs = [
+            _layers(out[k])[1] if k in out else [jnp.zeros(w.shape[1], w.dtype) for w in per]
+            for k, per in zip(bkeys, ws, strict=True)
+        ]
+        joined = [jnp.concatenate(g) for g in zip(*bs, strict=True)]
+        out[f"{box}/b{f.into[1:]}"] = _back(joined, layers)
     for k in keys + bkeys:
         out.pop(k, None)
-
-
-def _layer(value: Any, i: int, layers: bool) -> Any:
-    return value[i] if layers else value

@@ -81,17 +81,26 @@ def ring_write(cache: jax.Array, new: jax.Array, pos: jax.Array | int) -> jax.Ar
     return cache.at[:, :, slots].set(new)
 
 
-def causal_attention(
-    qg: jax.Array, k: jax.Array, v: jax.Array, scale: float, window: int
-) -> jax.Array:
-    """Grouped queries qg (B, KV, G, t, dk) over keys and values (B, KV, t, d) at the same t
-    positions, causal, within the window if any: `cached_attention` with an empty cache."""
+def scores_among(
+    qg: jax.Array, k: jax.Array, scale: float, window: int
+) -> tuple[jax.Array, jax.Array]:
+    """Grouped queries qg (B, KV, G, t, dk) against keys (B, KV, t, dk) at the same t
+    positions: the scores, and which of them a causal attention keeps (within the window if
+    any). Only the positions' differences matter, so the first may be any."""
     t = qg.shape[-2]
     scores = jnp.einsum("bkgtd,bkud->bkgtu", qg, k) / scale
     at = jnp.arange(t)
     keep = at[None, :] <= at[:, None]
     if window:
         keep = keep & (at[:, None] - at[None, :] < window)
+    return scores, keep
+
+
+def causal_attention(
+    qg: jax.Array, k: jax.Array, v: jax.Array, scale: float, window: int
+) -> jax.Array:
+    """`cached_attention` with an empty cache: the new positions among themselves."""
+    scores, keep = scores_among(qg, k, scale, window)
     weights = jax.nn.softmax(jnp.where(keep, scores, jnp.finfo(scores.dtype).min), axis=-1)
     return jnp.einsum("bkgtu,bkud->bkgtd", weights, v)
 
@@ -121,14 +130,12 @@ def cached_attention(
         return causal_attention(qg, k, v, scale, window).reshape(b, h, t, -1)
     ck, cv = ck.astype(q.dtype), cv.astype(q.dtype)
     old = jnp.einsum("bkgtd,bksd->bkgts", qg, ck) / scale
-    new = jnp.einsum("bkgtd,bkud->bkgtu", qg, k) / scale
+    new, keep_new = scores_among(qg, k, scale, window)
     at = pos + jnp.arange(t)  # the queries' positions
     held = pos - 1 - jnp.mod(pos - 1 - jnp.arange(s), s)  # the position in each slot (< 0: none)
     keep_old = jnp.broadcast_to(held[None, :] >= 0, (t, s))
-    keep_new = at[None, :] <= at[:, None]
     if window:
         keep_old = keep_old & (at[:, None] - held[None, :] < window)
-        keep_new = keep_new & (at[:, None] - at[None, :] < window)
     scores = jnp.concatenate([old, new], axis=-1)
     keep = jnp.concatenate([keep_old, keep_new], axis=-1)
     scores = jnp.where(keep, scores, jnp.finfo(scores.dtype).min)
