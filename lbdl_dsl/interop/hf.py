@@ -9,8 +9,7 @@ it, and fills its parameters through the family's import map (`maps`, `importer`
 every tensor is checked against the spec before one is read.
 
 The families are a table (`hf_families.FAMILIES`): a ``model_type`` → the function that writes
-its spec. Gemma is refused (`REFUSED`) until the language can say its norm and its gate; its
-weights are never shifted to fit another family's.
+its spec; a model_type known and refused is in `REFUSED`, with the reason.
 """
 
 from __future__ import annotations
@@ -182,18 +181,53 @@ class Config:
             raise self.error(f"`{keys[0]}` must be a number, got {v!r}")
         return float(v)
 
-    def rope_theta(self, default: float = 10_000.0) -> float:
-        """The rotary base, from transformers 5's ``rope_parameters`` or 4's ``rope_theta``;
-        a scaled rotary (LLaMA 3's, YaRN...) is refused rather than computed otherwise."""
+    def _rope(self) -> tuple[str, dict[str, Any]]:
+        """The rotary's type and parameters, from transformers 5's ``rope_parameters`` or 4's
+        ``rope_scaling`` (with ``rope_theta`` beside it)."""
         rope = self.data.get("rope_parameters") or self.data.get("rope_scaling") or {}
-        kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else 0
-        if kind != "default":
+        if not isinstance(rope, dict):
+            raise self.error(f"`rope_scaling` must be an object, got {rope!r}")
+        return str(rope.get("rope_type", rope.get("type", "default"))), rope
+
+    def rope_theta(self, default: float = 10_000.0, *, scalable: bool = False) -> float:
+        """The rotary base. A scaled rotary is refused where the family's block cannot say it
+        (not ``scalable``), and everywhere when it is not `linear` or `llama3` (dynamic,
+        YaRN, LongRoPE: another formula, or one that depends on the length): rotating
+        otherwise would give other outputs than the checkpoint's."""
+        kind, rope = self._rope()
+        if kind != "default" and not (scalable and kind in ("linear", "llama3")):
+            known = "`linear` or `llama3`, or not at all" if scalable else "not at all"
             raise self.error(
-                f"rotary scaling `{kind}` is not supported",
-                "lbdl's rope rotates by θ^(−2i/d) alone (rope_type `default`)",
+                f"rotary scaling `{kind}` is not supported for `{self.data.get('model_type')}`",
+                f"lbdl's rope here scales as rope_type {known}",
             )
-        theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+        theta = rope.get("rope_theta")
         return float(theta if theta is not None else self.number("rope_theta", default=default))
+
+    def rope_scaling(self) -> str:
+        """The attention box's rotary scaling as hyper-parameters (`rscale=`...), or nothing;
+        the config's type is checked by `rope_theta`."""
+        kind, rope = self._rope()
+        if kind == "default":
+            return ""
+        text = f" rscale={kind} rfactor={self._scale_number(rope, 'factor')!r}"
+        if kind == "llama3":
+            keys = ("low_freq_factor", "high_freq_factor")
+            low, high = (self._scale_number(rope, k) for k in keys)
+            context = rope.get("original_max_position_embeddings")
+            if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+                raise self.error(
+                    "rope_scaling's `original_max_position_embeddings` must be a whole number, "
+                    f"got {context!r}"
+                )
+            text += f" rlow={low!r} rhigh={high!r} rctx={context}"
+        return text
+
+    def _scale_number(self, rope: dict[str, Any], key: str) -> float:
+        v = rope.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise self.error(f"rope_scaling's `{key}` must be a positive number, got {v!r}")
+        return float(v)
 
     def require(self, key: str, wanted: Any, why: str) -> None:
         """Refuse a config whose ``key`` is not ``wanted`` (a variant the spec cannot say)."""

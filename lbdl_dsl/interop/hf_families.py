@@ -109,7 +109,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     c.require("mlp_bias", False, "the SwiGLU block of these specs has no bias")
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
     eps = _eps(c.number("rms_norm_eps", default=1e-6))
-    theta = c.rope_theta()
+    theta = c.rope_theta(scalable=True)
     tied = bool(c.get("tie_word_embeddings", default=kind == "qwen2"))
     tied = tied and "lm_head.weight" not in shapes
     sizes = {
@@ -121,6 +121,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         "V": c.whole("vocab_size"),
     }
     att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
+    att += c.rope_scaling()
     window = _window(c, kind)
     if window:
         sizes["W"] = window
@@ -166,7 +167,7 @@ def gemma(c: Config, shapes: Shapes) -> Draft:
         raise c.error(f"`hidden_act` {act!r} is not supported", "Gemma's gate is tanh-GELU")
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
     eps = _eps(c.number("rms_norm_eps", default=1e-6))
-    theta = c.rope_theta()
+    theta = c.rope_theta(scalable=True)
     sizes = {
         "N": c.whole("num_hidden_layers"),
         "D": d,
@@ -178,6 +179,7 @@ def gemma(c: Config, shapes: Shapes) -> Draft:
     hd = c.get("head_dim")
     head = f" dqk={int(hd)} dv={int(hd)}" if hd is not None and hd != d // h else ""
     att = f"self-att h=H kv=KV{head} causal=true rope=true theta={_eps(theta)}"
+    att += c.rope_scaling()
     if c.get("attention_bias", default=False):
         att += " bias=true"
     norm = f"norm=rmsnorm eps={eps} offset=1"
@@ -218,7 +220,7 @@ def mixtral(c: Config, shapes: Shapes) -> Draft:
     _silu(c)
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
     eps = _eps(c.number("rms_norm_eps", default=1e-5))
-    theta = c.rope_theta(1e6)
+    theta = c.rope_theta(1e6, scalable=True)
     e, k = c.whole("num_local_experts"), c.whole("num_experts_per_tok")
     sizes = {
         "N": c.whole("num_hidden_layers"),
@@ -232,6 +234,7 @@ def mixtral(c: Config, shapes: Shapes) -> Draft:
         "C": e / k,
     }
     att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
+    att += c.rope_scaling()
     if c.get("sliding_window") is not None:
         sizes["W"] = c.whole("sliding_window")
         att += " window=W"

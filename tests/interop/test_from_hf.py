@@ -25,7 +25,7 @@ from lbdl_dsl.interop import hf
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"
-CAUSAL = ["gpt2", "llama", "mistral", "mixtral", "qwen2", "phi", "gemma"]
+CAUSAL = ["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "phi", "gemma"]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
 ALL = [*CAUSAL, "bert", "vit", *STORED]
 
@@ -195,6 +195,31 @@ def test_a_config_the_spec_cannot_say_is_refused(tmp_path: Path, capsys) -> None
     folder = _copy(tmp_path, "llama", hidden_act="gelu")
     code, err = _run(capsys, str(folder))
     assert code == 1 and "`hidden_act` 'gelu' is not supported" in err
-    folder = _copy(tmp_path, "mistral", rope_parameters={"rope_type": "llama3", "factor": 8.0})
+    folder = _copy(tmp_path, "mistral", rope_parameters={"rope_type": "yarn", "factor": 8.0})
     code, err = _run(capsys, str(folder))
-    assert code == 1 and "rotary scaling `llama3` is not supported" in err
+    assert code == 1 and "rotary scaling `yarn` is not supported for `mistral`" in err
+    assert "`linear` or `llama3`" in err
+    folder = _copy(tmp_path, "phi", rope_parameters={"rope_type": "linear", "factor": 2.0})
+    code, err = _run(capsys, str(folder))
+    assert code == 1 and "rotary scaling `linear` is not supported for `phi`" in err
+    folder = _copy(tmp_path / "2", "mistral", rope_parameters={"rope_type": "llama3", "factor": 8})
+    code, err = _run(capsys, str(folder))
+    assert code == 1 and "rope_scaling's `low_freq_factor` must be a positive number" in err
+
+
+def test_a_scaled_rotary_is_written_as_the_config_says(tmp_path: Path) -> None:
+    """transformers 4's ``rope_scaling`` beside ``rope_theta`` and 5's ``rope_parameters``
+    give the same box; `linear` takes its factor alone."""
+    llama3 = hf.spec_for(FIXTURES / "llama3").text
+    said = "rope=true theta=10000 rscale=llama3 rfactor=32.0 rlow=1.0 rhigh=4.0 rctx=64"
+    assert said in llama3
+    data = json.loads((FIXTURES / "llama3" / "config.json").read_text("utf-8"))
+    old = data.pop("rope_parameters")
+    old_style = {"rope_theta": old.pop("rope_theta"), "rope_scaling": {**old, "type": "llama3"}}
+    del old_style["rope_scaling"]["rope_type"]
+    folder = _copy(tmp_path, "llama3", **old_style)
+    (folder / "config.json").write_text(json.dumps(data | old_style), "utf-8")
+    assert said in hf.spec_for(folder).text
+    linear = {"rope_type": "linear", "rope_theta": 500000.0, "factor": 4.0}
+    text = hf.spec_for(_copy(tmp_path / "linear", "llama", rope_parameters=linear)).text
+    assert "rope=true theta=500000 rscale=linear rfactor=4.0 norm=rmsnorm" in text

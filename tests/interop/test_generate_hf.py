@@ -65,7 +65,9 @@ def load(name: str) -> tuple[Any, Any, Any]:
     return from_pretrained(FIXTURES / name)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "mistral", "mixtral", "qwen2", "gemma"])
+@pytest.mark.parametrize(
+    "name", ["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "gemma"]
+)
 def test_greedy_generation_equals_transformers(name: str) -> None:
     model, params, state = load(name)
     with np.load(FIXTURES / name / "reference.npz") as stored:

@@ -58,10 +58,12 @@ class HeadsAttrs(Attrs):
     bias_at: int = 0  # the input that is an additive score bias (G×T×S); 0: none
     scale: float | None = None  # the scores' factor; None: 1/√dqk
     offset: float = 0.0  # the pre-norm's gain is offset + its scale (Gemma's 1 + w)
+    scaling: tuple[Any, ...] = ()  # the rotary frequencies' rescaling (`rope_scaling`); (): none
 
     def items(self) -> tuple[tuple[str, Any], ...]:
-        """The record, less an offset of 0 (the pre-norm of every model but Gemma's)."""
-        return tuple((k, v) for k, v in super().items() if k != "offset" or v)
+        """The record, less an offset of 0 (the pre-norm of every model but Gemma's) and an
+        empty rotary scaling (every model's but LLaMA 3's)."""
+        return tuple((k, v) for k, v in super().items() if k not in ("offset", "scaling") or v)
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,9 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         d = dqk.as_int() if isinstance(dqk, Expr) else dqk
         if d is not None and int(d * rot) < 2:
             c.fail(f"rot={rot} of {d} features rotates none", hparam="rot")
+    scaling = rope_scaling(c) if theta else ()
+    if not theta and c.hp.get("rscale", "none") != "none":
+        c.fail("a rotary scaling needs rotary positions", "add rope=true", "rscale")
     window = 0
     if c.hp.get("window") is not None:
         window = c.const("window")
@@ -208,7 +213,40 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         bias_at=bias_at,
         scale=_scale(c),
         offset=float(c.hp.get("offset", 0.0)),
+        scaling=scaling,
     )
+
+
+def rope_scaling(c: Ctx) -> tuple[Any, ...]:
+    """``rscale=``'s record: ``("linear", f)`` or ``("llama3", f, low, high, context)``, or ()
+    for the plain rotary. Checked here, so that every backend takes the numbers as they are."""
+    kind = c.hp.get("rscale", "none")
+    if kind == "none":
+        if c.hp.get("rfactor") is not None:
+            c.fail("rfactor= scales nothing without rscale=", "add rscale=llama3 or linear",
+                   "rfactor")  # fmt: skip
+        return ()
+    factor = c.hp.get("rfactor")
+    if factor is None or not factor > 0:
+        c.fail(
+            f"rscale={kind} divides the frequencies by rfactor, a positive number",
+            "give rfactor= (`factor` in config.json's rope_scaling)",
+            "rfactor",
+        )
+    if kind == "linear":
+        return ("linear", float(factor))
+    low, high = float(c.hp["rlow"]), float(c.hp["rhigh"])
+    if not 0 < low < high:
+        c.fail(
+            f"rscale=llama3 blends between rlow and rhigh, which need 0 < rlow < rhigh; "
+            f"got {low:g} and {high:g}",
+            "LLaMA 3.1's are rlow=1.0 rhigh=4.0",
+            "rhigh",
+        )
+    context = c.const("rctx")
+    if context < 1:
+        c.fail(f"the pretraining context must be at least 1, got {context}", hparam="rctx")
+    return ("llama3", float(factor), low, high, int(context))
 
 
 def _heads_fit(c: Ctx, i: int, h: int) -> bool:
@@ -228,16 +266,38 @@ def _scale(c: Ctx) -> float | None:
     return float(s)
 
 
-def rope_ref(x: Any, theta: float, fraction: float = 1.0) -> Any:
+def rope_frequency(i: int, r: int, theta: float, scaling: tuple[Any, ...] = ()) -> float:
+    """Pair i's angle per position, θ^(−2i/r), rescaled as ``scaling`` says (`rope_scaling`),
+    written from the papers' case analysis. Linear (Chen et al. 2023): divided by the factor
+    s. LLaMA 3.1's: with L the pretraining context and λ = 2π/ω the pair's wavelength, ω/s when
+    λ > L/low (too slow to have turned within L), ω when λ < L/high (turned many times), and
+    between them the mix (1 − m)·ω/s + m·ω, m = (L/λ − low)/(high − low)."""
+    omega = float(theta ** (-2.0 * i / r))
+    if not scaling:
+        return omega
+    s = float(scaling[1])
+    if scaling[0] == "linear":
+        return omega / s
+    low, high, context = (float(v) for v in scaling[2:])
+    wavelength = 2 * math.pi / omega
+    if wavelength > context / low:
+        return omega / s
+    if wavelength < context / high:
+        return omega
+    m = (context / wavelength - low) / (high - low)
+    return (1 - m) * omega / s + m * omega
+
+
+def rope_ref(x: Any, theta: float, fraction: float = 1.0, scaling: tuple[Any, ...] = ()) -> Any:
     """Rotary positions on (B, H, T, d), written from the formula: the pair (x_i, x_{i+r/2}) at
-    position t is multiplied by the 2×2 rotation of angle t·θ^(−2i/r), i < r/2."""
+    position t is multiplied by the 2×2 rotation of angle t·ω_i, ω_i = `rope_frequency`."""
     np = numpy()
     y = np.array(x, dtype=np.float64)
     d = x.shape[-1]
     r = int(d * fraction) // 2 * 2
     for t in range(x.shape[2]):
         for i in range(r // 2):
-            angle = t * theta ** (-2.0 * i / r)
+            angle = t * rope_frequency(i, r, theta, scaling)
             c, s = math.cos(angle), math.sin(angle)
             a, b = x[:, :, t, i], x[:, :, t, i + r // 2]
             y[:, :, t, i] = c * a - s * b
@@ -313,7 +373,7 @@ def mha_ref(
 
     q, k, v = heads(q, a.heads), heads(k, a.kv), heads(v, a.kv)
     if a.theta:
-        q, k = rope_ref(q, a.theta, a.rot), rope_ref(k, a.theta, a.rot)
+        q, k = (rope_ref(t, a.theta, a.rot, a.scaling) for t in (q, k))
     group = a.heads // a.kv  # query head i reads key/value head i // group
     k = np.stack([k[:, i // group] for i in range(a.heads)], axis=1)
     v = np.stack([v[:, i // group] for i in range(a.heads)], axis=1)
@@ -348,6 +408,18 @@ _ATT_HP = (
     HP("rope", "bool", False, "rotary positions on queries and keys (rotate-half form)"),
     HP("theta", "float", 10000.0, "the rotary base θ"),
     HP("rot", "float", 1.0, "the fraction of each head's features that rotate"),
+    HP(
+        "rscale",
+        "choice",
+        "none",
+        "the rotary frequencies' scaling for a longer context: `linear` divides them by "
+        "`rfactor`; `llama3` (LLaMA 3.1) divides the slow ones, keeps the fast, blends between",
+        ("none", "linear", "llama3"),
+    ),
+    HP("rfactor", "float", None, "the rotary scaling's factor (`rscale=`)"),
+    HP("rlow", "float", 1.0, "`rscale=llama3`: wavelengths over rctx/rlow are divided"),
+    HP("rhigh", "float", 4.0, "`rscale=llama3`: wavelengths under rctx/rhigh are kept"),
+    HP("rctx", "size", 8192, "`rscale=llama3`: the context of pretraining"),
     HP("window", "size", None, "sliding window: keys fewer than this many positions away"),
     HP(
         "scale",
@@ -463,6 +535,7 @@ MHA = Layer(
         ("9×16", "mha h=4 kv=1 causal=true window=4"),
         ("7×16", "mha h=2 window=2"),
         ("6×12", "mha h=2 rope=true theta=500.0 bias=true obias=false"),
+        ("6×16", "mha h=2 causal=true rope=true theta=100.0 rscale=linear rfactor=4.0"),
         ("6×8; B: 2×6×6", "mha(B) h=2 scale=none"),
         ("6×8; Z: 5×8; B: 1×6×5", "mha(Z, B) h=2 scale=0.5 kv=1"),
     ),
@@ -585,6 +658,7 @@ _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 # Passed on only when set: the classic models' insides stay as they were.
 _MHA_OPTIONS = ("kv", "obias", "window", "scale")
 _ROPE = ("rope", "theta", "rot")
+_ROPE_SCALE = ("rscale", "rfactor", "rlow", "rhigh", "rctx")
 _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm"))
 
 
@@ -593,6 +667,8 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
         passed = _given(hp, _MHA_PASSED) + _given(hp, _MHA_OPTIONS)
         if hp.get("rope"):
             passed += _ROPE
+            if hp.get("rscale", "none") != "none":  # unscaled insides read as before
+                passed += _given(hp, _ROPE_SCALE)
         args = "".join(f" {n}={n}" for n in passed)
         biased = 3 in ranks[1:]
         masked = len(ranks) - biased > (2 if cross else 1)
@@ -679,6 +755,8 @@ SELF_ATT = Layer(
         ("7×16", "self-att h=4 kv=2 rope=true window=3 causal=true norm=rmsnorm"),
         ("5×8", "self-att h=2 kv=1 causal=true norm=rmsnorm offset=1.0"),
         ("6×16", "self-att h=4 kv=1 bias=true obias=false rope=true rot=0.5 theta=100.0"),
+        # pair wavelengths 6.3, 20, 63, 199 against 64/4 and 64/1: kept, mixed, mixed, divided
+        ("6×16", "self-att h=2 kv=1 rope=true theta=100.0 rscale=llama3 rfactor=8.0 rctx=64"),
         ("6×8; B: 2×6×6; M: 6 bool", "self-att(B, M) h=2 scale=none norm=rmsnorm causal=true"),
     ),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),

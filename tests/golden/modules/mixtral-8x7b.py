@@ -244,17 +244,35 @@ def fused_attention(
         return None
 
 
-def rope(x: jax.Array, *, theta: float = 10000.0, fraction: float = 1.0) -> jax.Array:
+def rope_frequencies(r: int, theta: float, scaling: tuple[Any, ...] = ()) -> jax.Array:
+    """The r/2 rotary angles per position, theta^(-2i/r), in float32, rescaled for a context
+    longer than pretraining's: ``("linear", s)`` divides them all by s; ``("llama3", s, low,
+    high, context)`` (LLaMA 3.1) divides by s those whose wavelength 2π/ω exceeds context/low,
+    keeps those under context/high, and between them mixes the two by how far it lies."""
+    inv = 1.0 / theta ** (jnp.arange(r // 2, dtype=jnp.float32) * 2.0 / r)
+    if scaling and scaling[0] == "linear":
+        inv = inv / scaling[1]
+    elif scaling:
+        s, low, high, context = scaling[1:]
+        mix = jnp.clip((context * inv / (2 * jnp.pi) - low) / (high - low), 0.0, 1.0)
+        inv = (1.0 - mix) * inv / s + mix * inv
+    return inv
+
+
+def rope(
+    x: jax.Array, *, theta: float = 10000.0, fraction: float = 1.0, scaling: tuple[Any, ...] = ()
+) -> jax.Array:
     """Rotary position embedding of (B, H, T, d) in the rotate-half form, position t = 0..T-1.
 
     The first r = fraction·d features of each head (r even) are rotated: feature i < r/2 pairs
-    with feature i + r/2 and turns by the angle t·theta^(-2i/r); the rest pass unchanged (GPT-NeoX's
-    rotary_pct). Angles and products are computed in float32, the result has x's type.
+    with feature i + r/2 and turns by the angle t·ω_i (`rope_frequencies`); the rest pass
+    unchanged (GPT-NeoX's rotary_pct). Angles and products are computed in float32, the result
+    has x's type.
     """
     t, d = x.shape[-2], x.shape[-1]
     r = int(d * fraction) // 2 * 2
     half = r // 2
-    inv = 1.0 / theta ** (jnp.arange(half, dtype=jnp.float32) * 2.0 / r)
+    inv = rope_frequencies(r, theta, scaling)
     angles = jnp.arange(t, dtype=jnp.float32)[:, None] * inv[None, :]
     cos = jnp.concatenate([jnp.cos(angles)] * 2, axis=-1).reshape(1, 1, t, r)
     sin = jnp.concatenate([jnp.sin(angles)] * 2, axis=-1).reshape(1, 1, t, r)
@@ -283,6 +301,7 @@ def mha_lm(
     window: int = 0,
     theta: float = 0.0,
     fraction: float = 1.0,
+    scaling: tuple[Any, ...] = (),
     dropout: float = 0.0,
     train: bool = False,
     key: jax.Array | None = None,
@@ -303,8 +322,8 @@ def mha_lm(
     k = k.reshape(b, tk, kv, dqk).transpose(0, 2, 1, 3)
     v = v.reshape(b, tk, kv, dv).transpose(0, 2, 1, 3)
     if theta:
-        q = rope(q, theta=theta, fraction=fraction)
-        k = rope(k, theta=theta, fraction=fraction)
+        q = rope(q, theta=theta, fraction=fraction, scaling=scaling)
+        k = rope(k, theta=theta, fraction=fraction, scaling=scaling)
     if kv != heads:
         k = jnp.repeat(k, heads // kv, axis=1)
         v = jnp.repeat(v, heads // kv, axis=1)

@@ -25,12 +25,19 @@ def _switches(e: Emit) -> dict[str, Any]:
     return out
 
 
+def _rotary(a: Any) -> dict[str, Any]:
+    """The window and rotary options of `mha_lm` and `mha_step`; a scaling only where given,
+    so that unscaled modules read as before."""
+    options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
+    return options | ({"scaling": a.scaling} if a.scaling else {})
+
+
 def _mha(e: Emit, q_in: str, kv_in: str) -> str:
     weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
     a = e.a
     if a.kv == a.heads and not a.theta and not a.window:
         return e.call("mha", q_in, kv_in, weights, heads=a.heads, **_switches(e))
-    options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
+    options = _rotary(a)
     return e.call("mha_lm", q_in, kv_in, weights, heads=a.heads, kv=a.kv, **options, **_switches(e))
 
 
@@ -65,7 +72,7 @@ def mha_step(e: Emit) -> str:
         "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
     )
     a = e.a
-    options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
+    options = _rotary(a)
     call = e.call(
         "mha_step",
         e.x[0],

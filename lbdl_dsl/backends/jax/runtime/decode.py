@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lbdl_dsl.backends.jax.runtime.attention import rope_frequencies
 from lbdl_dsl.backends.jax.runtime.dense import dense, sinusoidal_positions
 from lbdl_dsl.backends.jax.runtime.tensor import trailing
 
@@ -51,13 +52,18 @@ def add_learned_positions_at(x: jax.Array, table: jax.Array, *, pos: jax.Array |
 
 
 def rope_at(
-    x: jax.Array, pos: jax.Array | int, *, theta: float, fraction: float = 1.0
+    x: jax.Array,
+    pos: jax.Array | int,
+    *,
+    theta: float,
+    fraction: float = 1.0,
+    scaling: tuple[Any, ...] = (),
 ) -> jax.Array:
     """`rope` of (B, H, t, d) at positions pos..pos+t-1 (the same angles, the same products)."""
     t, d = x.shape[-2], x.shape[-1]
     r = int(d * fraction) // 2 * 2
     half = r // 2
-    inv = 1.0 / theta ** (jnp.arange(half, dtype=jnp.float32) * 2.0 / r)
+    inv = rope_frequencies(r, theta, scaling)
     angles = (pos + jnp.arange(t)).astype(jnp.float32)[:, None] * inv[None, :]
     cos = jnp.concatenate([jnp.cos(angles)] * 2, axis=-1).reshape(1, 1, t, r)
     sin = jnp.concatenate([jnp.sin(angles)] * 2, axis=-1).reshape(1, 1, t, r)
@@ -157,6 +163,7 @@ def mha_step(
     window: int = 0,
     theta: float = 0.0,
     fraction: float = 1.0,
+    scaling: tuple[Any, ...] = (),
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Causal self-attention (`mha`, `mha_lm`) of x (B, t, D) at positions pos.., with its
     cache of keys and values; returns (output (B, t, out), keys, values) with the cache
@@ -177,8 +184,8 @@ def mha_step(
     k = k.reshape(b, t, kv, dk).transpose(0, 2, 1, 3)
     v = v.reshape(b, t, kv, dv).transpose(0, 2, 1, 3)
     if theta:
-        q = rope_at(q, pos, theta=theta, fraction=fraction)
-        k = rope_at(k, pos, theta=theta, fraction=fraction)
+        q = rope_at(q, pos, theta=theta, fraction=fraction, scaling=scaling)
+        k = rope_at(k, pos, theta=theta, fraction=fraction, scaling=scaling)
     out = cached_attention(q, k, v, ck, cv, pos, window=window)
     y = dense_step(out.transpose(0, 2, 1, 3).reshape(b, t, heads * dv), p, "wo", "bo")
     return y, ring_write(ck, k, pos), ring_write(cv, v, pos)
