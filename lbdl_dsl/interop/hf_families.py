@@ -207,13 +207,43 @@ def gemma(c: Config, shapes: Shapes) -> Draft:
 
 
 def _window(c: Config, kind: str) -> int:
-    """The sliding window, where the config turns one on."""
-    w = c.get("sliding_window")
-    if kind == "llama" or w is None:
+    """The sliding window W, where the config turns one on for every layer (`_sliding`); 0
+    where for none. Layers of both kinds are refused: one ×N group has one window."""
+    sliding = _sliding(c, kind)
+    if not any(sliding):
         return 0
-    if kind == "qwen2" and not c.get("use_sliding_window", default=False):
-        return 0
+    if not all(sliding):
+        which = [i for i, s in enumerate(sliding) if s]
+        raise c.error(
+            f"layers {', '.join(map(str, which))} of {len(sliding)} attend through a sliding "
+            "window and the others to every key (`layer_types`, `max_window_layers`)",
+            "the spec has one ×N group, so one window for all its layers; write it as two "
+            "groups by hand",
+        )
     return c.whole("sliding_window")
+
+
+def _sliding(c: Config, kind: str) -> list[bool]:
+    """Which layers slide, as transformers decides: Mistral and Mixtral every layer when
+    ``sliding_window`` is set; Qwen2 only with ``use_sliding_window``, then by ``layer_types``
+    or, without it, the layers from ``max_window_layers`` on (none in a model of fewer)."""
+    n = c.whole("num_hidden_layers")
+    if kind == "llama" or c.get("sliding_window") is None:
+        return [False] * n
+    if kind != "qwen2":
+        return [True] * n
+    if not c.get("use_sliding_window", default=False):
+        return [False] * n
+    types = c.get("layer_types")
+    if types is None:
+        first = c.whole("max_window_layers", default=28)
+        return [i >= first for i in range(n)]
+    kinds = ("full_attention", "sliding_attention")
+    if not isinstance(types, list) or len(types) != n or any(t not in kinds for t in types):
+        raise c.error(
+            f"`layer_types` must list {n} of {' or '.join(kinds)}, got {types!r}",
+        )
+    return [t == "sliding_attention" for t in types]
 
 
 def mixtral(c: Config, shapes: Shapes) -> Draft:
@@ -235,8 +265,9 @@ def mixtral(c: Config, shapes: Shapes) -> Draft:
     }
     att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
-    if c.get("sliding_window") is not None:
-        sizes["W"] = c.whole("sliding_window")
+    window = _window(c, "mixtral")
+    if window:
+        sizes["W"] = window
         att += " window=W"
     return Draft(
         "Mixtral (Jiang et al. 2024)",

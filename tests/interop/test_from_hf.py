@@ -21,6 +21,7 @@ from safetensors import safe_open
 
 import lbdl_dsl
 from lbdl_dsl.cli import main
+from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.interop import hf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,3 +224,25 @@ def test_a_scaled_rotary_is_written_as_the_config_says(tmp_path: Path) -> None:
     linear = {"rope_type": "linear", "rope_theta": 500000.0, "factor": 4.0}
     text = hf.spec_for(_copy(tmp_path / "linear", "llama", rope_parameters=linear)).text
     assert "rope=true theta=500000 rscale=linear rfactor=4.0 norm=rmsnorm" in text
+
+
+def test_qwen2_slides_only_the_layers_its_config_says(tmp_path: Path) -> None:
+    """Qwen2 slides from layer ``max_window_layers`` on, and only with ``use_sliding_window``
+    (transformers' ``layer_types``): a window of 4 on none of the fixture's two layers computes
+    its reference exactly (a window on both would not: its sequence is 55 long); on both, the
+    box says it; on one of two, from-hf refuses rather than windowing both."""
+    ref = np.load(FIXTURES / "qwen2" / "reference.npz")
+    none = {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 2}
+    folder = _copy(tmp_path / "none", "qwen2", **none, layer_types=None)
+    assert "window" not in hf.spec_for(folder).text
+    got = _logits(*lbdl_dsl.from_pretrained(folder), ref["ids"])
+    np.testing.assert_allclose(got, ref["forward"], atol=1e-4, rtol=0)
+    both = _copy(tmp_path / "both", "qwen2", **none | {"max_window_layers": 0}, layer_types=None)
+    assert "window=W" in hf.spec_for(both).text and "W=4" in hf.spec_for(both).text
+    listed = ["full_attention", "sliding_attention"]
+    for folder in (
+        _copy(tmp_path / "one", "qwen2", **none | {"max_window_layers": 1}, layer_types=None),
+        _copy(tmp_path / "listed", "qwen2", **none, layer_types=listed),
+    ):
+        with pytest.raises(LbdlError, match="layers 1 of 2 attend through a sliding window"):
+            hf.spec_for(folder)
