@@ -7,8 +7,12 @@ partitioner sums the gradient with an all-reduce of the whole array and then sli
 device's piece (XLA:CPU has no pass that turns the pair into a reduce-scatter), so every device
 holds the whole gradient first; `--check` counts the piece (docs/scaling.md, "Against XLA's
 totals"). The same sum written by hand in ``shard_map`` (``jax.lax.psum_scatter``) compiles to
-a reduce-scatter. When `test_the_partitioner_still_all_reduces` fails, XLA:CPU reduce-scatters
-the training step's gradients itself: measure bench/memory_ratio.py again.
+a reduce-scatter. So does JAX's own FSDP idiom in explicit mode (the weight gathered as
+``reduced``, its gradient typed ``unreduced`` and resharded over ``fsdp``): Shardy asks for the
+reduce-scatter, and XLA:CPU still all-reduces and slices. XLA:GPU's pipeline has the pass that
+merges the pair (``ReduceScatterCreator``, in its collective optimisations); XLA:CPU's has none.
+When `test_the_partitioner_still_all_reduces` fails, XLA:CPU reduce-scatters the training
+step's gradients itself: measure bench/memory_ratio.py again.
 """
 
 from __future__ import annotations
@@ -38,9 +42,18 @@ REPRODUCER = textwrap.dedent(
 
     scattered = jax.jit(jax.shard_map(by_hand, mesh=mesh, in_specs=(P("fsdp"), P("fsdp")),
                                       out_specs=P("fsdp")))
+    # JAX's own FSDP idiom in explicit mode: gathered as `reduced`, the gradient `unreduced`
+    explicit = jax.make_mesh((4,), ("fsdp",), axis_types=(AxisType.Explicit,))
+    def typed(w, x):
+        return loss(jax.sharding.reshard(w, P(None, None, reduced={"fsdp"})), x)
     out = {}
-    for name, fn in (("partitioned", grad), ("shard_map", scattered)):
-        text = fn.lower(w, x).compile().as_text()
+    for name, fn in (("partitioned", grad), ("shard_map", scattered), ("explicit", None)):
+        if fn is None:
+            with jax.set_mesh(explicit):
+                args = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=P("fsdp")) for a in (w, x)]
+                text = jax.jit(jax.grad(typed)).lower(*args).compile().as_text()
+        else:
+            text = fn.lower(w, x).compile().as_text()
         out[name] = {op: len(re.findall(rf"= \\S+ {op}(?:-start)?\\(", text))
                      for op in ("all-reduce", "reduce-scatter", "all-gather")}
     print(json.dumps(out))
@@ -59,10 +72,12 @@ def _collectives() -> dict[str, dict[str, int]]:
 
 
 def test_the_partitioner_still_all_reduces() -> None:
-    """Both in one process: the partitioner's gradient is an all-reduce and no reduce-scatter;
-    ``psum_scatter`` is one reduce-scatter and no all-reduce (XLA:CPU can emit it)."""
+    """All in one process: the partitioner's gradient, and the explicit idiom's, are an
+    all-reduce and no reduce-scatter; ``psum_scatter`` is one reduce-scatter and no all-reduce
+    (XLA:CPU can run one)."""
     counts = _collectives()
     assert counts["shard_map"]["reduce-scatter"] == 1
     assert counts["shard_map"]["all-reduce"] == 0
-    assert counts["partitioned"]["reduce-scatter"] == 0, "XLA:CPU reduce-scatters: see above"
-    assert counts["partitioned"]["all-reduce"] >= 1
+    for how in ("partitioned", "explicit"):
+        assert counts[how]["reduce-scatter"] == 0, f"XLA:CPU reduce-scatters ({how}): see above"
+        assert counts[how]["all-reduce"] >= 1
