@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lbdl_dsl.backends.onnx.emit import Emit, Lowering, Unsupported, known
+from lbdl_dsl.backends.onnx.emit import Emit, Lowering, known
 
 
 def _channels(e: Emit) -> int:
@@ -73,20 +73,23 @@ def _one_axis(e: Emit, rms: bool) -> str:
         "Sqrt", [e.node("Add", [var, e.const(float(e.a.eps), "eps")], sub="var_eps")], sub="std"
     )
     y = e.node("Div", [x, std], sub="normalised")
-    y = e.node("Mul", [y, _along(e, "scale", e.a.axis, 1.0)], sub="scaled")
+    y = e.node("Mul", [y, _offset(e, _along(e, "scale", e.a.axis, 1.0))], sub="scaled")
     if rms:
         return y
     return e.node("Add", [y, _along(e, "bias", e.a.axis, 0.0)])
 
 
-def _no_offset(e: Emit) -> None:
-    if getattr(e.a, "offset", 0.0):
-        raise Unsupported("a gain of offset + w (offset=) is not lowered to ONNX here")
+def _offset(e: Emit, scale: str) -> str:
+    """The gain: the stored scale w, plus the box's ``offset=`` where it has one (Gemma's
+    1 + w), as an ``Add`` node, so the graph reads as the spec (the weight stays as stored)."""
+    offset = float(getattr(e.a, "offset", 0.0))
+    if not offset:
+        return scale
+    return e.node("Add", [scale, e.const(offset, "offset")], sub="gain")
 
 
 def layernorm(e: Emit) -> str:
     a = e.a
-    _no_offset(e)
     rank = len(e.shape())
     if a.axis is not None and a.axis != rank - 1:
         return _one_axis(e, rms=False)
@@ -96,7 +99,7 @@ def layernorm(e: Emit) -> str:
         "LayerNormalization",
         [
             e.x[0],
-            e.optional("scale", lambda: np.ones(shape)),
+            _offset(e, e.optional("scale", lambda: np.ones(shape))),
             e.optional("bias", lambda: np.zeros(shape)),
         ],
         axis=-n,
@@ -106,14 +109,13 @@ def layernorm(e: Emit) -> str:
 
 def rmsnorm(e: Emit) -> str:
     a = e.a
-    _no_offset(e)
     rank = len(e.shape())
     if a.axis != rank - 1:
         return _one_axis(e, rms=True)
     d = e.shape()[-1]
     return e.node(
         "RMSNormalization",
-        [e.x[0], e.optional("scale", lambda: np.ones(d))],
+        [e.x[0], _offset(e, e.optional("scale", lambda: np.ones(d)))],
         axis=-1,
         epsilon=float(a.eps),
     )
