@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         from lbdl_dsl.core.errors import LbdlError
         from lbdl_dsl.interop import samples
         from lbdl_dsl.training.evaluate import load_params
+        from lbdl_dsl.training.signature import signature
 
         if args.top_k < 1:
             raise LbdlError(f"--top-k must be at least 1, got {args.top_k}", None)
@@ -45,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         classes = model.outputs[name][-1]
         names = samples.labels(args.labels, classes)
         params, state = load_params(model, args.params)
-        batch = samples.read(args.inputs, model.inputs)
+        vocab = {k: t.vocab for k, t in signature(model.checked).inputs.items() if t.vocab}
+        batch = samples.read(args.inputs, model.inputs, vocab)
         probs = model.predict(params, state, *batch.arrays.values(), output=name)
         width = max(len(n) for n in names)
         for sample, best in zip(batch.names, samples.top(probs, args.top_k), strict=True):
