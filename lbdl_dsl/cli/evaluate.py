@@ -11,6 +11,7 @@ HELP = "loss and accuracy (or perplexity) of trained parameters on data"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from lbdl_dsl.cli import common
+    from lbdl_dsl.training.config import TASKS
 
     common.add_spec_arguments(p)
     p.add_argument(
@@ -26,10 +27,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME|FILE",
         help="digits, shakespeare, synthetic, or a .npz/.txt file (its test split if it has one)",
     )
-    p.add_argument("--task", default="auto", help="the loss, as lbdl train's (default: auto)")
+    p.add_argument(
+        "--task",
+        choices=TASKS,
+        default="auto",
+        metavar="TASK",
+        help=f"the loss, as lbdl train's: {', '.join(TASKS)} (default: auto)",
+    )
     p.add_argument("--target", metavar="OUTPUT", help="the output the loss reads")
-    p.add_argument("--batch", type=int, default=32, help="samples per step (32)")
-    p.add_argument("--samples", type=int, metavar="N", help="evaluate N samples (default: all)")
+    p.add_argument("--batch", type=common.positive, default=32, help="samples per step (32)")
+    p.add_argument(
+        "--samples", type=common.positive, metavar="N", help="evaluate N samples (default: all)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

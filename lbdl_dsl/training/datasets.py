@@ -386,6 +386,12 @@ def _fit_input(
         return array.astype(bool)
     if array.dtype.kind not in "fiub":
         raise LbdlError(f"--data {label}: {what} holds {array.dtype} values, not numbers", None)
+    if array.dtype.kind == "f" and not np.isfinite(array).all():  # a NaN loss, or none at all
+        raise LbdlError(
+            f"--data {label}: {what} holds NaN or infinite values",
+            None,
+            hint="give finite numbers (a missing value needs filling in before training)",
+        )
     return array.astype(np.float32)
 
 
@@ -416,6 +422,12 @@ def _shape_error(port: Port, per: tuple[int, ...], label: str, what: str) -> Lbd
 def _fit_target(task: Task, array: np.ndarray, label: str, what: str) -> np.ndarray | None:
     if task.target_dtype is None:
         return None
+    if array.ndim == 0:
+        raise LbdlError(
+            f"--data {label}: the targets {what} are one value, not one per sample",
+            None,
+            hint="store the targets with the samples along their first axis: y of shape (N, ...)",
+        )
     per = tuple(array.shape[1:])
     want = task.target_shape
     if task.target_dtype == "int32":

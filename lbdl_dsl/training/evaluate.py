@@ -75,8 +75,15 @@ def measure(
     from lbdl_dsl.training.signature import signature
     from lbdl_dsl.training.step import make_eval_step
 
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise LbdlError(f"--batch must be a whole number ≥ 1, got {batch!r}", None)
+    for flag, value in (("--batch", batch), ("--samples", 1 if samples is None else samples)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LbdlError(
+                f"{flag} must be a whole number ≥ 1, got {value!r}",
+                None,
+                hint="leave --samples out to evaluate every sample"
+                if flag == "--samples"
+                else None,
+            )
     sig = signature(model.checked)
     chosen = tasks.choose(sig, task, target)
     if isinstance(data, Mapping):
