@@ -51,9 +51,10 @@ def run(args: argparse.Namespace) -> int:
         import json
 
         import lbdl_dsl
-        from lbdl_dsl.training.evaluate import load_params, measure
+        from lbdl_dsl.training.evaluate import load_params, measure, run_facts
 
-        model = lbdl_dsl.compile(args.spec, **overrides)
+        run = run_facts(args.params, args.spec)  # a run folder's --set values and vocabulary
+        model = lbdl_dsl.compile(args.spec, **{**run.overrides, **overrides})
         params, state = load_params(model, args.params)
         result = measure(
             model,
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             target=args.target,
             batch=args.batch,
             samples=args.samples,
+            vocab=run.vocab,
         )
         if args.json:
             record = {"data": result.data, "task": result.task, **result.as_dict()}

