@@ -106,7 +106,11 @@ def test_a_params_file_with_a_tokenizer(run_dir: Path, capsys) -> None:
         (["--prompt", "x" * 30], "exceed the model's context of 24"),
         (["--prompt", "€uro"], "characters the model never saw: '€'"),
         (["--prompt", "hi", "--greedy", "--top-k", "3"], "--greedy takes the most likely"),
-        (["--prompt", "hi", "--top-p", "1.5"], "top_p must be in (0, 1]"),
+        (["--prompt", "hi", "--top-p", "1.5"], "--top-p must be a number in (0, 1], got 1.5"),
+        (["--prompt", "hi", "--temperature", "0"], "--temperature must be a positive number"),
+        (["--prompt", "hi", "--temperature", "nan"], "--temperature must be a positive number"),
+        (["--prompt", "hi", "--top-k", "-2"], "--top-k must be a whole number ≥ 0, got -2"),
+        (["--prompt", "hi", "--max-new", "-1"], "--max-new must be a whole number ≥ 0, got -1"),
         (
             ["--prompt", "hi", "--tokenizer", str(REPO / "tests/fixtures/hf/gpt2/tokenizer.json")],
             f"has 96 tokens, more than the model's vocabulary of {len(VOCAB)}",
@@ -118,6 +122,12 @@ def test_refusals_are_one_message(run_dir: Path, capsys, argv: list[str], messag
     assert code == 1
     assert message in err
     assert "Traceback" not in err
+
+
+def test_a_params_path_that_does_not_exist_is_named(tmp_path: Path, capsys) -> None:
+    # it was told "a parameters file needs the SPEC it belongs to"
+    code, _, err = generate(capsys, "--params", str(tmp_path / "gone"), "--prompt", "hi")
+    assert code == 1 and f"--params {tmp_path / 'gone'}: no such file or folder" in err
 
 
 def test_a_spec_that_cannot_generate_and_tensors_that_do_not_fit(run_dir: Path, capsys) -> None:
