@@ -111,6 +111,8 @@ def test_a_params_file_with_a_tokenizer(run_dir: Path, capsys) -> None:
         (["--prompt", "hi", "--temperature", "nan"], "--temperature must be a positive number"),
         (["--prompt", "hi", "--top-k", "-2"], "--top-k must be a whole number ≥ 0, got -2"),
         (["--prompt", "hi", "--max-new", "-1"], "--max-new must be a whole number ≥ 0, got -1"),
+        (["--prompt", "hi", "--set", "T=abc"], "--set T=abc: T is the sequence's length"),
+        (["--prompt", "hi", "--set", "T=0"], "--set T=0: T is the sequence's length"),
         (
             ["--prompt", "hi", "--tokenizer", str(REPO / "tests/fixtures/hf/gpt2/tokenizer.json")],
             f"has 96 tokens, more than the model's vocabulary of {len(VOCAB)}",

@@ -216,10 +216,26 @@ def _compiled(spec: str, overrides: dict[str, Any]) -> tuple[Any, int | None]:
     )
     limit = None
     if seq is not None and seq in overrides:
-        limit = int(str(overrides.pop(seq)).replace("_", ""))
+        limit = _length(seq, overrides.pop(seq))
     model = lbdl_dsl.compile(spec, **overrides)
     decoding.plan(model.checked)  # a model that cannot generate says so before any file is read
     return model, limit
+
+
+def _length(symbol: str, value: Any) -> int:
+    """``--set T=...`` (given, or a run's): the most positions to decode, a whole number ≥ 1."""
+    import re
+
+    from lbdl_dsl.core.errors import LbdlError
+
+    text = str(value).replace("_", "")
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+        raise LbdlError(
+            f"--set {symbol}={value}: {symbol} is the sequence's length, the most positions to "
+            "decode: a whole number ≥ 1",
+            hint=f"e.g. --set {symbol}=1024, or leave it out for the model's own limit",
+        )
+    return int(text)
 
 
 def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Loaded:
