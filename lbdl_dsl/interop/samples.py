@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,8 +177,16 @@ def _image(path: Path, shape: Shape, dtype: str) -> np.ndarray:
         ) from None
     grey = len(shape) == 2 or shape[0] == 1
     try:
-        with Image.open(path) as opened:
-            pixels = _pixels(opened, path, grey, (shape[-1], shape[-2]))
+        with warnings.catch_warnings():  # the user chose the file: Pillow's error still guards
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as opened:
+                pixels = _pixels(opened, path, grey, (shape[-1], shape[-2]))
+    except Image.DecompressionBombError as exc:  # a header claiming 30,000×30,000 pixels
+        raise LbdlError(
+            f"{path}: too large an image to read ({exc})",
+            None,
+            hint="resize it first, or give the input as an .npz array of its shape",
+        ) from None
     except (OSError, UnidentifiedImageError) as exc:
         raise LbdlError(f"{path}: not a readable image ({exc})", None) from None
     if len(shape) == 2:

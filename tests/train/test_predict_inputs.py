@@ -135,3 +135,25 @@ def test_labels_with_an_empty_line_inside_are_refused(linear, tmp_path: Path, ca
     _fails(capsys, [*linear, str(x), "--labels", str(labels)], f"{labels}:2: an empty line")
     labels.write_text("cat\ndog\nbird\n\n\n", "utf-8")  # blank lines at the end are fine
     assert main([*linear, str(x), "--labels", str(labels)]) == 0
+
+
+def test_an_image_too_large_to_read_is_refused(tmp_path: Path, capsys) -> None:
+    # a PNG header claiming 30,000×30,000 pixels: Pillow's DecompressionBombError was exit 3
+    import struct
+    import zlib
+
+    import jax
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", 30_000, 30_000, 8, 0, 0, 0, 0)
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b""))
+    spec = tmp_path / "grey.lbdl"
+    spec.write_text("model grey:\n  input X: 1×4×4\n  reshape 16\n  fc 2\n  output Y\n", "utf-8")
+    model = lbdl_dsl.compile(spec)
+    params = tmp_path / "grey.safetensors"
+    model.save(params, *model.init(jax.random.key(0)))
+    _fails(capsys, ["predict", str(spec), "--params", str(params), str(bomb)], "too large")
