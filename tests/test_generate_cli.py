@@ -182,3 +182,20 @@ def test_a_checkpoint_folder_and_a_spec_that_does_not_fit_it(tmp_path: Path, cap
         "The king",
     )
     assert code == 1 and "does not fit the spec" in err and "Traceback" not in err
+
+
+def test_a_run_whose_spec_has_moved_says_so(run_dir: Path, tmp_path: Path, capsys) -> None:
+    # it was reported as `gone.lbdl:1:1: error: no such file`, as if the user had named it
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "params.safetensors").write_bytes((run_dir / "params.safetensors").read_bytes())
+    record = json.loads((run_dir / "run.json").read_text())
+    record["config"]["spec"] = str(tmp_path / "gone.lbdl")
+    (moved / "run.json").write_text(json.dumps(record))
+    code, _, err = generate(capsys, "--params", str(moved), "--prompt", "hi")
+    assert code == 1 and f"the run's spec {tmp_path / 'gone.lbdl'} is not found" in err, err
+    assert "give the SPEC" in err
+    code, out, err = generate(
+        capsys, GPT, "--params", str(moved), "--prompt", "hi", "--max-new", "2"
+    )
+    assert code == 0 and out.startswith("hi"), err

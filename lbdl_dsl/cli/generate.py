@@ -246,11 +246,18 @@ def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Load
     record = used_record(folder)  # a damaged one is refused, naming what is wrong
     assert record is not None, "load() came here for the run.json it found"
     config = record["config"]
-    spec = spec or config.get("spec")
+    named = config.get("spec")
+    spec = spec or named
     if not spec:
         raise LbdlError(f"{folder}/run.json names no spec", hint="give the SPEC")
     if not Path(spec).is_file() and (folder.parent.parent / spec).is_file():
         spec = str(folder.parent.parent / spec)  # named from where `runs/` was made
+    elif spec == named and not Path(spec).is_file():  # the run's spec, moved or renamed since
+        raise LbdlError(
+            f"{folder}/run.json: the run's spec {spec} is not found from here or from "
+            f"{folder.parent.parent}",
+            hint=f"give the SPEC: lbdl generate SPEC --params {folder}",
+        )
     model, limit = _compiled(spec, {**config.get("overrides", {}), **overrides})
     params_file = folder / "params.safetensors"
     if not params_file.is_file():

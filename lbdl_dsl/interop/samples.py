@@ -228,7 +228,8 @@ def labels(path: str | None, classes: int) -> list[str]:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would wait for a writer
             raise LbdlError(f"--labels {path}: not a regular file", None)
-        names = [line.strip() for line in Path(path).read_text("utf-8").splitlines()]
+        # utf-8-sig: a byte-order mark (Windows' Notepad writes one) is not the first name's
+        names = [line.strip() for line in Path(path).read_text("utf-8-sig").splitlines()]
     except (OSError, UnicodeDecodeError) as exc:
         raise LbdlError(f"--labels {path}: not a readable text file ({exc})", None) from None
     while names and not names[-1]:  # the blank lines an editor leaves at the end

@@ -157,3 +157,17 @@ def test_an_image_too_large_to_read_is_refused(tmp_path: Path, capsys) -> None:
     params = tmp_path / "grey.safetensors"
     model.save(params, *model.init(jax.random.key(0)))
     _fails(capsys, ["predict", str(spec), "--params", str(params), str(bomb)], "too large")
+
+
+def test_labels_with_a_byte_order_mark_and_top_k_below_one(linear, tmp_path: Path, capsys) -> None:
+    x = tmp_path / "x.npz"
+    np.savez(x, X=np.array([0.0, 1.0, 0.0], np.float32))
+    labels = tmp_path / "labels.txt"
+    labels.write_bytes("cat\r\ndog\r\nbird\r\n".encode("utf-8-sig"))  # as Notepad saves it
+    assert main([*linear, str(x), "--labels", str(labels), "--top-k", "3"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert sorted(names) == ["bird", "cat", "dog"]  # not "\ufeffcat"
+    with pytest.raises(SystemExit) as exit_:
+        main([*linear, str(x), "--top-k", "0"])
+    assert exit_.value.code == 1
+    assert "argument --top-k: a whole number ≥ 1, got '0'" in capsys.readouterr().err
