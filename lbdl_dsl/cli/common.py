@@ -184,14 +184,30 @@ def guarded(
         print(os_error(exc, None).render(), file=sys.stderr)
         return 1
     except MemoryError as exc:  # sizes the user asked for (--batch, --set) beyond the machine
-        detail = f" ({exc})" if str(exc) else ""
-        print(
-            f"error: out of memory{detail}\nhint: ask for smaller sizes (--batch, --set)",
-            file=sys.stderr,
-        )
-        return 1
+        return _out_of_memory(str(exc))
     except Exception as exc:  # noqa: BLE001 - our bug: a short message, the traceback on demand
+        if _device_out_of_memory(exc):
+            return _out_of_memory(str(exc).splitlines()[0])
         return _internal(exc, label)
+
+
+def _device_out_of_memory(exc: Exception) -> bool:
+    """XLA's refusal to allocate (on the CPU as on an accelerator): a `JaxRuntimeError` whose
+    status is RESOURCE_EXHAUSTED, known by name so that this module imports no JAX. A cache
+    for ``--max-new 10**12`` on a model without a length limit is one."""
+    names = {t.__name__ for t in type(exc).__mro__}
+    return bool(names & {"JaxRuntimeError", "XlaRuntimeError"}) and str(exc).startswith(
+        "RESOURCE_EXHAUSTED"
+    )
+
+
+def _out_of_memory(detail: str) -> int:
+    shown = f" ({detail})" if detail else ""
+    print(
+        f"error: out of memory{shown}\nhint: ask for smaller sizes (--batch, --set, --max-new)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _internal(exc: BaseException, label: str) -> int:
