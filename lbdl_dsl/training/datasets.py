@@ -449,11 +449,17 @@ def _fit_target(task: Task, array: np.ndarray, label: str, what: str) -> np.ndar
                 hint="store class indices, or use --task mse for real-valued targets",
             )
         if per != want:
+            # `y` of N×1 read "are 1 per sample ... needs one value": the axes say which
+            got = f"{_shape_words(per)} ({_axes(len(per))})" if per else "one value"
+            needs = f"{_shape_words(want)} ({_axes(len(want))})" if want else "one value"
+            same = math.prod(per) == math.prod(want)
             raise LbdlError(
-                f"--data {label}: the targets {what} are {_shape_words(per)} per sample; the task, "
-                f"{task.describe()}, needs {_shape_words(want)}",
+                f"--data {label}: the targets {what} are {got} per sample; the task, "
+                f"{task.describe()}, needs {needs}",
                 None,
-                hint="one integer label per sample (per position for sequence outputs)",
+                hint=f"reshape them to ({', '.join(['N', *map(str, want)])}{',' * (not want)})"
+                if same
+                else "one integer label per sample (per position for sequence outputs)",
             )
         top = int(array.max()) if array.size else 0
         if array.size and (array.min() < 0 or top >= (task.classes or 0)):

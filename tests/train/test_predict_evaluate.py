@@ -200,6 +200,8 @@ def test_predict_refuses_a_token_model(tmp_path: Path, capsys) -> None:
         (["--task", "clasify"], {}, "did you mean `classify`?"),
         ([], {"X": X[:1], "y": np.int64(0)}, "the targets `y` are one value, not one per sample"),
         ([], {"X": np.full_like(X, np.nan), "y": Y}, "each sample of `X` holds NaN or infinite"),
+        ([], {"X": X, "y": Y[:, None]}, "are 1 (1 axis) per sample; the task"),
+        ([], {"X": X, "y": Y[:, None]}, "hint: reshape them to (N,)"),
     ],
 )
 def test_evaluate_refuses_flags_and_data_that_do_not_fit(
