@@ -39,6 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--samples", type=common.positive, metavar="N", help="evaluate N samples (default: all)"
     )
+    p.add_argument(
+        "--tokenizer",
+        metavar="FILE",
+        help="a tokenizer.json that numbers text data (default: a checkpoint folder's)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -49,13 +54,17 @@ def run(args: argparse.Namespace) -> int:
 
     def work() -> int:
         import json
+        from pathlib import Path
 
         import lbdl_dsl
+        from lbdl_dsl.interop import text
         from lbdl_dsl.training.evaluate import load_params, measure, run_facts
 
         run = run_facts(args.params, args.spec)  # a run folder's --set values and vocabulary
         model = lbdl_dsl.compile(args.spec, **{**run.overrides, **overrides})
         params, state = load_params(model, args.params)
+        numbered = args.tokenizer or run.tokenizer  # text data, as a checkpoint's model reads it
+        tokenizer = text.Pretrained(Path(numbered)) if numbered else None
         result = measure(
             model,
             params,
@@ -66,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             batch=args.batch,
             samples=args.samples,
             vocab=run.vocab,
+            tokenizer=tokenizer,
         )
         if args.json:
             record = {"data": result.data, "task": result.task, **result.as_dict()}

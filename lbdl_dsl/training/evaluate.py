@@ -50,7 +50,7 @@ def _fmt(name: str, value: float) -> str:
 def evaluate(model: Any, params: Any, state: Any, data: Any, **options: Any) -> dict[str, Any]:
     """Means of the loss and metrics over ``data``'s test split (or its only split):
     ``{"loss", "accuracy", ["perplexity"], "samples", "split"}``; the options are `measure`'s
-    (``task``, ``target``, ``batch``, ``samples``, ``seed``, ``vocab``)."""
+    (``task``, ``target``, ``batch``, ``samples``, ``seed``, ``vocab``, ``tokenizer``)."""
     return measure(model, params, state, data, **options).as_dict()
 
 
@@ -66,10 +66,12 @@ def measure(
     samples: int | None = None,
     seed: int = 0,
     vocab: str | None = None,
+    tokenizer: Any = None,
 ) -> Evaluation:
-    """`evaluate`, as the command line prints it. ``vocab``: the characters a text model's
-    tokens stand for, in order (a run's ``run.json``); text data is numbered by them, not by
-    its own characters (which number another text's otherwise)."""
+    """`evaluate`, as the command line prints it. Text data is numbered as the model reads
+    it: by ``tokenizer`` (`interop.text.Pretrained`, a checkpoint's), or by ``vocab``, the
+    characters a run's tokens stand for (its ``run.json``); by neither, by its own sorted
+    characters, as `lbdl train` numbers it."""
     import jax
 
     from lbdl_dsl.training import tasks
@@ -92,7 +94,7 @@ def measure(
     if isinstance(data, Mapping):
         opened = from_arrays(dict(data), sig, chosen)
     elif isinstance(data, (str, Path)):
-        opened = open_data(str(data), sig, chosen, seed, vocab)
+        opened = open_data(str(data), sig, chosen, seed, tokenizer or vocab)
     else:
         raise LbdlError(
             f"data must be a name, a file or a mapping of arrays, got {type(data).__name__}",
@@ -124,17 +126,22 @@ class RunFacts:
 
     overrides: dict[str, str] = field(default_factory=dict)
     vocab: str | None = None
+    tokenizer: Path | None = None  # a Hugging Face checkpoint folder's tokenizer.json
 
 
 def run_facts(params: str | Path, spec: str | Path) -> RunFacts:
-    """The facts of ``params`` when it is a run folder of ``lbdl train`` with its ``run.json``
-    (else none). The ``--set`` values are the run's only when ``spec`` is the run's spec (named
-    from the current folder, or from where ``runs/`` was made, as ``lbdl generate`` finds it): a
-    GPT trained with ``--set D=64`` is evaluated at D=64 without repeating it, and another spec
-    is never handed values it may not have."""
+    """The facts of ``params`` when it is a run folder of ``lbdl train`` with its ``run.json``,
+    or a Hugging Face checkpoint folder with its ``tokenizer.json`` (else none). The ``--set``
+    values are the run's only when ``spec`` is the run's spec (named from the current folder,
+    or from where ``runs/`` was made, as ``lbdl generate`` finds it): a GPT trained with
+    ``--set D=64`` is evaluated at D=64 without repeating it, and another spec is never handed
+    values it may not have."""
     from lbdl_dsl.training.rundir import used_record
 
     folder = Path(params)
+    if folder.is_dir() and (folder / "config.json").is_file():  # a Hugging Face checkpoint
+        tokenizer = folder / "tokenizer.json"
+        return RunFacts(tokenizer=tokenizer if tokenizer.is_file() else None)
     record = used_record(folder) if folder.is_dir() else None
     if record is None:
         return RunFacts()

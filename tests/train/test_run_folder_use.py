@@ -1,7 +1,7 @@
-"""A run folder of `lbdl train` given as ``--params`` to the verbs that use a model: its
-``--set`` values and its vocabulary come with it (as `lbdl generate` reads them), so a text
-model is evaluated on the numbering it was trained with, and a damaged ``run.json`` is a
-message, never an internal error."""
+"""A run folder of `lbdl train`, or a checkpoint folder, given as ``--params`` to the verbs
+that use a model: the run's ``--set`` values and vocabulary, or the checkpoint's tokenizer,
+come with it (as `lbdl generate` reads them), so a text model is evaluated on the numbering it
+was trained with; a damaged ``run.json`` is a message, never an internal error."""
 
 from __future__ import annotations
 
@@ -117,3 +117,37 @@ def test_a_damaged_run_json_is_a_message(run, capsys, content: str, problem: str
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert f"run.json: damaged ({problem}" in err and "Traceback" not in err, err
+
+
+def test_a_checkpoint_folder_numbers_text_by_its_tokenizer(tmp_path: Path, capsys) -> None:
+    # by its characters, as before, the text's `h` was token 3 of a 9-character vocabulary
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer
+
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "gpt2"
+    spec = tmp_path / "gpt2.lbdl"
+    assert main(["from-hf", str(folder), "-o", str(spec)]) == 0
+    text = "hello world, the king is dead\n" * 12
+    data = tmp_path / "eval.txt"
+    data.write_text(text, "utf-8")
+    argv = ["evaluate", str(spec), "--params", str(folder), "--data", str(data), "--set", "T=8"]
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0, capsys.readouterr().err
+    got = json.loads(capsys.readouterr().out)
+    ids = Tokenizer.from_file(str(folder / "tokenizer.json")).encode(text).ids
+    tokens = np.array(ids[int(len(ids) * 0.9) :])
+    model = lbdl_dsl.compile(spec, T=8)
+    params, state = model.load(spec.with_suffix(".safetensors"))
+    starts = range(0, len(tokens) - 8, 8)
+    x = np.stack([tokens[s : s + 8] for s in starts])
+    y = np.stack([tokens[s + 1 : s + 9] for s in starts])
+    z = np.asarray(model.apply(params, state, x)[0], np.float64)
+    z -= z.max(-1, keepdims=True)
+    z -= np.log(np.exp(z).sum(-1, keepdims=True))
+    loss = -np.take_along_axis(z, y[..., None], -1).mean()
+    assert got["samples"] == len(x) and got["loss"] == pytest.approx(loss, rel=1e-5)
+    # a parameters file with --tokenizer: the same numbers
+    params_file = str(spec.with_suffix(".safetensors"))
+    argv[3] = params_file
+    assert main([*argv, "--json", "--tokenizer", str(folder / "tokenizer.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["loss"] == pytest.approx(loss, rel=1e-5)
