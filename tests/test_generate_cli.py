@@ -210,3 +210,15 @@ def test_a_cache_beyond_the_machine_is_out_of_memory_not_a_bug(capsys) -> None:
     )
     assert code == 1 and "Traceback" not in err
     assert err.startswith("error: out of memory (RESOURCE_EXHAUSTED") and "--max-new" in err, err
+
+
+def test_a_prompt_that_starts_with_a_dash_is_shown_how(run_dir: Path, capsys) -> None:
+    try:
+        code = main(["generate", "--params", str(run_dir), "--prompt", "-hi"])
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 1 and "argument --prompt: expected one argument" in err
+    assert "one that starts with '-' is written --prompt=VALUE" in err
+    code, _, err = generate(capsys, "--params", str(run_dir), "--prompt=-hi")
+    assert code == 1 and "characters the model never saw: '-'" in err  # read as the prompt

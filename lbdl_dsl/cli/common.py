@@ -69,6 +69,10 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         hint = self.choice_hint or f"see `{self.prog} --help`"
+        flag = message.removeprefix("argument ").partition(":")[0].partition("/")[0]
+        if message.endswith("expected one argument") and flag.startswith("-"):
+            # `--prompt "-x"`: argparse takes the value for a flag of its own
+            hint = f"give {flag} its value; one that starts with '-' is written {flag}=VALUE"
         sys.stderr.write(f"{self.prog}: error: {message}\nhint: {hint}\n")
         raise SystemExit(1)
 
