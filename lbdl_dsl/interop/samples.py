@@ -7,8 +7,8 @@ reshaped behind the user's back; tokens must lie in the input's vocabulary and n
 (a NaN would only come back as a NaN probability). An image (read with Pillow) is converted to
 the input's channels (1: grey, 3: RGB), resized to its height and width (bilinear) and scaled
 from 0..255 to 0..1 (a 16-bit image from 0..65535), channels first as the spec's inputs are;
-any normalisation is the spec's. An image of 32-bit integers or floats has no agreed range, so it
-is refused rather than clipped.
+any normalisation is the spec's. A transparent image is read as shown over white. An image of
+32-bit integers or floats has no agreed range, so it is refused rather than clipped.
 """
 
 from __future__ import annotations
@@ -213,6 +213,12 @@ def _pixels(opened: Any, path: Path, grey: bool, size: tuple[int, int]) -> np.nd
             hint="scale it to 0..1 yourself and give it as an .npz array, or save it as an "
             "8- or 16-bit image",
         )
+    if "A" in opened.getbands() or "transparency" in opened.info:
+        # shown over white, as a viewer shows it: Pillow's convert drops the alpha, and a
+        # drawing saved from a canvas (black strokes, a background of transparent black)
+        # would come out all black
+        white = Image.new("RGBA", opened.size, (255, 255, 255, 255))
+        opened = Image.alpha_composite(white, opened.convert("RGBA"))
     img = opened.convert("L" if grey else "RGB").resize(size, bilinear)
     return np.asarray(img, np.float32) / 255.0
 

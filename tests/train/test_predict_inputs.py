@@ -171,3 +171,17 @@ def test_labels_with_a_byte_order_mark_and_top_k_below_one(linear, tmp_path: Pat
         main([*linear, str(x), "--top-k", "0"])
     assert exit_.value.code == 1
     assert "argument --top-k: a whole number ≥ 1, got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 6), (3, 8, 6)])
+def test_a_transparent_drawing_is_read_over_white(tmp_path: Path, shape) -> None:
+    # black strokes on transparent black, as a canvas saves a drawing: Pillow's convert drops
+    # the alpha, and the drawing came out all black
+    rgba = np.zeros((8, 6, 4), np.uint8)
+    rgba[2:6, 3, 3] = 255  # a stroke: opaque black
+    path = tmp_path / "drawing.png"
+    Image.fromarray(rgba).save(path)
+    got = samples.read([str(path)], {"X": (shape, "float32")}).arrays["X"][0]
+    want = np.ones((8, 6), np.float32)
+    want[2:6, 3] = 0.0
+    np.testing.assert_allclose(got, np.broadcast_to(want, shape))
