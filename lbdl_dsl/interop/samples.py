@@ -7,8 +7,9 @@ reshaped behind the user's back; tokens must lie in the input's vocabulary and n
 (a NaN would only come back as a NaN probability). An image (read with Pillow) is converted to
 the input's channels (1: grey, 3: RGB), resized to its height and width (bilinear) and scaled
 from 0..255 to 0..1 (a 16-bit image from 0..65535), channels first as the spec's inputs are;
-any normalisation is the spec's. A transparent image is read as shown over white. An image of
-32-bit integers or floats has no agreed range, so it is refused rather than clipped.
+any normalisation is the spec's. An image is read as a viewer shows it: turned upright by its
+EXIF orientation, a transparent one over white. An image of 32-bit integers or floats has no
+agreed range, so it is refused rather than clipped.
 """
 
 from __future__ import annotations
@@ -198,9 +199,11 @@ def _pixels(opened: Any, path: Path, grey: bool, size: tuple[int, int]) -> np.nd
     """An opened image's pixels in 0..1, resized to ``size`` (width, height): H×W if ``grey``,
     else H×W×3. Pillow's own conversion of a 16-bit image to 8 bits clips it at 255 (nearly
     every pixel white), so its values are scaled from 0..65535 here, and resized as floats."""
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     bilinear = Image.Resampling.BILINEAR
+    # upright, as a viewer shows it: a phone's photo is stored sideways with an EXIF tag
+    opened = ImageOps.exif_transpose(opened)
     if opened.mode in SIXTEEN_BITS:
         wide = Image.fromarray(np.asarray(opened, np.float32) / 65535.0)
         pixels = np.asarray(wide.resize(size, bilinear), np.float32)

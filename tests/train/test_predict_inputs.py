@@ -185,3 +185,16 @@ def test_a_transparent_drawing_is_read_over_white(tmp_path: Path, shape) -> None
     want = np.ones((8, 6), np.float32)
     want[2:6, 3] = 0.0
     np.testing.assert_allclose(got, np.broadcast_to(want, shape))
+
+
+def test_a_photo_is_turned_upright_by_its_exif_orientation(tmp_path: Path) -> None:
+    # stored sideways with Orientation 6 (turn 90° clockwise to view), as a phone saves it
+    upright = np.zeros((8, 6), np.uint8)
+    upright[0, :] = 255  # a white top row
+    stored = np.rot90(upright, 1)  # what the camera wrote: the top row on the left
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / "photo.png"
+    Image.fromarray(np.ascontiguousarray(stored)).save(path, exif=exif)
+    got = samples.read([str(path)], {"X": ((1, 8, 6), "float32")}).arrays["X"][0, 0]
+    np.testing.assert_allclose(got, upright / 255.0)
