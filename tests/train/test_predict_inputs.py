@@ -198,3 +198,13 @@ def test_a_photo_is_turned_upright_by_its_exif_orientation(tmp_path: Path) -> No
     Image.fromarray(np.ascontiguousarray(stored)).save(path, exif=exif)
     got = samples.read([str(path)], {"X": ((1, 8, 6), "float32")}).arrays["X"][0, 0]
     np.testing.assert_allclose(got, upright / 255.0)
+
+
+def test_model_predict_checks_token_ids_as_apply_does(tokens) -> None:
+    # predict runs jit_apply, where the ids are traced and were not checked: NaN probabilities
+    spec, params_path = tokens
+    model = lbdl_dsl.compile(spec)
+    params, state = model.load(params_path)
+    with pytest.raises(lbdl_dsl.LbdlError, match="token ids in \\[0, 5\\), got ids from 0 to 7"):
+        model.predict(params, state, np.array([[0, 1, 2, 7]]))
+    assert np.isfinite(np.asarray(model.predict(params, state, np.array([[0, 1, 2, 4]])))).all()
