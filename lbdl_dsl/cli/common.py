@@ -4,7 +4,8 @@ guard that keeps the command line's promise.
 Exit codes, for every verb: 0 success; 1 anything the user gave that we refuse (an error in the
 spec, printed as ``FILE:LINE:COL: error: ...`` with the source line, a caret and a hint; a bad
 flag or flag value; a missing optional extra, named with the command that installs it); 3 an
-internal error of ours (``LBDL_DEBUG=1`` shows its traceback); 130 interrupted; 143 terminated.
+internal error of ours (``LBDL_DEBUG=1`` shows its traceback); 130 interrupted; 141 the reader
+of the output went away (``| head``), silently, as a process killed by SIGPIPE; 143 terminated.
 """
 
 from __future__ import annotations
@@ -165,7 +166,12 @@ def guarded(
     promise the same way."""
     try:
         with _terminate_as_exception():
-            return work()
+            code = work()
+            sys.stdout.flush()  # a reader gone away is seen here, not at the interpreter's exit
+            return code
+    except BrokenPipeError:  # `lbdl predict ... | head -1`: the reader has all it wanted
+        _silence_stdout()
+        return 141
     except CheckFailed as err:
         print(err.render(err.checked.sources), file=sys.stderr)
         if on_check_failed is not None:
@@ -212,6 +218,15 @@ def _out_of_memory(detail: str) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so that the interpreter's last flush of what
+    is still buffered does not raise the broken pipe again at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _internal(exc: BaseException, label: str) -> int:
