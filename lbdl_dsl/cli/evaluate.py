@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         from lbdl_dsl.training.evaluate import load_params, measure, run_facts
 
         run = run_facts(args.params, args.spec)  # a run folder's --set values and vocabulary
-        model = lbdl_dsl.compile(args.spec, **{**run.overrides, **overrides})
+        model = lbdl_dsl.compile(args.spec, dtype=run.dtype, **{**run.overrides, **overrides})
         params, state = load_params(model, args.params)
         numbered = args.tokenizer or run.tokenizer  # text data, as a checkpoint's model reads it
         tokenizer = text.Pretrained(Path(numbered)) if numbered else None

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         from lbdl_dsl.training.signature import signature
 
         run = run_facts(args.params, args.spec)  # a run folder's --set values
-        model = lbdl_dsl.compile(args.spec, **{**run.overrides, **overrides})
+        model = lbdl_dsl.compile(args.spec, dtype=run.dtype, **{**run.overrides, **overrides})
         name = _classifier(model, args.output)
         classes = model.outputs[name][-1]
         names = samples.labels(args.labels, classes)

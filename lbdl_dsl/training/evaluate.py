@@ -127,6 +127,7 @@ class RunFacts:
     overrides: dict[str, str] = field(default_factory=dict)
     vocab: str | None = None
     tokenizer: Path | None = None  # a Hugging Face checkpoint folder's tokenizer.json
+    dtype: str = "float32"  # the compute type the run trained and evaluated in (--dtype)
 
 
 def run_facts(params: str | Path, spec: str | Path) -> RunFacts:
@@ -134,8 +135,10 @@ def run_facts(params: str | Path, spec: str | Path) -> RunFacts:
     or a Hugging Face checkpoint folder with its ``tokenizer.json`` (else none). The ``--set``
     values are the run's only when ``spec`` is the run's spec (named from the current folder,
     or from where ``runs/`` was made, as ``lbdl generate`` finds it): a GPT trained with
-    ``--set D=64`` is evaluated at D=64 without repeating it, and another spec is never handed
-    values it may not have."""
+    ``--set D=64`` is evaluated at D=64 without repeating it (and a ``--dtype bfloat16`` run in
+    bfloat16, as its own evaluations were), and another spec is never handed values it may not
+    have."""
+    from lbdl_dsl.training.config import DTYPES
     from lbdl_dsl.training.rundir import used_record
 
     folder = Path(params)
@@ -154,7 +157,8 @@ def run_facts(params: str | Path, spec: str | Path) -> RunFacts:
         (where / named).resolve() == mine for where in (Path.cwd(), folder.parent.parent)
     )
     overrides = {str(k): str(v) for k, v in config.get("overrides", {}).items()} if same else {}
-    return RunFacts(overrides, vocab or None)
+    dtype = config.get("dtype") if same and config.get("dtype") in DTYPES else None
+    return RunFacts(overrides, vocab or None, dtype=dtype or "float32")
 
 
 def load_params(model: Any, path: str | Path) -> tuple[Any, Any]:
