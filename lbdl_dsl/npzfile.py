@@ -77,6 +77,9 @@ def _check_member(
         else:
             raise refuse(f"`{member.filename}`: .npy format version {version}")
         header = f.tell()
+    if dtype.hasobject:  # pickled Python objects, which are never unpickled here
+        name = member.filename.removesuffix(".npy")
+        raise refuse(f"`{name}` holds Python objects (dtype object), not numbers")
     count = 1
     for n in shape:
         count *= int(n)

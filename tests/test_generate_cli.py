@@ -106,7 +106,13 @@ def test_a_params_file_with_a_tokenizer(run_dir: Path, capsys) -> None:
         (["--prompt", "x" * 30], "exceed the model's context of 24"),
         (["--prompt", "€uro"], "characters the model never saw: '€'"),
         (["--prompt", "hi", "--greedy", "--top-k", "3"], "--greedy takes the most likely"),
-        (["--prompt", "hi", "--top-p", "1.5"], "top_p must be in (0, 1]"),
+        (["--prompt", "hi", "--top-p", "1.5"], "--top-p must be a number in (0, 1], got 1.5"),
+        (["--prompt", "hi", "--temperature", "0"], "--temperature must be a positive number"),
+        (["--prompt", "hi", "--temperature", "nan"], "--temperature must be a positive number"),
+        (["--prompt", "hi", "--top-k", "-2"], "--top-k must be a whole number ≥ 0, got -2"),
+        (["--prompt", "hi", "--max-new", "-1"], "--max-new must be a whole number ≥ 0, got -1"),
+        (["--prompt", "hi", "--set", "T=abc"], "--set T=abc: T is the sequence's length"),
+        (["--prompt", "hi", "--set", "T=0"], "--set T=0: T is the sequence's length"),
         (
             ["--prompt", "hi", "--tokenizer", str(REPO / "tests/fixtures/hf/gpt2/tokenizer.json")],
             f"has 96 tokens, more than the model's vocabulary of {len(VOCAB)}",
@@ -118,6 +124,12 @@ def test_refusals_are_one_message(run_dir: Path, capsys, argv: list[str], messag
     assert code == 1
     assert message in err
     assert "Traceback" not in err
+
+
+def test_a_params_path_that_does_not_exist_is_named(tmp_path: Path, capsys) -> None:
+    # it was told "a parameters file needs the SPEC it belongs to"
+    code, _, err = generate(capsys, "--params", str(tmp_path / "gone"), "--prompt", "hi")
+    assert code == 1 and f"--params {tmp_path / 'gone'}: no such file or folder" in err
 
 
 def test_a_spec_that_cannot_generate_and_tensors_that_do_not_fit(run_dir: Path, capsys) -> None:
@@ -170,3 +182,43 @@ def test_a_checkpoint_folder_and_a_spec_that_does_not_fit_it(tmp_path: Path, cap
         "The king",
     )
     assert code == 1 and "does not fit the spec" in err and "Traceback" not in err
+
+
+def test_a_run_whose_spec_has_moved_says_so(run_dir: Path, tmp_path: Path, capsys) -> None:
+    # it was reported as `gone.lbdl:1:1: error: no such file`, as if the user had named it
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "params.safetensors").write_bytes((run_dir / "params.safetensors").read_bytes())
+    record = json.loads((run_dir / "run.json").read_text())
+    record["config"]["spec"] = str(tmp_path / "gone.lbdl")
+    (moved / "run.json").write_text(json.dumps(record))
+    code, _, err = generate(capsys, "--params", str(moved), "--prompt", "hi")
+    assert code == 1 and f"the run's spec {tmp_path / 'gone.lbdl'} is not found" in err, err
+    assert "give the SPEC" in err
+    code, out, err = generate(
+        capsys, GPT, "--params", str(moved), "--prompt", "hi", "--max-new", "2"
+    )
+    assert code == 0 and out.startswith("hi"), err
+
+
+def test_a_cache_beyond_the_machine_is_out_of_memory_not_a_bug(capsys) -> None:
+    # LLaMA's rotary positions set no length: --max-new 10**12 asks XLA for a 64 TiB cache,
+    # whose RESOURCE_EXHAUSTED was an internal error (exit 3)
+    llama = REPO / "tests" / "fixtures" / "hf" / "llama"
+    code, _, err = generate(
+        capsys, "--params", str(llama), "--prompt", "hi", "--max-new", str(10**12)
+    )
+    assert code == 1 and "Traceback" not in err
+    assert err.startswith("error: out of memory (RESOURCE_EXHAUSTED") and "--max-new" in err, err
+
+
+def test_a_prompt_that_starts_with_a_dash_is_shown_how(run_dir: Path, capsys) -> None:
+    try:
+        code = main(["generate", "--params", str(run_dir), "--prompt", "-hi"])
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 1 and "argument --prompt: expected one argument" in err
+    assert "one that starts with '-' is written --prompt=VALUE" in err
+    code, _, err = generate(capsys, "--params", str(run_dir), "--prompt=-hi")
+    assert code == 1 and "characters the model never saw: '-'" in err  # read as the prompt

@@ -256,6 +256,7 @@ BAD_NPZ = {
     "npy": lambda p: p.write_bytes(_npy_bytes(np.ones(3))),
     "empty": lambda p: p.write_bytes(b""),
     "huge": _huge_header_npz,
+    "objects": lambda p: np.savez(p, X=np.array([None, 1.0], dtype=object)),
 }
 BAD_NPZ_MESSAGES = {
     "cut": "File is not a zip file",
@@ -263,6 +264,8 @@ BAD_NPZ_MESSAGES = {
     "empty": "it is empty",
     "huge": "`X` declares 1,099,511,627,776 values of float32 (4,398,046,511,104 bytes) but "
     "holds 16 bytes",
+    # was "`X` declares 2 values of object (16 bytes) but holds ...": the pickle's size
+    "objects": "`X` holds Python objects (dtype object), not numbers",
 }
 
 

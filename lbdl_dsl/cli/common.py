@@ -4,7 +4,8 @@ guard that keeps the command line's promise.
 Exit codes, for every verb: 0 success; 1 anything the user gave that we refuse (an error in the
 spec, printed as ``FILE:LINE:COL: error: ...`` with the source line, a caret and a hint; a bad
 flag or flag value; a missing optional extra, named with the command that installs it); 3 an
-internal error of ours (``LBDL_DEBUG=1`` shows its traceback); 130 interrupted; 143 terminated.
+internal error of ours (``LBDL_DEBUG=1`` shows its traceback); 130 interrupted; 141 the reader
+of the output went away (``| head``), silently, as a process killed by SIGPIPE; 143 terminated.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         hint = self.choice_hint or f"see `{self.prog} --help`"
+        flag = message.removeprefix("argument ").partition(":")[0].partition("/")[0]
+        if message.endswith("expected one argument") and flag.startswith("-"):
+            # `--prompt "-x"`: argparse takes the value for a flag of its own
+            hint = f"give {flag} its value; one that starts with '-' is written {flag}=VALUE"
         sys.stderr.write(f"{self.prog}: error: {message}\nhint: {hint}\n")
         raise SystemExit(1)
 
@@ -161,7 +166,12 @@ def guarded(
     promise the same way."""
     try:
         with _terminate_as_exception():
-            return work()
+            code = work()
+            sys.stdout.flush()  # a reader gone away is seen here, not at the interpreter's exit
+            return code
+    except BrokenPipeError:  # `lbdl predict ... | head -1`: the reader has all it wanted
+        _silence_stdout()
+        return 141
     except CheckFailed as err:
         print(err.render(err.checked.sources), file=sys.stderr)
         if on_check_failed is not None:
@@ -184,14 +194,39 @@ def guarded(
         print(os_error(exc, None).render(), file=sys.stderr)
         return 1
     except MemoryError as exc:  # sizes the user asked for (--batch, --set) beyond the machine
-        detail = f" ({exc})" if str(exc) else ""
-        print(
-            f"error: out of memory{detail}\nhint: ask for smaller sizes (--batch, --set)",
-            file=sys.stderr,
-        )
-        return 1
+        return _out_of_memory(str(exc))
     except Exception as exc:  # noqa: BLE001 - our bug: a short message, the traceback on demand
+        if _device_out_of_memory(exc):
+            return _out_of_memory(str(exc).splitlines()[0])
         return _internal(exc, label)
+
+
+def _device_out_of_memory(exc: Exception) -> bool:
+    """XLA's refusal to allocate (on the CPU as on an accelerator): a `JaxRuntimeError` whose
+    status is RESOURCE_EXHAUSTED, known by name so that this module imports no JAX. A cache
+    for ``--max-new 10**12`` on a model without a length limit is one."""
+    names = {t.__name__ for t in type(exc).__mro__}
+    return bool(names & {"JaxRuntimeError", "XlaRuntimeError"}) and str(exc).startswith(
+        "RESOURCE_EXHAUSTED"
+    )
+
+
+def _out_of_memory(detail: str) -> int:
+    shown = f" ({detail})" if detail else ""
+    print(
+        f"error: out of memory{shown}\nhint: ask for smaller sizes (--batch, --set, --max-new)",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so that the interpreter's last flush of what
+    is still buffered does not raise the broken pipe again at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _internal(exc: BaseException, label: str) -> int:

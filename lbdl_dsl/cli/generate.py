@@ -55,12 +55,46 @@ def run(args: argparse.Namespace) -> int:
             raise LbdlError(
                 "--greedy takes the most likely token: it has no --temperature, --top-k, --top-p"
             )
-        if args.max_new < 0:
-            raise LbdlError(f"--max-new must be ≥ 0, got {args.max_new}")
+        _check_flags(args)
         overrides = common.parse_overrides(args.set, args.parser)
         return generate(args, overrides)
 
     return common.guarded(work, args.spec or args.params)
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Each number flag in its range, named as the user typed it (`Sampling` checks its
+    fields again, by their Python names, for `model.generate`)."""
+    import math
+
+    from lbdl_dsl.core.errors import LbdlError
+
+    wrong = [
+        ("--max-new", args.max_new, args.max_new < 0, "a whole number ≥ 0"),
+        ("--top-k", args.top_k, args.top_k is not None and args.top_k < 0, "a whole number ≥ 0"),
+        (
+            "--temperature",
+            args.temperature,
+            args.temperature is not None
+            and not (args.temperature > 0 and math.isfinite(args.temperature)),
+            "a positive number",
+        ),
+        (
+            "--top-p",
+            args.top_p,
+            args.top_p is not None and not 0.0 < args.top_p <= 1.0,
+            "a number in (0, 1]",
+        ),
+    ]
+    for flag, value, bad, wanted in wrong:
+        if bad:
+            raise LbdlError(
+                f"{flag} must be {wanted}, got {value}",
+                hint="--greedy takes the likeliest token; --temperature 1 --top-k 0 --top-p 1 "
+                "draw from the whole distribution"
+                if flag != "--max-new"
+                else "the number of tokens to write after the prompt",
+            )
 
 
 def generate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
@@ -149,8 +183,11 @@ def load(spec: str | None, where: Path, overrides: dict[str, Any], tokenizer: st
     elif where.is_dir():
         raise LbdlError(
             f"--params {where}: a folder without run.json (lbdl train) or config.json "
-            "(a Hugging Face checkpoint)"
+            "(a Hugging Face checkpoint)",
+            hint="give a run folder, a checkpoint folder, or a parameters file with its SPEC",
         )
+    elif not where.exists():
+        raise LbdlError(f"--params {where}: no such file or folder", hint="check the path")
     else:
         if spec is None:
             raise LbdlError(f"--params {where}: a parameters file needs the SPEC it belongs to")
@@ -179,23 +216,48 @@ def _compiled(spec: str, overrides: dict[str, Any]) -> tuple[Any, int | None]:
     )
     limit = None
     if seq is not None and seq in overrides:
-        limit = int(str(overrides.pop(seq)).replace("_", ""))
+        limit = _length(seq, overrides.pop(seq))
     model = lbdl_dsl.compile(spec, **overrides)
     decoding.plan(model.checked)  # a model that cannot generate says so before any file is read
     return model, limit
 
 
+def _length(symbol: str, value: Any) -> int:
+    """``--set T=...`` (given, or a run's): the most positions to decode, a whole number ≥ 1."""
+    import re
+
+    from lbdl_dsl.core.errors import LbdlError
+
+    text = str(value).replace("_", "")
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+        raise LbdlError(
+            f"--set {symbol}={value}: {symbol} is the sequence's length, the most positions to "
+            "decode: a whole number ≥ 1",
+            hint=f"e.g. --set {symbol}=1024, or leave it out for the model's own limit",
+        )
+    return int(text)
+
+
 def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Loaded:
     from lbdl_dsl.core.errors import LbdlError
     from lbdl_dsl.interop import text
+    from lbdl_dsl.training.rundir import used_record
 
-    record = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    config = record.get("config") or {}
-    spec = spec or config.get("spec")
+    record = used_record(folder)  # a damaged one is refused, naming what is wrong
+    assert record is not None, "load() came here for the run.json it found"
+    config = record["config"]
+    named = config.get("spec")
+    spec = spec or named
     if not spec:
         raise LbdlError(f"{folder}/run.json names no spec", hint="give the SPEC")
     if not Path(spec).is_file() and (folder.parent.parent / spec).is_file():
         spec = str(folder.parent.parent / spec)  # named from where `runs/` was made
+    elif spec == named and not Path(spec).is_file():  # the run's spec, moved or renamed since
+        raise LbdlError(
+            f"{folder}/run.json: the run's spec {spec} is not found from here or from "
+            f"{folder.parent.parent}",
+            hint=f"give the SPEC: lbdl generate SPEC --params {folder}",
+        )
     model, limit = _compiled(spec, {**config.get("overrides", {}), **overrides})
     params_file = folder / "params.safetensors"
     if not params_file.is_file():

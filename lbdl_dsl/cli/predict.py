@@ -22,7 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "Hugging Face checkpoint folder",
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help=".npz arrays or image files")
-    p.add_argument("--top-k", type=int, default=5, metavar="K", help="classes shown (5)")
+    p.add_argument(
+        "--top-k", type=common.positive, default=5, metavar="K", help="classes shown (5)"
+    )
     p.add_argument("--labels", metavar="FILE", help="the class names, one a line")
     p.add_argument("--output", metavar="NAME", help="the output to read (several outputs)")
 
@@ -34,18 +36,18 @@ def run(args: argparse.Namespace) -> int:
 
     def work() -> int:
         import lbdl_dsl
-        from lbdl_dsl.core.errors import LbdlError
         from lbdl_dsl.interop import samples
-        from lbdl_dsl.training.evaluate import load_params
+        from lbdl_dsl.training.evaluate import load_params, run_facts
+        from lbdl_dsl.training.signature import signature
 
-        if args.top_k < 1:
-            raise LbdlError(f"--top-k must be at least 1, got {args.top_k}", None)
-        model = lbdl_dsl.compile(args.spec, **overrides)
+        run = run_facts(args.params, args.spec)  # a run folder's --set values
+        model = lbdl_dsl.compile(args.spec, dtype=run.dtype, **{**run.overrides, **overrides})
         name = _classifier(model, args.output)
         classes = model.outputs[name][-1]
         names = samples.labels(args.labels, classes)
         params, state = load_params(model, args.params)
-        batch = samples.read(args.inputs, model.inputs)
+        vocab = {k: t.vocab for k, t in signature(model.checked).inputs.items() if t.vocab}
+        batch = samples.read(args.inputs, model.inputs, vocab)
         probs = model.predict(params, state, *batch.arrays.values(), output=name)
         width = max(len(n) for n in names)
         for sample, best in zip(batch.names, samples.top(probs, args.top_k), strict=True):

@@ -41,7 +41,7 @@ class Characters:
         if missing:
             shown = ", ".join(repr(c) for c in missing[:5])
             raise LbdlError(
-                f"the prompt has characters the model never saw: {shown}",
+                f"--prompt has characters the model never saw: {shown}",
                 hint=f"the vocabulary is {self.where}'s {self.size} characters",
             )
         return [index[c] for c in text]

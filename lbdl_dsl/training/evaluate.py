@@ -18,7 +18,7 @@ from typing import Any
 
 from lbdl_dsl.core.errors import LbdlError
 
-__all__ = ["Evaluation", "evaluate", "load_params", "params_file"]
+__all__ = ["Evaluation", "RunFacts", "evaluate", "load_params", "params_file", "run_facts"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _fmt(name: str, value: float) -> str:
 def evaluate(model: Any, params: Any, state: Any, data: Any, **options: Any) -> dict[str, Any]:
     """Means of the loss and metrics over ``data``'s test split (or its only split):
     ``{"loss", "accuracy", ["perplexity"], "samples", "split"}``; the options are `measure`'s
-    (``task``, ``target``, ``batch``, ``samples``, ``seed``)."""
+    (``task``, ``target``, ``batch``, ``samples``, ``seed``, ``vocab``, ``tokenizer``)."""
     return measure(model, params, state, data, **options).as_dict()
 
 
@@ -65,8 +65,13 @@ def measure(
     batch: int = 32,
     samples: int | None = None,
     seed: int = 0,
+    vocab: str | None = None,
+    tokenizer: Any = None,
 ) -> Evaluation:
-    """`evaluate`, as the command line prints it."""
+    """`evaluate`, as the command line prints it. Text data is numbered as the model reads
+    it: by ``tokenizer`` (`interop.text.Pretrained`, a checkpoint's), or by ``vocab``, the
+    characters a run's tokens stand for (its ``run.json``); by neither, by its own sorted
+    characters, as `lbdl train` numbers it."""
     import jax
 
     from lbdl_dsl.training import tasks
@@ -75,14 +80,21 @@ def measure(
     from lbdl_dsl.training.signature import signature
     from lbdl_dsl.training.step import make_eval_step
 
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise LbdlError(f"--batch must be a whole number ≥ 1, got {batch!r}", None)
+    for flag, value in (("--batch", batch), ("--samples", 1 if samples is None else samples)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise LbdlError(
+                f"{flag} must be a whole number ≥ 1, got {value!r}",
+                None,
+                hint="leave --samples out to evaluate every sample"
+                if flag == "--samples"
+                else None,
+            )
     sig = signature(model.checked)
     chosen = tasks.choose(sig, task, target)
     if isinstance(data, Mapping):
         opened = from_arrays(dict(data), sig, chosen)
     elif isinstance(data, (str, Path)):
-        opened = open_data(str(data), sig, chosen, seed)
+        opened = open_data(str(data), sig, chosen, seed, tokenizer or vocab)
     else:
         raise LbdlError(
             f"data must be a name, a file or a mapping of arrays, got {type(data).__name__}",
@@ -105,6 +117,48 @@ def measure(
     if chosen.kind == "next-token":
         metrics["perplexity"] = math.exp(min(metrics["loss"], 700.0))
     return Evaluation(opened.name, split, int(count), chosen.describe(), metrics)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run folder given as ``--params`` says of its model: the ``--set`` values it was
+    trained with, and the characters a text model numbers its tokens by."""
+
+    overrides: dict[str, str] = field(default_factory=dict)
+    vocab: str | None = None
+    tokenizer: Path | None = None  # a Hugging Face checkpoint folder's tokenizer.json
+    dtype: str = "float32"  # the compute type the run trained and evaluated in (--dtype)
+
+
+def run_facts(params: str | Path, spec: str | Path) -> RunFacts:
+    """The facts of ``params`` when it is a run folder of ``lbdl train`` with its ``run.json``,
+    or a Hugging Face checkpoint folder with its ``tokenizer.json`` (else none). The ``--set``
+    values are the run's only when ``spec`` is the run's spec (named from the current folder,
+    or from where ``runs/`` was made, as ``lbdl generate`` finds it): a GPT trained with
+    ``--set D=64`` is evaluated at D=64 without repeating it (and a ``--dtype bfloat16`` run in
+    bfloat16, as its own evaluations were), and another spec is never handed values it may not
+    have."""
+    from lbdl_dsl.training.config import DTYPES
+    from lbdl_dsl.training.rundir import used_record
+
+    folder = Path(params)
+    if folder.is_dir() and (folder / "config.json").is_file():  # a Hugging Face checkpoint
+        tokenizer = folder / "tokenizer.json"
+        return RunFacts(tokenizer=tokenizer if tokenizer.is_file() else None)
+    record = used_record(folder) if folder.is_dir() else None
+    if record is None:
+        return RunFacts()
+    config = record["config"]
+    data = record.get("data") or {}
+    vocab = data.get("vocab") if isinstance(data.get("vocab"), str) else None
+    named = config.get("spec")
+    mine = Path(spec).resolve()
+    same = isinstance(named, str) and any(
+        (where / named).resolve() == mine for where in (Path.cwd(), folder.parent.parent)
+    )
+    overrides = {str(k): str(v) for k, v in config.get("overrides", {}).items()} if same else {}
+    dtype = config.get("dtype") if same and config.get("dtype") in DTYPES else None
+    return RunFacts(overrides, vocab or None, dtype=dtype or "float32")
 
 
 def load_params(model: Any, path: str | Path) -> tuple[Any, Any]:

@@ -119,6 +119,41 @@ def read_record(run_dir: Path) -> dict[str, Any] | None:
     return record  # type: ignore[no-any-return]
 
 
+def used_record(run_dir: Path) -> dict[str, Any] | None:
+    """The ``run.json`` of a run whose parameters are used (``generate``, ``evaluate``,
+    ``predict``), or None when the folder has none: a JSON object whose ``config`` is one, its
+    ``overrides`` one and its ``data`` one if present; else an error naming the file. Laxer
+    than `read_record`, which guards a resume: these verbs read the spec, its ``--set`` values
+    and the vocabulary, and nothing of the run is written."""
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        return None
+    problem = None
+    try:
+        record = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
+        record, problem = None, str(exc) or type(exc).__name__
+    if problem is None:
+        if not isinstance(record, dict):
+            problem = f"a JSON {type(record).__name__}, not an object"
+        elif not isinstance(record.get("config"), dict):
+            problem = "no `config` object"
+        elif not isinstance(record["config"].get("spec", ""), str):
+            problem = "its `config.spec` is not text"
+        elif not isinstance(record["config"].get("overrides", {}), dict):
+            problem = "its `config.overrides` is not an object"
+        elif not isinstance(record.get("data") or {}, dict):
+            problem = "its `data` is not an object"
+    if problem is not None:
+        raise LbdlError(
+            f"{path}: damaged ({problem})",
+            None,
+            hint="give the SPEC with its --set values and the parameters file "
+            f"{run_dir / 'params.safetensors'}",
+        )
+    return record  # type: ignore[no-any-return]
+
+
 def _record_problem(record: Any) -> str | None:
     """What is wrong with a parsed ``run.json``, or None."""
     if not isinstance(record, dict):

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lbdl_dsl.core.errors import LbdlError
+from lbdl_dsl.core.errors import LbdlError, did_you_mean
+from lbdl_dsl.training.config import TASKS
 from lbdl_dsl.training.signature import Port, Signature
 
 
@@ -99,6 +100,13 @@ def _auto_kind(out: Port, sig: Signature) -> str:
 
 def choose(sig: Signature, task: str = "auto", target: str | None = None) -> Task:
     """The task for a model: ``task`` as given, or chosen from the output's shape."""
+    if task not in TASKS:  # model.evaluate(task="clasify") would otherwise fall to mse
+        hint = did_you_mean(str(task), TASKS)
+        raise LbdlError(
+            f"--task: unknown task `{task}`",
+            None,
+            hint=(hint + " " if hint else "") + f"the tasks: {', '.join(TASKS)}",
+        )
     out = _pick_output(sig, target)
     kind = _auto_kind(out, sig) if task == "auto" else task
     if kind == "next-token":

@@ -190,3 +190,42 @@ def test_predict_refuses_a_token_model(tmp_path: Path, capsys) -> None:
         "predict is for classifiers",
         "lbdl generate",
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "arrays", "message"),
+    [
+        (["--samples", "0"], {}, "argument --samples: a whole number ≥ 1, got '0'"),
+        (["--samples", "-3"], {}, "argument --samples: a whole number ≥ 1, got '-3'"),
+        (["--task", "clasify"], {}, "did you mean `classify`?"),
+        ([], {"X": X[:1], "y": np.int64(0)}, "the targets `y` are one value, not one per sample"),
+        ([], {"X": np.full_like(X, np.nan), "y": Y}, "each sample of `X` holds NaN or infinite"),
+        ([], {"X": X, "y": Y[:, None]}, "are 1 (1 axis) per sample; the task"),
+        ([], {"X": X, "y": Y[:, None]}, "hint: reshape them to (N,)"),
+    ],
+)
+def test_evaluate_refuses_flags_and_data_that_do_not_fit(
+    linear, tmp_path: Path, capsys, flags, arrays, message
+) -> None:
+    # each was an internal error (a KeyError, numpy's ValueError, len() of a 0-d array), an
+    # unknown task evaluated as mse, or NaN inputs evaluated to a loss of ln(10)
+    spec, params = linear
+    data = tmp_path / "data.npz"
+    np.savez(data, **(arrays or {"X": X, "y": Y}))
+    argv = ["evaluate", str(spec), "--params", str(params), "--data", str(data), *flags]
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # a flag's value, refused by the parser
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and message in err, err
+
+
+def test_model_evaluate_refuses_an_unknown_task_and_samples_below_one(linear) -> None:
+    spec, params_path = linear
+    model = lbdl_dsl.compile(spec)
+    params, state = model.load(params_path)
+    with pytest.raises(LbdlError, match="unknown task `clasify`"):
+        model.evaluate(params, state, {"X": X, "y": Y}, task="clasify")
+    with pytest.raises(LbdlError, match="--samples must be a whole number ≥ 1, got 0"):
+        model.evaluate(params, state, {"X": X, "y": Y}, samples=0)

@@ -189,6 +189,7 @@ class Model:
             raise ArgumentError(
                 f"the spec has no output `{name}`", hint=f"its outputs: {', '.join(self.outputs)}"
             )
+        check_tokens(self._specs, inputs)  # under jit_apply an id out of range is a NaN row
         outs, _ = self.jit_apply(params, state, *inputs)
         scores: jax.Array = outs[name] if isinstance(outs, dict) else outs
         made_by = getattr(self.checked.outputs[name], "made_by", "") or ""
