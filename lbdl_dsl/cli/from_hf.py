@@ -19,6 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the spec to write (default build/FOLDER.lbdl); the parameters go beside it as "
         "NAME.safetensors",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing spec or parameters file that lbdl from-hf did not write",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     def work() -> int:
         from lbdl_dsl.interop.hf import write
 
-        spec, written = write(args.folder, args.output)
+        spec, written = write(args.folder, args.output, force=args.force)
         stored = "/".join(DTYPES.get(d, d) for d in spec.dtypes)
         print(
             f"{spec.folder}: {spec.model_type}, {spec.tensors} tensors of {stored}, "

@@ -27,6 +27,9 @@ from lbdl_dsl.interop.hf_families import FAMILIES, REFUSED, Draft
 
 __all__ = ["HfSpec", "from_pretrained", "read_config", "spec_for", "write"]
 
+MARK = "# Written by `lbdl from-hf`"
+"""The line every spec `render` writes begins with: a file with it is from-hf's to replace."""
+
 
 @dataclass(frozen=True)
 class HfSpec:
@@ -132,7 +135,7 @@ def render(draft: Draft, name: str, folder: Path, config: dict[str, Any], params
         f"# {draft.title}: the Hugging Face checkpoint `{published}`",
         f"# ({arch}" + (f", saved by transformers {version})," if version else "),"),
         *draft.header,
-        "# Written by `lbdl from-hf`: the sizes are its config.json's, and the assert holds the",
+        f"{MARK}: the sizes are its config.json's, and the assert holds the",
         "# checkpoint's parameter count (a tied tensor counted once).",
     ]
     sizes = ", ".join(f"{k}={_literal(v)}" for k, v in draft.sizes.items())
@@ -292,11 +295,15 @@ def class_names(config: dict[str, Any]) -> list[str]:
 
 
 def write(
-    folder: str | os.PathLike[str], output: str | os.PathLike[str] | None = None
+    folder: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    *,
+    force: bool = False,
 ) -> tuple[HfSpec, list[Path]]:
     """``lbdl from-hf``: the spec written to ``output`` (default ``build/NAME.lbdl``), its
     parameters beside it (``NAME.safetensors``, read by ``--params``) and, for a classifier
-    whose config names its classes, ``NAME.labels.txt`` (read by ``--labels``)."""
+    whose config names its classes, ``NAME.labels.txt`` (read by ``--labels``). Files of the
+    user's are never replaced unless ``force`` (`_replaceable`)."""
     from lbdl_dsl.interop.importer import import_weights
     from lbdl_dsl.output import write_atomic
 
@@ -304,11 +311,35 @@ def write(
     out = Path(output) if output is not None else Path("build") / f"{spec.name}.lbdl"
     if out.suffix != ".lbdl":
         raise LbdlError(f"-o {out}: a spec is written as .lbdl", hint="name it NAME.lbdl")
-    model = compiled(spec, str(out))
     params = out.with_suffix(".safetensors")
+    if not force:
+        _replaceable(out, [params, out.with_suffix(".labels.txt")])
+    model = compiled(spec, str(out))
     import_weights(model, spec.folder, spec.family, output=params)
     written = [write_atomic(out, spec.text), params]
     names = class_names(read_config(spec.folder))
     if names:
         written.append(write_atomic(out.with_suffix(".labels.txt"), "\n".join(names) + "\n"))
     return spec, written
+
+
+def _replaceable(out: Path, beside: list[Path]) -> None:
+    """Refuse, before anything is written, to replace a spec from-hf did not write (a spec of
+    the user's named by ``-o``), or files beside it that no from-hf spec stands with (the
+    user's weights under the same name): three files are written, and only one was named."""
+    try:
+        ours = out.is_file() and MARK in out.read_text("utf-8", errors="replace")
+    except OSError:
+        ours = False
+    if out.exists() and not ours:
+        raise LbdlError(
+            f"-o {out}: a file of that name exists, and lbdl from-hf did not write it",
+            hint="choose another -o, or add --force to replace it",
+        )
+    taken = [p for p in beside if p.exists()]
+    if taken and not ours:
+        raise LbdlError(
+            f"-o {out}: {taken[0]} exists beside it, and lbdl from-hf writes the "
+            f"{'parameters' if taken[0].suffix == '.safetensors' else 'class names'} there",
+            hint="choose another -o, or add --force to replace it",
+        )

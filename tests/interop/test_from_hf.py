@@ -246,3 +246,24 @@ def test_qwen2_slides_only_the_layers_its_config_says(tmp_path: Path) -> None:
     ):
         with pytest.raises(LbdlError, match="layers 1 of 2 attend through a sliding window"):
             hf.spec_for(folder)
+
+
+def test_from_hf_never_replaces_a_file_of_the_user_s(tmp_path: Path, capsys) -> None:
+    """-o names a spec, and from-hf writes three files: a spec it did not write, or weights
+    beside one, are refused before anything is written; its own outputs are replaced; --force
+    replaces anything."""
+    mine = tmp_path / "mine.lbdl"
+    mine.write_text("model mine(D=4):\n  input X: D\n  output X\n", "utf-8")
+    code, err = _run(capsys, str(FIXTURES / "gpt2"), "-o", str(mine))
+    assert code == 1 and "a file of that name exists, and lbdl from-hf did not write it" in err
+    assert "--force" in err and mine.read_text("utf-8").startswith("model mine")
+    assert not (tmp_path / "mine.safetensors").exists()
+    weights = tmp_path / "gpt.safetensors"
+    weights.write_bytes(b"the user's weights")
+    code, err = _run(capsys, str(FIXTURES / "gpt2"), "-o", str(tmp_path / "gpt.lbdl"))
+    assert code == 1 and "gpt.safetensors exists beside it" in err
+    assert weights.read_bytes() == b"the user's weights"
+    assert not (tmp_path / "gpt.lbdl").exists()
+    assert _run(capsys, str(FIXTURES / "gpt2"), "-o", str(tmp_path / "gpt.lbdl"), "--force")[0] == 0
+    assert weights.read_bytes() != b"the user's weights"
+    assert _run(capsys, str(FIXTURES / "gpt2"), "-o", str(tmp_path / "gpt.lbdl"))[0] == 0
