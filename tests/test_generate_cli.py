@@ -5,6 +5,7 @@ one message and exit 1."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -206,7 +207,7 @@ def test_a_cache_beyond_the_machine_is_out_of_memory_not_a_bug(capsys) -> None:
     # whose RESOURCE_EXHAUSTED was an internal error (exit 3)
     llama = REPO / "tests" / "fixtures" / "hf" / "llama"
     code, _, err = generate(
-        capsys, "--params", str(llama), "--prompt", "hi", "--max-new", str(10**12)
+        capsys, "--params", str(llama), "--prompt", "hi", "--max-new", str(10**12), "--greedy"
     )
     assert code == 1 and "Traceback" not in err
     assert err.startswith("error: out of memory (RESOURCE_EXHAUSTED") and "--max-new" in err, err
@@ -222,3 +223,30 @@ def test_a_prompt_that_starts_with_a_dash_is_shown_how(run_dir: Path, capsys) ->
     assert "one that starts with '-' is written --prompt=VALUE" in err
     code, _, err = generate(capsys, "--params", str(run_dir), "--prompt=-hi")
     assert code == 1 and "characters the model never saw: '-'" in err  # read as the prompt
+
+
+def test_a_checkpoint_chooses_tokens_as_its_generation_config_says(tmp_path: Path, capsys) -> None:
+    """With no --greedy, --temperature, --top-k or --top-p, a Hugging Face folder generates as
+    transformers' generate() would: greedy without do_sample (the fixture's), and with it the
+    file's temperature and top-p and transformers' top-k of 50; a note says which. A flag
+    overrides it, and a damaged file is refused naming it."""
+    fixture = REPO / "tests" / "fixtures" / "hf" / "llama"
+    ask = ["--prompt", "The king is dead", "--max-new", "8", "--json"]
+    code, default, err = generate(capsys, "--params", str(fixture), *ask)
+    assert code == 0 and "note: greedy, as transformers' generate() is without do_sample" in err
+    assert default == generate(capsys, "--params", str(fixture), *ask, "--greedy")[1]
+    folder = tmp_path / "llama"
+    shutil.copytree(fixture, folder)
+    said = {"do_sample": True, "temperature": 0.6, "top_p": 0.9, "eos_token_id": 2}
+    (folder / "generation_config.json").write_text(json.dumps(said))
+    code, sampled, err = generate(capsys, "--params", str(folder), *ask, "--seed", "4")
+    assert code == 0
+    assert f"note: sampling at temperature 0.6, top-k 50, top-p 0.9, as {folder}" in err
+    flags = ["--temperature", "0.6", "--top-k", "50", "--top-p", "0.9", "--seed", "4"]
+    assert sampled == generate(capsys, "--params", str(folder), *ask, *flags)[1]
+    assert sampled != default
+    code, _, err = generate(capsys, "--params", str(folder), *ask, "--greedy")
+    assert code == 0 and "note:" not in err
+    (folder / "generation_config.json").write_text("{not json")
+    code, _, err = generate(capsys, "--params", str(folder), *ask)
+    assert code == 1 and "generation_config.json: not a readable JSON file" in err

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,12 +113,18 @@ def generate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         from lbdl_dsl.core.errors import LbdlError
 
         raise LbdlError("the prompt has no tokens", hint="give --prompt some text")
-    sampling = Sampling(
-        greedy=args.greedy,
-        temperature=1.0 if args.temperature is None else args.temperature,
-        top_k=args.top_k or 0,
-        top_p=1.0 if args.top_p is None else args.top_p,
-    )
+    chosen = args.greedy or any(v is not None for v in (args.temperature, args.top_k, args.top_p))
+    if not chosen and loaded.checkpoint is not None:  # as transformers' generate() would
+        sampling, words = checkpoint_sampling(loaded.checkpoint)
+        print(f"note: {words} (choose with --greedy or --temperature, --top-k, --top-p)",
+              file=sys.stderr)  # fmt: skip
+    else:
+        sampling = Sampling(
+            greedy=args.greedy,
+            temperature=1.0 if args.temperature is None else args.temperature,
+            top_k=args.top_k or 0,
+            top_p=1.0 if args.top_p is None else args.top_p,
+        )
     decoder.check_prompt(prompt)
     decoder.context(len(prompt) + args.max_new)  # refused here, before anything is printed
     steps = decoder.stream(loaded.params, prompt, args.max_new, sampling, args.seed, loaded.state)
@@ -162,7 +169,8 @@ def generate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
 class Loaded:
     """What generation reads: the model, its parameters and state, a tokenizer, the most
     positions to decode (a run's training length; None: the model's own), the ids that end
-    the text (a checkpoint's end-of-sequence)."""
+    the text (a checkpoint's end-of-sequence), and the checkpoint's folder, whose
+    generation_config.json says how to choose tokens when no flag does."""
 
     model: Any
     params: Any
@@ -170,6 +178,7 @@ class Loaded:
     tokenizer: Any
     limit: int | None = None
     stop: frozenset[int] = frozenset()
+    checkpoint: Path | None = None  # a Hugging Face folder: its way of sampling is the default
 
 
 def load(spec: str | None, where: Path, overrides: dict[str, Any], tokenizer: str | None) -> Loaded:
@@ -289,6 +298,7 @@ def _from_hf(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Loade
         state,
         text.Pretrained(tokenizer) if tokenizer.is_file() else None,
         stop=_end_ids(folder),
+        checkpoint=folder,
     )
 
 
@@ -311,12 +321,55 @@ def _same_arrays(mine: Any, theirs: Any, folder: Path) -> None:
         )
 
 
+def _json_of(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file as an object ({} where there is none), or a refusal naming it."""
+    from lbdl_dsl.core.errors import LbdlError
+
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LbdlError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise LbdlError(f"{path}: a JSON object was expected, got {type(data).__name__}")
+    return data
+
+
 def _end_ids(folder: Path) -> frozenset[int]:
     """The checkpoint's end-of-sequence ids (generation_config.json, else config.json)."""
     for name in ("generation_config.json", "config.json"):
-        path = folder / name
-        if path.is_file():
-            eos = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
-            if eos is not None:
-                return frozenset(eos if isinstance(eos, list) else [eos])
+        eos = _json_of(folder / name).get("eos_token_id")
+        if eos is not None:
+            ids = eos if isinstance(eos, list) else [eos]
+            if all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                return frozenset(ids)
     return frozenset()
+
+
+def checkpoint_sampling(folder: Path) -> tuple[Any, str]:
+    """How transformers' ``generate()`` chooses tokens for this checkpoint when told nothing:
+    by its generation_config.json, whose absent keys are transformers' defaults (greedy
+    unless ``do_sample``; then temperature 1.0, top-k 50, top-p 1.0). Returns the `Sampling`
+    and the note's words."""
+    from lbdl_dsl.backends.jax.decode import Sampling
+    from lbdl_dsl.core.errors import ArgumentError, LbdlError
+
+    path = folder / "generation_config.json"
+    config = _json_of(path)
+    if not config.get("do_sample", False):
+        if "do_sample" in config:
+            return Sampling(greedy=True), f"greedy, as {path} says"
+        return Sampling(greedy=True), "greedy, as transformers' generate() is without do_sample"
+    try:
+        chosen = Sampling(
+            temperature=float(config.get("temperature") or 1.0),
+            top_k=int(config.get("top_k", 50) or 0),
+            top_p=float(config.get("top_p") or 1.0),
+        )
+    except (ArgumentError, TypeError, ValueError) as exc:
+        raise LbdlError(f"{path}: {exc}", hint="or choose with --greedy or --temperature") from None
+    words = f"sampling at temperature {chosen.temperature:g}"
+    words += f", top-k {chosen.top_k}" if chosen.top_k else ""
+    words += f", top-p {chosen.top_p:g}" if chosen.top_p < 1.0 else ""
+    return chosen, f"{words}, as {path} says"
