@@ -247,6 +247,12 @@ def test_a_checkpoint_chooses_tokens_as_its_generation_config_says(tmp_path: Pat
     assert sampled != default
     code, _, err = generate(capsys, "--params", str(folder), *ask, "--greedy")
     assert code == 0 and "note:" not in err
+    said |= {"repetition_penalty": 1.3, "num_beams": 1}
+    (folder / "generation_config.json").write_text(json.dumps(said))
+    code, again, err = generate(capsys, "--params", str(folder), *ask, "--seed", "4")
+    assert code == 0 and again == sampled
+    assert "generation_config.json's repetition_penalty 1.3 not applied" in err
+    assert "num_beams" not in err
     (folder / "generation_config.json").write_text("{not json")
     code, _, err = generate(capsys, "--params", str(folder), *ask)
     assert code == 1 and "generation_config.json: not a readable JSON file" in err

@@ -347,6 +347,19 @@ def _end_ids(folder: Path) -> frozenset[int]:
     return frozenset()
 
 
+IGNORED = {
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "num_beams": 1,
+    "min_p": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+"""generation_config.json's other ways of choosing tokens, each with its value that changes
+nothing: another value is said to be left out, never silently."""
+
+
 def checkpoint_sampling(folder: Path) -> tuple[Any, str]:
     """How transformers' ``generate()`` chooses tokens for this checkpoint when told nothing:
     by its generation_config.json, whose absent keys are transformers' defaults (greedy
@@ -357,6 +370,12 @@ def checkpoint_sampling(folder: Path) -> tuple[Any, str]:
 
     path = folder / "generation_config.json"
     config = _json_of(path)
+    unapplied = [
+        f"{k} {config[k]}" for k, plain in IGNORED.items() if config.get(k, plain) != plain
+    ]
+    if unapplied:
+        print(f"note: {path}'s {', '.join(unapplied)} not applied: lbdl generate samples or "
+              "takes the likeliest token, nothing more", file=sys.stderr)  # fmt: skip
     if not config.get("do_sample", False):
         if "do_sample" in config:
             return Sampling(greedy=True), f"greedy, as {path} says"
