@@ -256,3 +256,27 @@ def test_a_checkpoint_chooses_tokens_as_its_generation_config_says(tmp_path: Pat
     (folder / "generation_config.json").write_text("{not json")
     code, _, err = generate(capsys, "--params", str(folder), *ask)
     assert code == 1 and "generation_config.json: not a readable JSON file" in err
+
+
+def test_a_run_named_by_a_relative_path_is_found_from_anywhere(
+    run_dir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """run.json keeps the spec as `lbdl train` was given it (relative to where it ran) and its
+    absolute path: a run nested deeper than runs/NAME, used from another folder, still finds
+    its spec, and evaluate applies the run's --set values to it (the same spec)."""
+    nested = tmp_path / "work" / "runs" / "exp" / "gpt"
+    nested.mkdir(parents=True)
+    (nested / "params.safetensors").write_bytes((run_dir / "params.safetensors").read_bytes())
+    record = json.loads((run_dir / "run.json").read_text())
+    record["config"]["spec"] = "specs/gpt.lbdl"  # relative to the repository, where it ran
+    (nested / "run.json").write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = generate(capsys, "--params", str(nested), "--prompt", "hi", "--max-new", "2")
+    assert code == 1 and "tried specs/gpt.lbdl" in err
+    record["spec_file"] = GPT
+    (nested / "run.json").write_text(json.dumps(record))
+    code, out, err = generate(capsys, "--params", str(nested), "--prompt", "hi", "--max-new", "2")
+    assert code == 0 and out.startswith("hi"), err
+    from lbdl_dsl.training.evaluate import run_facts
+
+    assert run_facts(nested, GPT).overrides == SIZES

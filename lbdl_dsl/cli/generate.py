@@ -250,23 +250,25 @@ def _length(symbol: str, value: Any) -> int:
 def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Loaded:
     from lbdl_dsl.core.errors import LbdlError
     from lbdl_dsl.interop import text
-    from lbdl_dsl.training.rundir import used_record
+    from lbdl_dsl.training.rundir import run_spec, spec_places, used_record
 
     record = used_record(folder)  # a damaged one is refused, naming what is wrong
     assert record is not None, "load() came here for the run.json it found"
     config = record["config"]
     named = config.get("spec")
-    spec = spec or named
-    if not spec:
-        raise LbdlError(f"{folder}/run.json names no spec", hint="give the SPEC")
-    if not Path(spec).is_file() and (folder.parent.parent / spec).is_file():
+    if spec is None:
+        if not named:
+            raise LbdlError(f"{folder}/run.json names no spec", hint="give the SPEC")
+        found = run_spec(folder, record)
+        if found is None:  # the run's spec, moved or renamed since
+            tried = ", ".join(dict.fromkeys(str(p) for p in spec_places(folder, record)))
+            raise LbdlError(
+                f"{folder}/run.json: the run's spec {named} is not found (tried {tried})",
+                hint=f"give the SPEC: lbdl generate SPEC --params {folder}",
+            )
+        spec = str(found)
+    elif not Path(spec).is_file() and (folder.parent.parent / spec).is_file():
         spec = str(folder.parent.parent / spec)  # named from where `runs/` was made
-    elif spec == named and not Path(spec).is_file():  # the run's spec, moved or renamed since
-        raise LbdlError(
-            f"{folder}/run.json: the run's spec {spec} is not found from here or from "
-            f"{folder.parent.parent}",
-            hint=f"give the SPEC: lbdl generate SPEC --params {folder}",
-        )
     model, limit = _compiled(spec, {**config.get("overrides", {}), **overrides})
     params_file = folder / "params.safetensors"
     if not params_file.is_file():

@@ -139,7 +139,7 @@ def run_facts(params: str | Path, spec: str | Path) -> RunFacts:
     bfloat16, as its own evaluations were), and another spec is never handed values it may not
     have."""
     from lbdl_dsl.training.config import DTYPES
-    from lbdl_dsl.training.rundir import used_record
+    from lbdl_dsl.training.rundir import spec_places, used_record
 
     folder = Path(params)
     if folder.is_dir() and (folder / "config.json").is_file():  # a Hugging Face checkpoint
@@ -151,11 +151,8 @@ def run_facts(params: str | Path, spec: str | Path) -> RunFacts:
     config = record["config"]
     data = record.get("data") or {}
     vocab = data.get("vocab") if isinstance(data.get("vocab"), str) else None
-    named = config.get("spec")
     mine = Path(spec).resolve()
-    same = isinstance(named, str) and any(
-        (where / named).resolve() == mine for where in (Path.cwd(), folder.parent.parent)
-    )
+    same = any(p.resolve() == mine for p in spec_places(folder, record))
     overrides = {str(k): str(v) for k, v in config.get("overrides", {}).items()} if same else {}
     dtype = config.get("dtype") if same and config.get("dtype") in DTYPES else None
     return RunFacts(overrides, vocab or None, dtype=dtype or "float32")

@@ -209,6 +209,7 @@ def _run_claimed(
         "run_id": ckpts.run_id,
         "config": config.to_json(),
         "spec_hash": digest,
+        "spec_file": str(Path(config.spec).resolve()),  # found again from any folder
         "model": {"name": model.name, "params": model.param_count},
         "task": task.describe(),
         "data": {"name": data.name, **data.info},

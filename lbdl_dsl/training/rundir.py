@@ -186,6 +186,21 @@ def saved_steps(run_dir: Path) -> list[int]:
         raise os_error(exc, "read", folder) from None
 
 
+def spec_places(run_dir: Path, record: dict[str, Any]) -> list[Path]:
+    """Where the run's spec may be, most likely first: its path as given to `lbdl train`, from
+    here and from the folder above ``runs/`` (where the run was started, for a path that was
+    relative there), then the absolute path recorded when it started."""
+    named = record["config"].get("spec")
+    places = [Path(named), run_dir.parent.parent / named] if named else []
+    kept = record.get("spec_file")
+    return places + ([Path(kept)] if isinstance(kept, str) and kept else [])
+
+
+def run_spec(run_dir: Path, record: dict[str, Any]) -> Path | None:
+    """The run's spec where it is found (`spec_places`), or None."""
+    return next((p for p in spec_places(run_dir, record) if p.is_file()), None)
+
+
 def write_record(run_dir: Path, record: dict[str, Any]) -> None:
     write_atomic(run_dir / RUN_FILE, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
 

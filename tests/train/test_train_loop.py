@@ -67,6 +67,7 @@ def test_records_files_and_weights(spec_file, quiet_train, tmp_path: Path) -> No
     record = json.loads((run / "run.json").read_text())
     assert record["step"] == 12 and record["model"]["name"] == "tiny_cnn"
     assert record["config"]["steps"] == 12 and len(record["spec_hash"]) == 64
+    assert Path(record["spec_file"]).is_absolute() and Path(record["spec_file"]).is_file()
     assert (run / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["12"]
 
