@@ -280,3 +280,15 @@ def test_a_run_named_by_a_relative_path_is_found_from_anywhere(
     from lbdl_dsl.training.evaluate import run_facts
 
     assert run_facts(nested, GPT).overrides == SIZES
+
+
+def test_another_spec_than_the_run_s_is_told_why_the_run_s_sizes_do_not_fit(
+    run_dir: Path, capsys
+) -> None:
+    """The run's --set values go with any SPEC given (a copy of the run's spec needs them);
+    where they do not fit, the refusal says they are the run's, not the user's."""
+    other = str(REPO / "specs" / "digits-cnn.lbdl")
+    code, _, err = generate(capsys, other, "--params", str(run_dir), "--prompt", "hi")
+    assert code == 1 and f"is not the spec of the run {run_dir}" in err
+    assert "the run's --set N=1 D=16" in err and "has no parameter `N` to set" in err
+    assert f"lbdl generate --params {run_dir}" in err

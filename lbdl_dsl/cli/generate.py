@@ -269,7 +269,19 @@ def _from_run(spec: str | None, folder: Path, overrides: dict[str, Any]) -> Load
         spec = str(found)
     elif not Path(spec).is_file() and (folder.parent.parent / spec).is_file():
         spec = str(folder.parent.parent / spec)  # named from where `runs/` was made
-    model, limit = _compiled(spec, {**config.get("overrides", {}), **overrides})
+    sets = config.get("overrides", {})
+    try:
+        model, limit = _compiled(spec, {**sets, **overrides})
+    except LbdlError as exc:
+        own = {p.resolve() for p in spec_places(folder, record)}
+        if not sets or Path(spec).resolve() in own or "to set" not in exc.first.message:
+            raise
+        given = " ".join(f"{k}={v}" for k, v in sets.items())
+        raise LbdlError(
+            f"{spec} is not the spec of the run {folder} ({named}), and the run's "
+            f"--set {given} (its run.json) does not fit it: {exc.first.message}",
+            hint=f"leave the SPEC out to use the run's own: lbdl generate --params {folder}",
+        ) from None
     params_file = folder / "params.safetensors"
     if not params_file.is_file():
         raise LbdlError(f"{folder} has no params.safetensors yet", hint="let the run finish")
