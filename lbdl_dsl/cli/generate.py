@@ -15,6 +15,7 @@ token's log-probability under the model.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from dataclasses import dataclass
@@ -127,7 +128,11 @@ def generate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         )
     decoder.check_prompt(prompt)
     decoder.context(len(prompt) + args.max_new)  # refused here, before anything is printed
-    steps = decoder.stream(loaded.params, prompt, args.max_new, sampling, args.seed, loaded.state)
+    stream = decoder.stream(loaded.params, prompt, args.max_new, sampling, args.seed, loaded.state)
+    # the prefill runs before the prompt is echoed: a cache beyond the machine is refused with
+    # nothing printed above the error
+    first = next(stream, None)
+    steps = itertools.chain([first] if first is not None else [], stream)
     new: list[int] = []
     logprobs: list[float] = []
     shown = ""
