@@ -74,6 +74,29 @@ def test_cache_equals_recompute_at_every_step(name: str) -> None:
         assert (out.tokens[:, step] == full[:, at].argmax(-1)).all()
 
 
+SCALED = """
+model scaled(D=32, V=50):
+  input X: T int<V>
+  embed                                                     T×D
+  self-att h=4 causal=true scale={scale} window=5 -> a
+  fc                                                        T×V
+  output P
+"""
+
+
+@pytest.mark.parametrize("scale", ["none", "0.5"])
+def test_a_cache_keeps_the_scores_factor(scale: str) -> None:
+    """`scale=` replaces 1/√dqk in the decoding step as in the traced path (it was ignored:
+    a GPT-2 with scale_attn_weights false decoded otherwise than it computed)."""
+    model = lbdl_dsl.compile("scaled.lbdl", text=SCALED.format(scale=scale))
+    params, state = model.init(jax.random.key(0))
+    ids = np.random.default_rng(1).integers(0, 50, (2, PROMPT)).astype(np.int32)
+    out = model.decoder.generate(params, ids, NEW, Sampling(greedy=True), keep_logits=True)
+    full = np.asarray(model.apply(params, state, jnp.asarray(out.ids[:, :-1]))[0])
+    steps = full[:, PROMPT - 1 : PROMPT + NEW - 1]
+    np.testing.assert_allclose(out.logits, steps, atol=1e-5, rtol=0)
+
+
 def test_compiled_once_per_shape_not_per_token() -> None:
     model = compiled("gpt2", **CAUSAL["gpt2"])
     params, _ = model.init(jax.random.key(0))

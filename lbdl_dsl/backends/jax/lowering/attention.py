@@ -72,7 +72,7 @@ def mha_step(e: Emit) -> str:
         "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
     )
     a = e.a
-    options = _rotary(a)
+    options = _rotary(a) | ({"scale": a.scale} if a.scale is not None else {})
     call = e.call(
         "mha_step",
         e.x[0],

@@ -120,10 +120,12 @@ def cached_attention(
     pos: jax.Array | int,
     *,
     window: int = 0,
+    scale: float | None = None,
 ) -> jax.Array:
     """Queries q (B, H, t, dk) at positions pos.. over the ring (ck, cv) (B, KV, S, d), which
     holds the positions before pos, and over the new keys and values k, v (B, KV, t, d): one
-    softmax over both, causal, within the window if any. Returns (B, H, t, dv).
+    softmax over both, causal, within the window if any, the scores multiplied by ``scale``
+    (default 1/sqrt(dk), as `attention`'s). Returns (B, H, t, dv).
 
     A prefill into a fresh cache (``pos`` the Python int 0, `Decoder.run`) reads the new keys
     alone: the ring holds nothing yet, and reading its S masked slots was two thirds of GPT-2
@@ -131,7 +133,7 @@ def cached_attention(
     b, h, t, dk = q.shape
     kv, s = ck.shape[1], ck.shape[2]
     qg = q.reshape(b, kv, h // kv, t, dk)
-    scale = float(np.sqrt(dk))
+    scale = float(np.sqrt(dk)) if scale is None else 1.0 / float(scale)  # now a divisor
     if isinstance(pos, int) and pos == 0:
         return causal_attention(qg, k, v, scale, window).reshape(b, h, t, -1)
     ck, cv = ck.astype(q.dtype), cv.astype(q.dtype)
@@ -164,6 +166,7 @@ def mha_step(
     theta: float = 0.0,
     fraction: float = 1.0,
     scaling: tuple[Any, ...] = (),
+    scale: float | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Causal self-attention (`mha`, `mha_lm`) of x (B, t, D) at positions pos.., with its
     cache of keys and values; returns (output (B, t, out), keys, values) with the cache
@@ -186,7 +189,7 @@ def mha_step(
     if theta:
         q = rope_at(q, pos, theta=theta, fraction=fraction, scaling=scaling)
         k = rope_at(k, pos, theta=theta, fraction=fraction, scaling=scaling)
-    out = cached_attention(q, k, v, ck, cv, pos, window=window)
+    out = cached_attention(q, k, v, ck, cv, pos, window=window, scale=scale)
     y = dense_step(out.transpose(0, 2, 1, 3).reshape(b, t, heads * dv), p, "wo", "bo")
     return y, ring_write(ck, k, pos), ring_write(cv, v, pos)
 
