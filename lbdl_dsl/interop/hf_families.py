@@ -47,13 +47,24 @@ def _eps(e: float) -> str:
 
 
 def gpt2(c: Config, shapes: Shapes) -> Draft:
-    act = {"gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh", "gelu": "gelu"}
+    """GPT-2 as specs/gpt2.lbdl writes it (``tlayer ×N``); a config whose layers the tlayer
+    block cannot say (attention scores not scaled by 1/√d, another layernorm ε) has the
+    block's two boxes written out in a ×N group, which can (map `gpt2.INLINE`)."""
+    act = {
+        "gelu_new": "gelu-tanh",
+        "gelu_pytorch_tanh": "gelu-tanh",
+        "gelu": "gelu",
+        "relu": "relu",
+    }
     fn = c.get("activation_function", default="gelu_new")
     if fn not in act:
         raise c.error(f"`activation_function` {fn!r} is not supported", f"one of {list(act)}")
-    c.require("layer_norm_epsilon", 1e-5, "the tlayer block's layernorms have ε=1e-5")
     c.require("tie_word_embeddings", True, "specs/gpt2.lbdl ties the output layer")
-    c.require("scale_attn_by_inverse_layer_idx", False, "attention is scaled by 1/√d alone")
+    c.require(
+        "scale_attn_by_inverse_layer_idx",
+        False,
+        "each layer's scores would have a scale of their own, and a ×N group has one",
+    )
     c.require("reorder_and_upcast_attn", False, "no such variant in the spec")
     d = c.whole("n_embd", "hidden_size")
     inner = c.get("n_inner")
@@ -68,6 +79,19 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
     if f == "F":
         sizes["F"] = c.whole("n_inner")
     p = c.number("resid_pdrop", default=0.1)
+    eps = c.number("layer_norm_epsilon", default=1e-5)
+    scaled = c.get("scale_attn_weights", default=True)
+    block = eps == 1e-5 and scaled
+    if block:  # the library's block, as specs/gpt2.lbdl
+        layers = [f"tlayer ×N H=H F={f} causal=true bias=true act={act[fn]} p={p:g}", "layernorm"]
+    else:  # tlayer's two boxes, with what it cannot pass on
+        e = f" eps={_eps(eps)}"
+        layers = [
+            "×N:",
+            f"  self-att h=H causal=true bias=true{'' if scaled else ' scale=none'}{e}",
+            f"  ffw hidden={f} act={act[fn]} p={p:g}{e}",
+            f"layernorm{e}",
+        ]
     return Draft(
         "GPT-2 (Radford et al. 2019)",
         "gpt2",
@@ -78,16 +102,16 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
             "-> tokens",
             "pos-embed len=L",
             f"dropout p={c.number('embd_pdrop', default=0.1):g}",
-            f"tlayer ×N H=H F={f} causal=true bias=true act={act[fn]} p={p:g}",
-            "layernorm",
+            *layers,
             _pad("fc bias=false tie=tokens", "T×V"),
             "output P",
         ],
         [
             "# learned positions, biases on the attention, a final layernorm, the output layer",
-            "# tied to the token embedding (no bias).",
+            "# tied to the token embedding (no bias)."
+            + ("" if scaled else " Attention scores are not scaled (scale_attn_weights)."),
         ],
-        [BLOCKS],
+        [BLOCKS] if block else [],
     )
 
 
@@ -103,6 +127,14 @@ def _head(c: Config, d: int, h: int) -> str:
     return "" if hd in (None, d // h) or d % h else f" dqk={int(hd)} dv={int(hd)}"
 
 
+def _tied(c: Config, shapes: Shapes, *, default: bool) -> bool:
+    """Whether the output layer is the embedding (``tie_word_embeddings``, whose default is
+    the family's): then save_pretrained stores no ``lm_head.weight``. A checkpoint that
+    stores one anyway is read as untied, which computes the same."""
+    tied = bool(c.get("tie_word_embeddings", default=default))
+    return tied and not any(k.endswith("lm_head.weight") for k in shapes)
+
+
 def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     """LLaMA, Mistral, Qwen2: RMSNorm, grouped-query attention with rotary positions, SwiGLU."""
     _silu(c)
@@ -110,8 +142,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
     eps = _eps(c.number("rms_norm_eps", default=1e-6))
     theta = c.rope_theta(scalable=True)
-    tied = bool(c.get("tie_word_embeddings", default=kind == "qwen2"))
-    tied = tied and "lm_head.weight" not in shapes
+    tied = _tied(c, shapes, default=kind == "qwen2")
     sizes = {
         "N": c.whole("num_hidden_layers"),
         "D": d,
@@ -128,8 +159,8 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         att += " window=W"
     if kind == "qwen2":
         att += " bias=true obias=false"
-    elif c.get("attention_bias", default=False):
-        att += " bias=true"
+    elif kind == "llama" and c.get("attention_bias", default=False):
+        att += " bias=true"  # Mistral's projections have none, whatever its config says
     title = {
         "llama": "LLaMA (Touvron et al. 2023)",
         "mistral": "Mistral (Jiang et al. 2023)",
@@ -252,6 +283,7 @@ def mixtral(c: Config, shapes: Shapes) -> Draft:
     eps = _eps(c.number("rms_norm_eps", default=1e-5))
     theta = c.rope_theta(1e6, scalable=True)
     e, k = c.whole("num_local_experts"), c.whole("num_experts_per_tok")
+    tied = _tied(c, shapes, default=False)
     sizes = {
         "N": c.whole("num_hidden_layers"),
         "D": d,
@@ -276,18 +308,20 @@ def mixtral(c: Config, shapes: Shapes) -> Draft:
         [
             "input X: T int<V>",
             _pad("embed", "T×D"),
+            *(["-> tokens"] if tied else []),
             "×N:",
             f"  {att} norm=rmsnorm eps={eps} -> attn",
             "  residual:",
             f"    rmsnorm eps={eps} -> norm",
             "    moe e=E k=K hidden=F cap=C -> moe",
             f"rmsnorm eps={eps}",
-            _pad("fc bias=false", "T×V"),
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",
         ],
         [
             "# Mistral's layers with a sparse mixture of E SwiGLU experts, K active per token;",
-            "# a capacity of C=E/K: no token is dropped, as in transformers.",
+            "# a capacity of C=E/K: no token is dropped, as in transformers."
+            + (" The output layer is tied to the embedding." if tied else ""),
         ],
     )
 
@@ -308,7 +342,7 @@ def phi(c: Config, shapes: Shapes) -> Draft:
         "V": c.whole("vocab_size"),
     }
     eps = _eps(c.number("layer_norm_eps", default=1e-5))
-    rot = c.number("partial_rotary_factor", default=0.5)
+    rot = c.rotary_fraction()
     return Draft(
         "Phi (Gunasekar et al. 2023; Li et al. 2023)",
         "phi",
@@ -379,9 +413,11 @@ def vit(c: Config, shapes: Shapes) -> Draft:
             "a ViT without its classification head is not supported",
             "save a ViTForImageClassification (its `classifier` is the spec's last fc)",
         )
+    acts = {"gelu": "", "gelu_new": " act=gelu-tanh", "gelu_pytorch_tanh": " act=gelu-tanh"}
+    acts["relu"] = " act=relu"
     act = c.get("hidden_act", default="gelu")
-    if act != "gelu":
-        raise c.error(f"`hidden_act` {act!r} is not supported", "the ffw block's is gelu")
+    if act not in acts:
+        raise c.error(f"`hidden_act` {act!r} is not supported", f"one of {list(acts)}")
     labels = c.get("id2label") or {}
     sizes = {
         "I": c.whole("image_size"),
@@ -407,7 +443,7 @@ def vit(c: Config, shapes: Shapes) -> Draft:
             "pos-embed",
             "×N:",
             f"  self-att h=H bias={'true' if qkv else 'false'} obias=true eps={eps}",
-            f"  ffw hidden=F p=0 eps={eps}",
+            f"  ffw hidden=F p=0{acts[act]} eps={eps}",
             f"layernorm eps={eps}",
             _pad("take i=0", "D"),
             _pad("fc", "C"),

@@ -10,8 +10,8 @@ from lbdl_dsl.interop.layout import FamilyMap
 from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, phi, qwen2, resnet, vit
 
 MAPS: dict[str, tuple[FamilyMap, ...]] = {
-    "gpt2": (gpt2.MAP,),
-    "llama": (llama.MAP,),
+    "gpt2": gpt2.VARIANTS,
+    "llama": llama.VARIANTS,
     "mistral": (llama.MAP,),
     "mixtral": mixtral.VARIANTS,
     "resnet": resnet.VARIANTS,
