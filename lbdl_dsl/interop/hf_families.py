@@ -39,6 +39,10 @@ def _pad(box: str, shape: str, width: int = 52) -> str:
     return f"{box:<{width}} {shape}" if shape else box
 
 
+def _bool(b: bool) -> str:
+    return "true" if b else "false"
+
+
 def _eps(e: float) -> str:
     """A float as a person writes it: ``1e-6``, ``1e6``, ``10000``, ``0.5``."""
     text = f"{e:g}"
@@ -138,7 +142,9 @@ def _tied(c: Config, shapes: Shapes, *, default: bool) -> bool:
 def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     """LLaMA, Mistral, Qwen2: RMSNorm, grouped-query attention with rotary positions, SwiGLU."""
     _silu(c)
-    c.require("mlp_bias", False, "the SwiGLU block of these specs has no bias")
+    # LLaMA's configs may put biases on its projections; Mistral's and Qwen2's modules have
+    # none on the feed-forward, nor Mistral's on the attention, whatever the config says
+    mlp_bias = kind == "llama" and bool(c.get("mlp_bias", default=False))
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
     eps = _eps(c.number("rms_norm_eps", default=1e-6))
     theta = c.rope_theta(scalable=True)
@@ -161,6 +167,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         att += " bias=true obias=false"
     elif kind == "llama" and c.get("attention_bias", default=False):
         att += " bias=true"  # Mistral's projections have none, whatever its config says
+    ffw = f"ffw hidden=F act=swiglu bias={_bool(mlp_bias)} p=0.0"
     title = {
         "llama": "LLaMA (Touvron et al. 2023)",
         "mistral": "Mistral (Jiang et al. 2023)",
@@ -181,7 +188,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
             *(["-> tokens"] if tied else []),
             "×N:",
             f"  {att} norm=rmsnorm eps={eps} -> attn",
-            f"  ffw hidden=F act=swiglu bias=false p=0.0 norm=rmsnorm eps={eps} -> mlp",
+            f"  {ffw} norm=rmsnorm eps={eps} -> mlp",
             f"rmsnorm eps={eps}",
             _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",

@@ -290,7 +290,9 @@ def test_mistral_has_no_attention_bias_whatever_its_config_says(tmp_path: Path) 
     ref = np.load(FIXTURES / "mistral" / "reference.npz")
     got = _logits(*lbdl_dsl.from_pretrained(folder), ref["ids"])
     np.testing.assert_allclose(got, ref["forward"], atol=1e-4, rtol=0)
-    assert "bias=true" in hf.spec_for(FIXTURES / "llama-bias").text
+    llama = hf.spec_for(FIXTURES / "llama-bias").text  # attention_bias and mlp_bias
+    assert "causal=true rope=true theta=10000 bias=true" in llama
+    assert "ffw hidden=F act=swiglu bias=true" in llama
 
 
 def test_vit_s_activation_is_the_config_s(tmp_path: Path) -> None:

@@ -68,14 +68,18 @@ MAP = FamilyMap(
 
 BIASED = replace(
     MAP,
-    doc="LLaMA / Gemma with attention_bias (biases on q_proj, k_proj, v_proj, o_proj)",
-    spec="lbdl from-hf (self-att ... bias=true)",
+    doc="LLaMA / Gemma with attention_bias (on q_proj, k_proj, v_proj, o_proj) or LLaMA with "
+    "mlp_bias (on gate_proj, up_proj, down_proj)",
+    spec="lbdl from-hf (self-att ... bias=true, ffw ... bias=true)",
     rules=(
         *MAP.rules,
         Rule(X + "self_attn.q_proj.bias", MHA + "bq"),
         Rule(X + "self_attn.k_proj.bias", MHA + "bk"),
         Rule(X + "self_attn.v_proj.bias", MHA + "bv"),
         Rule(X + "self_attn.o_proj.bias", MHA + "bo"),
+        Rule(X + "mlp.gate_proj.bias", FFW + "gate/b"),
+        Rule(X + "mlp.up_proj.bias", FFW + "up/b"),
+        Rule(X + "mlp.down_proj.bias", FFW + "down/b"),
     ),
 )
 
