@@ -371,9 +371,13 @@ def phi(c: Config, shapes: Shapes) -> Draft:
 
 
 def bert(c: Config, shapes: Shapes) -> Draft:
+    """BERT as specs/bert-base.lbdl writes it (``postnorm ×N``); with another activation than
+    the block's gelu, the block's boxes written out in a ×N group (map `bert.INLINE`)."""
+    acts = {"gelu": "gelu", "gelu_new": "gelu approximate=true"}
+    acts |= {"gelu_pytorch_tanh": "gelu approximate=true", "relu": "relu"}
     act = c.get("hidden_act", default="gelu")
-    if act != "gelu":
-        raise c.error(f"`hidden_act` {act!r} is not supported", "the postnorm block's is gelu")
+    if act not in acts:
+        raise c.error(f"`hidden_act` {act!r} is not supported", f"one of {list(acts)}")
     c.require("position_embedding_type", "absolute", "learned absolute positions only")
     eps = _eps(c.number("layer_norm_eps", default=1e-12))
     pooled = any(k.endswith("pooler.dense.weight") for k in shapes)
@@ -388,6 +392,23 @@ def bert(c: Config, shapes: Shapes) -> Draft:
         "S": c.whole("type_vocab_size", default=2),
     }
     pool = [_pad("take i=0", "D"), _pad("fc", "D"), "tanh", "output pooled"]
+    block = act == "gelu"
+    if block:
+        layers = [f"postnorm ×N H=H F=F p={p:g} eps={eps}"]
+    else:  # the postnorm block's boxes, with the config's activation
+        layers = [
+            "×N:",
+            "  residual:",
+            f"    mha h=H bias=true p={p:g}",
+            f"    dropout p={p:g}",
+            f"  layernorm eps={eps}",
+            "  residual:",
+            _pad("    fc", "T×F"),
+            f"    {acts[act]}",
+            _pad("    fc", "T×D"),
+            f"    dropout p={p:g}",
+            f"  layernorm eps={eps}",
+        ]
     return Draft(
         "BERT (Devlin et al. 2019)",
         "bert",
@@ -402,7 +423,7 @@ def bert(c: Config, shapes: Shapes) -> Draft:
             "pos-embed len=L",
             f"layernorm eps={eps}",
             f"dropout p={p:g}",
-            f"postnorm ×N H=H F=F p={p:g} eps={eps}",
+            *layers,
             "output Z",
             *(pool if pooled else []),
         ],
@@ -410,7 +431,7 @@ def bert(c: Config, shapes: Shapes) -> Draft:
             "# post-norm encoder layers, token, segment and learned position embeddings"
             + (", the pooler." if pooled else "; no pooler.")
         ],
-        [BLOCKS],
+        [BLOCKS] if block else [],
     )
 
 

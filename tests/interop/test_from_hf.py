@@ -295,6 +295,23 @@ def test_mistral_has_no_attention_bias_whatever_its_config_says(tmp_path: Path) 
     assert "ffw hidden=F act=swiglu bias=true" in llama
 
 
+def test_bert_with_another_activation_writes_out_its_layers(tmp_path: Path) -> None:
+    """BERT's postnorm block has gelu: for gelu_new (or relu) from-hf writes its boxes out in a
+    ×N group (map variant bert.INLINE). That group, with the gelu put back, computes the
+    fixture's reference: so the boxes and the map are BERT's, and only the activation moved."""
+    from dataclasses import replace
+
+    spec = hf.spec_for(_copy(tmp_path, "bert", hidden_act="gelu_new"))
+    assert "postnorm" not in spec.text and "    gelu approximate=true\n" in spec.text
+    assert "    relu\n" in hf.spec_for(_copy(tmp_path / "relu", "bert", hidden_act="relu")).text
+    back = replace(spec, text=spec.text.replace("gelu approximate=true", "gelu"))
+    model, params, state = hf.load(back)
+    ref = np.load(FIXTURES / "bert" / "reference.npz")
+    out, _ = model.apply(params, state, ref["X"][None].astype(np.int32), ref["Seg"][None])
+    np.testing.assert_allclose(np.asarray(out["Z"])[0], ref["Z"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.asarray(out["pooled"])[0], ref["pooled"], atol=1e-4, rtol=0)
+
+
 def test_vit_s_activation_is_the_config_s(tmp_path: Path) -> None:
     text = hf.spec_for(_copy(tmp_path, "vit", hidden_act="gelu_new")).text
     assert "ffw hidden=F p=0 act=gelu-tanh eps=" in text

@@ -16,7 +16,7 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "mixtral": mixtral.VARIANTS,
     "resnet": resnet.VARIANTS,
     "vit": (vit.MAP,),
-    "bert": (bert.MAP,),
+    "bert": bert.VARIANTS,
     "qwen2": (qwen2.MAP,),
     "phi": (phi.MAP,),
 }
