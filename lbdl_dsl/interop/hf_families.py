@@ -199,13 +199,15 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
 
 def gemma(c: Config, shapes: Shapes) -> Draft:
     """Gemma: LLaMA's layers with the embedding scaled by √D, every RMSNorm's gain 1 + w, a
-    tanh-GELU gate (GeGLU), a head size of its own, and the output tied to the embedding."""
+    tanh-GELU gate (GeGLU), a head size of its own, and the output tied to the embedding (as
+    transformers' default; a config that unties it has its own ``lm_head``)."""
     act = c.get("hidden_act", "hidden_activation", default="gelu_pytorch_tanh")
     if act not in ("gelu_pytorch_tanh", "gelu"):
         raise c.error(f"`hidden_act` {act!r} is not supported", "Gemma's gate is tanh-GELU")
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
     eps = _eps(c.number("rms_norm_eps", default=1e-6))
     theta = c.rope_theta(scalable=True)
+    tied = _tied(c, shapes, default=True)
     sizes = {
         "N": c.whole("num_hidden_layers"),
         "D": d,
@@ -228,18 +230,23 @@ def gemma(c: Config, shapes: Shapes) -> Draft:
         [
             "input X: T int<V>",
             _pad("embed", "T×D"),
-            "-> tokens",
+            *(["-> tokens"] if tied else []),
             _pad("times sqrt=D", "T×D"),
             "×N:",
             f"  {att} {norm} -> attn",
             f"  ffw hidden=F act=geglu-tanh bias=false p=0.0 {norm} -> mlp",
             f"rmsnorm eps={eps} offset=1",
-            _pad("fc bias=false tie=tokens", "T×V"),
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",
         ],
         [
             "# LLaMA's layers with the embedding scaled by √D, RMSNorm gains of 1 + w, a tanh-GELU",
-            "# gate (GeGLU), and the output layer tied to the embedding.",
+            "# gate (GeGLU)"
+            + (
+                ", and the output layer tied to the embedding."
+                if tied
+                else "; its own output layer."
+            ),
         ],
     )
 

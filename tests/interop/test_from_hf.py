@@ -312,6 +312,22 @@ def test_bert_with_another_activation_writes_out_its_layers(tmp_path: Path) -> N
     np.testing.assert_allclose(np.asarray(out["pooled"])[0], ref["pooled"], atol=1e-4, rtol=0)
 
 
+def test_an_untied_gemma_reads_its_own_output_layer(tmp_path: Path) -> None:
+    """``tie_word_embeddings: false``: save_pretrained stores ``lm_head.weight`` and the spec's
+    fc is its own (from-hf once tied it anyway and refused the tensor). With lm_head set to
+    the embedding, it computes the tied fixture's reference."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(FIXTURES / "gemma" / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    folder = _copy(tmp_path, "gemma", tie_word_embeddings=False)
+    save_file(tensors, str(folder / "model.safetensors"))
+    assert "tie=tokens" not in hf.spec_for(folder).text
+    ref = np.load(FIXTURES / "gemma" / "reference.npz")
+    got = _logits(*lbdl_dsl.from_pretrained(folder), ref["ids"])
+    np.testing.assert_allclose(got, ref["forward"], atol=1e-4, rtol=0)
+
+
 def test_vit_s_activation_is_the_config_s(tmp_path: Path) -> None:
     text = hf.spec_for(_copy(tmp_path, "vit", hidden_act="gelu_new")).text
     assert "ffw hidden=F p=0 act=gelu-tanh eps=" in text
