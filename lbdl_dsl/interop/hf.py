@@ -207,6 +207,16 @@ class Config:
         theta = rope.get("rope_theta")
         return float(theta if theta is not None else self.number("rope_theta", default=default))
 
+    def rotary_fraction(self, default: float = 0.5) -> float:
+        """The fraction of each head's features that rotate: ``partial_rotary_factor``, which
+        transformers 5 writes inside ``rope_parameters`` and 4 beside it (read there, the
+        top-level default of 0.5 would rotate another part of each head)."""
+        _, rope = self._rope()
+        v = rope.get("partial_rotary_factor", self.get("partial_rotary_factor", default=default))
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise self.error(f"`partial_rotary_factor` must be in (0, 1], got {v!r}")
+        return float(v)
+
     def rope_scaling(self) -> str:
         """The attention box's rotary scaling as hyper-parameters (`rscale=`...), or nothing;
         the config's type is checked by `rope_theta`."""

@@ -39,6 +39,10 @@ def _pad(box: str, shape: str, width: int = 52) -> str:
     return f"{box:<{width}} {shape}" if shape else box
 
 
+def _bool(b: bool) -> str:
+    return "true" if b else "false"
+
+
 def _eps(e: float) -> str:
     """A float as a person writes it: ``1e-6``, ``1e6``, ``10000``, ``0.5``."""
     text = f"{e:g}"
@@ -47,13 +51,24 @@ def _eps(e: float) -> str:
 
 
 def gpt2(c: Config, shapes: Shapes) -> Draft:
-    act = {"gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh", "gelu": "gelu"}
+    """GPT-2 as specs/gpt2.lbdl writes it (``tlayer ×N``); a config whose layers the tlayer
+    block cannot say (attention scores not scaled by 1/√d, another layernorm ε) has the
+    block's two boxes written out in a ×N group, which can (map `gpt2.INLINE`)."""
+    act = {
+        "gelu_new": "gelu-tanh",
+        "gelu_pytorch_tanh": "gelu-tanh",
+        "gelu": "gelu",
+        "relu": "relu",
+    }
     fn = c.get("activation_function", default="gelu_new")
     if fn not in act:
         raise c.error(f"`activation_function` {fn!r} is not supported", f"one of {list(act)}")
-    c.require("layer_norm_epsilon", 1e-5, "the tlayer block's layernorms have ε=1e-5")
     c.require("tie_word_embeddings", True, "specs/gpt2.lbdl ties the output layer")
-    c.require("scale_attn_by_inverse_layer_idx", False, "attention is scaled by 1/√d alone")
+    c.require(
+        "scale_attn_by_inverse_layer_idx",
+        False,
+        "each layer's scores would have a scale of their own, and a ×N group has one",
+    )
     c.require("reorder_and_upcast_attn", False, "no such variant in the spec")
     d = c.whole("n_embd", "hidden_size")
     inner = c.get("n_inner")
@@ -68,6 +83,19 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
     if f == "F":
         sizes["F"] = c.whole("n_inner")
     p = c.number("resid_pdrop", default=0.1)
+    eps = c.number("layer_norm_epsilon", default=1e-5)
+    scaled = c.get("scale_attn_weights", default=True)
+    block = eps == 1e-5 and scaled
+    if block:  # the library's block, as specs/gpt2.lbdl
+        layers = [f"tlayer ×N H=H F={f} causal=true bias=true act={act[fn]} p={p:g}", "layernorm"]
+    else:  # tlayer's two boxes, with what it cannot pass on
+        e = f" eps={_eps(eps)}"
+        layers = [
+            "×N:",
+            f"  self-att h=H causal=true bias=true{'' if scaled else ' scale=none'}{e}",
+            f"  ffw hidden={f} act={act[fn]} p={p:g}{e}",
+            f"layernorm{e}",
+        ]
     return Draft(
         "GPT-2 (Radford et al. 2019)",
         "gpt2",
@@ -78,16 +106,16 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
             "-> tokens",
             "pos-embed len=L",
             f"dropout p={c.number('embd_pdrop', default=0.1):g}",
-            f"tlayer ×N H=H F={f} causal=true bias=true act={act[fn]} p={p:g}",
-            "layernorm",
+            *layers,
             _pad("fc bias=false tie=tokens", "T×V"),
             "output P",
         ],
         [
             "# learned positions, biases on the attention, a final layernorm, the output layer",
-            "# tied to the token embedding (no bias).",
+            "# tied to the token embedding (no bias)."
+            + ("" if scaled else " Attention scores are not scaled (scale_attn_weights)."),
         ],
-        [BLOCKS],
+        [BLOCKS] if block else [],
     )
 
 
@@ -103,15 +131,24 @@ def _head(c: Config, d: int, h: int) -> str:
     return "" if hd in (None, d // h) or d % h else f" dqk={int(hd)} dv={int(hd)}"
 
 
+def _tied(c: Config, shapes: Shapes, *, default: bool) -> bool:
+    """Whether the output layer is the embedding (``tie_word_embeddings``, whose default is
+    the family's): then save_pretrained stores no ``lm_head.weight``. A checkpoint that
+    stores one anyway is read as untied, which computes the same."""
+    tied = bool(c.get("tie_word_embeddings", default=default))
+    return tied and not any(k.endswith("lm_head.weight") for k in shapes)
+
+
 def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     """LLaMA, Mistral, Qwen2: RMSNorm, grouped-query attention with rotary positions, SwiGLU."""
     _silu(c)
-    c.require("mlp_bias", False, "the SwiGLU block of these specs has no bias")
+    # LLaMA's configs may put biases on its projections; Mistral's and Qwen2's modules have
+    # none on the feed-forward, nor Mistral's on the attention, whatever the config says
+    mlp_bias = kind == "llama" and bool(c.get("mlp_bias", default=False))
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
     eps = _eps(c.number("rms_norm_eps", default=1e-6))
     theta = c.rope_theta(scalable=True)
-    tied = bool(c.get("tie_word_embeddings", default=kind == "qwen2"))
-    tied = tied and "lm_head.weight" not in shapes
+    tied = _tied(c, shapes, default=kind == "qwen2")
     sizes = {
         "N": c.whole("num_hidden_layers"),
         "D": d,
@@ -128,8 +165,9 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         att += " window=W"
     if kind == "qwen2":
         att += " bias=true obias=false"
-    elif c.get("attention_bias", default=False):
-        att += " bias=true"
+    elif kind == "llama" and c.get("attention_bias", default=False):
+        att += " bias=true"  # Mistral's projections have none, whatever its config says
+    ffw = f"ffw hidden=F act=swiglu bias={_bool(mlp_bias)} p=0.0"
     title = {
         "llama": "LLaMA (Touvron et al. 2023)",
         "mistral": "Mistral (Jiang et al. 2023)",
@@ -150,7 +188,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
             *(["-> tokens"] if tied else []),
             "×N:",
             f"  {att} norm=rmsnorm eps={eps} -> attn",
-            f"  ffw hidden=F act=swiglu bias=false p=0.0 norm=rmsnorm eps={eps} -> mlp",
+            f"  {ffw} norm=rmsnorm eps={eps} -> mlp",
             f"rmsnorm eps={eps}",
             _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",
@@ -161,13 +199,15 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
 
 def gemma(c: Config, shapes: Shapes) -> Draft:
     """Gemma: LLaMA's layers with the embedding scaled by √D, every RMSNorm's gain 1 + w, a
-    tanh-GELU gate (GeGLU), a head size of its own, and the output tied to the embedding."""
+    tanh-GELU gate (GeGLU), a head size of its own, and the output tied to the embedding (as
+    transformers' default; a config that unties it has its own ``lm_head``)."""
     act = c.get("hidden_act", "hidden_activation", default="gelu_pytorch_tanh")
     if act not in ("gelu_pytorch_tanh", "gelu"):
         raise c.error(f"`hidden_act` {act!r} is not supported", "Gemma's gate is tanh-GELU")
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
     eps = _eps(c.number("rms_norm_eps", default=1e-6))
     theta = c.rope_theta(scalable=True)
+    tied = _tied(c, shapes, default=True)
     sizes = {
         "N": c.whole("num_hidden_layers"),
         "D": d,
@@ -190,18 +230,23 @@ def gemma(c: Config, shapes: Shapes) -> Draft:
         [
             "input X: T int<V>",
             _pad("embed", "T×D"),
-            "-> tokens",
+            *(["-> tokens"] if tied else []),
             _pad("times sqrt=D", "T×D"),
             "×N:",
             f"  {att} {norm} -> attn",
             f"  ffw hidden=F act=geglu-tanh bias=false p=0.0 {norm} -> mlp",
             f"rmsnorm eps={eps} offset=1",
-            _pad("fc bias=false tie=tokens", "T×V"),
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",
         ],
         [
             "# LLaMA's layers with the embedding scaled by √D, RMSNorm gains of 1 + w, a tanh-GELU",
-            "# gate (GeGLU), and the output layer tied to the embedding.",
+            "# gate (GeGLU)"
+            + (
+                ", and the output layer tied to the embedding."
+                if tied
+                else "; its own output layer."
+            ),
         ],
     )
 
@@ -252,6 +297,7 @@ def mixtral(c: Config, shapes: Shapes) -> Draft:
     eps = _eps(c.number("rms_norm_eps", default=1e-5))
     theta = c.rope_theta(1e6, scalable=True)
     e, k = c.whole("num_local_experts"), c.whole("num_experts_per_tok")
+    tied = _tied(c, shapes, default=False)
     sizes = {
         "N": c.whole("num_hidden_layers"),
         "D": d,
@@ -276,18 +322,20 @@ def mixtral(c: Config, shapes: Shapes) -> Draft:
         [
             "input X: T int<V>",
             _pad("embed", "T×D"),
+            *(["-> tokens"] if tied else []),
             "×N:",
             f"  {att} norm=rmsnorm eps={eps} -> attn",
             "  residual:",
             f"    rmsnorm eps={eps} -> norm",
             "    moe e=E k=K hidden=F cap=C -> moe",
             f"rmsnorm eps={eps}",
-            _pad("fc bias=false", "T×V"),
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",
         ],
         [
             "# Mistral's layers with a sparse mixture of E SwiGLU experts, K active per token;",
-            "# a capacity of C=E/K: no token is dropped, as in transformers.",
+            "# a capacity of C=E/K: no token is dropped, as in transformers."
+            + (" The output layer is tied to the embedding." if tied else ""),
         ],
     )
 
@@ -308,7 +356,7 @@ def phi(c: Config, shapes: Shapes) -> Draft:
         "V": c.whole("vocab_size"),
     }
     eps = _eps(c.number("layer_norm_eps", default=1e-5))
-    rot = c.number("partial_rotary_factor", default=0.5)
+    rot = c.rotary_fraction()
     return Draft(
         "Phi (Gunasekar et al. 2023; Li et al. 2023)",
         "phi",
@@ -330,9 +378,13 @@ def phi(c: Config, shapes: Shapes) -> Draft:
 
 
 def bert(c: Config, shapes: Shapes) -> Draft:
+    """BERT as specs/bert-base.lbdl writes it (``postnorm ×N``); with another activation than
+    the block's gelu, the block's boxes written out in a ×N group (map `bert.INLINE`)."""
+    acts = {"gelu": "gelu", "gelu_new": "gelu approximate=true"}
+    acts |= {"gelu_pytorch_tanh": "gelu approximate=true", "relu": "relu"}
     act = c.get("hidden_act", default="gelu")
-    if act != "gelu":
-        raise c.error(f"`hidden_act` {act!r} is not supported", "the postnorm block's is gelu")
+    if act not in acts:
+        raise c.error(f"`hidden_act` {act!r} is not supported", f"one of {list(acts)}")
     c.require("position_embedding_type", "absolute", "learned absolute positions only")
     eps = _eps(c.number("layer_norm_eps", default=1e-12))
     pooled = any(k.endswith("pooler.dense.weight") for k in shapes)
@@ -347,6 +399,23 @@ def bert(c: Config, shapes: Shapes) -> Draft:
         "S": c.whole("type_vocab_size", default=2),
     }
     pool = [_pad("take i=0", "D"), _pad("fc", "D"), "tanh", "output pooled"]
+    block = act == "gelu"
+    if block:
+        layers = [f"postnorm ×N H=H F=F p={p:g} eps={eps}"]
+    else:  # the postnorm block's boxes, with the config's activation
+        layers = [
+            "×N:",
+            "  residual:",
+            f"    mha h=H bias=true p={p:g}",
+            f"    dropout p={p:g}",
+            f"  layernorm eps={eps}",
+            "  residual:",
+            _pad("    fc", "T×F"),
+            f"    {acts[act]}",
+            _pad("    fc", "T×D"),
+            f"    dropout p={p:g}",
+            f"  layernorm eps={eps}",
+        ]
     return Draft(
         "BERT (Devlin et al. 2019)",
         "bert",
@@ -361,7 +430,7 @@ def bert(c: Config, shapes: Shapes) -> Draft:
             "pos-embed len=L",
             f"layernorm eps={eps}",
             f"dropout p={p:g}",
-            f"postnorm ×N H=H F=F p={p:g} eps={eps}",
+            *layers,
             "output Z",
             *(pool if pooled else []),
         ],
@@ -369,7 +438,7 @@ def bert(c: Config, shapes: Shapes) -> Draft:
             "# post-norm encoder layers, token, segment and learned position embeddings"
             + (", the pooler." if pooled else "; no pooler.")
         ],
-        [BLOCKS],
+        [BLOCKS] if block else [],
     )
 
 
@@ -379,9 +448,11 @@ def vit(c: Config, shapes: Shapes) -> Draft:
             "a ViT without its classification head is not supported",
             "save a ViTForImageClassification (its `classifier` is the spec's last fc)",
         )
+    acts = {"gelu": "", "gelu_new": " act=gelu-tanh", "gelu_pytorch_tanh": " act=gelu-tanh"}
+    acts["relu"] = " act=relu"
     act = c.get("hidden_act", default="gelu")
-    if act != "gelu":
-        raise c.error(f"`hidden_act` {act!r} is not supported", "the ffw block's is gelu")
+    if act not in acts:
+        raise c.error(f"`hidden_act` {act!r} is not supported", f"one of {list(acts)}")
     labels = c.get("id2label") or {}
     sizes = {
         "I": c.whole("image_size"),
@@ -407,7 +478,7 @@ def vit(c: Config, shapes: Shapes) -> Draft:
             "pos-embed",
             "×N:",
             f"  self-att h=H bias={'true' if qkv else 'false'} obias=true eps={eps}",
-            f"  ffw hidden=F p=0 eps={eps}",
+            f"  ffw hidden=F p=0{acts[act]} eps={eps}",
             f"layernorm eps={eps}",
             _pad("take i=0", "D"),
             _pad("fc", "C"),

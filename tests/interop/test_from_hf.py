@@ -28,7 +28,9 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"
 CAUSAL = ["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "phi", "gemma"]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
-ALL = [*CAUSAL, "bert", "vit", *STORED]
+# configs from-hf once computed otherwise (phi-rot1, gpt2-unscaled) or could not import
+VARIANTS = ["phi-rot1", "gpt2-unscaled", "llama-bias"]
+ALL = [*CAUSAL, "bert", "vit", *STORED, *VARIANTS]
 
 
 def stored_sizes(folder: Path) -> int:
@@ -89,7 +91,7 @@ def _logits(model, params, state, ids: np.ndarray) -> np.ndarray:
     return np.asarray(out)[0]
 
 
-@pytest.mark.parametrize("name", CAUSAL + STORED)
+@pytest.mark.parametrize("name", CAUSAL + STORED + VARIANTS)
 def test_a_causal_lm_computes_the_references_logits(name: str) -> None:
     """One forward pass over the prompt and its 32 greedy tokens: every position's logits as
     transformers', within 1e-4, so each greedy token is the reference's."""
@@ -224,6 +226,112 @@ def test_a_scaled_rotary_is_written_as_the_config_says(tmp_path: Path) -> None:
     linear = {"rope_type": "linear", "rope_theta": 500000.0, "factor": 4.0}
     text = hf.spec_for(_copy(tmp_path / "linear", "llama", rope_parameters=linear)).text
     assert "rope=true theta=500000 rscale=linear rfactor=4.0 norm=rmsnorm" in text
+
+
+def test_phi_rotates_the_fraction_its_config_says_where_either_version_writes_it(
+    tmp_path: Path,
+) -> None:
+    """transformers 5 writes ``partial_rotary_factor`` inside ``rope_parameters`` (phi-rot1's
+    1.0), 4 beside it: both are read; from-hf once read only the top level, found nothing, and
+    rotated half of each head (logits off by 3.2)."""
+    assert " rot=1 " in hf.spec_for(FIXTURES / "phi-rot1").text
+    data = json.loads((FIXTURES / "phi-rot1" / "config.json").read_text("utf-8"))
+    rope = data.pop("rope_parameters")
+    old = {"partial_rotary_factor": rope.pop("partial_rotary_factor"), "rope_theta": 10000.0}
+    folder = _copy(tmp_path, "phi-rot1")
+    (folder / "config.json").write_text(json.dumps(data | old), "utf-8")
+    assert " rot=1 " in hf.spec_for(folder).text
+    assert " rot=0.5 " in hf.spec_for(FIXTURES / "phi").text
+
+
+def test_gpt2_writes_out_the_layer_where_tlayer_cannot_say_the_config() -> None:
+    """Unscaled attention scores (``scale_attn_weights: false``) and another ε are the layer's
+    two boxes with `scale=none` and `eps=`; the library's tlayer otherwise; a scale per layer
+    is refused naming its key."""
+    text = hf.spec_for(FIXTURES / "gpt2-unscaled").text
+    assert "tlayer" not in text and "import" not in text
+    assert "self-att h=H causal=true bias=true scale=none eps=1e-6" in text
+    assert "ffw hidden=4D act=gelu-tanh p=0.1 eps=1e-6" in text and "layernorm eps=1e-6" in text
+    assert "tlayer ×N" in hf.spec_for(FIXTURES / "gpt2").text
+
+
+def test_gpt2_s_other_layer_options_are_written_or_refused(tmp_path: Path) -> None:
+    relu = hf.spec_for(_copy(tmp_path / "relu", "gpt2", activation_function="relu")).text
+    assert "act=relu" in relu
+    folder = _copy(tmp_path / "inv", "gpt2", scale_attn_by_inverse_layer_idx=True)
+    with pytest.raises(LbdlError, match="`scale_attn_by_inverse_layer_idx` is True"):
+        hf.spec_for(folder)
+
+
+def test_a_tied_mixtral_reads_its_output_layer_from_the_embedding(tmp_path: Path) -> None:
+    """``tie_word_embeddings: true``: save_pretrained stores no ``lm_head.weight``, and the spec
+    ties its fc to the embedding; it computes what the untied fixture computes with lm_head set
+    to the embedding (from-hf once wanted an lm_head.weight the checkpoint lacked)."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(FIXTURES / "mixtral" / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    untied = _copy(tmp_path / "untied", "mixtral")
+    save_file(tensors, str(untied / "model.safetensors"))
+    del tensors["lm_head.weight"]
+    tied = _copy(tmp_path / "tied", "mixtral", tie_word_embeddings=True)
+    save_file(tensors, str(tied / "model.safetensors"))
+    assert "tie=tokens" in hf.spec_for(tied).text
+    ids = np.load(FIXTURES / "mixtral" / "reference.npz")["ids"]
+    want = _logits(*lbdl_dsl.from_pretrained(untied), ids)
+    np.testing.assert_allclose(_logits(*lbdl_dsl.from_pretrained(tied), ids), want, atol=1e-5)
+
+
+def test_mistral_has_no_attention_bias_whatever_its_config_says(tmp_path: Path) -> None:
+    """transformers' Mistral builds its projections without biases, even with
+    ``attention_bias: true`` in its config (LLaMA's and Gemma's have them then)."""
+    folder = _copy(tmp_path, "mistral", attention_bias=True)
+    assert "bias=true" not in hf.spec_for(folder).text
+    ref = np.load(FIXTURES / "mistral" / "reference.npz")
+    got = _logits(*lbdl_dsl.from_pretrained(folder), ref["ids"])
+    np.testing.assert_allclose(got, ref["forward"], atol=1e-4, rtol=0)
+    llama = hf.spec_for(FIXTURES / "llama-bias").text  # attention_bias and mlp_bias
+    assert "causal=true rope=true theta=10000 bias=true" in llama
+    assert "ffw hidden=F act=swiglu bias=true" in llama
+
+
+def test_bert_with_another_activation_writes_out_its_layers(tmp_path: Path) -> None:
+    """BERT's postnorm block has gelu: for gelu_new (or relu) from-hf writes its boxes out in a
+    ×N group (map variant bert.INLINE). That group, with the gelu put back, computes the
+    fixture's reference: so the boxes and the map are BERT's, and only the activation moved."""
+    from dataclasses import replace
+
+    spec = hf.spec_for(_copy(tmp_path, "bert", hidden_act="gelu_new"))
+    assert "postnorm" not in spec.text and "    gelu approximate=true\n" in spec.text
+    assert "    relu\n" in hf.spec_for(_copy(tmp_path / "relu", "bert", hidden_act="relu")).text
+    back = replace(spec, text=spec.text.replace("gelu approximate=true", "gelu"))
+    model, params, state = hf.load(back)
+    ref = np.load(FIXTURES / "bert" / "reference.npz")
+    out, _ = model.apply(params, state, ref["X"][None].astype(np.int32), ref["Seg"][None])
+    np.testing.assert_allclose(np.asarray(out["Z"])[0], ref["Z"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.asarray(out["pooled"])[0], ref["pooled"], atol=1e-4, rtol=0)
+
+
+def test_an_untied_gemma_reads_its_own_output_layer(tmp_path: Path) -> None:
+    """``tie_word_embeddings: false``: save_pretrained stores ``lm_head.weight`` and the spec's
+    fc is its own (from-hf once tied it anyway and refused the tensor). With lm_head set to
+    the embedding, it computes the tied fixture's reference."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(FIXTURES / "gemma" / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    folder = _copy(tmp_path, "gemma", tie_word_embeddings=False)
+    save_file(tensors, str(folder / "model.safetensors"))
+    assert "tie=tokens" not in hf.spec_for(folder).text
+    ref = np.load(FIXTURES / "gemma" / "reference.npz")
+    got = _logits(*lbdl_dsl.from_pretrained(folder), ref["ids"])
+    np.testing.assert_allclose(got, ref["forward"], atol=1e-4, rtol=0)
+
+
+def test_vit_s_activation_is_the_config_s(tmp_path: Path) -> None:
+    text = hf.spec_for(_copy(tmp_path, "vit", hidden_act="gelu_new")).text
+    assert "ffw hidden=F p=0 act=gelu-tanh eps=" in text
+    assert "ffw hidden=F p=0 eps=" in hf.spec_for(FIXTURES / "vit").text
 
 
 def test_qwen2_slides_only_the_layers_its_config_says(tmp_path: Path) -> None:

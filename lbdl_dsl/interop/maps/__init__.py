@@ -10,13 +10,13 @@ from lbdl_dsl.interop.layout import FamilyMap
 from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, phi, qwen2, resnet, vit
 
 MAPS: dict[str, tuple[FamilyMap, ...]] = {
-    "gpt2": (gpt2.MAP,),
-    "llama": (llama.MAP,),
+    "gpt2": gpt2.VARIANTS,
+    "llama": llama.VARIANTS,
     "mistral": (llama.MAP,),
     "mixtral": mixtral.VARIANTS,
     "resnet": resnet.VARIANTS,
     "vit": (vit.MAP,),
-    "bert": (bert.MAP,),
+    "bert": bert.VARIANTS,
     "qwen2": (qwen2.MAP,),
     "phi": (phi.MAP,),
 }

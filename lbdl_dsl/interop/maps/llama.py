@@ -5,7 +5,7 @@ Both specs name their layer's boxes (``-> attn``, ``-> mlp``), so the paths are 
 headers document: per layer, stacked over ``×N``, ``repeat_0/attn/ln/scale`` and
 ``repeat_0/attn/att/w{q,k,v,o}``, ``repeat_0/mlp/ln/scale`` and ``repeat_0/mlp/{gate,up,down}/w``;
 then the final ``rmsnorm_0/scale`` and the untied output layer ``fc_0/w`` (``lm_head``). Nothing
-has a bias.
+has a bias unless the config says ``attention_bias`` (below).
 
 - Every projection is a PyTorch ``Linear``, ``(out, in)``: transposed to our ``(in, out)``.
 - Grouped-query attention needs nothing more: ``k_proj``/``v_proj`` are ``(KV·dh, D)``, our
@@ -22,6 +22,8 @@ has a bias.
 a checkpoint trained with others imports, and computes slightly otherwise (transformers'
 ``LlamaConfig`` defaults to ε=1e-6: tests/fixtures/interop/llama-tiny.lbdl says so).
 """
+
+from dataclasses import replace
 
 from lbdl_dsl.interop.layout import FamilyMap, Rule, transpose
 
@@ -63,3 +65,22 @@ MAP = FamilyMap(
         *HEAD,
     ),
 )
+
+BIASED = replace(
+    MAP,
+    doc="LLaMA / Gemma with attention_bias (on q_proj, k_proj, v_proj, o_proj) or LLaMA with "
+    "mlp_bias (on gate_proj, up_proj, down_proj)",
+    spec="lbdl from-hf (self-att ... bias=true, ffw ... bias=true)",
+    rules=(
+        *MAP.rules,
+        Rule(X + "self_attn.q_proj.bias", MHA + "bq"),
+        Rule(X + "self_attn.k_proj.bias", MHA + "bk"),
+        Rule(X + "self_attn.v_proj.bias", MHA + "bv"),
+        Rule(X + "self_attn.o_proj.bias", MHA + "bo"),
+        Rule(X + "mlp.gate_proj.bias", FFW + "gate/b"),
+        Rule(X + "mlp.up_proj.bias", FFW + "up/b"),
+        Rule(X + "mlp.down_proj.bias", FFW + "down/b"),
+    ),
+)
+
+VARIANTS = (MAP, BIASED)
