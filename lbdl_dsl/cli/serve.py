@@ -59,6 +59,11 @@ def free(host: str, port: int) -> None:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host.strip("[]"), port))
+        except (TypeError, UnicodeError, ValueError):  # not text a host name can be
+            raise LbdlError(
+                f"--host {host!r}: not a host name or an address",
+                hint="give an address of this machine, such as 127.0.0.1",
+            ) from None
         except OSError as exc:
             raise LbdlError(
                 f"cannot listen on {host}:{port}: {exc.strerror or exc}",

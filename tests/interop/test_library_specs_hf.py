@@ -39,7 +39,7 @@ CASES = {
         },
         "llama",
     ),  # fmt: skip
-    "qwen2.5-7b": (
+    "qwen2-7b": (
         "qwen2",
         dict(N=2, D=32, H=4, KV=2, F=64, V=96),
         {"theta=1e6": "theta=10000.0", **TIED},

@@ -299,3 +299,16 @@ def test_lbdl_serve_refuses_a_port_in_use(
         assert main.main(["serve", str(served[0]), "--port", str(port)]) == 1
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in err and "--port 0" in err
+
+
+def test_lbdl_serve_refuses_a_host_that_is_no_name(
+    served: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bytes that are not text (a shell's non-UTF-8 argument) or a NUL in --host: a refusal
+    naming the flag (the socket's 'encoding of hostname failed' was an internal error)."""
+    from lbdl_dsl import cli as main
+
+    for host in ("\udcff\udcfe", "local\x00host"):
+        assert main.main(["serve", str(served[0]), "--host", host, "--port", "0"]) == 1
+        err = capsys.readouterr().err
+        assert "--host" in err and "not a host name or an address" in err, err
