@@ -340,25 +340,12 @@ def _same_arrays(mine: Any, theirs: Any, folder: Path) -> None:
         )
 
 
-def _json_of(path: Path) -> dict[str, Any]:
-    """A checkpoint's JSON file as an object ({} where there is none), or a refusal naming it."""
-    from lbdl_dsl.core.errors import LbdlError
-
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LbdlError(f"{path}: not a readable JSON file ({exc})") from None
-    if not isinstance(data, dict):
-        raise LbdlError(f"{path}: a JSON object was expected, got {type(data).__name__}")
-    return data
-
-
 def _end_ids(folder: Path) -> frozenset[int]:
     """The checkpoint's end-of-sequence ids (generation_config.json, else config.json)."""
+    from lbdl_dsl.interop.hf import read_json
+
     for name in ("generation_config.json", "config.json"):
-        eos = _json_of(folder / name).get("eos_token_id")
+        eos = read_json(folder / name).get("eos_token_id")
         if eos is not None:
             ids = eos if isinstance(eos, list) else [eos]
             if all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
@@ -386,9 +373,10 @@ def checkpoint_sampling(folder: Path) -> tuple[Any, str]:
     and the note's words."""
     from lbdl_dsl.backends.jax.decode import Sampling
     from lbdl_dsl.core.errors import ArgumentError, LbdlError
+    from lbdl_dsl.interop.hf import read_json
 
     path = folder / "generation_config.json"
-    config = _json_of(path)
+    config = read_json(path)
     unapplied = [
         f"{k} {config[k]}" for k, plain in IGNORED.items() if config.get(k, plain) != plain
     ]

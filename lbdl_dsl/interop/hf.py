@@ -25,7 +25,7 @@ from typing import Any
 from lbdl_dsl.core.errors import LbdlError
 from lbdl_dsl.interop.hf_families import FAMILIES, REFUSED, Draft
 
-__all__ = ["HfSpec", "from_pretrained", "read_config", "spec_for", "write"]
+__all__ = ["HfSpec", "from_pretrained", "read_config", "read_json", "spec_for", "write"]
 
 MARK = "# Written by `lbdl from-hf`"
 """The line every spec `render` writes begins with: a file with it is from-hf's to replace."""
@@ -47,6 +47,20 @@ class HfSpec:
     left_out: tuple[str, ...] = ()  # tensors the map leaves out (buffers, pre-training heads)
 
 
+def read_json(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file (config.json, generation_config.json) as an object, {} where
+    there is none, or the refusal that names it."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise LbdlError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise LbdlError(f"{path}: a JSON object was expected, got {type(data).__name__}")
+    return data
+
+
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """``config.json`` of a checkpoint folder, or the error that says what is missing."""
     path = Path(folder)
@@ -62,11 +76,8 @@ def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
             hint="a Hugging Face checkpoint folder holds config.json beside its weights "
             "(save_pretrained writes both)",
         )
-    try:
-        data = json.loads(config.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise LbdlError(f"{config}: not a readable JSON file ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("model_type"), str):
+    data = read_json(config)
+    if not isinstance(data.get("model_type"), str):
         raise LbdlError(
             f"{config}: no `model_type`",
             hint="transformers writes it in every config.json; is this a model's config?",

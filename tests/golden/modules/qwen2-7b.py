@@ -253,20 +253,26 @@ def rope_frequencies(r: int, theta: float, scaling: tuple[Any, ...] = ()) -> jax
 
 
 def rope(
-    x: jax.Array, *, theta: float = 10000.0, fraction: float = 1.0, scaling: tuple[Any, ...] = ()
+    x: jax.Array,
+    *,
+    theta: float = 10000.0,
+    fraction: float = 1.0,
+    scaling: tuple[Any, ...] = (),
+    pos: jax.Array | int = 0,
 ) -> jax.Array:
-    """Rotary position embedding of (B, H, T, d) in the rotate-half form, position t = 0..T-1.
+    """Rotary position embedding of (B, H, t, d) in the rotate-half form, at positions
+    pos..pos+t-1 (a decoding step's are after the cache's).
 
     The first r = fraction·d features of each head (r even) are rotated: feature i < r/2 pairs
-    with feature i + r/2 and turns by the angle t·ω_i (`rope_frequencies`); the rest pass
-    unchanged (GPT-NeoX's rotary_pct). Angles and products are computed in float32, the result
-    has x's type.
+    with feature i + r/2 and turns by the angle p·ω_i at position p (`rope_frequencies`); the
+    rest pass unchanged (GPT-NeoX's rotary_pct). Angles and products are computed in float32,
+    the result has x's type.
     """
     t, d = x.shape[-2], x.shape[-1]
     r = int(d * fraction) // 2 * 2
     half = r // 2
     inv = rope_frequencies(r, theta, scaling)
-    angles = jnp.arange(t, dtype=jnp.float32)[:, None] * inv[None, :]
+    angles = (pos + jnp.arange(t)).astype(jnp.float32)[:, None] * inv[None, :]
     cos = jnp.concatenate([jnp.cos(angles)] * 2, axis=-1).reshape(1, 1, t, r)
     sin = jnp.concatenate([jnp.sin(angles)] * 2, axis=-1).reshape(1, 1, t, r)
     xr = x[..., :r].astype(jnp.float32)

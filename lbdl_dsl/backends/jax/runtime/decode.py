@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax.runtime.attention import rope_frequencies
+from lbdl_dsl.backends.jax.runtime.attention import rope
 from lbdl_dsl.backends.jax.runtime.dense import dense, sinusoidal_positions
 from lbdl_dsl.backends.jax.runtime.tensor import trailing
 
@@ -49,28 +49,6 @@ def add_learned_positions_at(x: jax.Array, table: jax.Array, *, pos: jax.Array |
     """x (B, t, D) + rows pos..pos+t-1 of a learned table (Tmax, D)."""
     rows = jax.lax.dynamic_slice_in_dim(table, pos, x.shape[-2], axis=0)
     return x + rows[None].astype(x.dtype)
-
-
-def rope_at(
-    x: jax.Array,
-    pos: jax.Array | int,
-    *,
-    theta: float,
-    fraction: float = 1.0,
-    scaling: tuple[Any, ...] = (),
-) -> jax.Array:
-    """`rope` of (B, H, t, d) at positions pos..pos+t-1 (the same angles, the same products)."""
-    t, d = x.shape[-2], x.shape[-1]
-    r = int(d * fraction) // 2 * 2
-    half = r // 2
-    inv = rope_frequencies(r, theta, scaling)
-    angles = (pos + jnp.arange(t)).astype(jnp.float32)[:, None] * inv[None, :]
-    cos = jnp.concatenate([jnp.cos(angles)] * 2, axis=-1).reshape(1, 1, t, r)
-    sin = jnp.concatenate([jnp.sin(angles)] * 2, axis=-1).reshape(1, 1, t, r)
-    xr = x[..., :r].astype(jnp.float32)
-    turned = jnp.concatenate([-xr[..., half:], xr[..., :half]], axis=-1)
-    y = (xr * cos + turned * sin).astype(x.dtype)
-    return jnp.concatenate([y, x[..., r:]], axis=-1) if r < d else y
 
 
 def ring_write(cache: jax.Array, new: jax.Array, pos: jax.Array | int) -> jax.Array:
@@ -187,8 +165,8 @@ def mha_step(
     k = k.reshape(b, t, kv, dk).transpose(0, 2, 1, 3)
     v = v.reshape(b, t, kv, dv).transpose(0, 2, 1, 3)
     if theta:
-        q = rope_at(q, pos, theta=theta, fraction=fraction, scaling=scaling)
-        k = rope_at(k, pos, theta=theta, fraction=fraction, scaling=scaling)
+        q = rope(q, theta=theta, fraction=fraction, scaling=scaling, pos=pos)
+        k = rope(k, theta=theta, fraction=fraction, scaling=scaling, pos=pos)
     out = cached_attention(q, k, v, ck, cv, pos, window=window, scale=scale)
     y = dense_step(out.transpose(0, 2, 1, 3).reshape(b, t, heads * dv), p, "wo", "bo")
     return y, ring_write(ck, k, pos), ring_write(cv, v, pos)

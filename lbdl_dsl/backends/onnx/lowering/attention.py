@@ -23,10 +23,12 @@ def _rotary(e: Emit, q: str, k: str) -> tuple[str, str]:
     a = e.a
     t, d = e.shape(0)[0], known(a.dqk)
     r = int(d * float(a.rot)) // 2 * 2
-    inv = 1.0 / float(a.theta) ** (np.arange(r // 2, dtype=np.float32) * 2.0 / r)
+    inv: np.ndarray
     if a.scaling:  # LLaMA 3's or linear: the reference's frequencies, as float32
         inv = np.array([rope_frequency(i, r, a.theta, a.scaling) for i in range(r // 2)],
                        dtype=np.float32)  # fmt: skip
+    else:
+        inv = 1.0 / float(a.theta) ** (np.arange(r // 2, dtype=np.float32) * 2.0 / r)
     angles = np.arange(t, dtype=np.float32)[:, None] * inv[None, :]
     cos, sin = e.const(np.cos(angles), "cos"), e.const(np.sin(angles), "sin")
     batch = e.node("Shape", [q], sub="batch", start=0, end=1)
