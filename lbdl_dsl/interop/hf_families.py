@@ -125,10 +125,13 @@ def _silu(c: Config) -> None:
         raise c.error(f"`hidden_act` {act!r} is not supported", "the SwiGLU block gates by silu")
 
 
-def _head(c: Config, d: int, h: int) -> str:
-    """``dqk``/``dv`` when the config's head size is not D/H (Qwen3, Gemma), else nothing."""
-    hd = c.get("head_dim")
-    return "" if hd in (None, d // h) or d % h else f" dqk={int(hd)} dv={int(hd)}"
+def _head(c: Config, d: int, h: int, default: int | None = None) -> str:
+    """``dqk``/``dv`` when the config's head size is not D/H (Qwen3, Gemma), else nothing;
+    ``default`` is the family's where the config has no ``head_dim`` (Qwen3's is 128)."""
+    if c.get("head_dim") is None and default is None:
+        return ""
+    hd = c.whole("head_dim") if c.get("head_dim") is not None else default
+    return "" if hd == d // h and not d % h else f" dqk={hd} dv={hd}"
 
 
 def _tied(c: Config, shapes: Shapes, *, default: bool) -> bool:
@@ -140,7 +143,8 @@ def _tied(c: Config, shapes: Shapes, *, default: bool) -> bool:
 
 
 def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
-    """LLaMA, Mistral, Qwen2: RMSNorm, grouped-query attention with rotary positions, SwiGLU."""
+    """LLaMA, Mistral, Qwen2, Qwen3: RMSNorm, grouped-query attention with rotary positions,
+    SwiGLU; Qwen3's normalises each head's queries and keys (``qknorm=rmsnorm``)."""
     _silu(c)
     # LLaMA's configs may put biases on its projections; Mistral's and Qwen2's modules have
     # none on the feed-forward, nor Mistral's on the attention, whatever the config says
@@ -157,13 +161,16 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         "F": c.whole("intermediate_size"),
         "V": c.whole("vocab_size"),
     }
-    att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
+    head = _head(c, d, h, default=128 if kind == "qwen3" else None)
+    att = f"self-att h=H kv=KV{head} causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
     window = _window(c, kind)
     if window:
         sizes["W"] = window
         att += " window=W"
-    if kind == "qwen2":
+    if kind == "qwen3":  # one flag puts a bias on all four projections
+        att += " bias=true" * bool(c.get("attention_bias", default=False)) + " qknorm=rmsnorm"
+    elif kind == "qwen2":
         att += " bias=true obias=false"
     elif kind == "llama" and c.get("attention_bias", default=False):
         att += " bias=true"  # Mistral's projections have none, whatever its config says
@@ -172,15 +179,17 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         "llama": "LLaMA (Touvron et al. 2023)",
         "mistral": "Mistral (Jiang et al. 2023)",
         "qwen2": "Qwen2 (Yang et al. 2024)",
+        "qwen3": "Qwen3 (Yang et al. 2025)",
     }[kind]
     notes = {
         "llama": "# RMSNorm, grouped-query attention with rotary positions, SwiGLU, no biases.",
         "mistral": "# LLaMA's layers with grouped-query attention over a sliding window of W keys.",
         "qwen2": "# LLaMA's layers with biases on the query, key and value projections.",
+        "qwen3": "# LLaMA's layers with each head's queries and keys RMS-normalised (q/k norm).",
     }[kind]
     return Draft(
         title,
-        "qwen2" if kind == "qwen2" else "llama",
+        kind if kind in ("qwen2", "qwen3") else "llama",
         sizes,
         [
             "input X: T int<V>",
@@ -270,12 +279,12 @@ def _window(c: Config, kind: str) -> int:
 
 def _sliding(c: Config, kind: str) -> list[bool]:
     """Which layers slide, as transformers decides: Mistral and Mixtral every layer when
-    ``sliding_window`` is set; Qwen2 only with ``use_sliding_window``, then by ``layer_types``
+    ``sliding_window`` is set; Qwen2 and Qwen3 only with ``use_sliding_window``, then by ``layer_types``
     or, without it, the layers from ``max_window_layers`` on (none in a model of fewer)."""
     n = c.whole("num_hidden_layers")
     if kind == "llama" or c.get("sliding_window") is None:
         return [False] * n
-    if kind != "qwen2":
+    if kind not in ("qwen2", "qwen3"):
         return [True] * n
     if not c.get("use_sliding_window", default=False):
         return [False] * n
@@ -497,6 +506,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "mistral": lambda c, s: llama(c, s, kind="mistral"),
     "mixtral": mixtral,
     "qwen2": lambda c, s: llama(c, s, kind="qwen2"),
+    "qwen3": lambda c, s: llama(c, s, kind="qwen3"),
     "phi": phi,
     "bert": bert,
     "vit": vit,

@@ -30,6 +30,7 @@ CAUSAL = {
     "llama3-8b": dict(N=2, D=32, H=4, KV=2, F=64, V=50, C=16),  # C=16: every rotary scaled
     "gemma-7b": dict(N=2, D=32, H=4, KV=2, Dh=8, F=64, V=50),
     "qwen2-7b": dict(N=2, D=32, H=4, KV=2, F=64, V=50),
+    "qwen3-8b": dict(N=2, D=32, H=4, KV=2, Dh=16, F=64, V=50),
     "mistral-7b": dict(N=2, D=32, H=4, KV=2, F=64, V=50, W=4),
     "mixtral-8x7b": dict(N=2, D=32, H=4, KV=2, F=64, E=4, V=50),
     "lstm-lm": dict(V=50, D=16, Hd=16),

@@ -26,7 +26,7 @@ from lbdl_dsl.interop import hf
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"
-CAUSAL = ["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "phi", "gemma"]
+CAUSAL = ["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "qwen3", "phi", "gemma"]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
 # configs from-hf once computed otherwise (phi-rot1, gpt2-unscaled) or could not import
 VARIANTS = ["phi-rot1", "gpt2-unscaled", "llama-bias"]

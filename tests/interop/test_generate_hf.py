@@ -68,7 +68,7 @@ def load(name: str) -> tuple[Any, Any, Any]:
 @pytest.mark.parametrize(
     "name",
     [
-        *["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "gemma"],
+        *["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "qwen3", "gemma"],
         *["llama-bias", "phi-rot1", "gpt2-unscaled"],  # biases; a whole rotary; scale=none
     ],
 )

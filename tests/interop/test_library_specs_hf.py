@@ -45,6 +45,12 @@ CASES = {
         {"theta=1e6": "theta=10000.0", **TIED},
         "qwen2",
     ),
+    "qwen3-8b": (
+        "qwen3",
+        dict(N=2, D=32, H=4, KV=2, Dh=16, F=64, V=96),
+        {"theta=1e6": "theta=10000.0", **TIED},
+        "qwen3",
+    ),
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from lbdl_dsl.core.layers.activation import gelu_ref
 from lbdl_dsl.core.layers.base import (
     HP,
+    ONES,
     ZEROS,
     Arrays,
     Attrs,
@@ -59,11 +60,14 @@ class HeadsAttrs(Attrs):
     scale: float | None = None  # the scores' factor; None: 1/√dqk
     offset: float = 0.0  # the pre-norm's gain is offset + its scale (Gemma's 1 + w)
     scaling: tuple[Any, ...] = ()  # the rotary frequencies' rescaling (`rope_scaling`); (): none
+    qknorm: tuple[Any, ...] = ()  # each head's queries and keys normalised: (kind, eps); (): not
 
     def items(self) -> tuple[tuple[str, Any], ...]:
-        """The record, less an offset of 0 (the pre-norm of every model but Gemma's) and an
-        empty rotary scaling (every model's but LLaMA 3's)."""
-        return tuple((k, v) for k, v in super().items() if k not in ("offset", "scaling") or v)
+        """The record, less an offset of 0 (the pre-norm of every model but Gemma's), an empty
+        rotary scaling (every model's but LLaMA 3's) and no q/k norm (every model's but
+        Qwen3's), so that the records of the models before them read as they did."""
+        quiet = ("offset", "scaling", "qknorm")
+        return tuple((k, v) for k, v in super().items() if k not in quiet or v)
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,13 @@ def _mha_specs(c: Ctx, d: Expr, dz: Expr, out: Expr, prefix: str = "") -> dict[s
             del specs["bk"]
     if c.a.obias:
         specs["bo"] = PSpec((out,), ZEROS, ("embed",))
+    if c.a.qknorm:  # one gain (and bias) per feature of a head, shared by the heads
+        specs |= {"qn": PSpec((dqk,), ONES, ("norm",)), "kn": PSpec((dqk,), ONES, ("norm",))}
+        if c.a.qknorm[0] == "layernorm":
+            specs |= {
+                "qnb": PSpec((dqk,), ZEROS, ("norm",)),
+                "knb": PSpec((dqk,), ZEROS, ("norm",)),
+            }
     return {prefix + k: v for k, v in specs.items()}
 
 
@@ -214,7 +225,24 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         scale=_scale(c),
         offset=float(c.hp.get("offset", 0.0)),
         scaling=scaling,
+        qknorm=_qknorm(c),
     )
+
+
+def _qknorm(c: Ctx) -> tuple[Any, ...]:
+    """``qknorm=``'s record, ``(kind, eps)``, or () without one. Its epsilon is ``qkeps=``,
+    else the block's pre-norm's (Qwen3 gives both norms one ``rms_norm_eps``), else 1e-6."""
+    kind = c.hp.get("qknorm", "none")
+    eps = c.hp.get("qkeps")
+    if kind == "none":
+        if eps is not None:
+            c.fail("qkeps= is the epsilon of a q/k norm, and there is none",
+                   "add qknorm=rmsnorm or layernorm", "qkeps")  # fmt: skip
+        return ()
+    eps = eps if eps is not None else c.hp.get("eps", 1e-6)
+    if not eps > 0:
+        c.fail(f"the q/k norm's epsilon must be positive, got {eps}", hparam="qkeps")
+    return (kind, float(eps))
 
 
 def rope_scaling(c: Ctx) -> tuple[Any, ...]:
@@ -372,6 +400,8 @@ def mha_ref(
         return t.reshape(*t.shape[:2], n, -1).transpose(0, 2, 1, 3)
 
     q, k, v = heads(q, a.heads), heads(k, a.kv), heads(v, a.kv)
+    if a.qknorm:  # each head's features, before the rotary
+        q, k = (_head_norm_ref(t, p, prefix + n, a.qknorm) for t, n in ((q, "qn"), (k, "kn")))
     if a.theta:
         q, k = (rope_ref(t, a.theta, a.rot, a.scaling) for t in (q, k))
     group = a.heads // a.kv  # query head i reads key/value head i // group
@@ -384,6 +414,14 @@ def mha_ref(
     o = attention_ref(q, k, v, mask, a.causal, bias, a.scale)
     o = o.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1)
     return np.asarray(proj(o, "o"))
+
+
+def _head_norm_ref(x: Any, p: Weights, name: str, qknorm: tuple[Any, ...]) -> Any:
+    """A q/k norm: over the last axis, a head's features, with gain ``p[name]``."""
+    kind, eps = qknorm
+    if kind == "rmsnorm":
+        return rmsnorm_ref(x, p[name], eps)
+    return layernorm_ref(x, p[name], p[name + "b"], eps, 1)
 
 
 _ATT_HP = (
@@ -421,6 +459,15 @@ _ATT_HP = (
     HP("rhigh", "float", 4.0, "`rscale=llama3`: wavelengths under rctx/rhigh are kept"),
     HP("rctx", "size", 8192, "`rscale=llama3`: the context of pretraining"),
     HP("window", "size", None, "sliding window: keys fewer than this many positions away"),
+    HP(
+        "qknorm",
+        "choice",
+        "none",
+        "each head's queries and keys normalised over their dqk features before the rotary, "
+        "one gain per feature shared by the heads (Qwen3: rmsnorm; Phi's qk_layernorm)",
+        ("none", "rmsnorm", "layernorm"),
+    ),
+    HP("qkeps", "float", None, "the q/k norm's epsilon (default: the pre-norm's eps, else 1e-6)"),
     HP(
         "scale",
         "float",
@@ -512,6 +559,8 @@ MHA = Layer(
     "true keeps) masks padding keys: `mha(M)`, `mha(Z, M)`. An input of three axes, G×T×S "
     "(G the heads or 1), is added to the scores before the softargmax (T5's relative "
     "positions, ALiBi): `mha(B)`, `mha(Z, B, M)`; `scale=` replaces 1/√dqk (`none`: 1). "
+    "`qknorm=rmsnorm` normalises each head's queries and keys before the rotary (Qwen3; "
+    "`layernorm`: Phi's), gains qn and kn (dqk) shared by the heads, biases qnb and knb. "
     "Parameters: wq (D, h·dqk), "
     "wk (D, kv·dqk), wv (D, kv·dv), wo (h·dv, out), biases bq, bk, bv, bo.",
     hparams=(
@@ -538,6 +587,8 @@ MHA = Layer(
         ("6×16", "mha h=2 causal=true rope=true theta=100.0 rscale=linear rfactor=4.0"),
         ("6×8; B: 2×6×6", "mha(B) h=2 scale=none"),
         ("6×8; Z: 5×8; B: 1×6×5", "mha(Z, B) h=2 scale=0.5 kv=1"),
+        ("6×16", "mha h=4 kv=2 causal=true rope=true theta=100.0 qknorm=rmsnorm"),
+        ("5×8", "mha h=2 qknorm=layernorm qkeps=1e-3 bias=true"),
     ),
     reference=lambda xs, p, s, a: _mha_call_ref(xs, p, a),
 )
@@ -656,7 +707,7 @@ def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
 
 _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 # Passed on only when set: the classic models' insides stay as they were.
-_MHA_OPTIONS = ("kv", "obias", "window", "scale")
+_MHA_OPTIONS = ("kv", "obias", "window", "scale", "qkeps")
 _ROPE = ("rope", "theta", "rot")
 _ROPE_SCALE = ("rscale", "rfactor", "rlow", "rhigh", "rctx")
 _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm"))
@@ -665,6 +716,10 @@ _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm")
 def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], str]:
     def inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
         passed = _given(hp, _MHA_PASSED) + _given(hp, _MHA_OPTIONS)
+        qk = ""  # the q/k norm, whose epsilon is the pre-norm's unless given
+        if hp.get("qknorm", "none") != "none":
+            passed.append("qknorm")
+            qk = "" if hp.get("qkeps") is not None else " qkeps=eps"
         if hp.get("rope"):
             passed += _ROPE
             if hp.get("rscale", "none") != "none":  # unscaled insides read as before
@@ -683,7 +738,7 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
         return (
             f"block inside({', '.join([*passed, 'eps'])}) on {on}:\n"
             f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> ln\n"
-            f"  mha{'(' + ', '.join(reads) + ')' if reads else ''}{args} -> att\n"
+            f"  mha{'(' + ', '.join(reads) + ')' if reads else ''}{args}{qk} -> att\n"
             "  +(X)\n"
         )
 
@@ -758,6 +813,8 @@ SELF_ATT = Layer(
         # pair wavelengths 6.3, 20, 63, 199 against 64/4 and 64/1: kept, mixed, mixed, divided
         ("6×16", "self-att h=2 kv=1 rope=true theta=100.0 rscale=llama3 rfactor=8.0 rctx=64"),
         ("6×8; B: 2×6×6; M: 6 bool", "self-att(B, M) h=2 scale=none norm=rmsnorm causal=true"),
+        ("6×16", "self-att h=4 kv=2 causal=true rope=true norm=rmsnorm eps=1e-6 qknorm=rmsnorm"),
+        ("6×16", "self-att h=2 dqk=6 dv=6 rope=true rot=0.5 qknorm=layernorm qkeps=1e-4"),
     ),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )

@@ -7,7 +7,7 @@ parameters): the importer takes the variant whose parameter paths the spec has.
 from __future__ import annotations
 
 from lbdl_dsl.interop.layout import FamilyMap
-from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, phi, qwen2, resnet, vit
+from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, phi, qwen2, qwen3, resnet, vit
 
 MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "gpt2": gpt2.VARIANTS,
@@ -18,5 +18,6 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "vit": (vit.MAP,),
     "bert": bert.VARIANTS,
     "qwen2": (qwen2.MAP,),
+    "qwen3": qwen3.VARIANTS,
     "phi": (phi.MAP,),
 }

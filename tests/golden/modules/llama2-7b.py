@@ -272,6 +272,18 @@ def rope(
     return jnp.concatenate([y, x[..., r:]], axis=-1) if r < d else y
 
 
+def head_norm(
+    x: jax.Array, p: dict[str, jax.Array], name: str, qknorm: tuple[Any, ...]
+) -> jax.Array:
+    """A q/k norm (``qknorm=(kind, eps)``) of queries or keys (…, d) over a head's d features,
+    with the gain ``p[name]`` (d,) that all heads share: Qwen3's RMSNorm, normalised in
+    float32 as `rms_norm` is, or a layer norm whose bias is ``p[name + "b"]``."""
+    kind, eps = qknorm
+    if kind == "rmsnorm":
+        return rms_norm(x, p[name], eps=eps)
+    return layer_norm(x, p[name], p[name + "b"], eps=eps)
+
+
 def window_mask(tq: int, tk: int, window: int) -> jax.Array:
     """(Tq, Tk) booleans, true where |i − j| < window: with causality, the W most recent keys
     (the query's own included), Mistral's sliding window."""
@@ -298,10 +310,12 @@ def mha_lm(
     mask: jax.Array | None = None,
     bias: jax.Array | None = None,
     scale: float | None = None,
+    qknorm: tuple[Any, ...] = (),
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
     rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
-    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend."""
+    ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend;
+    ``qknorm`` normalises each head's queries and keys first (`head_norm`)."""
     b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
     q = dense(x, p["wq"], p.get("bq"))
     k = dense(z, p["wk"], p.get("bk"))
@@ -311,6 +325,8 @@ def mha_lm(
     q = q.reshape(b, tq, heads, dqk).transpose(0, 2, 1, 3)
     k = k.reshape(b, tk, kv, dqk).transpose(0, 2, 1, 3)
     v = v.reshape(b, tk, kv, dv).transpose(0, 2, 1, 3)
+    if qknorm:
+        q, k = head_norm(q, p, "qn", qknorm), head_norm(k, p, "kn", qknorm)
     if theta:
         q = rope(q, theta=theta, fraction=fraction, scaling=scaling)
         k = rope(k, theta=theta, fraction=fraction, scaling=scaling)
@@ -572,6 +588,26 @@ def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[leaf] = value
     return out
+
+
+def layer_norm(
+    x: jax.Array,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
+    *,
+    eps: float = 1e-5,
+    axes: int = 1,
+) -> jax.Array:
+    """Layer norm over the last ``axes`` axes (PyTorch's LayerNorm: biased variance).
+
+    ``scale`` and ``bias`` have the normalised shape ``x.shape[-axes:]``; either may be None.
+    """
+    y = normalized(x, tuple(range(x.ndim - axes, x.ndim)), eps)
+    if scale is not None:
+        y = y * trailing(scale, y.ndim)
+    if bias is not None:
+        y = y + trailing(bias, y.ndim)
+    return y
 
 
 def normalized(x: jax.Array, axes: tuple[int, ...], eps: float, centred: bool = True) -> jax.Array:

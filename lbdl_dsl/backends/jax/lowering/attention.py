@@ -6,7 +6,7 @@ from typing import Any
 
 from lbdl_dsl.backends.jax.emit import Emit, Fused, Layout, Lowering
 
-_WEIGHTS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo")
+_WEIGHTS = ("wq", "wk", "wv", "wo", "bq", "bk", "bv", "bo", "qn", "kn", "qnb", "knb")
 
 
 def _switches(e: Emit) -> dict[str, Any]:
@@ -26,16 +26,18 @@ def _switches(e: Emit) -> dict[str, Any]:
 
 
 def _rotary(a: Any) -> dict[str, Any]:
-    """The window and rotary options of `mha_lm` and `mha_step`; a scaling only where given,
-    so that unscaled modules read as before."""
+    """The window, rotary and q/k norm options of `mha_lm` and `mha_step`; a scaling and a
+    q/k norm only where given, so that the modules of the models without them read as
+    before."""
     options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
-    return options | ({"scaling": a.scaling} if a.scaling else {})
+    options |= {"scaling": a.scaling} if a.scaling else {}
+    return options | ({"qknorm": a.qknorm} if a.qknorm else {})
 
 
 def _mha(e: Emit, q_in: str, kv_in: str) -> str:
     weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
     a = e.a
-    if a.kv == a.heads and not a.theta and not a.window:
+    if a.kv == a.heads and not a.theta and not a.window and not a.qknorm:
         return e.call("mha", q_in, kv_in, weights, heads=a.heads, **_switches(e))
     options = _rotary(a)
     return e.call("mha_lm", q_in, kv_in, weights, heads=a.heads, kv=a.kv, **options, **_switches(e))

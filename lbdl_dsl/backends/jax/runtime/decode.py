@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lbdl_dsl.backends.jax.runtime.attention import rope
+from lbdl_dsl.backends.jax.runtime.attention import head_norm, rope
 from lbdl_dsl.backends.jax.runtime.dense import dense, sinusoidal_positions
 from lbdl_dsl.backends.jax.runtime.tensor import trailing
 
@@ -145,6 +145,7 @@ def mha_step(
     fraction: float = 1.0,
     scaling: tuple[Any, ...] = (),
     scale: float | None = None,
+    qknorm: tuple[Any, ...] = (),
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Causal self-attention (`mha`, `mha_lm`) of x (B, t, D) at positions pos.., with its
     cache of keys and values; returns (output (B, t, out), keys, values) with the cache
@@ -164,6 +165,8 @@ def mha_step(
     q = q.reshape(b, t, heads, dk).transpose(0, 2, 1, 3)
     k = k.reshape(b, t, kv, dk).transpose(0, 2, 1, 3)
     v = v.reshape(b, t, kv, dv).transpose(0, 2, 1, 3)
+    if qknorm:
+        q, k = head_norm(q, p, "qn", qknorm), head_norm(k, p, "kn", qknorm)
     if theta:
         q = rope(q, theta=theta, fraction=fraction, scaling=scaling, pos=pos)
         k = rope(k, theta=theta, fraction=fraction, scaling=scaling, pos=pos)

@@ -17,6 +17,26 @@ def _project(e: Emit, x: str, w: str, b: str, sub: str) -> str:
     return e.node("Add", [y, e.param(b)], sub=sub) if e.has_param(b) else y
 
 
+def _head_norms(e: Emit, q: str, k: str) -> tuple[str, str]:
+    """The q/k norm (``qknorm=``) of each head's features: (B, T, heads·d) reshaped to
+    (B, T, heads, d), an ``RMSNormalization`` or ``LayerNormalization`` over the last axis
+    with the gain the heads share, and reshaped back."""
+    a = e.a
+    kind, eps = a.qknorm
+    d = known(a.dqk)
+    out = []
+    for x, heads, n in ((q, a.heads, "q"), (k, a.kv or a.heads, "k")):
+        h = known(heads)
+        split = e.node("Reshape", [x, e.ints([0, 0, h, d], f"{n}_heads")], sub=f"{n}_heads")
+        ins = [split, e.param(f"{n}n")]
+        op = "RMSNormalization" if kind == "rmsnorm" else "LayerNormalization"
+        if kind != "rmsnorm":
+            ins.append(e.param(f"{n}nb"))
+        normed = e.node(op, ins, sub=f"{n}_norm", axis=-1, epsilon=float(eps))
+        out.append(e.node("Reshape", [normed, e.ints([0, 0, h * d], f"{n}_flat")], sub=f"{n}_flat"))
+    return out[0], out[1]
+
+
 def _rotary(e: Emit, q: str, k: str) -> tuple[str, str]:
     """Rotary positions on the projected queries and keys (B, T, heads·d), rotate-half form,
     the first r = rot·d features of each head turned, as the runtime's ``rope``."""
@@ -67,6 +87,8 @@ def mha(e: Emit) -> str:
     q = _project(e, x, "wq", "bq", "q")
     k = _project(e, z, "wk", "bk", "k")
     v = _project(e, z, "wv", "bv", "v")
+    if a.qknorm:
+        q, k = _head_norms(e, q, k)
     if a.theta:
         q, k = _rotary(e, q, k)
     mask = [_window(e)] if a.window else []
