@@ -279,8 +279,9 @@ def _window(c: Config, kind: str) -> int:
 
 def _sliding(c: Config, kind: str) -> list[bool]:
     """Which layers slide, as transformers decides: Mistral and Mixtral every layer when
-    ``sliding_window`` is set; Qwen2 and Qwen3 only with ``use_sliding_window``, then by ``layer_types``
-    or, without it, the layers from ``max_window_layers`` on (none in a model of fewer)."""
+    ``sliding_window`` is set; Qwen2 and Qwen3 only with ``use_sliding_window``, then by
+    ``layer_types`` or, without it, the layers from ``max_window_layers`` on (none in a model
+    of fewer)."""
     n = c.whole("num_hidden_layers")
     if kind == "llama" or c.get("sliding_window") is None:
         return [False] * n
@@ -300,33 +301,68 @@ def _sliding(c: Config, kind: str) -> list[bool]:
     return [t == "sliding_attention" for t in types]
 
 
-def mixtral(c: Config, shapes: Shapes) -> Draft:
+def mixtral(c: Config, shapes: Shapes, *, kind: str = "mixtral") -> Draft:
+    """Mixtral, and Qwen3-MoE: Mistral's layers with a sparse mixture of SwiGLU experts;
+    Qwen3-MoE's normalises each head's queries and keys (``qknorm=rmsnorm``), and weighs the
+    chosen experts by the router's softmax as it is unless ``norm_topk_prob`` renormalises
+    them as Mixtral's do (``renorm=false``)."""
     _silu(c)
+    qwen = kind == "qwen3_moe"
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
-    eps = _eps(c.number("rms_norm_eps", default=1e-5))
-    theta = c.rope_theta(1e6, scalable=True)
-    e, k = c.whole("num_local_experts"), c.whole("num_experts_per_tok")
+    eps = _eps(c.number("rms_norm_eps", default=1e-6 if qwen else 1e-5))
+    theta = c.rope_theta(10_000.0 if qwen else 1e6, scalable=True)
+    # transformers 5 writes Qwen3-MoE's `num_experts` as `num_local_experts`, Mixtral's name
+    e = c.whole(*(("num_experts", "num_local_experts") if qwen else ("num_local_experts",)))
+    k = c.whole("num_experts_per_tok")
     tied = _tied(c, shapes, default=False)
+    if qwen:
+        dense = c.get("mlp_only_layers") or []
+        step = c.get("decoder_sparse_step", default=1)
+        if dense or step != 1:
+            raise c.error(
+                f"some layers have a dense feed-forward block, not experts (`mlp_only_layers` "
+                f"{dense!r}, `decoder_sparse_step` {step!r})",
+                "the spec has one ×N group, so one kind of layer; write the two kinds by hand",
+            )
     sizes = {
         "N": c.whole("num_hidden_layers"),
         "D": d,
         "H": h,
         "KV": c.whole("num_key_value_heads", default=h),
-        "F": c.whole("intermediate_size"),
+        "F": c.whole("moe_intermediate_size" if qwen else "intermediate_size"),
         "E": e,
         "K": k,
         "V": c.whole("vocab_size"),
         "C": e / k,
     }
-    att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
+    head = _head(c, d, h, default=128 if qwen else None)
+    att = f"self-att h=H kv=KV{head} causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
-    window = _window(c, "mixtral")
+    window = _window(c, "qwen3" if qwen else "mixtral")
     if window:
         sizes["W"] = window
         att += " window=W"
+    moe = "moe e=E k=K hidden=F cap=C"
+    notes = [
+        "# Mistral's layers with a sparse mixture of E SwiGLU experts, K active per token;",
+        "# a capacity of C=E/K: no token is dropped, as in transformers.",
+    ]
+    if qwen:
+        att += " bias=true" * bool(c.get("attention_bias", default=False)) + " qknorm=rmsnorm"
+        renorm = bool(c.get("norm_topk_prob", default=False))
+        moe += "" if renorm else " renorm=false"
+        notes = [
+            "# LLaMA's layers with each head's queries and keys RMS-normalised and a sparse",
+            "# mixture of E SwiGLU experts, K active per token, weighted by the router's softmax"
+            + (" renormalised over them" if renorm else " as it is")
+            + ";",
+            "# a capacity of C=E/K: no token is dropped, as in transformers.",
+        ]
+    if tied:
+        notes[-1] += " The output layer is tied to the embedding."
     return Draft(
-        "Mixtral (Jiang et al. 2024)",
-        "mixtral",
+        "Qwen3-MoE (Yang et al. 2025)" if qwen else "Mixtral (Jiang et al. 2024)",
+        kind,
         sizes,
         [
             "input X: T int<V>",
@@ -336,16 +372,12 @@ def mixtral(c: Config, shapes: Shapes) -> Draft:
             f"  {att} norm=rmsnorm eps={eps} -> attn",
             "  residual:",
             f"    rmsnorm eps={eps} -> norm",
-            "    moe e=E k=K hidden=F cap=C -> moe",
+            f"    {moe} -> moe",
             f"rmsnorm eps={eps}",
             _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",
         ],
-        [
-            "# Mistral's layers with a sparse mixture of E SwiGLU experts, K active per token;",
-            "# a capacity of C=E/K: no token is dropped, as in transformers."
-            + (" The output layer is tied to the embedding." if tied else ""),
-        ],
+        notes,
     )
 
 
@@ -507,6 +539,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "mixtral": mixtral,
     "qwen2": lambda c, s: llama(c, s, kind="qwen2"),
     "qwen3": lambda c, s: llama(c, s, kind="qwen3"),
+    "qwen3_moe": lambda c, s: mixtral(c, s, kind="qwen3_moe"),
     "phi": phi,
     "bert": bert,
     "vit": vit,

@@ -26,7 +26,18 @@ from lbdl_dsl.interop import hf
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"
-CAUSAL = ["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "qwen3", "phi", "gemma"]
+CAUSAL = [
+    "gpt2",
+    "llama",
+    "llama3",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "qwen3-moe",
+    "phi",
+    "gemma",
+]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
 # configs from-hf once computed otherwise (phi-rot1, gpt2-unscaled) or could not import
 VARIANTS = ["phi-rot1", "gpt2-unscaled", "llama-bias"]
@@ -169,7 +180,7 @@ def test_an_unknown_model_type_lists_the_supported_ones(tmp_path: Path, capsys) 
     code, err = _run(capsys, str(_copy(tmp_path, "gpt2", model_type="t5")))
     assert code == 1
     assert "model_type `t5` is not supported" in err
-    assert "gpt2, llama, mistral, mixtral, qwen2, phi, bert, vit, gemma" in err
+    assert "gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi, bert, vit, gemma" in err
 
 
 def test_a_folder_without_config_json_says_so(tmp_path: Path, capsys) -> None:

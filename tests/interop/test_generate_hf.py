@@ -69,6 +69,7 @@ def load(name: str) -> tuple[Any, Any, Any]:
     "name",
     [
         *["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "qwen3", "gemma"],
+        "qwen3-moe",
         *["llama-bias", "phi-rot1", "gpt2-unscaled"],  # biases; a whole rotary; scale=none
     ],
 )

@@ -51,6 +51,12 @@ CASES = {
         {"theta=1e6": "theta=10000.0", **TIED},
         "qwen3",
     ),
+    "qwen3-30b-a3b": (
+        "qwen3-moe",
+        dict(N=2, D=32, H=4, KV=2, Dh=16, F=16, E=4, K=2, V=96),
+        {"theta=1e6": "theta=10000.0", "hidden=F ": "hidden=F renorm=false "},
+        "qwen3_moe",
+    ),
 }
 
 

@@ -38,6 +38,12 @@ class MoeAttrs(Attrs):
     capacity: float | None  # bounds each expert's buffer in training; None: drops none
     act: str  # the gate's activation: silu (SwiGLU experts), gelu or gelu-tanh (GeGLU)
     pool: bool = False  # keep the routing statistics (`load`, `prob`) to pool across layers
+    renorm: bool = True  # the k chosen gates renormalised to sum to one (Mixtral's)
+
+    def items(self) -> tuple[tuple[str, Any], ...]:
+        """The record, less a renormalisation that is on (every mixture's but Qwen3-MoE's
+        default), so that the records of the models before it read as they did."""
+        return tuple((k, v) for k, v in super().items() if k != "renorm" or not v)
 
 
 _ACTS = {"swiglu": "silu", "geglu": "gelu", "geglu-tanh": "gelu-tanh"}
@@ -61,6 +67,7 @@ def _attrs(c: Ctx) -> MoeAttrs:
         c.hp["cap"],
         _ACTS[c.hp["act"]],
         c.hp["pool"],
+        c.hp["renorm"],
     )
 
 
@@ -93,12 +100,12 @@ def _macs(c: Ctx) -> Expr:
 
 
 def moe_routes(
-    tokens: Any, router: Any, k: int, capacity: float | None = None
+    tokens: Any, router: Any, k: int, capacity: float | None = None, renorm: bool = True
 ) -> list[tuple[int, int, float]]:
     """(token, expert, gate) of every kept choice, as a dense loop finds them: tokens (rows of
     ``tokens``, batch-major) ranked by choice then position; with a capacity, expert e keeps its
     first C (training); without, every choice (evaluation); the gate is the softmax
-    renormalised over the token's k choices."""
+    renormalised over the token's k choices, or with ``renorm`` false the softmax's own."""
     np = numpy()
     n, e = tokens.shape[0], router.shape[-1]
     logits = tokens @ router
@@ -114,7 +121,8 @@ def moe_routes(
                 if chosen[i, rank] != expert or taken == cap:
                     continue
                 taken += 1
-                out.append((i, expert, float(probs[i, expert] / probs[i, chosen[i]].sum())))
+                total = probs[i, chosen[i]].sum() if renorm else 1.0
+                out.append((i, expert, float(probs[i, expert] / total)))
     return out
 
 
@@ -157,7 +165,7 @@ def moe_ref(x: Any, p: Weights, a: Any, train: bool = False) -> Any:
     out = np.zeros_like(groups)
     capacity = a.capacity if train else None
     for tokens, into in zip(groups, out, strict=True):
-        for i, expert, gate in moe_routes(tokens, p["router"], a.k, capacity):
+        for i, expert, gate in moe_routes(tokens, p["router"], a.k, capacity, a.renorm):
             g = tokens[i] @ p["gate"][expert]
             g = g / (1 + np.exp(-g)) if a.act == "silu" else gelu_ref(g, a.act == "gelu-tanh")
             h = g * (tokens[i] @ p["up"][expert])
@@ -184,7 +192,8 @@ MOE = Layer(
     category="Transformer",
     doc="A sparse mixture of E gated feed-forward experts (Mixtral's SwiGLU experts by default): "
     "a router (fc D→E) scores the experts, each token goes to its top k, weighted by the "
-    "softmax renormalised over those k. The MACs are the router's and k experts' (the active "
+    "softmax renormalised over those k (`renorm=false`: the softmax's own values). The MACs "
+    "are the router's and k experts' (the active "
     "compute); the parameters are all E experts'. No token is dropped unless the spec asks for "
     "a capacity: with `cap=1.25`, in training each expert takes at most ⌈cap·k·T/E⌉ of each "
     "sample's T tokens (GShard/Switch capacity over local groups: a token's fate does not "
@@ -198,6 +207,13 @@ MOE = Layer(
         HP("k", "size", 2, "experts per token", shown=True),
         HP("hidden", "size", None, "each expert's hidden dimension (default 4D)"),
         HP("act", "choice", "swiglu", "each expert's gated activation", tuple(_ACTS)),
+        HP(
+            "renorm",
+            "bool",
+            True,
+            "the k chosen gates renormalised to sum to one (Mixtral; Qwen3-MoE's "
+            "norm_topk_prob); false: the router's softmax values as they are",
+        ),
         HP(
             "pool",
             "bool",
@@ -225,6 +241,7 @@ MOE = Layer(
         ("7×8", "moe e=3 k=2 hidden=5 cap=4.0"),
         ("6×8", "moe e=3 k=2 hidden=5 act=geglu-tanh"),
         ("6×8", "moe e=4 k=2 hidden=5 pool=true"),
+        ("6×8", "moe e=4 k=3 hidden=5 renorm=false"),
     ),
     reference=lambda xs, p, s, a: moe_ref(xs[0], p, a),
     expert=_expert,

@@ -19,5 +19,6 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "bert": bert.VARIANTS,
     "qwen2": (qwen2.MAP,),
     "qwen3": qwen3.VARIANTS,
+    "qwen3_moe": qwen3.MOE,
     "phi": (phi.MAP,),
 }

@@ -603,6 +603,7 @@ def moe_dispatch(
     k: int,
     capacity: float | None = None,
     train: bool = False,
+    renorm: bool = True,
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array], jax.Array]:
     """Route the tokens of x (B, ..., T, D) to E expert buffers; returns (buffers (E, G·C, D),
     the routes (G, T, k) into them, their gates (G, T, k), the load-balancing loss).
@@ -616,7 +617,8 @@ def moe_dispatch(
     with the tokens, never with their square. A token is written into its slot by a scatter
     and read back by a gather (no one-hot dispatch tensor of (tokens, k, E, C)); a dropped
     choice points at a slot past the buffers, which is thrown away. The gates are the softmax
-    of the router's logits renormalised over the k chosen experts (Mixtral). The auxiliary
+    of the router's logits renormalised over the k chosen experts (Mixtral), or with ``renorm``
+    false the softmax's own values (Qwen3-MoE's default). The auxiliary
     loss is Switch's E·Σ_e f_e·P_e, with f_e the fraction of the k·tokens choices that went
     to expert e and P_e its mean router probability.
     """
@@ -626,7 +628,7 @@ def moe_dispatch(
     g, n = tokens.shape[0], tokens.shape[1]
     probs = jax.nn.softmax(dense(tokens, router).astype(jnp.float32), axis=-1)  # (G, T, E)
     top, chosen = jax.lax.top_k(probs, k)  # (G, T, k)
-    gates = (top / jnp.sum(top, axis=-1, keepdims=True)).astype(x.dtype)
+    gates = (top / jnp.sum(top, axis=-1, keepdims=True) if renorm else top).astype(x.dtype)
     if capacity is None or not train:
         c = n  # a token picks an expert at most once: T slots never overflow
     else:
@@ -689,6 +691,7 @@ def moe(
     capacity: float | None = None,
     train: bool = False,
     stats: bool = False,
+    renorm: bool = True,
 ) -> tuple[jax.Array, ...]:
     """Sparse mixture of gated experts on x (B, T, D); returns (y, load-balancing loss), and
     with ``stats`` each expert's load (k times its share of the choices) and mean probability,
@@ -696,7 +699,9 @@ def moe(
 
     ``p``: router (D, E); gate, up (E, D, F); down (E, F, D).
     """
-    buffers, routes, aux = moe_dispatch(x, p["router"], k=k, capacity=capacity, train=train)
+    buffers, routes, aux = moe_dispatch(
+        x, p["router"], k=k, capacity=capacity, train=train, renorm=renorm
+    )
     if stats:
         load, prob = routing_stats(x, p["router"], k=k)
     g = jnp.einsum("ecd,edf->ecf", buffers, p["gate"])

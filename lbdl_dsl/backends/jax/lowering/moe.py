@@ -10,6 +10,8 @@ def moe(e: Emit) -> str:
     kw: dict[str, object] = {"k": e.a.k, "act": repr(e.a.act)}
     if e.a.capacity is not None:  # a capacity bounds the buffers in training only
         kw |= {"capacity": e.a.capacity, "train": e.train}
+    if not e.a.renorm:  # the chosen gates as the softmax gave them
+        kw["renorm"] = False
     if e.a.pool:  # the routing statistics, for a loss pooled across layers
         kw["stats"] = True
         y, aux, load, prob = e.unpack(
@@ -28,7 +30,10 @@ def moe_decode(e: Emit) -> str:
     hold them all (a step of one token must compute what the whole sequence did)."""
     weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in ("router", "gate", "up", "down"))
     capacity = e.a.experts / e.a.k
-    call = e.call("moe", e.x[0], weights + "}", k=e.a.k, capacity=capacity, act=repr(e.a.act))
+    kw: dict[str, object] = {"k": e.a.k, "capacity": capacity, "act": repr(e.a.act)}
+    if not e.a.renorm:
+        kw["renorm"] = False
+    call = e.call("moe", e.x[0], weights + "}", **kw)
     y, aux = e.unpack(call, e.target, "aux")
     e.set_state("aux", aux)
     return y
