@@ -197,8 +197,9 @@ class Config:
 
     def _rope(self) -> tuple[str, dict[str, Any]]:
         """The rotary's type and parameters, from transformers 5's ``rope_parameters`` or 4's
-        ``rope_scaling`` (with ``rope_theta`` beside it)."""
-        rope = self.data.get("rope_parameters") or self.data.get("rope_scaling") or {}
+        ``rope_scaling`` (with ``rope_theta`` beside it); where a config has both, transformers
+        5 takes ``rope_scaling`` (`convert_rope_params_to_dict`), and so does this."""
+        rope = self.data.get("rope_scaling") or self.data.get("rope_parameters") or {}
         if not isinstance(rope, dict):
             raise self.error(f"`rope_scaling` must be an object, got {rope!r}")
         return str(rope.get("rope_type", rope.get("type", "default"))), rope

@@ -140,14 +140,22 @@ def _tied(c: Config, shapes: Shapes, *, default: bool) -> bool:
 
 
 def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
-    """LLaMA, Mistral, Qwen2: RMSNorm, grouped-query attention with rotary positions, SwiGLU."""
+    """LLaMA, Mistral, Qwen2, Phi-3: RMSNorm, grouped-query attention with rotary positions,
+    SwiGLU. Phi-3 (`phi3`) is LLaMA's layer with q, k, v and gate, up stored fused (its map
+    cuts them), rotary positions on ``partial_rotary_factor`` of each head, every layer's
+    attention through ``sliding_window`` when the config sets one (transformers' Phi3Model
+    masks them all with it, as Mistral's), and no scaled rotary but LongRoPE, which is
+    refused. Its dropouts (``resid_pdrop`` after each half, ``embd_pdrop``) act in training
+    only, 0 in the released configs: written as LLaMA's."""
     _silu(c)
-    # LLaMA's configs may put biases on its projections; Mistral's and Qwen2's modules have
-    # none on the feed-forward, nor Mistral's on the attention, whatever the config says
+    # LLaMA's configs may put biases on its projections; Mistral's, Qwen2's and Phi-3's
+    # modules have none on the feed-forward, nor Mistral's and Phi-3's on the attention,
+    # whatever the config says
     mlp_bias = kind == "llama" and bool(c.get("mlp_bias", default=False))
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
-    eps = _eps(c.number("rms_norm_eps", default=1e-6))
-    theta = c.rope_theta(scalable=True)
+    eps = _eps(c.number("rms_norm_eps", default=1e-5 if kind == "phi3" else 1e-6))
+    # transformers' Phi3Config takes no rotary scaling but LongRoPE (`linear` is its error)
+    theta = c.rope_theta(scalable=kind != "phi3")
     tied = _tied(c, shapes, default=kind == "qwen2")
     sizes = {
         "N": c.whole("num_hidden_layers"),
@@ -159,6 +167,8 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     }
     att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
+    if kind == "phi3" and (rot := c.rotary_fraction(default=1.0)) != 1:
+        att += f" rot={rot:g}"
     window = _window(c, kind)
     if window:
         sizes["W"] = window
@@ -172,15 +182,18 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         "llama": "LLaMA (Touvron et al. 2023)",
         "mistral": "Mistral (Jiang et al. 2023)",
         "qwen2": "Qwen2 (Yang et al. 2024)",
+        "phi3": "Phi-3 (Abdin et al. 2024)",
     }[kind]
     notes = {
         "llama": "# RMSNorm, grouped-query attention with rotary positions, SwiGLU, no biases.",
         "mistral": "# LLaMA's layers with grouped-query attention over a sliding window of W keys.",
         "qwen2": "# LLaMA's layers with biases on the query, key and value projections.",
+        "phi3": "# LLaMA's layers, q, k, v and the SwiGLU's two inputs stored fused."
+        + (" A sliding window of W keys." if window else ""),
     }[kind]
     return Draft(
         title,
-        "qwen2" if kind == "qwen2" else "llama",
+        kind if kind in ("qwen2", "phi3") else "llama",
         sizes,
         [
             "input X: T int<V>",
@@ -269,7 +282,7 @@ def _window(c: Config, kind: str) -> int:
 
 
 def _sliding(c: Config, kind: str) -> list[bool]:
-    """Which layers slide, as transformers decides: Mistral and Mixtral every layer when
+    """Which layers slide, as transformers decides: Mistral, Mixtral and Phi-3 every layer when
     ``sliding_window`` is set; Qwen2 only with ``use_sliding_window``, then by ``layer_types``
     or, without it, the layers from ``max_window_layers`` on (none in a model of fewer)."""
     n = c.whole("num_hidden_layers")
@@ -501,6 +514,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "bert": bert,
     "vit": vit,
     "gemma": gemma,
+    "phi3": lambda c, s: llama(c, s, kind="phi3"),
 }
 
 REFUSED: dict[str, str] = {}

@@ -7,7 +7,7 @@ parameters): the importer takes the variant whose parameter paths the spec has.
 from __future__ import annotations
 
 from lbdl_dsl.interop.layout import FamilyMap
-from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, phi, qwen2, resnet, vit
+from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, phi, phi3, qwen2, resnet, vit
 
 MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "gpt2": gpt2.VARIANTS,
@@ -19,4 +19,5 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "bert": bert.VARIANTS,
     "qwen2": (qwen2.MAP,),
     "phi": (phi.MAP,),
+    "phi3": (phi3.MAP,),
 }
