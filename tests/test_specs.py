@@ -102,6 +102,7 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("llama3-8b", {"T": 8192}, {"P": (8192, 128_256)}, 8_030_261_248),  # meta-llama/Llama-3.1-8B
     ("gemma-7b", {"T": 8192}, {"P": (8192, 256_000)}, 8_537_680_896),  # google/gemma-7b
     ("qwen2-7b", {"T": 4096}, {"P": (4096, 152_064)}, 7_615_616_512),  # Qwen/Qwen2(.5)-7B
+    ("phi3-mini", {"T": 4096}, {"P": (4096, 32_064)}, 3_821_079_552),  # microsoft/Phi-3-mini-4k
     ("mixtral-8x7b", {"T": 4096}, {"P": (4096, 32_000)}, 46_702_792_704),
     # Encoder-decoder with relative positions computed in the spec (issue 41): transformers'
     ("t5-small", {}, {"Z": (64, 512), "P": (64, 32_128)}, 60_506_624),  # google-t5/t5-small
