@@ -211,10 +211,10 @@ class Config:
         otherwise would give other outputs than the checkpoint's."""
         kind, rope = self._rope()
         if kind != "default" and not (scalable and kind in ("linear", "llama3")):
-            known = "`linear` or `llama3`, or not at all" if scalable else "not at all"
+            known = "scales as rope_type `linear` or `llama3`, or not at all"
             raise self.error(
                 f"rotary scaling `{kind}` is not supported for `{self.data.get('model_type')}`",
-                f"lbdl's rope here scales as rope_type {known}",
+                f"lbdl's rope here {known if scalable else 'is not scaled (rope_type `default`)'}",
             )
         theta = rope.get("rope_theta")
         return float(theta if theta is not None else self.number("rope_theta", default=default))
