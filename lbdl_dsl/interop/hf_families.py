@@ -139,6 +139,21 @@ def _tied(c: Config, shapes: Shapes, *, default: bool) -> bool:
     return tied and not any(k.endswith("lm_head.weight") for k in shapes)
 
 
+def _rot(c: Config, d: int, h: int) -> str:
+    """``rot=`` for the config's ``partial_rotary_factor`` (Phi-3's default 1: nothing). An
+    odd number of rotated features is refused: transformers then turns one feature more, at
+    the odd count's frequencies, and our rope turns an even number."""
+    rot = c.rotary_fraction(default=1.0)
+    head = int(c.get("head_dim") or d // h)
+    if int(head * rot) % 2:
+        raise c.error(
+            f"`partial_rotary_factor` {rot:g} of heads of {head} rotates {int(head * rot)} "
+            "features, an odd number",
+            "lbdl's rope rotates pairs of features: a factor that makes an even number",
+        )
+    return "" if rot == 1 else f" rot={rot:g}"
+
+
 def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     """LLaMA, Mistral, Qwen2, Phi-3: RMSNorm, grouped-query attention with rotary positions,
     SwiGLU. Phi-3 (`phi3`) is LLaMA's layer with q, k, v and gate, up stored fused (its map
@@ -167,8 +182,8 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     }
     att = f"self-att h=H kv=KV{_head(c, d, h)} causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
-    if kind == "phi3" and (rot := c.rotary_fraction(default=1.0)) != 1:
-        att += f" rot={rot:g}"
+    if kind == "phi3":
+        att += _rot(c, d, h)
     window = _window(c, kind)
     if window:
         sizes["W"] = window

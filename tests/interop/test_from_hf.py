@@ -287,6 +287,9 @@ def test_phi3_s_other_configs_are_written_or_refused(tmp_path: Path, capsys) -> 
     folder = _copy(tmp_path / "whole", "phi3", rope_parameters=whole_rotary(), sliding_window=None)
     text = hf.spec_for(folder).text
     assert "rot=" not in text and "window" not in text and "W=" not in text
+    odd = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.625}
+    with pytest.raises(LbdlError, match="0.625 of heads of 8 rotates 5 features, an odd"):
+        hf.spec_for(_copy(tmp_path / "odd", "phi3", rope_parameters=odd))
     folder = _copy(tmp_path / "gelu", "phi3", hidden_act="gelu")
     code, err = _run(capsys, str(folder))
     assert code == 1 and "`hidden_act` 'gelu' is not supported" in err
