@@ -53,7 +53,7 @@ def test_the_spec_counts_the_checkpoint_and_asserts_it(name: str) -> None:
     assert checked.totals["params"].as_int() == total
 
 
-@pytest.mark.parametrize("name", ["gpt2", "mixtral", "phi", "bert"])
+@pytest.mark.parametrize("name", ["gpt2", "mixtral", "phi", "bert", "phi3"])
 def test_the_written_spec_checks_and_draws(name: str, tmp_path: Path, capsys) -> None:
     """The command writes the spec and its parameters; the spec, compiled from its own file in
     another folder, imports the library's blocks, and `lbdl build --emit svg` draws it."""
