@@ -104,6 +104,7 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("qwen2-7b", {"T": 4096}, {"P": (4096, 152_064)}, 7_615_616_512),  # Qwen/Qwen2(.5)-7B
     ("qwen3-8b", {"T": 4096}, {"P": (4096, 151_936)}, 8_190_735_360),  # Qwen/Qwen3-8B
     ("qwen3-30b-a3b", {"T": 4096}, {"P": (4096, 151_936)}, 30_532_122_624),  # Qwen3-30B-A3B
+    ("phi3-mini", {"T": 4096}, {"P": (4096, 32_064)}, 3_821_079_552),  # microsoft/Phi-3-mini-4k
     ("mixtral-8x7b", {"T": 4096}, {"P": (4096, 32_000)}, 46_702_792_704),
     # Encoder-decoder with relative positions computed in the spec (issue 41): transformers'
     ("t5-small", {}, {"Z": (64, 512), "P": (64, 32_128)}, 60_506_624),  # google-t5/t5-small

@@ -288,7 +288,9 @@ def _check_binding(
                 "missing", f"the checkpoint has no tensor for {what}`{first}`: no {alts}", first
             )
         ]
-    dims, want = tables[first][:depth], tables[first][depth:]
+    dims = tables[first][:depth]
+    # each target the spec has, by its part of the rule's output, and its shape per copy
+    wants = [(t, k, tables[t][depth:]) for k, t in enumerate(rule.targets) if t in present]
     problems = _copies(plan, b, first, dims)
     names = [n for k, n in b.names.items() if all(x < d for x, d in zip(k, dims, strict=True))]
     by_shape: dict[Shape, list[str]] = {}
@@ -296,27 +298,45 @@ def _check_binding(
         by_shape.setdefault(tuple(shapes[name]), []).append(name)
     for got, group in by_shape.items():
         every = len(group) == len(names)
-        text = _misfit(rule, first, group, got, tuple(want), every)
+        text, path = _misfit(rule, wants, group, got, every)
         if text:
-            problems.append(Problem("shape", text, first))
+            problems.append(Problem("shape", text, path))
     return problems
 
 
-def _misfit(rule: Rule, first: str, group: list[str], got: Shape, want: Shape, every: bool) -> str:
-    """Why the tensors ``group``, all of shape ``got``, do not fill copies of ``first`` (of
-    ``want`` each), or ``""`` when they do."""
+def _misfit(
+    rule: Rule, wants: list[tuple[str, int, Shape]], group: list[str], got: Shape, every: bool
+) -> tuple[str, str]:
+    """Why the tensors ``group``, all of shape ``got``, do not fill copies of the targets
+    ``wants`` (path, part, shape of each copy), and the first that they do not fill; ``""``
+    when they fill every one (the parts of an uneven split, `layout.split_to`, each its own)."""
     name = f"`{group[0]}`"
     if not every and len(group) > 1:
         name += f" (and {len(group) - 1} more of its copies)"
+    first = wants[0][0]
     try:
-        out = rule.out_shape(got)
+        outs = rule.out_shapes(got)
     except ValueError as exc:
-        return f"{name} ({shape_text(got)}) cannot fill `{first}`: {exc}"
-    if out == want:
-        return ""
-    how = f", which {', then '.join(op.name for op in rule.ops)} makes {shape_text(out)}"
-    each = "each copy of " if rule.indexed else ""
-    return (
-        f"{each}`{first}` is {shape_text(want)} in this spec, but {name} is {shape_text(got)}"
-        + (how if rule.ops else "")
-    )
+        return f"{name} ({shape_text(got)}) cannot fill `{first}`: {exc}", first
+    for path, part, want in wants:
+        out = outs[part]
+        if tuple(out) == tuple(want):
+            continue
+        how = f", which {', then '.join(op.name for op in rule.ops)} makes {shape_text(out)}"
+        each = "each copy of " if rule.indexed else ""
+        text = f"{each}`{path}` is {shape_text(want)} in this spec, but {name} is {shape_text(got)}"
+        return text + (how if rule.ops else ""), path
+    return "", first
+
+
+def fit_widths(plan: Plan, tables: Mapping[str, Shape]) -> None:
+    """Each bound rule with an op that depends on the spec (`layout.split_to`: an uneven split
+    whose parts are as wide as its targets) made for the spec's ``tables``; a rule with a
+    target the spec lacks is left as it is (the check says what is missing)."""
+    for b in plan.bindings:
+        rule = b.rule
+        if not any(op.fit for op in rule.ops) or any(t not in tables for t in rule.targets):
+            continue
+        depth = len(rule.letters)
+        b.rule = rule.fitted(tuple(tuple(tables[t][depth:]) for t in rule.targets))
+    plan.targets = {t: (b, k) for b in plan.bindings for k, t in enumerate(b.rule.targets)}

@@ -197,8 +197,9 @@ class Config:
 
     def _rope(self) -> tuple[str, dict[str, Any]]:
         """The rotary's type and parameters, from transformers 5's ``rope_parameters`` or 4's
-        ``rope_scaling`` (with ``rope_theta`` beside it)."""
-        rope = self.data.get("rope_parameters") or self.data.get("rope_scaling") or {}
+        ``rope_scaling`` (with ``rope_theta`` beside it); where a config has both, transformers
+        5 takes ``rope_scaling`` (`convert_rope_params_to_dict`), and so does this."""
+        rope = self.data.get("rope_scaling") or self.data.get("rope_parameters") or {}
         if not isinstance(rope, dict):
             raise self.error(f"`rope_scaling` must be an object, got {rope!r}")
         return str(rope.get("rope_type", rope.get("type", "default"))), rope
@@ -210,10 +211,10 @@ class Config:
         otherwise would give other outputs than the checkpoint's."""
         kind, rope = self._rope()
         if kind != "default" and not (scalable and kind in ("linear", "llama3")):
-            known = "`linear` or `llama3`, or not at all" if scalable else "not at all"
+            known = "scales as rope_type `linear` or `llama3`, or not at all"
             raise self.error(
                 f"rotary scaling `{kind}` is not supported for `{self.data.get('model_type')}`",
-                f"lbdl's rope here scales as rope_type {known}",
+                f"lbdl's rope here {known if scalable else 'is not scaled (rope_type `default`)'}",
             )
         theta = rope.get("rope_theta")
         return float(theta if theta is not None else self.number("rope_theta", default=default))

@@ -142,16 +142,39 @@ def _tied(c: Config, shapes: Shapes, *, default: bool) -> bool:
     return tied and not any(k.endswith("lm_head.weight") for k in shapes)
 
 
+def _rot(c: Config, d: int, h: int) -> str:
+    """``rot=`` for the config's ``partial_rotary_factor`` (Phi-3's default 1: nothing). An
+    odd number of rotated features is refused: transformers then turns one feature more, at
+    the odd count's frequencies, and our rope turns an even number."""
+    rot = c.rotary_fraction(default=1.0)
+    head = int(c.get("head_dim") or d // h)
+    if int(head * rot) % 2:
+        raise c.error(
+            f"`partial_rotary_factor` {rot:g} of heads of {head} rotates {int(head * rot)} "
+            "features, an odd number",
+            "lbdl's rope rotates pairs of features: a factor that makes an even number",
+        )
+    return "" if rot == 1 else f" rot={rot:g}"
+
+
 def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
-    """LLaMA, Mistral, Qwen2, Qwen3: RMSNorm, grouped-query attention with rotary positions,
-    SwiGLU; Qwen3's normalises each head's queries and keys (``qknorm=rmsnorm``)."""
+    """LLaMA, Mistral, Qwen2, Qwen3, Phi-3: RMSNorm, grouped-query attention with rotary
+    positions, SwiGLU. Qwen3's normalises each head's queries and keys (``qknorm=rmsnorm``).
+    Phi-3 (`phi3`) is LLaMA's layer with q, k, v and gate, up stored fused (its map
+    cuts them), rotary positions on ``partial_rotary_factor`` of each head, every layer's
+    attention through ``sliding_window`` when the config sets one (transformers' Phi3Model
+    masks them all with it, as Mistral's), and no scaled rotary but LongRoPE, which is
+    refused. Its dropouts (``resid_pdrop`` after each half, ``embd_pdrop``) act in training
+    only, 0 in the released configs: written as LLaMA's."""
     _silu(c)
-    # LLaMA's configs may put biases on its projections; Mistral's and Qwen2's modules have
-    # none on the feed-forward, nor Mistral's on the attention, whatever the config says
+    # LLaMA's configs may put biases on its projections; Mistral's, Qwen2's and Phi-3's
+    # modules have none on the feed-forward, nor Mistral's and Phi-3's on the attention,
+    # whatever the config says
     mlp_bias = kind == "llama" and bool(c.get("mlp_bias", default=False))
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
-    eps = _eps(c.number("rms_norm_eps", default=1e-6))
-    theta = c.rope_theta(scalable=True)
+    eps = _eps(c.number("rms_norm_eps", default=1e-5 if kind == "phi3" else 1e-6))
+    # transformers' Phi3Config takes no rotary scaling but LongRoPE (`linear` is its error)
+    theta = c.rope_theta(scalable=kind != "phi3")
     tied = _tied(c, shapes, default=kind == "qwen2")
     sizes = {
         "N": c.whole("num_hidden_layers"),
@@ -164,6 +187,8 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     head = _head(c, d, h, default=128 if kind == "qwen3" else None)
     att = f"self-att h=H kv=KV{head} causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
+    if kind == "phi3":
+        att += _rot(c, d, h)
     window = _window(c, kind)
     if window:
         sizes["W"] = window
@@ -180,16 +205,19 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         "mistral": "Mistral (Jiang et al. 2023)",
         "qwen2": "Qwen2 (Yang et al. 2024)",
         "qwen3": "Qwen3 (Yang et al. 2025)",
+        "phi3": "Phi-3 (Abdin et al. 2024)",
     }[kind]
     notes = {
         "llama": "# RMSNorm, grouped-query attention with rotary positions, SwiGLU, no biases.",
         "mistral": "# LLaMA's layers with grouped-query attention over a sliding window of W keys.",
         "qwen2": "# LLaMA's layers with biases on the query, key and value projections.",
         "qwen3": "# LLaMA's layers with each head's queries and keys RMS-normalised (q/k norm).",
+        "phi3": "# LLaMA's layers, q, k, v and the SwiGLU's two inputs stored fused."
+        + (" A sliding window of W keys." if window else ""),
     }[kind]
     return Draft(
         title,
-        kind if kind in ("qwen2", "qwen3") else "llama",
+        kind if kind in ("qwen2", "qwen3", "phi3") else "llama",
         sizes,
         [
             "input X: T int<V>",
@@ -278,7 +306,7 @@ def _window(c: Config, kind: str) -> int:
 
 
 def _sliding(c: Config, kind: str) -> list[bool]:
-    """Which layers slide, as transformers decides: Mistral and Mixtral every layer when
+    """Which layers slide, as transformers decides: Mistral, Mixtral and Phi-3 every layer when
     ``sliding_window`` is set; Qwen2 and Qwen3 only with ``use_sliding_window``, then by
     ``layer_types`` or, without it, the layers from ``max_window_layers`` on (none in a model
     of fewer)."""
@@ -544,6 +572,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "bert": bert,
     "vit": vit,
     "gemma": gemma,
+    "phi3": lambda c, s: llama(c, s, kind="phi3"),
 }
 
 REFUSED: dict[str, str] = {}

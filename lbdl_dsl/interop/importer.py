@@ -24,7 +24,16 @@ import numpy as np
 
 from lbdl_dsl.core.errors import Diagnostic, LbdlError, Note, Span, did_you_mean
 from lbdl_dsl.interop import structure
-from lbdl_dsl.interop.fit import Binding, Plan, Problem, bind, check, choose_variant, coverage
+from lbdl_dsl.interop.fit import (
+    Binding,
+    Plan,
+    Problem,
+    bind,
+    check,
+    choose_variant,
+    coverage,
+    fit_widths,
+)
 from lbdl_dsl.interop.fit import listing as _list
 from lbdl_dsl.interop.layout import FamilyMap
 from lbdl_dsl.interop.maps import MAPS
@@ -235,6 +244,7 @@ def plan_import(
             names = tuple(moved.get(t, t) for t in b.rule.targets)
             b.rule = replace(b.rule, target=names[0] if isinstance(b.rule.target, str) else names)
         plan.targets = {t: (b, k) for b in plan.bindings for k, t in enumerate(b.rule.targets)}
+    fit_widths(plan, tables)  # an uneven split's widths are its targets' in the spec
     back = {v: k for k, v in moved.items()}
     cut = copies(model)
 

@@ -17,6 +17,7 @@ indices fills a parameter ``(N, E, ...)`` from N·E tensors, copy ``(i, j)`` at 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,8 +35,17 @@ class Op:
 
     name: str
     shape: Callable[[Shape], Shape]
-    apply: Callable[[np.ndarray], np.ndarray]
+    apply: Callable[[np.ndarray], Any]  # one array, or (parts > 1) a sequence of them
     parts: int = 1  # how many arrays it makes (a split of a fused projection makes several)
+    # the shape of each part, where the parts differ (`split_to`); `shape` is then the first's
+    shapes: Callable[[Shape], list[Shape]] | None = None
+    # for an op whose effect depends on the spec (`split_to`): the op for its rule's targets'
+    # shapes there, each without the ×N group's leading axes (`Rule.fitted`)
+    fit: Callable[[tuple[Shape, ...]], Op] | None = None
+
+    def part_shapes(self, shape: Shape) -> list[Shape]:
+        """The shape of each array it makes of one of ``shape``."""
+        return self.shapes(shape) if self.shapes else [self.shape(shape)] * self.parts
 
 
 def transpose(*axes: int) -> Op:
@@ -113,6 +123,40 @@ def split(parts: int, axis: int = 0) -> Op:
     return Op(f"split into {parts} along axis {axis}", shape, apply, parts)
 
 
+def split_to(parts: int, axis: int = 0, widths: tuple[int, ...] = ()) -> Op:
+    """A fused tensor cut along ``axis`` into ``parts`` as wide as its rule's targets are in
+    the spec: Phi-3's ``qkv_proj`` holds H·d query rows, then KV·d key rows, then KV·d value
+    rows, uneven under grouped-query attention, and nothing in the tensor says where one part
+    ends. A map writes it without ``widths``, as its rule's last op (the targets' shapes are
+    the parts'); binding the map to a spec gives them (`Rule.fitted`, `fit.fit_widths`)."""
+
+    def cut(s: Shape) -> list[Shape]:
+        ax = axis % len(s)
+        if not widths:
+            raise ValueError(f"the widths of its {parts} parts are those of the spec's targets")
+        if sum(widths) != s[ax]:
+            sizes = " + ".join(map(str, widths))
+            raise ValueError(f"axis {axis} of size {s[ax]} does not split into {sizes}")
+        return [(*s[:ax], w, *s[ax + 1 :]) for w in widths]
+
+    def apply(a: np.ndarray) -> list[np.ndarray]:
+        cut(a.shape)
+        return np.split(a, list(itertools.accumulate(widths))[:-1], axis=axis)
+
+    def fit(targets: tuple[Shape, ...]) -> Op:
+        return split_to(parts, axis, tuple(t[axis % len(t)] for t in targets))
+
+    sizes = " + ".join(map(str, widths)) if widths else "the targets' widths"
+    return Op(
+        f"split into {sizes} along axis {axis}",
+        lambda s: cut(s)[0],
+        apply,
+        parts,
+        cut,
+        None if widths else fit,
+    )
+
+
 _INDEX = re.compile(r"\{([ij])(?:\+(\d+))?\}")
 _TOKEN = re.compile(r"(\{[ij](?:\+\d+)?\}|\{\*\})")
 LETTERS = ("i", "j")  # the indices a pattern may hold, outermost first
@@ -182,9 +226,22 @@ class Rule:
         return _INDEX.sub(lambda m: str(at[m.group(1)] + starts[m.group(1)]), source)
 
     def out_shape(self, shape: Shape) -> Shape:
+        return self.out_shapes(shape)[0]
+
+    def out_shapes(self, shape: Shape) -> list[Shape]:
+        """The shape of each target's array, from one reference tensor of ``shape``."""
+        shapes = [shape]
         for op in self.ops:
-            shape = op.shape(shape)
-        return shape
+            shapes = [t for s in shapes for t in op.part_shapes(s)]
+        return shapes
+
+    def fitted(self, targets: tuple[Shape, ...]) -> Rule:
+        """The rule with each op that depends on the spec (`Op.fit`) made for its targets'
+        shapes there (``targets``, one per target, without the ×N group's axes)."""
+        if not any(op.fit for op in self.ops):
+            return self
+        ops = tuple(op.fit(targets) if op.fit else op for op in self.ops)
+        return Rule(self.source, self.target, ops)
 
     def apply(self, array: np.ndarray) -> list[np.ndarray]:
         """The arrays of each target, from one reference tensor."""

@@ -19,9 +19,9 @@ from lbdl_dsl.core.errors import LbdlError
 REPO = Path(__file__).resolve().parents[2]
 PROMPT, NEW = 9, 6  # the prompt prefilled as 8 + 1: two chunks, the second the step's shape
 
-# Every spec of specs/ that is a causal language model, at tiny sizes. Mistral's window (4) is
-# shorter than the 17 positions, so its cache wraps; Mixtral's capacity is set to E/k, as
-# decoding routes every token (a full pass at the default 1.25 may drop some).
+# Every spec of specs/ that is a causal language model, at tiny sizes. Mistral's and Phi-3's
+# windows (4) are shorter than the 17 positions, so their caches wrap; Mixtral's capacity is set
+# to E/k, as decoding routes every token (a full pass at the default 1.25 may drop some).
 CAUSAL = {
     "gpt": dict(N=2, D=32, H=4, V=50),
     "gpt2": dict(N=2, D=32, H=4, V=50, L=32),
@@ -32,6 +32,7 @@ CAUSAL = {
     "qwen2-7b": dict(N=2, D=32, H=4, KV=2, F=64, V=50),
     "qwen3-8b": dict(N=2, D=32, H=4, KV=2, Dh=16, F=64, V=50),
     "qwen3-30b-a3b": dict(N=2, D=32, H=4, KV=2, Dh=16, F=16, E=4, K=2, V=50),
+    "phi3-mini": dict(N=2, D=32, H=4, KV=2, F=64, V=50, W=4),
     "mistral-7b": dict(N=2, D=32, H=4, KV=2, F=64, V=50, W=4),
     "mixtral-8x7b": dict(N=2, D=32, H=4, KV=2, F=64, E=4, V=50),
     "lstm-lm": dict(V=50, D=16, Hd=16),

@@ -37,6 +37,7 @@ CAUSAL = [
     "qwen3-moe",
     "phi",
     "gemma",
+    "phi3",
 ]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
 # configs from-hf once computed otherwise (phi-rot1, gpt2-unscaled) or could not import
@@ -64,7 +65,7 @@ def test_the_spec_counts_the_checkpoint_and_asserts_it(name: str) -> None:
     assert checked.totals["params"].as_int() == total
 
 
-@pytest.mark.parametrize("name", ["gpt2", "mixtral", "phi", "bert"])
+@pytest.mark.parametrize("name", ["gpt2", "mixtral", "phi", "bert", "phi3"])
 def test_the_written_spec_checks_and_draws(name: str, tmp_path: Path, capsys) -> None:
     """The command writes the spec and its parameters; the spec, compiled from its own file in
     another folder, imports the library's blocks, and `lbdl build --emit svg` draws it."""
@@ -180,7 +181,9 @@ def test_an_unknown_model_type_lists_the_supported_ones(tmp_path: Path, capsys) 
     code, err = _run(capsys, str(_copy(tmp_path, "gpt2", model_type="t5")))
     assert code == 1
     assert "model_type `t5` is not supported" in err
-    assert "gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi, bert, vit, gemma" in err
+    assert (
+        "gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi, bert, vit, gemma, phi3" in err
+    )
 
 
 def test_a_folder_without_config_json_says_so(tmp_path: Path, capsys) -> None:
@@ -255,6 +258,61 @@ def test_phi_rotates_the_fraction_its_config_says_where_either_version_writes_it
     assert " rot=0.5 " in hf.spec_for(FIXTURES / "phi").text
 
 
+def test_phi3_s_spec_is_llama_s_with_its_rotary_fraction_and_window() -> None:
+    """Phi-3's fused q, k, v (2 key/value heads of 4: an uneven cut) and gate, up are cut by
+    its map; 0.75 of each head rotates (read inside rope_parameters); its sliding window of 8
+    is on every layer, as transformers' Phi3Model masks them (the fixture's sequence is 55)."""
+    spec = hf.spec_for(FIXTURES / "phi3")
+    assert (
+        spec.family == "phi3" and "model phi3(N=2, D=32, H=4, KV=2, F=64, V=96, W=8)" in spec.text
+    )
+    said = "self-att h=H kv=KV causal=true rope=true theta=10000 rot=0.75 window=W norm=rmsnorm"
+    assert said in spec.text and "eps=1e-5" in spec.text and "bias=true" not in spec.text
+    assert "tie=tokens" not in spec.text and "import" not in spec.text
+
+
+def whole_rotary() -> dict[str, object]:
+    return {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
+
+
+def test_phi3_s_other_configs_are_written_or_refused(tmp_path: Path, capsys) -> None:
+    """LongRoPE (the 128k variants; transformers' `su` and `yarn` are its old names) is
+    refused naming it; so is `linear`, which transformers' Phi3Config itself refuses. A whole
+    rotary and no window write neither; a tied output layer ties; another activation, and a
+    config whose key/value heads are not the fused tensor's, are refused naming the key or
+    the tensor."""
+    longrope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 3,
+                "long_factor": [2.0] * 3, "partial_rotary_factor": 0.75}  # fmt: skip
+    for kind in ("longrope", "su", "linear"):
+        folder = _copy(tmp_path / kind, "phi3", rope_parameters=longrope | {"rope_type": kind})
+        code, err = _run(capsys, str(folder), "-o", str(tmp_path / "out.lbdl"))
+        assert code == 1 and f"rotary scaling `{kind}` is not supported for `phi3`" in err
+        assert "Traceback" not in err and not (tmp_path / "out.lbdl").exists()
+    # transformers 4's configs: rope_scaling, the base and the fraction beside it (5 takes
+    # rope_scaling over rope_parameters where a config has both)
+    v4 = {"rope_parameters": None, "rope_theta": 10000.0, "partial_rotary_factor": 0.75}
+    folder = _copy(tmp_path / "v4", "phi3", **v4)
+    assert " rot=0.75 " in hf.spec_for(folder).text
+    for more in ({}, {"rope_parameters": whole_rotary()}):
+        scaled = v4 | more | {"rope_scaling": {"type": "su", "short_factor": [1.0] * 3}}
+        folder = _copy(tmp_path / f"v4-{len(more)}", "phi3", **scaled)
+        code, err = _run(capsys, str(folder))
+        assert code == 1 and "rotary scaling `su` is not supported for `phi3`" in err
+    folder = _copy(tmp_path / "whole", "phi3", rope_parameters=whole_rotary(), sliding_window=None)
+    text = hf.spec_for(folder).text
+    assert "rot=" not in text and "window" not in text and "W=" not in text
+    odd = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.625}
+    with pytest.raises(LbdlError, match="0.625 of heads of 8 rotates 5 features, an odd"):
+        hf.spec_for(_copy(tmp_path / "odd", "phi3", rope_parameters=odd))
+    folder = _copy(tmp_path / "gelu", "phi3", hidden_act="gelu")
+    code, err = _run(capsys, str(folder))
+    assert code == 1 and "`hidden_act` 'gelu' is not supported" in err
+    folder = _copy(tmp_path / "kv", "phi3", num_key_value_heads=4)
+    code, err = _run(capsys, str(folder), "-o", str(tmp_path / "kv.lbdl"))
+    assert code == 1 and "Traceback" not in err
+    assert "model.layers.0.self_attn.qkv_proj.weight" in err and "does not split into" in err
+
+
 def test_gpt2_writes_out_the_layer_where_tlayer_cannot_say_the_config() -> None:
     """Unscaled attention scores (``scale_attn_weights: false``) and another ε are the layer's
     two boxes with `scale=none` and `eps=`; the library's tlayer otherwise; a scale per layer
@@ -274,21 +332,23 @@ def test_gpt2_s_other_layer_options_are_written_or_refused(tmp_path: Path) -> No
         hf.spec_for(folder)
 
 
-def test_a_tied_mixtral_reads_its_output_layer_from_the_embedding(tmp_path: Path) -> None:
-    """``tie_word_embeddings: true``: save_pretrained stores no ``lm_head.weight``, and the spec
-    ties its fc to the embedding; it computes what the untied fixture computes with lm_head set
-    to the embedding (from-hf once wanted an lm_head.weight the checkpoint lacked)."""
+@pytest.mark.parametrize("name", ["mixtral", "phi3"])
+def test_a_tied_model_reads_its_output_layer_from_the_embedding(name: str, tmp_path: Path) -> None:
+    """``tie_word_embeddings: true`` (a tied Mixtral; Phi-4-mini): save_pretrained stores no
+    ``lm_head.weight``, and the spec ties its fc to the embedding; it computes what the untied
+    fixture computes with lm_head set to the embedding (from-hf once wanted an lm_head.weight
+    the checkpoint lacked)."""
     from safetensors.numpy import load_file, save_file
 
-    tensors = load_file(str(FIXTURES / "mixtral" / "model.safetensors"))
+    tensors = load_file(str(FIXTURES / name / "model.safetensors"))
     tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
-    untied = _copy(tmp_path / "untied", "mixtral")
+    untied = _copy(tmp_path / "untied", name)
     save_file(tensors, str(untied / "model.safetensors"))
     del tensors["lm_head.weight"]
-    tied = _copy(tmp_path / "tied", "mixtral", tie_word_embeddings=True)
+    tied = _copy(tmp_path / "tied", name, tie_word_embeddings=True)
     save_file(tensors, str(tied / "model.safetensors"))
     assert "tie=tokens" in hf.spec_for(tied).text
-    ids = np.load(FIXTURES / "mixtral" / "reference.npz")["ids"]
+    ids = np.load(FIXTURES / name / "reference.npz")["ids"]
     want = _logits(*lbdl_dsl.from_pretrained(untied), ids)
     np.testing.assert_allclose(_logits(*lbdl_dsl.from_pretrained(tied), ids), want, atol=1e-5)
 

@@ -2,7 +2,8 @@
 new tokens, with each step's logits within 1e-4: on the tiny random-weight checkpoints of
 tests/fixtures/hf/ (made by tests/fixtures/hf/make.py with transformers; their references in
 ``reference.npz``): GPT-2, LLaMA (grouped-query, rotary), Mistral (a window of 8 shorter than
-the 55 positions: the cache is a ring), Mixtral (experts routed per token) and Qwen2.
+the 55 positions: the cache is a ring), Mixtral (experts routed per token), Qwen2 and Phi-3
+(fused q, k, v cut unevenly, 0.75 of each head rotated, a window of 8).
 
 Each checkpoint is read by `lbdl_dsl.interop.hf.from_pretrained` (`lbdl from-hf`'s); where that
 module is not there, by the library's spec at the checkpoint's sizes and the import maps.
@@ -69,7 +70,7 @@ def load(name: str) -> tuple[Any, Any, Any]:
     "name",
     [
         *["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "qwen3", "gemma"],
-        "qwen3-moe",
+        *["qwen3-moe", "phi3"],
         *["llama-bias", "phi-rot1", "gpt2-unscaled"],  # biases; a whole rotary; scale=none
     ],
 )

@@ -22,6 +22,7 @@ OPS = [
     (layout.squeeze(), (1, 17, 1, 32)),
     (layout.split(3, 1), (32, 96)),
     (layout.split(3, 0), (96,)),
+    (layout.split_to(3, 1, (16, 8, 8)), (32, 32)),  # Phi-3's q, k, v with 2 key/value heads of 4
 ]
 
 
@@ -31,7 +32,8 @@ def test_each_op_says_what_it_does_to_a_shape(op, shape) -> None:
     out = op.apply(a)
     parts = list(out) if op.parts > 1 else [out]
     assert len(parts) == op.parts
-    assert all(p.shape == op.shape(shape) for p in parts)
+    assert [p.shape for p in parts] == op.part_shapes(shape)
+    assert parts[0].shape == op.shape(shape)
 
 
 def test_conv_weight_is_pytorch_oihw_as_hwio() -> None:
@@ -45,6 +47,26 @@ def test_conv_weight_is_pytorch_oihw_as_hwio() -> None:
 def test_a_split_that_does_not_divide_says_so() -> None:
     with pytest.raises(ValueError, match="does not split into 3"):
         layout.split(3, 1).shape((32, 97))
+
+
+def test_an_uneven_split_takes_its_widths_from_the_targets() -> None:
+    """Phi-3's qkv_proj: H·d query rows, then KV·d key and KV·d value rows; the map says
+    neither, the spec's targets do (`Rule.fitted`), and each part is its target's rows."""
+    rule = layout.Rule(
+        "qkv.weight", ("wq", "wk", "wv"), (layout.transpose(), layout.split_to(3, 1))
+    )
+    with pytest.raises(ValueError, match="those of the spec's targets"):
+        rule.out_shapes((64, 32))
+    fitted = rule.fitted(((32, 32), (32, 16), (32, 16)))
+    assert fitted.out_shapes((64, 32)) == [(32, 32), (32, 16), (32, 16)]
+    w = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    q, k, v = fitted.apply(w)
+    np.testing.assert_array_equal(k, w[32:48].T)
+    np.testing.assert_array_equal(v, w[48:].T)
+    assert np.array_equal(q, w[:32].T)
+    with pytest.raises(ValueError, match="does not split into 32 \\+ 16 \\+ 16"):
+        fitted.out_shapes((96, 32))
+    assert rule.fitted(((32, 32),) * 3).out_shapes((96, 32)) == [(32, 32)] * 3
 
 
 def test_patterns_index_from_their_start_and_match_whole_names() -> None:

@@ -39,6 +39,13 @@ CASES = {
         },
         "llama",
     ),  # fmt: skip
+    # the fixture rotates 0.75 of each head (Phi-4-mini's), Phi-3-mini's spec all of it
+    "phi3-mini": (
+        "phi3",
+        dict(N=2, D=32, H=4, KV=2, F=64, V=96, W=8),
+        {"theta=10000 ": "theta=10000 rot=0.75 "},
+        "phi3",
+    ),
     "qwen2-7b": (
         "qwen2",
         dict(N=2, D=32, H=4, KV=2, F=64, V=96),
