@@ -206,12 +206,12 @@ class Config:
 
     def rope_theta(self, default: float = 10_000.0, *, scalable: bool = False) -> float:
         """The rotary base. A scaled rotary is refused where the family's block cannot say it
-        (not ``scalable``), and everywhere when it is not `linear` or `llama3` (dynamic,
-        YaRN, LongRoPE: another formula, or one that depends on the length): rotating
+        (not ``scalable``), and everywhere when it is not `linear`, `llama3` or `yarn` (dynamic,
+        LongRoPE: another formula, or one that depends on the length): rotating
         otherwise would give other outputs than the checkpoint's."""
         kind, rope = self._rope()
-        if kind != "default" and not (scalable and kind in ("linear", "llama3")):
-            known = "scales as rope_type `linear` or `llama3`, or not at all"
+        if kind != "default" and not (scalable and kind in ("linear", "llama3", "yarn")):
+            known = "scales as rope_type `linear`, `llama3` or `yarn`, or not at all"
             raise self.error(
                 f"rotary scaling `{kind}` is not supported for `{self.data.get('model_type')}`",
                 f"lbdl's rope here {known if scalable else 'is not scaled (rope_type `default`)'}",
@@ -235,6 +235,8 @@ class Config:
         kind, rope = self._rope()
         if kind == "default":
             return ""
+        if kind == "yarn":
+            return self._yarn(rope)
         text = f" rscale={kind} rfactor={self._scale_number(rope, 'factor')!r}"
         if kind == "llama3":
             keys = ("low_freq_factor", "high_freq_factor")
@@ -247,6 +249,44 @@ class Config:
                 )
             text += f" rlow={low!r} rhigh={high!r} rctx={context}"
         return text
+
+    def _yarn(self, rope: dict[str, Any]) -> str:
+        """YaRN's hyper-parameters, as transformers reads them (`_compute_yarn_parameters`):
+        a factor left out is the context's growth (max_position_embeddings over the
+        original's, DeepSeek's way); beta_fast and beta_slow default to 32 and 1; the factor
+        on the rotated features is ``attention_factor``, else from ``mscale`` and
+        ``mscale_all_dim``, else 0.1·ln(factor) + 1, the spec's own default (then not
+        written)."""
+        context = rope.get("original_max_position_embeddings")
+        if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+            raise self.error(
+                "rope_scaling's `original_max_position_embeddings` must be a whole number, "
+                f"got {context!r}"
+            )
+        if rope.get("truncate", True) is not True:
+            raise self.error(
+                "rope_scaling's `truncate` is false",
+                "lbdl's YaRN rounds its ramp's bounds to whole pairs, as truncate: true does",
+            )
+        if rope.get("factor") is None:
+            factor = self.whole("max_position_embeddings") / context
+        else:
+            factor = self._scale_number(rope, "factor")
+        fast = self._scale_number(rope, "beta_fast") if rope.get("beta_fast") else 32.0
+        slow = self._scale_number(rope, "beta_slow") if rope.get("beta_slow") else 1.0
+
+        def gain(m: float = 1.0) -> float:
+            return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+        if rope.get("attention_factor") is not None:
+            attn = self._scale_number(rope, "attention_factor")
+        elif rope.get("mscale") and rope.get("mscale_all_dim"):
+            m, m_all = (self._scale_number(rope, k) for k in ("mscale", "mscale_all_dim"))
+            attn = gain(m) / gain(m_all)
+        else:
+            attn = gain()
+        text = f" rscale=yarn rfactor={factor!r} rlow={slow!r} rhigh={fast!r} rctx={context}"
+        return text + ("" if attn == gain() else f" rattn={attn!r}")
 
     def _scale_number(self, rope: dict[str, Any], key: str) -> float:
         v = rope.get(key)

@@ -30,6 +30,7 @@ CAUSAL = [
     "gpt2",
     "llama",
     "llama3",
+    "llama-yarn",
     "mistral",
     "mixtral",
     "qwen2",
@@ -212,10 +213,14 @@ def test_a_config_the_spec_cannot_say_is_refused(tmp_path: Path, capsys) -> None
     folder = _copy(tmp_path, "llama", hidden_act="gelu")
     code, err = _run(capsys, str(folder))
     assert code == 1 and "`hidden_act` 'gelu' is not supported" in err
-    folder = _copy(tmp_path, "mistral", rope_parameters={"rope_type": "yarn", "factor": 8.0})
+    folder = _copy(tmp_path, "mistral", rope_parameters={"rope_type": "dynamic", "factor": 8.0})
     code, err = _run(capsys, str(folder))
-    assert code == 1 and "rotary scaling `yarn` is not supported for `mistral`" in err
-    assert "`linear` or `llama3`" in err
+    assert code == 1 and "rotary scaling `dynamic` is not supported for `mistral`" in err
+    assert "`linear`, `llama3` or `yarn`" in err
+    yarn = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16}
+    folder = _copy(tmp_path / "3", "llama", rope_parameters=yarn | {"truncate": False})
+    code, err = _run(capsys, str(folder))
+    assert code == 1 and "rope_scaling's `truncate` is false" in err
     folder = _copy(tmp_path, "phi", rope_parameters={"rope_type": "linear", "factor": 2.0})
     code, err = _run(capsys, str(folder))
     assert code == 1 and "rotary scaling `linear` is not supported for `phi`" in err
@@ -240,6 +245,16 @@ def test_a_scaled_rotary_is_written_as_the_config_says(tmp_path: Path) -> None:
     linear = {"rope_type": "linear", "rope_theta": 500000.0, "factor": 4.0}
     text = hf.spec_for(_copy(tmp_path / "linear", "llama", rope_parameters=linear)).text
     assert "rope=true theta=500000 rscale=linear rfactor=4.0 norm=rmsnorm" in text
+    # YaRN: the factor left out is the context's growth; the rotated features' factor is the
+    # spec's default 0.1·ln(8) + 1 unless the config gives another (written then)
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "original_max_position_embeddings": 8}
+    text = hf.spec_for(_copy(tmp_path / "yarn", "llama", rope_parameters=yarn)).text
+    assert "rscale=yarn rfactor=8.0 rlow=1.0 rhigh=32.0 rctx=8 norm=" in text
+    given = yarn | {"factor": 2.0, "attention_factor": 1.5, "beta_fast": 16, "beta_slow": 2}
+    text = hf.spec_for(_copy(tmp_path / "yarn2", "llama", rope_parameters=given)).text
+    assert "rscale=yarn rfactor=2.0 rlow=2.0 rhigh=16.0 rctx=8 rattn=1.5 norm=" in text
+    said = "rscale=yarn rfactor=4.0 rlow=1.0 rhigh=4.0 rctx=64 rattn=0.964326914892074"
+    assert said in hf.spec_for(FIXTURES / "llama-yarn").text  # mscale over mscale_all_dim
 
 
 def test_phi_rotates_the_fraction_its_config_says_where_either_version_writes_it(

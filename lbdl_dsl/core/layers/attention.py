@@ -262,19 +262,48 @@ def rope_scaling(c: Ctx) -> tuple[Any, ...]:
             "rfactor",
         )
     if kind == "linear":
+        if c.hp.get("rattn") is not None:
+            c.fail("rattn= is YaRN's", "give it with rscale=yarn", "rattn")
         return ("linear", float(factor))
-    low, high = float(c.hp["rlow"]), float(c.hp["rhigh"])
+    high = c.hp.get("rhigh")
+    low, high = float(c.hp["rlow"]), float(high if high is not None else _RHIGH[kind])
     if not 0 < low < high:
         c.fail(
-            f"rscale=llama3 blends between rlow and rhigh, which need 0 < rlow < rhigh; "
+            f"rscale={kind} blends between rlow and rhigh, which need 0 < rlow < rhigh; "
             f"got {low:g} and {high:g}",
-            "LLaMA 3.1's are rlow=1.0 rhigh=4.0",
+            "LLaMA 3.1's are rlow=1.0 rhigh=4.0, YaRN's rlow=1.0 rhigh=32.0",
             "rhigh",
         )
     context = c.const("rctx")
     if context < 1:
         c.fail(f"the pretraining context must be at least 1, got {context}", hparam="rctx")
-    return ("llama3", float(factor), low, high, int(context))
+    if kind == "llama3":
+        if c.hp.get("rattn") is not None:
+            c.fail("rattn= is YaRN's", "give it with rscale=yarn", "rattn")
+        return ("llama3", float(factor), low, high, int(context))
+    attn = c.hp.get("rattn")
+    if attn is None:  # the paper's √(1/t) = 0.1·ln(s) + 1
+        attn = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    if not attn > 0:
+        c.fail(f"the rotated features' factor must be positive, got {attn}", hparam="rattn")
+    return ("yarn", float(factor), low, high, int(context), float(attn))
+
+
+_RHIGH = {"llama3": 4.0, "yarn": 32.0}
+"""``rhigh=``'s default for each scaling: LLaMA 3.1's high_freq_factor, YaRN's beta_fast."""
+
+
+def yarn_bounds(r: int, theta: float, low: float, high: float, context: int) -> tuple[float, float]:
+    """YaRN's ramp over the r/2 pairs (Peng et al. 2023): the pair that turns ``high`` times
+    within the context (whole pairs, rounded down) and the one that turns ``low`` times
+    (rounded up), as transformers' ``find_correction_range``; their pair index is
+    r·ln(context / (2π·turns)) / (2 ln θ). Equal bounds are set 0.001 apart."""
+
+    def pair(turns: float) -> float:
+        return r * math.log(context / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    first, last = max(math.floor(pair(high)), 0), min(math.ceil(pair(low)), r - 1)
+    return float(first), float(last) + (0.001 if first == last else 0.0)
 
 
 def _heads_fit(c: Ctx, i: int, h: int) -> bool:
@@ -299,14 +328,19 @@ def rope_frequency(i: int, r: int, theta: float, scaling: tuple[Any, ...] = ()) 
     written from the papers' case analysis. Linear (Chen et al. 2023): divided by the factor
     s. LLaMA 3.1's: with L the pretraining context and λ = 2π/ω the pair's wavelength, ω/s when
     λ > L/low (too slow to have turned within L), ω when λ < L/high (turned many times), and
-    between them the mix (1 − m)·ω/s + m·ω, m = (L/λ − low)/(high − low)."""
+    between them the mix (1 − m)·ω/s + m·ω, m = (L/λ − low)/(high − low). YaRN's (Peng et al.
+    2023): the same three cases, the mix linear in the pair's index between `yarn_bounds`."""
     omega = float(theta ** (-2.0 * i / r))
     if not scaling:
         return omega
     s = float(scaling[1])
     if scaling[0] == "linear":
         return omega / s
-    low, high, context = (float(v) for v in scaling[2:])
+    low, high, context = (float(v) for v in scaling[2:5])
+    if scaling[0] == "yarn":  # divided below the ramp, kept above it, mixed along it
+        first, last = yarn_bounds(r, theta, low, high, int(context))
+        kept = 1.0 - min(max((i - first) / (last - first), 0.0), 1.0)
+        return (1 - kept) * omega / s + kept * omega
     wavelength = 2 * math.pi / omega
     if wavelength > context / low:
         return omega / s
@@ -318,15 +352,17 @@ def rope_frequency(i: int, r: int, theta: float, scaling: tuple[Any, ...] = ()) 
 
 def rope_ref(x: Any, theta: float, fraction: float = 1.0, scaling: tuple[Any, ...] = ()) -> Any:
     """Rotary positions on (B, H, T, d), written from the formula: the pair (x_i, x_{i+r/2}) at
-    position t is multiplied by the 2×2 rotation of angle t·ω_i, ω_i = `rope_frequency`."""
+    position t is multiplied by the 2×2 rotation of angle t·ω_i, ω_i = `rope_frequency` (and
+    under YaRN by its factor on the rotated features)."""
     np = numpy()
     y = np.array(x, dtype=np.float64)
     d = x.shape[-1]
     r = int(d * fraction) // 2 * 2
+    gain = float(scaling[5]) if scaling and scaling[0] == "yarn" else 1.0  # YaRN's factor
     for t in range(x.shape[2]):
         for i in range(r // 2):
             angle = t * rope_frequency(i, r, theta, scaling)
-            c, s = math.cos(angle), math.sin(angle)
+            c, s = gain * math.cos(angle), gain * math.sin(angle)
             a, b = x[:, :, t, i], x[:, :, t, i + r // 2]
             y[:, :, t, i] = c * a - s * b
             y[:, :, t, i + r // 2] = s * a + c * b
@@ -451,13 +487,32 @@ _ATT_HP = (
         "choice",
         "none",
         "the rotary frequencies' scaling for a longer context: `linear` divides them by "
-        "`rfactor`; `llama3` (LLaMA 3.1) divides the slow ones, keeps the fast, blends between",
-        ("none", "linear", "llama3"),
+        "`rfactor`; `llama3` (LLaMA 3.1) divides the slow ones, keeps the fast, blends between "
+        "by wavelength; `yarn` (YaRN) the same, blending by the pair's index, and multiplies the "
+        "rotated features by `rattn`",
+        ("none", "linear", "llama3", "yarn"),
     ),
     HP("rfactor", "float", None, "the rotary scaling's factor (`rscale=`)"),
-    HP("rlow", "float", 1.0, "`rscale=llama3`: wavelengths over rctx/rlow are divided"),
-    HP("rhigh", "float", 4.0, "`rscale=llama3`: wavelengths under rctx/rhigh are kept"),
-    HP("rctx", "size", 8192, "`rscale=llama3`: the context of pretraining"),
+    HP(
+        "rlow",
+        "float",
+        1.0,
+        "`rscale=llama3`, `yarn`: wavelengths over rctx/rlow are divided (YaRN's beta_slow)",
+    ),
+    HP(
+        "rhigh",
+        "float",
+        None,
+        "`rscale=llama3`, `yarn`: wavelengths under rctx/rhigh are kept (default 4.0; "
+        "`yarn`: 32.0, YaRN's beta_fast)",
+    ),
+    HP("rctx", "size", 8192, "`rscale=llama3`, `yarn`: the context of pretraining"),
+    HP(
+        "rattn",
+        "float",
+        None,
+        "`rscale=yarn`: the factor on the rotated features (default 0.1·ln(rfactor) + 1)",
+    ),
     HP("window", "size", None, "sliding window: keys fewer than this many positions away"),
     HP(
         "qknorm",
@@ -585,6 +640,12 @@ MHA = Layer(
         ("7×16", "mha h=2 window=2"),
         ("6×12", "mha h=2 rope=true theta=500.0 bias=true obias=false"),
         ("6×16", "mha h=2 causal=true rope=true theta=100.0 rscale=linear rfactor=4.0"),
+        # YaRN on half of each head (4 of 8 features: 2 pairs), its factor given
+        (
+            "6×16",
+            "mha h=2 causal=true rope=true rot=0.5 theta=100.0 rscale=yarn rfactor=8.0 "
+            "rctx=32 rlow=2.0 rhigh=16.0 rattn=1.3",
+        ),  # fmt: skip
         ("6×8; B: 2×6×6", "mha(B) h=2 scale=none"),
         ("6×8; Z: 5×8; B: 1×6×5", "mha(Z, B) h=2 scale=0.5 kv=1"),
         ("6×16", "mha h=4 kv=2 causal=true rope=true theta=100.0 qknorm=rmsnorm"),
@@ -709,7 +770,7 @@ _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 # Passed on only when set: the classic models' insides stay as they were.
 _MHA_OPTIONS = ("kv", "obias", "window", "scale", "qkeps")
 _ROPE = ("rope", "theta", "rot")
-_ROPE_SCALE = ("rscale", "rfactor", "rlow", "rhigh", "rctx")
+_ROPE_SCALE = ("rscale", "rfactor", "rlow", "rhigh", "rctx", "rattn")
 _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm"))
 
 
@@ -812,6 +873,8 @@ SELF_ATT = Layer(
         ("6×16", "self-att h=4 kv=1 bias=true obias=false rope=true rot=0.5 theta=100.0"),
         # pair wavelengths 6.3, 20, 63, 199 against 64/4 and 64/1: kept, mixed, mixed, divided
         ("6×16", "self-att h=2 kv=1 rope=true theta=100.0 rscale=llama3 rfactor=8.0 rctx=64"),
+        # YaRN's ramp over pairs 0 to 3 of 4: kept, mixed, mixed, divided; factor 0.1·ln 4 + 1
+        ("6×16", "self-att h=2 kv=1 rope=true theta=100.0 rscale=yarn rfactor=4.0 rctx=64"),
         ("6×8; B: 2×6×6; M: 6 bool", "self-att(B, M) h=2 scale=none norm=rmsnorm causal=true"),
         ("6×16", "self-att h=4 kv=2 causal=true rope=true norm=rmsnorm eps=1e-6 qknorm=rmsnorm"),
         ("6×16", "self-att h=2 dqk=6 dv=6 rope=true rot=0.5 qknorm=layernorm qkeps=1e-4"),

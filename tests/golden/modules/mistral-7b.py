@@ -233,10 +233,21 @@ def rope_frequencies(r: int, theta: float, scaling: tuple[Any, ...] = ()) -> jax
     """The r/2 rotary angles per position, theta^(-2i/r), in float32, rescaled for a context
     longer than pretraining's: ``("linear", s)`` divides them all by s; ``("llama3", s, low,
     high, context)`` (LLaMA 3.1) divides by s those whose wavelength 2π/ω exceeds context/low,
-    keeps those under context/high, and between them mixes the two by how far it lies."""
+    keeps those under context/high, and between them mixes the two by how far it lies;
+    ``("yarn", s, low, high, context, gain)`` (YaRN) mixes them linearly along the pairs
+    between the one that turns ``high`` times within the context and the one that turns
+    ``low`` times (rounded outward to whole pairs, as transformers does)."""
     inv = 1.0 / theta ** (jnp.arange(r // 2, dtype=jnp.float32) * 2.0 / r)
     if scaling and scaling[0] == "linear":
         inv = inv / scaling[1]
+    elif scaling and scaling[0] == "yarn":  # the ramp over the pairs' indices, in Python
+        s, low, high, context = scaling[1:5]
+        turns = np.array([high, low], dtype=np.float64)  # the first pair ramped, the last
+        at = r * np.log(context / (turns * 2 * np.pi)) / (2 * np.log(theta))
+        first, last = max(int(np.floor(at[0])), 0), min(int(np.ceil(at[1])), r - 1)
+        span = (last - first) or 0.001
+        kept = 1.0 - jnp.clip((jnp.arange(r // 2, dtype=jnp.float32) - first) / span, 0.0, 1.0)
+        inv = (1.0 - kept) * inv / s + kept * inv
     elif scaling:
         s, low, high, context = scaling[1:]
         mix = jnp.clip((context * inv / (2 * jnp.pi) - low) / (high - low), 0.0, 1.0)
@@ -257,16 +268,18 @@ def rope(
 
     The first r = fraction·d features of each head (r even) are rotated: feature i < r/2 pairs
     with feature i + r/2 and turns by the angle p·ω_i at position p (`rope_frequencies`); the
-    rest pass unchanged (GPT-NeoX's rotary_pct). Angles and products are computed in float32,
-    the result has x's type.
+    rest pass unchanged (GPT-NeoX's rotary_pct). Under YaRN the rotated features are also
+    multiplied by its factor. Angles and products are computed in float32, the result has x's
+    type.
     """
     t, d = x.shape[-2], x.shape[-1]
     r = int(d * fraction) // 2 * 2
     half = r // 2
     inv = rope_frequencies(r, theta, scaling)
     angles = (pos + jnp.arange(t)).astype(jnp.float32)[:, None] * inv[None, :]
-    cos = jnp.concatenate([jnp.cos(angles)] * 2, axis=-1).reshape(1, 1, t, r)
-    sin = jnp.concatenate([jnp.sin(angles)] * 2, axis=-1).reshape(1, 1, t, r)
+    gain = scaling[5] if scaling and scaling[0] == "yarn" else 1.0  # YaRN's, on cos and sin
+    cos = gain * jnp.concatenate([jnp.cos(angles)] * 2, axis=-1).reshape(1, 1, t, r)
+    sin = gain * jnp.concatenate([jnp.sin(angles)] * 2, axis=-1).reshape(1, 1, t, r)
     xr = x[..., :r].astype(jnp.float32)
     turned = jnp.concatenate([-xr[..., half:], xr[..., :half]], axis=-1)
     y = (xr * cos + turned * sin).astype(x.dtype)

@@ -50,7 +50,8 @@ def _rotary(e: Emit, q: str, k: str) -> tuple[str, str]:
     else:
         inv = 1.0 / float(a.theta) ** (np.arange(r // 2, dtype=np.float32) * 2.0 / r)
     angles = np.arange(t, dtype=np.float32)[:, None] * inv[None, :]
-    cos, sin = e.const(np.cos(angles), "cos"), e.const(np.sin(angles), "sin")
+    gain = float(a.scaling[5]) if a.scaling and a.scaling[0] == "yarn" else 1.0  # YaRN's
+    cos, sin = e.const(gain * np.cos(angles), "cos"), e.const(gain * np.sin(angles), "sin")
     batch = e.node("Shape", [q], sub="batch", start=0, end=1)
     size = e.node("Concat", [batch, e.ints([t], "length")], sub="positions_shape", axis=0)
     positions = e.node("Expand", [e.ints([list(range(t))], "positions"), size], sub="positions")
