@@ -288,6 +288,83 @@ def gemma(c: Config, shapes: Shapes) -> Draft:
     )
 
 
+def gemma2(c: Config, shapes: Shapes) -> Draft:
+    """Gemma 2: Gemma's layers (√D embedding, gains 1 + w, a tanh-GELU gate, tied output)
+    with a second norm after each half (the sandwich), attention scores capped by
+    ``attn_logit_softcapping`` and scaled by ``query_pre_attn_scalar``^-1/2, the logits
+    capped by ``final_logit_softcapping``, and its layers alternating a sliding window and
+    full attention: a ×N/2 group of the two (map `gemma2` reads layers 2i and 2i + 1)."""
+    act = c.get("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")
+    if act not in ("gelu_pytorch_tanh", "gelu"):
+        raise c.error(f"`hidden_activation` {act!r} is not supported", "Gemma's gate is tanh-GELU")
+    d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
+    n = c.whole("num_hidden_layers")
+    types = c.get("layer_types") or [
+        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)
+    ]
+    pairs = ["sliding_attention", "full_attention"] * (n // 2)
+    if n % 2 or types != pairs:
+        raise c.error(
+            f"the {n} layers' kinds (`layer_types`) are not pairs of a sliding layer and a full "
+            "one",
+            "the spec's ×N/2 group holds one pair; an odd count or another order would need "
+            "another spec",
+        )
+    eps = _eps(c.number("rms_norm_eps", default=1e-6))
+    theta = c.rope_theta(scalable=True)
+    tied = _tied(c, shapes, default=True)
+    hd = c.whole("head_dim", default=256)
+    sizes = {
+        "N": n,
+        "D": d,
+        "H": h,
+        "KV": c.whole("num_key_value_heads", default=h),
+        "Dh": hd,
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+        "W": c.whole("sliding_window", default=4096),
+    }
+    att = f"self-att h=H kv=KV dqk=Dh dv=Dh causal=true rope=true theta={_eps(theta)}"
+    att += c.rope_scaling()
+    if c.get("attention_bias", default=False):
+        att += " bias=true"
+    scalar = c.number("query_pre_attn_scalar", default=256)
+    if scalar != hd:
+        att += f" scale={scalar**-0.5!r}"
+    cap = c.get("attn_logit_softcapping", default=50.0)
+    if cap is not None:
+        att += f" softcap={c.number('attn_logit_softcapping')!r}"
+    norm = f"norm=rmsnorm eps={eps} offset=1 post=true"
+    ffw = f"ffw hidden=F act=geglu-tanh bias=false p=0.0 {norm}"
+    final = c.get("final_logit_softcapping", default=30.0)
+    return Draft(
+        "Gemma 2 (Gemma Team 2024)",
+        "gemma2",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            *(["-> tokens"] if tied else []),
+            _pad("times sqrt=D", "T×D"),
+            "×N/2:",
+            f"  {att} window=W {norm} -> local",
+            f"  {ffw} -> local_mlp",
+            f"  {att} {norm} -> attn",
+            f"  {ffw} -> mlp",
+            f"rmsnorm eps={eps} offset=1",
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            *([f"softcap c={c.number('final_logit_softcapping')!r}"] if final is not None else []),
+            "output P",
+        ],
+        [
+            "# Gemma's layers with a second norm after each half, attention scores and logits",
+            "# capped (c·tanh(s/c)), and layers alternating a sliding window of W keys (local)",
+            "# and full attention: a ×N/2 group of the two."
+            + (" The output layer is tied to the embedding." if tied else ""),
+        ],
+    )
+
+
 def _window(c: Config, kind: str) -> int:
     """The sliding window W, where the config turns one on for every layer (`_sliding`); 0
     where for none. Layers of both kinds are refused: one ×N group has one window."""
@@ -572,6 +649,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "bert": bert,
     "vit": vit,
     "gemma": gemma,
+    "gemma2": gemma2,
     "phi3": lambda c, s: llama(c, s, kind="phi3"),
 }
 

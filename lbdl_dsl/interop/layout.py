@@ -8,7 +8,9 @@ parameter table from the checkpoint's header alone, before a single tensor is re
 
 Patterns name reference tensors with ``{i}`` standing for a layer index (``h.{i}.ln_1.weight``)
 and ``{i+K}`` for an index counted from K (``layer1.{i+1}.conv1.weight``: ResNet's first block
-of a stage is written apart from the ×N group of the others). A rule with an index fills a
+of a stage is written apart from the ×N group of the others), ``{Si+K}`` for every S-th from K
+(``layers.{2i+1}.``: Gemma 2's layers alternate two kinds, a ×N/2 group of two layers, whose
+second reads the odd ones). A rule with an index fills a
 parameter of a ×N group, whose copies are stacked along a leading axis, one per index. A second
 index, ``{j}`` (or ``{j+K}``), counts the copies stored apart inside one layer (Mixtral's
 ``experts.{j}.w1.weight``): they are stacked along the next axis, so that a rule with both
@@ -157,8 +159,8 @@ def split_to(parts: int, axis: int = 0, widths: tuple[int, ...] = ()) -> Op:
     )
 
 
-_INDEX = re.compile(r"\{([ij])(?:\+(\d+))?\}")
-_TOKEN = re.compile(r"(\{[ij](?:\+\d+)?\}|\{\*\})")
+_INDEX = re.compile(r"\{(?P<step>\d+)?(?P<letter>[ij])(?:\+(?P<start>\d+))?\}")
+_TOKEN = re.compile(r"(\{\d*[ij](?:\+\d+)?\}|\{\*\})")
 LETTERS = ("i", "j")  # the indices a pattern may hold, outermost first
 Index = tuple[int, ...]  # one copy of a rule: its (i,), (i, j) or (j,); () for a plain name
 
@@ -172,7 +174,7 @@ def pattern(source: str) -> re.Pattern[str]:
         if piece == "{*}":
             text += ".*"
         elif m:
-            text += rf"(?P<{m.group(1)}>\d+)"
+            text += rf"(?P<{m['letter']}>\d+)"
         else:
             text += re.escape(piece)
     return re.compile(text + r"\Z")
@@ -200,7 +202,7 @@ class Rule:
     def letters(self) -> tuple[str, ...]:
         """The indices the rule's names hold, outermost first: one leading axis of the
         target each (``("i",)`` for a ×N group, ``("i", "j")`` for its experts)."""
-        found = {m.group(1) for m in _INDEX.finditer(self.sources[0])}
+        found = {m["letter"] for m in _INDEX.finditer(self.sources[0])}
         return tuple(x for x in LETTERS if x in found)
 
     @property
@@ -210,20 +212,33 @@ class Rule:
     @property
     def starts(self) -> dict[str, int]:
         """The reference index of each axis's first copy (``{i+1}`` → 1)."""
-        return {m.group(1): int(m.group(2) or 0) for m in _INDEX.finditer(self.sources[0])}
+        return {m["letter"]: int(m["start"] or 0) for m in _INDEX.finditer(self.sources[0])}
+
+    @property
+    def steps(self) -> dict[str, int]:
+        """How far apart in the reference each axis's copies are (``{2i+1}`` → 2)."""
+        return {m["letter"]: int(m["step"] or 1) for m in _INDEX.finditer(self.sources[0])}
 
     def index(self, match: re.Match[str]) -> Index | None:
-        """The copy a matched name is (its indices counted from each start), or ``None`` for
-        a name before a start."""
-        starts = self.starts
-        index = tuple(int(match.group(x)) - starts[x] for x in self.letters)
-        return index if all(k >= 0 for k in index) else None
+        """The copy a matched name is (its indices counted from each start, in steps), or
+        ``None`` for a name before a start or between steps (another rule's)."""
+        starts, steps = self.starts, self.steps
+        index = []
+        for x in self.letters:
+            k, off = divmod(int(match.group(x)) - starts[x], steps[x])
+            if k < 0 or off:
+                return None
+            index.append(k)
+        return tuple(index)
 
     def name(self, index: Index, source: str | None = None) -> str:
         """The reference name of copy ``index`` (``()`` for a rule without indices)."""
         source = source or self.sources[0]
-        starts, at = self.starts, dict(zip(self.letters, index, strict=True))
-        return _INDEX.sub(lambda m: str(at[m.group(1)] + starts[m.group(1)]), source)
+        starts, steps = self.starts, self.steps
+        at = dict(zip(self.letters, index, strict=True))
+        return _INDEX.sub(
+            lambda m: str(steps[m["letter"]] * at[m["letter"]] + starts[m["letter"]]), source
+        )
 
     def out_shape(self, shape: Shape) -> Shape:
         return self.out_shapes(shape)[0]

@@ -38,6 +38,7 @@ CAUSAL = [
     "qwen3-moe",
     "phi",
     "gemma",
+    "gemma2",
     "phi3",
 ]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
@@ -182,9 +183,8 @@ def test_an_unknown_model_type_lists_the_supported_ones(tmp_path: Path, capsys) 
     code, err = _run(capsys, str(_copy(tmp_path, "gpt2", model_type="t5")))
     assert code == 1
     assert "model_type `t5` is not supported" in err
-    assert (
-        "gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi, bert, vit, gemma, phi3" in err
-    )
+    listed = "gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi, bert, vit, gemma, gemma2"
+    assert listed + ", phi3" in err
 
 
 def test_a_folder_without_config_json_says_so(tmp_path: Path, capsys) -> None:
@@ -227,6 +227,15 @@ def test_a_config_the_spec_cannot_say_is_refused(tmp_path: Path, capsys) -> None
     folder = _copy(tmp_path / "2", "mistral", rope_parameters={"rope_type": "llama3", "factor": 8})
     code, err = _run(capsys, str(folder))
     assert code == 1 and "rope_scaling's `low_freq_factor` must be a positive number" in err
+
+
+def test_gemma2_layers_must_come_in_pairs_of_a_sliding_and_a_full_one(tmp_path, capsys) -> None:
+    """The spec's ×N/2 group holds one sliding and one full layer: another order is refused,
+    naming `layer_types`, never read into the wrong boxes."""
+    full = ["full_attention"] * 4
+    code, err = _run(capsys, str(_copy(tmp_path, "gemma2", layer_types=full)))
+    assert code == 1 and "are not pairs of a sliding layer and a full one" in err
+    assert "`layer_types`" in err and "Traceback" not in err
 
 
 def test_a_scaled_rotary_is_written_as_the_config_says(tmp_path: Path) -> None:

@@ -80,6 +80,20 @@ def test_patterns_index_from_their_start_and_match_whole_names() -> None:
     assert layout.pattern("{*}num_batches_tracked").match("layer2.0.bn1.num_batches_tracked")
 
 
+def test_a_stepped_index_takes_every_other_layer() -> None:
+    """``{2i}`` and ``{2i+1}`` split alternating layers between two rules (Gemma 2's sliding
+    and global layers, a ×N/2 group of two): each name is one rule's, counted in steps."""
+    even, odd = (layout.Rule(f"layers.{{{k}}}.w", "x") for k in ("2i", "2i+1"))
+    names = {f"layers.{n}.w": n for n in range(6)}
+    for rule, want in ((even, [0, 2, 4]), (odd, [1, 3, 5])):
+        rx = layout.pattern(rule.sources[0])
+        indices = {n: rule.index(m) for name, n in names.items() if (m := rx.match(name))}
+        assert len(indices) == 6  # the pattern matches every layer's name...
+        kept = {k: n for n, k in indices.items() if k is not None}  # ...the index keeps its own
+        assert sorted(kept.values()) == want and sorted(kept) == [(0,), (1,), (2,)]
+        assert [rule.name((k,)) for k in range(3)] == [f"layers.{n}.w" for n in want]
+
+
 @pytest.mark.parametrize("family", sorted(MAPS))
 def test_each_map_fills_each_parameter_once(family) -> None:
     for variant in MAPS[family]:

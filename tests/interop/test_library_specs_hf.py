@@ -52,6 +52,15 @@ CASES = {
         {"theta=1e6": "theta=10000.0", **TIED},
         "qwen2",
     ),
+    "gemma2-9b": (
+        "gemma2",
+        dict(N=4, D=32, H=4, KV=2, Dh=16, F=64, V=96, W=8),
+        {
+            "softcap=50.0": "scale=0.28867513459481287 softcap=2.0",
+            "softcap c=30.0": "softcap c=5.0",
+        },
+        "gemma2",
+    ),
     "qwen3-8b": (
         "qwen3",
         dict(N=2, D=32, H=4, KV=2, Dh=16, F=64, V=96),

@@ -81,6 +81,34 @@ SILU = _unary(
     lambda xs, p, s, a: xs[0] * sigmoid_ref(xs[0]),
     aliases=("swish",),
 )
+
+
+def softcap_ref(x: Any, c: float) -> Any:
+    """c·tanh(x/c): near x for |x| ≪ c, never beyond ±c."""
+    return c * numpy().tanh(x / c)
+
+
+def _softcap_shape(c: Ctx) -> Shape:
+    if not c.hp["c"] > 0:
+        c.fail(f"the cap must be positive, got {c.hp['c']}", hparam="c")
+    return c.x
+
+
+SOFTCAP = Layer(
+    name="softcap",
+    aliases=("soft-cap",),
+    category="Activation",
+    doc="Soft capping, c·tanh(x/c): values squashed smoothly into (−c, c), near x when small "
+    "(Gemma 2's final logits, c = 30; its attention scores are `mha softcap=`).",
+    hparams=(HP("c", "float", doc="the cap"),),
+    shape=_softcap_shape,
+    layout="any",
+    rf=True,
+    example=("16×10", "softcap c=30.0"),
+    cases=(("6×8", "softcap c=0.5"),),
+    reference=lambda xs, p, s, a: softcap_ref(xs[0], a.c),
+    step=lambda c: TOKEN,
+)
 IDENTITY = _unary(
     "identity", "Passes its input through (a named junction).", lambda xs, p, s, a: xs[0]
 )
@@ -155,4 +183,17 @@ RELU6 = Layer(
 )
 
 
-LAYERS = (RELU, TANH, SIGMOID, LEAKY, GELU, SILU, IDENTITY, SOFTARGMAX, DROPOUT, DROPOUT2D, RELU6)
+LAYERS = (
+    RELU,
+    TANH,
+    SIGMOID,
+    LEAKY,
+    GELU,
+    SILU,
+    SOFTCAP,
+    IDENTITY,
+    SOFTARGMAX,
+    DROPOUT,
+    DROPOUT2D,
+    RELU6,
+)

@@ -61,12 +61,13 @@ class HeadsAttrs(Attrs):
     offset: float = 0.0  # the pre-norm's gain is offset + its scale (Gemma's 1 + w)
     scaling: tuple[Any, ...] = ()  # the rotary frequencies' rescaling (`rope_scaling`); (): none
     qknorm: tuple[Any, ...] = ()  # each head's queries and keys normalised: (kind, eps); (): not
+    softcap: float = 0.0  # the scores squashed as c·tanh(s/c) before the mask (Gemma 2); 0: not
 
     def items(self) -> tuple[tuple[str, Any], ...]:
         """The record, less an offset of 0 (the pre-norm of every model but Gemma's), an empty
         rotary scaling (every model's but LLaMA 3's) and no q/k norm (every model's but
         Qwen3's), so that the records of the models before them read as they did."""
-        quiet = ("offset", "scaling", "qknorm")
+        quiet = ("offset", "scaling", "qknorm", "softcap")
         return tuple((k, v) for k, v in super().items() if k not in quiet or v)
 
 
@@ -226,7 +227,18 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         offset=float(c.hp.get("offset", 0.0)),
         scaling=scaling,
         qknorm=_qknorm(c),
+        softcap=_softcap(c),
     )
+
+
+def _softcap(c: Ctx) -> float:
+    """``softcap=``: the scores' cap c (c·tanh(s/c)), or 0 for none."""
+    cap = c.hp.get("softcap")
+    if cap is None:
+        return 0.0
+    if not cap > 0:
+        c.fail(f"the scores' cap must be positive, got {cap}", hparam="softcap")
+    return float(cap)
 
 
 def _qknorm(c: Ctx) -> tuple[Any, ...]:
@@ -387,9 +399,11 @@ def attention_ref(
     causal: bool = False,
     bias: Any = None,
     scale: float | None = None,
+    softcap: float = 0.0,
 ) -> Any:
     """softargmax(QKᵀ/√d + bias)·V over (B, H, T, d) arrays, position by position (``scale``
-    instead of 1/√d where given); a query whose keys are all masked gives zeros."""
+    instead of 1/√d where given; with ``softcap`` c the scaled scores squashed to
+    c·tanh(s/c) first); a query whose keys are all masked gives zeros."""
     np = numpy()
     b, h, tq, d = q.shape
     keep = np.ones((b, h, tq, k.shape[2]), bool)
@@ -398,6 +412,8 @@ def attention_ref(
     if causal:
         keep &= np.tri(tq, k.shape[2], dtype=bool)
     scores = q @ k.swapaxes(-1, -2) * (1 / math.sqrt(d) if scale is None else scale)
+    if softcap:
+        scores = softcap * np.tanh(scores / softcap)
     if bias is not None:
         scores = scores + np.broadcast_to(bias, scores.shape)
     scores = np.where(keep, scores, -np.inf)
@@ -447,7 +463,7 @@ def mha_ref(
     if key_mask is not None:
         keys = np.asarray(key_mask, bool)[:, None, None, :]
         mask = keys if mask is None else keys & mask
-    o = attention_ref(q, k, v, mask, a.causal, bias, a.scale)
+    o = attention_ref(q, k, v, mask, a.causal, bias, a.scale, a.softcap)
     o = o.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1)
     return np.asarray(proj(o, "o"))
 
@@ -523,6 +539,13 @@ _ATT_HP = (
         ("none", "rmsnorm", "layernorm"),
     ),
     HP("qkeps", "float", None, "the q/k norm's epsilon (default: the pre-norm's eps, else 1e-6)"),
+    HP(
+        "softcap",
+        "float",
+        None,
+        "the scaled scores squashed to c·tanh(s/c) before the mask (Gemma 2's "
+        "attn_logit_softcapping, 50)",
+    ),
     HP(
         "scale",
         "float",
@@ -650,6 +673,7 @@ MHA = Layer(
         ("6×8; Z: 5×8; B: 1×6×5", "mha(Z, B) h=2 scale=0.5 kv=1"),
         ("6×16", "mha h=4 kv=2 causal=true rope=true theta=100.0 qknorm=rmsnorm"),
         ("5×8", "mha h=2 qknorm=layernorm qkeps=1e-3 bias=true"),
+        ("6×16", "mha h=4 kv=2 causal=true softcap=0.5 scale=0.4 window=3"),
     ),
     reference=lambda xs, p, s, a: _mha_call_ref(xs, p, a),
 )
@@ -768,7 +792,7 @@ def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
 
 _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 # Passed on only when set: the classic models' insides stay as they were.
-_MHA_OPTIONS = ("kv", "obias", "window", "scale", "qkeps")
+_MHA_OPTIONS = ("kv", "obias", "window", "scale", "qkeps", "softcap")
 _ROPE = ("rope", "theta", "rot")
 _ROPE_SCALE = ("rscale", "rfactor", "rlow", "rhigh", "rctx", "rattn")
 _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm"))
@@ -800,6 +824,7 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
             f"block inside({', '.join([*passed, 'eps'])}) on {on}:\n"
             f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> ln\n"
             f"  mha{'(' + ', '.join(reads) + ')' if reads else ''}{args}{qk} -> att\n"
+            f"{_post_text(hp)}"
             "  +(X)\n"
         )
 
@@ -828,6 +853,13 @@ def _norm_ref(x: Any, p: Weights, norm: str, eps: float, offset: float = 0.0) ->
     return layernorm_ref(x, p["scale"] + offset, p["bias"], eps, 1)
 
 
+def _post_text(hp: Mapping[str, Any]) -> str:
+    """The inside's post-norm line, where ``post=true``: the pre-norm's kind, ε and offset."""
+    if not hp.get("post"):
+        return ""
+    return f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> pn\n"
+
+
 def _offset_text(hp: Mapping[str, Any]) -> str:
     """The pre-norm's ``offset=`` in a composite's inside, where one is given."""
     offset = float(hp.get("offset") or 0.0)
@@ -835,6 +867,13 @@ def _offset_text(hp: Mapping[str, Any]) -> str:
 
 
 _PRE_OFFSET = HP("offset", "float", 0.0, "the pre-norm's gain is offset + w (1: Gemma's 1 + w)")
+_POST = HP(
+    "post",
+    "bool",
+    False,
+    "a second norm, of the branch's output before the residual sum, as the pre-norm (Gemma "
+    "2's sandwich: post_attention_layernorm, post_feedforward_layernorm)",
+)
 
 
 def _pre_norm_ref(xs: Arrays, p: Weights, a: HeadsAttrs) -> Any:
@@ -843,7 +882,10 @@ def _pre_norm_ref(xs: Arrays, p: Weights, a: HeadsAttrs) -> Any:
     assert a.eps is not None, "self-att and cross-att declare `eps`; only a bare mha has none"
     h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset)
     z = xs[a.keys_at] if a.keys_at else h
-    return xs[0] + mha_ref(h, z, p["att"], a, key_mask=mask, bias=bias)
+    out = mha_ref(h, z, p["att"], a, key_mask=mask, bias=bias)
+    if "pn" in p:  # post=true
+        out = _norm_ref(out, p["pn"], a.norm, a.eps, a.offset)
+    return xs[0] + out
 
 
 SELF_ATT = Layer(
@@ -861,6 +903,7 @@ SELF_ATT = Layer(
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
         _PRE_OFFSET,
+        _POST,
     ),
     arity=(1, 3),
     resolve=lambda c: _self_attrs(c),
@@ -878,6 +921,12 @@ SELF_ATT = Layer(
         ("6×8; B: 2×6×6; M: 6 bool", "self-att(B, M) h=2 scale=none norm=rmsnorm causal=true"),
         ("6×16", "self-att h=4 kv=2 causal=true rope=true norm=rmsnorm eps=1e-6 qknorm=rmsnorm"),
         ("6×16", "self-att h=2 dqk=6 dv=6 rope=true rot=0.5 qknorm=layernorm qkeps=1e-4"),
+        # Gemma 2's: capped scores, a window, the sandwich's second norm, gains 1 + w
+        (
+            "7×16",
+            "self-att h=4 kv=2 dqk=8 dv=8 causal=true rope=true window=3 softcap=0.5 "
+            "scale=0.25 norm=rmsnorm eps=1e-6 offset=1.0 post=true",
+        ),  # fmt: skip
     ),
     reference=lambda xs, p, s, a: _pre_norm_ref(xs, p, a),
 )
@@ -890,7 +939,13 @@ CROSS_ATT = Layer(
     "from a second sequence Z (the encoder's output, given in parentheses), multi-head "
     "attention, and the residual sum with X. `cross-att(Z, M)` with M: S bool masks padding "
     "keys; `cross-att(Z, B)` with B: G×T×S adds a score bias.",
-    hparams=(*_ATT_HP, HP(*_NORM), HP("eps", "float", 1e-5, "the pre-norm's epsilon"), _PRE_OFFSET),
+    hparams=(
+        *_ATT_HP,
+        HP(*_NORM),
+        HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
+        _PRE_OFFSET,
+        _POST,
+    ),
     arity=(2, 4),
     resolve=lambda c: _cross_attrs(c),
     inside=_att_inside(cross=True),
@@ -937,6 +992,7 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
             "  mul(up)\n"
             "  fc out=D bias=bias -> down\n"
             "  dropout p=p\n"
+            f"{_post_text(hp)}"
             "  +(X)\n"
         )
     return head + (
@@ -944,6 +1000,7 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
         f"  {_ACT[hp['act']]}\n"
         "  fc out=D bias=bias -> fc2\n"
         "  dropout p=p\n"
+        f"{_post_text(hp)}"
         "  +(X)\n"
     )
 
@@ -955,10 +1012,14 @@ def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
         g = dense_ref(h, p["gate"]["w"], p["gate"].get("b"))
         g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, a.act == "geglu-tanh")
         h = g * dense_ref(h, p["up"]["w"], p["up"].get("b"))
-        return xs[0] + dense_ref(h, p["down"]["w"], p["down"].get("b"))
-    h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))
-    h = np.maximum(h, 0.0) if a.act == "relu" else gelu_ref(h, a.act == "gelu-tanh")
-    return xs[0] + dense_ref(h, p["fc2"]["w"], p["fc2"].get("b"))
+        out = dense_ref(h, p["down"]["w"], p["down"].get("b"))
+    else:
+        h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))
+        h = np.maximum(h, 0.0) if a.act == "relu" else gelu_ref(h, a.act == "gelu-tanh")
+        out = dense_ref(h, p["fc2"]["w"], p["fc2"].get("b"))
+    if "pn" in p:  # post=true
+        out = _norm_ref(out, p["pn"], a.norm, a.eps, a.offset)
+    return xs[0] + out
 
 
 FFW = Layer(
@@ -985,6 +1046,7 @@ FFW = Layer(
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
         _PRE_OFFSET,
+        _POST,
     ),
     resolve=_ffw_attrs,
     inside=_ffw_inside,
@@ -997,6 +1059,8 @@ FFW = Layer(
         ("6×8", "ffw act=geglu-tanh hidden=12 bias=false p=0.0 norm=rmsnorm offset=1.0"),
         ("6×8", "ffw act=geglu hidden=6"),
         ("6×8", "ffw act=geglu-tanh hidden=6"),
+        ("6×8", "ffw act=geglu-tanh hidden=12 bias=false p=0.0 norm=rmsnorm offset=1.0 post=true"),
+        ("6×8", "ffw act=relu hidden=5 post=true"),
     ),
     reference=_ffw_ref,
 )

@@ -7,7 +7,19 @@ parameters): the importer takes the variant whose parameter paths the spec has.
 from __future__ import annotations
 
 from lbdl_dsl.interop.layout import FamilyMap
-from lbdl_dsl.interop.maps import bert, gpt2, llama, mixtral, phi, phi3, qwen2, qwen3, resnet, vit
+from lbdl_dsl.interop.maps import (
+    bert,
+    gemma2,
+    gpt2,
+    llama,
+    mixtral,
+    phi,
+    phi3,
+    qwen2,
+    qwen3,
+    resnet,
+    vit,
+)
 
 MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "gpt2": gpt2.VARIANTS,
@@ -19,6 +31,7 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "bert": bert.VARIANTS,
     "qwen2": (qwen2.MAP,),
     "qwen3": qwen3.VARIANTS,
+    "gemma2": gemma2.VARIANTS,
     "qwen3_moe": qwen3.MOE,
     "phi": (phi.MAP,),
     "phi3": (phi3.MAP,),

@@ -168,12 +168,14 @@ def attention(
     key: jax.Array | None = None,
     bias: jax.Array | None = None,
     scale: float | None = None,
+    softcap: float = 0.0,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
 
     ``bias`` (optional) is added to the scores before the softmax, broadcast from its last
     axes to (B, H, Tq, Tk) (T5's relative positions, ALiBi); ``scale`` replaces 1/sqrt(Dqk)
-    (1.0: none, as T5).
+    (1.0: none, as T5); ``softcap`` c > 0 squashes the scaled scores to c·tanh(s/c) first
+    (Gemma 2).
 
     ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
     ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
@@ -186,6 +188,8 @@ def attention(
     tq, tk = q.shape[-2], k.shape[-2]
     factor = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
     scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * factor
+    if softcap:
+        scores = softcap * jnp.tanh(scores / softcap)
     if bias is not None:
         scores = scores + jnp.broadcast_to(trailing(bias, 4), scores.shape).astype(scores.dtype)
     keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
@@ -324,6 +328,7 @@ def mha_lm(
     bias: jax.Array | None = None,
     scale: float | None = None,
     qknorm: tuple[Any, ...] = (),
+    softcap: float = 0.0,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
     rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
@@ -350,7 +355,7 @@ def mha_lm(
         band = window_mask(tq, tk, window).reshape(1, 1, tq, tk)
         mask = band if mask is None else jnp.logical_and(mask, band)
     out = None
-    plain = mask is None and bias is None and scale is None
+    plain = mask is None and bias is None and scale is None and not softcap
     if plain and not (train and dropout > 0.0):  # as `mha`: cuDNN's kernel on a GPU
         heads_last = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
         out = fused_attention(*heads_last, causal=causal)
@@ -366,6 +371,7 @@ def mha_lm(
             key=key,
             bias=bias,
             scale=scale,
+            softcap=softcap,
         )
         out = out.transpose(0, 2, 1, 3)
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))

@@ -274,12 +274,14 @@ def attention(
     key: jax.Array | None = None,
     bias: jax.Array | None = None,
     scale: float | None = None,
+    softcap: float = 0.0,
 ) -> jax.Array:
     """Scaled dot-product attention: q (B, H, Tq, Dqk), k (B, H, Tk, Dqk), v (B, H, Tk, Dv).
 
     ``bias`` (optional) is added to the scores before the softmax, broadcast from its last
     axes to (B, H, Tq, Tk) (T5's relative positions, ALiBi); ``scale`` replaces 1/sqrt(Dqk)
-    (1.0: none, as T5).
+    (1.0: none, as T5); ``softcap`` c > 0 squashes the scaled scores to c·tanh(s/c) first
+    (Gemma 2).
 
     ``mask`` is a boolean broadcastable to (B, H, Tq, Tk), True = attend (PyTorch's bool
     ``attn_mask`` convention), or None. ``causal`` keeps key j for query i iff j <= i
@@ -292,6 +294,8 @@ def attention(
     tq, tk = q.shape[-2], k.shape[-2]
     factor = 1.0 / float(np.sqrt(q.shape[-1])) if scale is None else float(scale)
     scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * factor
+    if softcap:
+        scores = softcap * jnp.tanh(scores / softcap)
     if bias is not None:
         scores = scores + jnp.broadcast_to(trailing(bias, 4), scores.shape).astype(scores.dtype)
     keep = None if mask is None else jnp.broadcast_to(trailing(mask, 4), scores.shape)
@@ -320,6 +324,7 @@ def mha(
     mask: jax.Array | None = None,
     bias: jax.Array | None = None,
     scale: float | None = None,
+    softcap: float = 0.0,
 ) -> jax.Array:
     """Multi-head attention: queries from x (B, Tq, D), keys/values from z (B, Tk, Dkv).
 
@@ -339,7 +344,8 @@ def mha(
     k = k.reshape(b, tk, heads, dqk)
     v = v.reshape(b, tk, heads, dv)
     out = None
-    if mask is None and bias is None and scale is None and not (train and dropout > 0.0):
+    plain = mask is None and bias is None and scale is None and not softcap
+    if plain and not (train and dropout > 0.0):
         out = fused_attention(q, k, v, causal=causal)
     if out is None:
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
@@ -354,6 +360,7 @@ def mha(
             key=key,
             bias=bias,
             scale=scale,
+            softcap=softcap,
         )
         out = out.transpose(0, 2, 1, 3)
     return dense(out.reshape(b, tq, heads * dv), p["wo"], p.get("bo"))

@@ -27,6 +27,7 @@ LOWER: dict[str, Lowering] = {
     "silu": unary("silu"),
     "leaky-relu": lambda e: e.call("leaky_relu", e.x[0], e.a.a),
     "gelu": gelu,
+    "softcap": lambda e: f"{e.a.c!r} * jnp.tanh({e.x[0]} / {e.a.c!r})",
     "identity": lambda e: e.x[0],
     "relu6": lambda e: f"jnp.clip({e.x[0]}, 0.0, 6.0)",
     "softargmax": lambda e: e.call("softmax", e.x[0], axis=e.a.axis + 1),

@@ -22,6 +22,8 @@ def _switches(e: Emit) -> dict[str, Any]:
         out["bias"] = e.x[e.a.bias_at]
     if e.a.scale is not None:
         out["scale"] = e.a.scale
+    if e.a.softcap:
+        out["softcap"] = e.a.softcap
     return out
 
 
@@ -75,6 +77,7 @@ def mha_step(e: Emit) -> str:
     )
     a = e.a
     options = _rotary(a) | ({"scale": a.scale} if a.scale is not None else {})
+    options |= {"softcap": a.softcap} if a.softcap else {}
     call = e.call(
         "mha_step",
         e.x[0],

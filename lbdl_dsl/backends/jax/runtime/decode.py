@@ -65,14 +65,20 @@ def ring_write(cache: jax.Array, new: jax.Array, pos: jax.Array | int) -> jax.Ar
     return cache.at[:, :, slots].set(new)
 
 
+def capped(scores: jax.Array, softcap: float) -> jax.Array:
+    """The scores squashed to c·tanh(s/c) where a cap c is given (Gemma 2), else as they are."""
+    return softcap * jnp.tanh(scores / softcap) if softcap else scores
+
+
 def scores_among(
-    qg: jax.Array, k: jax.Array, scale: float, window: int
+    qg: jax.Array, k: jax.Array, scale: float, window: int, softcap: float = 0.0
 ) -> tuple[jax.Array, jax.Array]:
     """Grouped queries qg (B, KV, G, t, dk) against keys (B, KV, t, dk) at the same t
-    positions: the scores, and which of them a causal attention keeps (within the window if
-    any). Only the positions' differences matter, so the first may be any."""
+    positions: the scores (capped by ``softcap``), and which of them a causal attention keeps
+    (within the window if any). Only the positions' differences matter, so the first may be
+    any."""
     t = qg.shape[-2]
-    scores = jnp.einsum("bkgtd,bkud->bkgtu", qg, k) / scale
+    scores = capped(jnp.einsum("bkgtd,bkud->bkgtu", qg, k) / scale, softcap)
     at = jnp.arange(t)
     keep = at[None, :] <= at[:, None]
     if window:
@@ -81,10 +87,10 @@ def scores_among(
 
 
 def causal_attention(
-    qg: jax.Array, k: jax.Array, v: jax.Array, scale: float, window: int
+    qg: jax.Array, k: jax.Array, v: jax.Array, scale: float, window: int, softcap: float = 0.0
 ) -> jax.Array:
     """`cached_attention` with an empty cache: the new positions among themselves."""
-    scores, keep = scores_among(qg, k, scale, window)
+    scores, keep = scores_among(qg, k, scale, window, softcap)
     weights = jax.nn.softmax(jnp.where(keep, scores, jnp.finfo(scores.dtype).min), axis=-1)
     return jnp.einsum("bkgtu,bkud->bkgtd", weights, v)
 
@@ -99,11 +105,12 @@ def cached_attention(
     *,
     window: int = 0,
     scale: float | None = None,
+    softcap: float = 0.0,
 ) -> jax.Array:
     """Queries q (B, H, t, dk) at positions pos.. over the ring (ck, cv) (B, KV, S, d), which
     holds the positions before pos, and over the new keys and values k, v (B, KV, t, d): one
     softmax over both, causal, within the window if any, the scores multiplied by ``scale``
-    (default 1/sqrt(dk), as `attention`'s). Returns (B, H, t, dv).
+    (default 1/sqrt(dk), as `attention`'s) and capped by ``softcap``. Returns (B, H, t, dv).
 
     A prefill into a fresh cache (``pos`` the Python int 0, `Decoder.run`) reads the new keys
     alone: the ring holds nothing yet, and reading its S masked slots was two thirds of GPT-2
@@ -113,10 +120,10 @@ def cached_attention(
     qg = q.reshape(b, kv, h // kv, t, dk)
     scale = float(np.sqrt(dk)) if scale is None else 1.0 / float(scale)  # now a divisor
     if isinstance(pos, int) and pos == 0:
-        return causal_attention(qg, k, v, scale, window).reshape(b, h, t, -1)
+        return causal_attention(qg, k, v, scale, window, softcap).reshape(b, h, t, -1)
     ck, cv = ck.astype(q.dtype), cv.astype(q.dtype)
-    old = jnp.einsum("bkgtd,bksd->bkgts", qg, ck) / scale
-    new, keep_new = scores_among(qg, k, scale, window)
+    old = capped(jnp.einsum("bkgtd,bksd->bkgts", qg, ck) / scale, softcap)
+    new, keep_new = scores_among(qg, k, scale, window, softcap)
     at = pos + jnp.arange(t)  # the queries' positions
     held = pos - 1 - jnp.mod(pos - 1 - jnp.arange(s), s)  # the position in each slot (< 0: none)
     keep_old = jnp.broadcast_to(held[None, :] >= 0, (t, s))
@@ -146,6 +153,7 @@ def mha_step(
     scaling: tuple[Any, ...] = (),
     scale: float | None = None,
     qknorm: tuple[Any, ...] = (),
+    softcap: float = 0.0,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Causal self-attention (`mha`, `mha_lm`) of x (B, t, D) at positions pos.., with its
     cache of keys and values; returns (output (B, t, out), keys, values) with the cache
@@ -170,7 +178,7 @@ def mha_step(
     if theta:
         q = rope(q, theta=theta, fraction=fraction, scaling=scaling, pos=pos)
         k = rope(k, theta=theta, fraction=fraction, scaling=scaling, pos=pos)
-    out = cached_attention(q, k, v, ck, cv, pos, window=window, scale=scale)
+    out = cached_attention(q, k, v, ck, cv, pos, window=window, scale=scale, softcap=softcap)
     y = dense_step(out.transpose(0, 2, 1, 3).reshape(b, t, heads * dv), p, "wo", "bo")
     return y, ring_write(ck, k, pos), ring_write(cv, v, pos)
 

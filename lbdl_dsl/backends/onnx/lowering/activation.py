@@ -18,6 +18,13 @@ def relu6(e: Emit) -> str:
     return e.node("Clip", [e.x[0], e.const(0.0, "min"), e.const(6.0, "max")])
 
 
+def softcap(e: Emit) -> str:
+    """c·tanh(x/c) as Div, Tanh, Mul."""
+    c = e.const(float(e.a.c), "cap")
+    squashed = e.node("Tanh", [e.node("Div", [e.x[0], c], sub="scaled")], sub="tanh")
+    return e.node("Mul", [squashed, c])
+
+
 def passes(e: Emit) -> str:
     return e.x[0]
 
@@ -27,6 +34,7 @@ LOWER: dict[str, Lowering] = {
     "tanh": unary("Tanh"),
     "sigmoid": unary("Sigmoid"),
     "silu": silu,
+    "softcap": softcap,
     "leaky-relu": lambda e: e.node("LeakyRelu", [e.x[0]], alpha=float(e.a.a)),
     "gelu": lambda e: e.node("Gelu", [e.x[0]], approximate="tanh" if e.a.approximate else None),
     "identity": passes,

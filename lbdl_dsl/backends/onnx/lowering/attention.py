@@ -81,8 +81,8 @@ def mha(e: Emit) -> str:
     a = e.a
     if a.masked:
         raise Unsupported("a key mask (no ONNX form here)")
-    if getattr(a, "scale", None) is not None or getattr(a, "bias_at", False):
-        raise Unsupported("a score bias or a scale= (not lowered to ONNX here)")
+    if getattr(a, "bias_at", False):
+        raise Unsupported("a score bias (not lowered to ONNX here)")
     x = e.x[0]
     z = e.x[1] if len(e.x) > 1 else x
     q = _project(e, x, "wq", "bq", "q")
@@ -100,6 +100,8 @@ def mha(e: Emit) -> str:
         q_num_heads=known(a.heads),
         kv_num_heads=known(a.kv or a.heads),
         is_causal=1 if a.causal and not mask else None,
+        softcap=float(a.softcap) if a.softcap else None,
+        scale=float(a.scale) if a.scale is not None else None,
     )
     y = e.node("MatMul", [heads, e.param("wo")], sub="matmul" if e.has_param("bo") else "")
     return e.node("Add", [y, e.param("bo")]) if e.has_param("bo") else y
