@@ -20,6 +20,6 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "qwen2": (qwen2.MAP,),
     "qwen3": qwen3.VARIANTS,
     "qwen3_moe": qwen3.MOE,
-    "phi": (phi.MAP,),
+    "phi": phi.VARIANTS,
     "phi3": (phi3.MAP,),
 }
