@@ -490,7 +490,6 @@ def phi(c: Config, shapes: Shapes) -> Draft:
     act = c.get("hidden_act", default="gelu_new")
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
         raise c.error(f"`hidden_act` {act!r} is not supported", "the parallel block's is tanh-gelu")
-    c.require("qk_layernorm", False, "no layernorm on queries and keys in the parallel block")
     c.require("tie_word_embeddings", False, "Phi's output layer is its own, with a bias")
     h = c.whole("num_attention_heads")
     sizes = {
@@ -503,6 +502,15 @@ def phi(c: Config, shapes: Shapes) -> Draft:
     }
     eps = _eps(c.number("layer_norm_eps", default=1e-5))
     rot = c.rotary_fraction()
+    # qk_layernorm: each head's q and k layer-normalised (bias too) before the rotary, ε the
+    # layers' own (transformers' PhiAttention)
+    qk = f" qk=layernorm qkeps={eps}" if c.get("qk_layernorm", default=False) else ""
+    notes = [
+        "# attention and feed-forward side by side off one layernorm (the parallel block),",
+        "# rotary positions on a part of each head, biases everywhere.",
+    ]
+    if qk:
+        notes += ["# Each head's queries and keys layer-normalised before the rotary."]
     return Draft(
         "Phi (Gunasekar et al. 2023; Li et al. 2023)",
         "phi",
@@ -510,15 +518,12 @@ def phi(c: Config, shapes: Shapes) -> Draft:
         [
             "input X: T int<V>",
             _pad("embed", "T×D"),
-            f"parallel ×N H=H KV=KV F=F rot={rot:g} theta={_eps(c.rope_theta())} eps={eps}",
+            f"parallel ×N H=H KV=KV F=F rot={rot:g} theta={_eps(c.rope_theta())} eps={eps}{qk}",
             f"layernorm eps={eps}",
             _pad("fc", "T×V"),
             "output P",
         ],
-        [
-            "# attention and feed-forward side by side off one layernorm (the parallel block),",
-            "# rotary positions on a part of each head, biases everywhere.",
-        ],
+        notes,
         [BLOCKS],
     )
 

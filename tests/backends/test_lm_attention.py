@@ -118,6 +118,26 @@ def test_grouped_query_parameters(compile_text) -> None:
     assert checked.totals["params"].as_int() == 2 * 64 * 64 + 2 * 64 * 16
 
 
+def test_qkeps_none_is_left_out_so_that_a_block_passes_its_parameter_on(compile_text) -> None:
+    """`qkeps=none` is the q/k norm's ε left out (the pre-norm's, else mha's 1e-6), and is no
+    error without a q/k norm: the parallel block (blocks/transformer.lbdl) passes its `qkeps`
+    to its mha whether `qk=` asks for a norm or not, and counts as before without one."""
+    lines = [
+        "self-att h=2 qknorm=rmsnorm eps=1e-3 qkeps=none",
+        "mha h=2 qknorm=layernorm qkeps=none",
+        "mha h=2 qkeps=none",
+        "parallel H=2 F=32",
+        "parallel H=2 F=32 qk=layernorm qkeps=1e-5",
+    ]
+    head = 'import "blocks/transformer.lbdl"\nmodel m:\n  input X: 6 int<32>\n  embed  6×16\n'
+    checked = compile_text(head + "".join(f"  {line}\n" for line in lines))
+    records = [i.attrs.qknorm for _, i, _ in checked.walk() if i.node.op == "mha"]
+    assert records == [("rmsnorm", 1e-3), ("layernorm", 1e-6), (), (), ("layernorm", 1e-5)]
+    blocks = [i for _, i, _ in checked.walk() if i.node.op == "parallel"]
+    plain, normed = (b.totals["params"].as_int() for b in blocks)
+    assert normed - plain == 4 * 8  # qn, kn, qnb, knb: one per feature of a head of 8
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [

@@ -246,6 +246,7 @@ def _qknorm(c: Ctx) -> tuple[Any, ...]:
     else the block's pre-norm's (Qwen3 gives both norms one ``rms_norm_eps``), else 1e-6."""
     kind = c.hp.get("qknorm", "none")
     eps = c.hp.get("qkeps")
+    eps = None if eps == "none" else eps  # a block's `qkeps=none`, passed on: not given
     if kind == "none":
         if eps is not None:
             c.fail("qkeps= is the epsilon of a q/k norm, and there is none",
@@ -538,7 +539,14 @@ _ATT_HP = (
         "one gain per feature shared by the heads (Qwen3: rmsnorm; Phi's qk_layernorm)",
         ("none", "rmsnorm", "layernorm"),
     ),
-    HP("qkeps", "float", None, "the q/k norm's epsilon (default: the pre-norm's eps, else 1e-6)"),
+    HP(
+        "qkeps",
+        "float",
+        None,
+        "the q/k norm's epsilon (default: the pre-norm's eps, else 1e-6; `none`: the default, "
+        "so that a block can pass its own parameter on)",
+        ("none",),
+    ),
     HP(
         "softcap",
         "float",
@@ -800,6 +808,8 @@ _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm")
 
 def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], str]:
     def inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
+        if hp.get("qkeps") == "none":  # not given: the pre-norm's, below
+            hp = {k: v for k, v in hp.items() if k != "qkeps"}
         passed = _given(hp, _MHA_PASSED) + _given(hp, _MHA_OPTIONS)
         qk = ""  # the q/k norm, whose epsilon is the pre-norm's unless given
         if hp.get("qknorm", "none") != "none":

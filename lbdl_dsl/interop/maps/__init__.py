@@ -33,6 +33,6 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "qwen3": qwen3.VARIANTS,
     "gemma2": gemma2.VARIANTS,
     "qwen3_moe": qwen3.MOE,
-    "phi": (phi.MAP,),
+    "phi": phi.VARIANTS,
     "phi3": (phi3.MAP,),
 }

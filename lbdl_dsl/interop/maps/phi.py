@@ -9,7 +9,14 @@ projection is a PyTorch ``Linear`` ``(out, in)``, transposed. Rotary positions r
 ``partial_rotary_factor`` of each head's features in the rotate-half order, as our ``rot=``
 does: q and k are taken as stored. The final ``final_layernorm`` and ``lm_head`` (weight and
 bias) close the model.
+
+A config with ``qk_layernorm`` (`QK_LAYERNORM`) adds ``self_attn.q_layernorm`` and
+``k_layernorm``: LayerNorms over one head's features, weight and bias shared by the heads,
+applied after the heads are split and before the rotary: the attention's ``qn``, ``qnb``,
+``kn``, ``knb`` (``parallel ... qk=layernorm``).
 """
+
+from dataclasses import replace
 
 from lbdl_dsl.interop.layout import FamilyMap, Rule, transpose
 
@@ -47,3 +54,18 @@ MAP = FamilyMap(
         *_linear("lm_head", "fc_0"),
     ),
 )
+
+QK_LAYERNORM = replace(
+    MAP,
+    doc="Phi with qk_layernorm (q_layernorm, k_layernorm on each head's queries and keys)",
+    spec="lbdl from-hf (parallel ... qk=layernorm)",
+    rules=(
+        *MAP.rules,
+        Rule(X + "self_attn.q_layernorm.weight", L + "att/qn"),
+        Rule(X + "self_attn.q_layernorm.bias", L + "att/qnb"),
+        Rule(X + "self_attn.k_layernorm.weight", L + "att/kn"),
+        Rule(X + "self_attn.k_layernorm.bias", L + "att/knb"),
+    ),
+)
+
+VARIANTS = (MAP, QK_LAYERNORM)
