@@ -331,12 +331,12 @@ def gemma2(c: Config, shapes: Shapes) -> Draft:
     scalar = c.number("query_pre_attn_scalar", default=256)
     if scalar != hd:
         att += f" scale={scalar**-0.5!r}"
-    cap = c.get("attn_logit_softcapping", default=50.0)
-    if cap is not None:
-        att += f" softcap={c.number('attn_logit_softcapping')!r}"
+    # null turns a cap off; a key left out is Gemma2Config's default (50 and 30)
+    if c.data.get("attn_logit_softcapping", 50.0) is not None:
+        att += f" softcap={c.number('attn_logit_softcapping', default=50.0)!r}"
     norm = f"norm=rmsnorm eps={eps} offset=1 post=true"
     ffw = f"ffw hidden=F act=geglu-tanh bias=false p=0.0 {norm}"
-    final = c.get("final_logit_softcapping", default=30.0)
+    final = c.data.get("final_logit_softcapping", 30.0)
     return Draft(
         "Gemma 2 (Gemma Team 2024)",
         "gemma2",
@@ -353,7 +353,11 @@ def gemma2(c: Config, shapes: Shapes) -> Draft:
             f"  {ffw} -> mlp",
             f"rmsnorm eps={eps} offset=1",
             _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
-            *([f"softcap c={c.number('final_logit_softcapping')!r}"] if final is not None else []),
+            *(
+                [f"softcap c={c.number('final_logit_softcapping', default=30.0)!r}"]
+                if final is not None
+                else []
+            ),
             "output P",
         ],
         [

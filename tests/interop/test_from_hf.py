@@ -231,11 +231,18 @@ def test_a_config_the_spec_cannot_say_is_refused(tmp_path: Path, capsys) -> None
 
 def test_gemma2_layers_must_come_in_pairs_of_a_sliding_and_a_full_one(tmp_path, capsys) -> None:
     """The spec's ×N/2 group holds one sliding and one full layer: another order is refused,
-    naming `layer_types`, never read into the wrong boxes."""
+    naming `layer_types`, never read into the wrong boxes. Caps set to null are left out, and a
+    query_pre_attn_scalar equal to the head size writes no scale."""
     full = ["full_attention"] * 4
     code, err = _run(capsys, str(_copy(tmp_path, "gemma2", layer_types=full)))
     assert code == 1 and "are not pairs of a sliding layer and a full one" in err
     assert "`layer_types`" in err and "Traceback" not in err
+    # caps of null are off (Gemma 2's configs may turn them off); left out, the defaults
+    off = dict(attn_logit_softcapping=None, final_logit_softcapping=None)
+    text = hf.spec_for(_copy(tmp_path / "off", "gemma2", **off)).text
+    assert "softcap" not in text
+    text = hf.spec_for(_copy(tmp_path / "default", "gemma2", query_pre_attn_scalar=16)).text
+    assert "softcap=2.0" in text and "softcap c=5.0" in text and "scale=" not in text
 
 
 def test_a_scaled_rotary_is_written_as_the_config_says(tmp_path: Path) -> None:
