@@ -123,9 +123,9 @@ def _counted(draft: Draft, shapes: dict[str, tuple[int, ...]]) -> dict[str, tupl
     """The checkpoint's tensors the spec holds: all but those its map leaves out on purpose
     (buffers, heads the spec does not have). A tied tensor is stored once, so counted once."""
     from lbdl_dsl.interop.fit import bind, choose_variant
-    from lbdl_dsl.interop.maps import MAPS
+    from lbdl_dsl.interop.importer import resolve_family
 
-    fam = choose_variant(MAPS[draft.family], {}, shapes)
+    fam = choose_variant(resolve_family(draft.family), {}, shapes)
     left_out = set(bind(fam, shapes).ignored)
     return {k: v for k, v in shapes.items() if k not in left_out}
 

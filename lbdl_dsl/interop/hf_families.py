@@ -288,6 +288,19 @@ def gemma(c: Config, shapes: Shapes) -> Draft:
     )
 
 
+def _gemma_sizes(c: Config, d: int, h: int, hd: int) -> dict[str, Any]:
+    """Gemma 2's and 3's sizes after the layer count: widths, heads, vocabulary, window."""
+    return {
+        "D": d,
+        "H": h,
+        "KV": c.whole("num_key_value_heads", default=h),
+        "Dh": hd,
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+        "W": c.whole("sliding_window", default=4096),
+    }
+
+
 def gemma2(c: Config, shapes: Shapes) -> Draft:
     """Gemma 2: Gemma's layers (√D embedding, gains 1 + w, a tanh-GELU gate, tied output)
     with a second norm after each half (the sandwich), attention scores capped by
@@ -314,16 +327,7 @@ def gemma2(c: Config, shapes: Shapes) -> Draft:
     theta = c.rope_theta(scalable=True)
     tied = _tied(c, shapes, default=True)
     hd = c.whole("head_dim", default=256)
-    sizes = {
-        "N": n,
-        "D": d,
-        "H": h,
-        "KV": c.whole("num_key_value_heads", default=h),
-        "Dh": hd,
-        "F": c.whole("intermediate_size"),
-        "V": c.whole("vocab_size"),
-        "W": c.whole("sliding_window", default=4096),
-    }
+    sizes = {"N": n, **_gemma_sizes(c, d, h, hd)}
     att = f"self-att h=H kv=KV dqk=Dh dv=Dh causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
     if c.get("attention_bias", default=False):
@@ -367,6 +371,99 @@ def gemma2(c: Config, shapes: Shapes) -> Draft:
             + (" The output layer is tied to the embedding." if tied else ""),
         ],
     )
+
+
+def gemma3(c: Config, shapes: Shapes) -> Draft:
+    """Gemma 3's text model: Gemma 2's layers (the sandwich's norms, gains 1 + w, √D
+    embedding, tied output) with each head's queries and keys RMS-normalised (gains 1 + w
+    too), no caps by default, and its layers in groups of six: five through a sliding window
+    with the local rotary base, then one over every key with the global base (and its
+    scaling). A ×G group of the six, then a ×R group of the sliding layers left over (map
+    `gemma3@S`, S = 6G, reads them)."""
+    from lbdl_dsl.interop.maps.gemma3 import PATTERN
+
+    act = c.get("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")
+    if act not in ("gelu_pytorch_tanh", "gelu"):
+        raise c.error(f"`hidden_activation` {act!r} is not supported", "Gemma's gate is tanh-GELU")
+    d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
+    n = c.whole("num_hidden_layers")
+    pattern = c.whole("sliding_window_pattern", default=PATTERN)
+    kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+    types = c.get("layer_types") or kinds
+    if pattern != PATTERN or types != kinds or n < PATTERN:
+        raise c.error(
+            f"the {n} layers' kinds (`layer_types`, `sliding_window_pattern`) are not groups of "
+            "five sliding layers and a full one",
+            "the spec's ×G group holds one such group of six, and the layers left over slide",
+        )
+    groups, left = divmod(n, PATTERN)
+    eps = _eps(c.number("rms_norm_eps", default=1e-6))
+    tied = _tied(c, shapes, default=True)
+    hd = c.whole("head_dim", default=256)
+    sizes = {"G": groups, **({"R": left} if left else {}), **_gemma_sizes(c, d, h, hd)}
+    head = "self-att h=H kv=KV dqk=Dh dv=Dh causal=true rope=true"
+    rest = ""
+    if c.get("attention_bias", default=False):
+        rest += " bias=true"
+    scalar = c.number("query_pre_attn_scalar", default=256)
+    if scalar != hd:
+        rest += f" scale={scalar**-0.5!r}"
+    if c.data.get("attn_logit_softcapping") is not None:
+        rest += f" softcap={c.number('attn_logit_softcapping')!r}"
+    norm = f"norm=rmsnorm eps={eps} offset=1 post=true"
+    rest += f" qknorm=rmsnorm {norm}"
+    rotary = {kind: _gemma3_rotary(c, kind) for kind in ("sliding_attention", "full_attention")}
+    local = f"{head}{rotary['sliding_attention']} window=W{rest}"
+    full = f"{head}{rotary['full_attention']}{rest}"
+    ffw = f"ffw hidden=F act=geglu-tanh bias=false p=0.0 {norm}"
+    body = ["×G:"]
+    for k in range(PATTERN):
+        body += [f"  {local if k < PATTERN - 1 else full} -> att{k}", f"  {ffw} -> mlp{k}"]
+    if left:
+        body += ["×R:", f"  {local} -> att", f"  {ffw} -> mlp"]
+    final = c.data.get("final_logit_softcapping")
+    return Draft(
+        "Gemma 3 (Gemma Team 2025)",
+        "gemma3" + (f"@{groups * PATTERN}" if left else ""),
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            *(["-> tokens"] if tied else []),
+            _pad("times sqrt=D", "T×D"),
+            *body,
+            f"rmsnorm eps={eps} offset=1",
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            *([f"softcap c={c.number('final_logit_softcapping')!r}"] if final is not None else []),
+            "output P",
+        ],
+        [
+            "# Gemma 2's layers with each head's queries and keys RMS-normalised, in groups of",
+            "# six: five through a sliding window of W keys with the local rotary base, one over",
+            f"# every key with the global base; {n} layers: G={groups} groups"
+            + (f", then the R={left} sliding layers left over." if left else ".")
+            + (" The output layer is tied to the embedding." if tied else ""),
+        ],
+    )
+
+
+def _gemma3_rotary(c: Config, kind: str) -> str:
+    """The rotary of Gemma 3's layers of ``kind``: transformers 5's ``rope_parameters`` holds
+    one per kind; 4's configs say ``rope_theta`` (global), ``rope_local_base_freq`` and a
+    ``rope_scaling`` that only the global layers take."""
+    from lbdl_dsl.interop.hf import Config as Cfg
+
+    params = c.data.get("rope_parameters")
+    if isinstance(params, dict) and isinstance(params.get(kind), dict):
+        own = params[kind]
+    elif kind == "full_attention":
+        own = {"rope_type": "default", "rope_theta": c.number("rope_theta", default=1e6)}
+        own |= c.data.get("rope_scaling") or {}
+    else:
+        own = {"rope_type": "default"}
+        own["rope_theta"] = c.number("rope_local_base_freq", default=10_000.0)
+    sub = Cfg({**c.data, "rope_parameters": own, "rope_scaling": None}, c.folder)
+    return f" theta={_eps(sub.rope_theta(scalable=True))}{sub.rope_scaling()}"
 
 
 def _window(c: Config, kind: str) -> int:
@@ -659,6 +756,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "vit": vit,
     "gemma": gemma,
     "gemma2": gemma2,
+    "gemma3_text": gemma3,
     "phi3": lambda c, s: llama(c, s, kind="phi3"),
 }
 

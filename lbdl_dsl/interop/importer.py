@@ -36,7 +36,7 @@ from lbdl_dsl.interop.fit import (
 )
 from lbdl_dsl.interop.fit import listing as _list
 from lbdl_dsl.interop.layout import FamilyMap
-from lbdl_dsl.interop.maps import MAPS
+from lbdl_dsl.interop.maps import BUILT, MAPS
 from lbdl_dsl.interop.readers import Checkpoint, open_checkpoint
 
 MAX_LISTED = 20  # problems shown in one run, as the compiler's limit
@@ -206,6 +206,16 @@ def _make(b: Binding, ckpt: Checkpoint, shape: Shape) -> dict[str, np.ndarray]:
 
 
 def resolve_family(name: str) -> tuple[FamilyMap, ...]:
+    """The variants of map ``name``; ``FAMILY@K`` builds a map made for one model (`BUILT`)."""
+    base, at, arg = name.partition("@")
+    if at and base in BUILT:
+        if not arg.isdigit() or int(arg) < 1:
+            raise LbdlError(
+                f"--map {name}: `{base}@` takes a whole number, the first layer left over",
+                None,
+                hint=f"e.g. --map {base}@30 for 34 layers (30 in groups of six, 4 left over)",
+            )
+        return BUILT[base](int(arg))
     if name not in MAPS:
         hint = did_you_mean(name, MAPS) or f"the maps are {', '.join(sorted(MAPS))}"
         raise LbdlError(f"--map: no map named `{name}`", None, hint=hint)

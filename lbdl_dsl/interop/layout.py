@@ -10,7 +10,8 @@ Patterns name reference tensors with ``{i}`` standing for a layer index (``h.{i}
 and ``{i+K}`` for an index counted from K (``layer1.{i+1}.conv1.weight``: ResNet's first block
 of a stage is written apart from the ×N group of the others), ``{Si+K}`` for every S-th from K
 (``layers.{2i+1}.``: Gemma 2's layers alternate two kinds, a ×N/2 group of two layers, whose
-second reads the odd ones). A rule with an index fills a
+second reads the odd ones), and ``{Si+K<E}`` for those before E (Gemma 3's groups of six
+layers, before the layers left over). A rule with an index fills a
 parameter of a ×N group, whose copies are stacked along a leading axis, one per index. A second
 index, ``{j}`` (or ``{j+K}``), counts the copies stored apart inside one layer (Mixtral's
 ``experts.{j}.w1.weight``): they are stacked along the next axis, so that a rule with both
@@ -159,8 +160,8 @@ def split_to(parts: int, axis: int = 0, widths: tuple[int, ...] = ()) -> Op:
     )
 
 
-_INDEX = re.compile(r"\{(?P<step>\d+)?(?P<letter>[ij])(?:\+(?P<start>\d+))?\}")
-_TOKEN = re.compile(r"(\{\d*[ij](?:\+\d+)?\}|\{\*\})")
+_INDEX = re.compile(r"\{(?P<step>\d+)?(?P<letter>[ij])(?:\+(?P<start>\d+))?(?:<(?P<end>\d+))?\}")
+_TOKEN = re.compile(r"(\{\d*[ij](?:\+\d+)?(?:<\d+)?\}|\{\*\})")
 LETTERS = ("i", "j")  # the indices a pattern may hold, outermost first
 Index = tuple[int, ...]  # one copy of a rule: its (i,), (i, j) or (j,); () for a plain name
 
@@ -219,14 +220,22 @@ class Rule:
         """How far apart in the reference each axis's copies are (``{2i+1}`` → 2)."""
         return {m["letter"]: int(m["step"] or 1) for m in _INDEX.finditer(self.sources[0])}
 
+    @property
+    def ends(self) -> dict[str, int]:
+        """The reference index each axis stops before, where one is given (``{6i+1<30}``)."""
+        found = _INDEX.finditer(self.sources[0])
+        return {m["letter"]: int(m["end"]) for m in found if m["end"] is not None}
+
     def index(self, match: re.Match[str]) -> Index | None:
         """The copy a matched name is (its indices counted from each start, in steps), or
-        ``None`` for a name before a start or between steps (another rule's)."""
-        starts, steps = self.starts, self.steps
+        ``None`` for a name before a start, between steps or from an end on (another
+        rule's)."""
+        starts, steps, ends = self.starts, self.steps, self.ends
         index = []
         for x in self.letters:
-            k, off = divmod(int(match.group(x)) - starts[x], steps[x])
-            if k < 0 or off:
+            at = int(match.group(x))
+            k, off = divmod(at - starts[x], steps[x])
+            if k < 0 or off or at >= ends.get(x, at + 1):
                 return None
             index.append(k)
         return tuple(index)

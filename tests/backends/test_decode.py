@@ -30,6 +30,7 @@ CAUSAL = {
     "llama3-8b": dict(N=2, D=32, H=4, KV=2, F=64, V=50, C=16),  # C=16: every rotary scaled
     "gemma-7b": dict(N=2, D=32, H=4, KV=2, Dh=8, F=64, V=50),
     "gemma2-9b": dict(N=4, D=32, H=4, KV=2, Dh=8, F=64, V=50, W=4),  # two pairs, a window
+    "gemma3-4b": dict(G=1, R=1, D=32, H=4, KV=2, Dh=8, F=32, V=50, W=4),  # 6 + 1 layers
     "qwen2-7b": dict(N=2, D=32, H=4, KV=2, F=64, V=50),
     "qwen3-8b": dict(N=2, D=32, H=4, KV=2, Dh=16, F=64, V=50),
     "qwen3-30b-a3b": dict(N=2, D=32, H=4, KV=2, Dh=16, F=16, E=4, K=2, V=50),

@@ -39,6 +39,7 @@ CAUSAL = [
     "phi",
     "gemma",
     "gemma2",
+    "gemma3",
     "phi3",
 ]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
@@ -184,7 +185,7 @@ def test_an_unknown_model_type_lists_the_supported_ones(tmp_path: Path, capsys) 
     assert code == 1
     assert "model_type `t5` is not supported" in err
     listed = "gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi, bert, vit, gemma, gemma2"
-    assert listed + ", phi3" in err
+    assert listed + ", gemma3_text, phi3" in err
 
 
 def test_a_folder_without_config_json_says_so(tmp_path: Path, capsys) -> None:
@@ -243,6 +244,29 @@ def test_gemma2_layers_must_come_in_pairs_of_a_sliding_and_a_full_one(tmp_path, 
     assert "softcap" not in text
     text = hf.spec_for(_copy(tmp_path / "default", "gemma2", query_pre_attn_scalar=16)).text
     assert "softcap=2.0" in text and "softcap c=5.0" in text and "scale=" not in text
+
+
+def test_gemma3_groups_six_layers_and_names_the_map_by_the_first_left_over(
+    tmp_path, capsys
+) -> None:
+    """8 layers: a group of six, two left over, through `--map gemma3@6`; each kind of layer
+    has its own rotary base (transformers 5's rope_parameters by kind, or 4's rope_theta,
+    rope_local_base_freq and a rope_scaling for the global layers); another order of layers
+    is refused, and so is a map name whose number is not one."""
+    spec = hf.spec_for(FIXTURES / "gemma3")
+    assert spec.family == "gemma3@6" and "model gemma3(G=1, R=2," in spec.text
+    assert spec.text.count("theta=100 window=W") == 6  # 5 in the group of six, 1 in ×R
+    assert spec.text.count("theta=1000 rscale=linear rfactor=4.0") == 1
+    v4 = dict(rope_parameters=None, rope_theta=1000.0, rope_local_base_freq=100.0,
+              rope_scaling={"rope_type": "linear", "factor": 4.0})  # fmt: skip
+    assert hf.spec_for(_copy(tmp_path / "v4", "gemma3", **v4)).text == spec.text
+    code, err = _run(
+        capsys, str(_copy(tmp_path / "odd", "gemma3", layer_types=["full_attention"] * 8))
+    )
+    assert code == 1 and "are not groups of five sliding layers and a full one" in err
+    assert main(["import", str(REPO / "specs" / "gemma3-4b.lbdl"), str(FIXTURES / "gemma3"),
+                 "--map", "gemma3@x", "-o", str(tmp_path / "p.safetensors")]) == 1  # fmt: skip
+    assert "`gemma3@` takes a whole number" in capsys.readouterr().err
 
 
 def test_a_scaled_rotary_is_written_as_the_config_says(tmp_path: Path) -> None:

@@ -92,6 +92,11 @@ def test_a_stepped_index_takes_every_other_layer() -> None:
         kept = {k: n for n, k in indices.items() if k is not None}  # ...the index keeps its own
         assert sorted(kept.values()) == want and sorted(kept) == [(0,), (1,), (2,)]
         assert [rule.name((k,)) for k in range(3)] == [f"layers.{n}.w" for n in want]
+    # an end: every other layer before 4 (the two left over are another group's)
+    bounded = layout.Rule("layers.{2i+1<4}.w", "x")
+    rx = layout.pattern(bounded.sources[0])
+    kept = {n: bounded.index(m) for name, n in names.items() if (m := rx.match(name))}
+    assert {n: k for n, k in kept.items() if k is not None} == {1: (0,), 3: (1,)}
 
 
 @pytest.mark.parametrize("family", sorted(MAPS))

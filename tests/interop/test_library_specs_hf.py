@@ -61,6 +61,16 @@ CASES = {
         },
         "gemma2",
     ),
+    "gemma3-4b": (
+        "gemma3",
+        dict(G=1, R=2, D=32, H=4, KV=2, Dh=16, F=64, V=96, W=8),
+        {
+            "theta=10000 ": "theta=100 scale=0.28867513459481287 ",
+            "theta=1e6 rscale=linear rfactor=8.0": "theta=1000 rscale=linear rfactor=4.0 "
+            "scale=0.28867513459481287",
+        },
+        "gemma3@6",
+    ),
     "qwen3-8b": (
         "qwen3",
         dict(N=2, D=32, H=4, KV=2, Dh=16, F=64, V=96),

@@ -243,7 +243,9 @@ def _softcap(c: Ctx) -> float:
 
 def _qknorm(c: Ctx) -> tuple[Any, ...]:
     """``qknorm=``'s record, ``(kind, eps)``, or () without one. Its epsilon is ``qkeps=``,
-    else the block's pre-norm's (Qwen3 gives both norms one ``rms_norm_eps``), else 1e-6."""
+    else the block's pre-norm's (Qwen3 gives both norms one ``rms_norm_eps``), else 1e-6;
+    with a gain offset + w (``qkoffset=``, else the pre-norm's ``offset``: Gemma 3's 1 + w)
+    the record is ``(kind, eps, offset)``."""
     kind = c.hp.get("qknorm", "none")
     eps = c.hp.get("qkeps")
     eps = None if eps == "none" else eps  # a block's `qkeps=none`, passed on: not given
@@ -255,7 +257,9 @@ def _qknorm(c: Ctx) -> tuple[Any, ...]:
     eps = eps if eps is not None else c.hp.get("eps", 1e-6)
     if not eps > 0:
         c.fail(f"the q/k norm's epsilon must be positive, got {eps}", hparam="qkeps")
-    return (kind, float(eps))
+    offset = c.hp.get("qkoffset")
+    offset = float(offset if offset is not None else c.hp.get("offset") or 0.0)
+    return (kind, float(eps), offset) if offset else (kind, float(eps))
 
 
 def rope_scaling(c: Ctx) -> tuple[Any, ...]:
@@ -470,11 +474,13 @@ def mha_ref(
 
 
 def _head_norm_ref(x: Any, p: Weights, name: str, qknorm: tuple[Any, ...]) -> Any:
-    """A q/k norm: over the last axis, a head's features, with gain ``p[name]``."""
-    kind, eps = qknorm
+    """A q/k norm: over the last axis, a head's features, with gain ``p[name]`` (plus the
+    record's offset, where it has one)."""
+    kind, eps, *offset = qknorm
+    gain = p[name] + (offset[0] if offset else 0.0)
     if kind == "rmsnorm":
-        return rmsnorm_ref(x, p[name], eps)
-    return layernorm_ref(x, p[name], p[name + "b"], eps, 1)
+        return rmsnorm_ref(x, gain, eps)
+    return layernorm_ref(x, gain, p[name + "b"], eps, 1)
 
 
 _ATT_HP = (
@@ -546,6 +552,12 @@ _ATT_HP = (
         "the q/k norm's epsilon (default: the pre-norm's eps, else 1e-6; `none`: the default, "
         "so that a block can pass its own parameter on)",
         ("none",),
+    ),
+    HP(
+        "qkoffset",
+        "float",
+        None,
+        "the q/k norm's gain is qkoffset + w (default: the pre-norm's offset, else 0; Gemma 3: 1)",
     ),
     HP(
         "softcap",
@@ -681,6 +693,7 @@ MHA = Layer(
         ("6×8; Z: 5×8; B: 1×6×5", "mha(Z, B) h=2 scale=0.5 kv=1"),
         ("6×16", "mha h=4 kv=2 causal=true rope=true theta=100.0 qknorm=rmsnorm"),
         ("5×8", "mha h=2 qknorm=layernorm qkeps=1e-3 bias=true"),
+        ("5×8", "mha h=2 qknorm=rmsnorm qkoffset=0.5"),
         ("6×16", "mha h=4 kv=2 causal=true softcap=0.5 scale=0.4 window=3"),
     ),
     reference=lambda xs, p, s, a: _mha_call_ref(xs, p, a),
@@ -800,7 +813,7 @@ def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
 
 _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 # Passed on only when set: the classic models' insides stay as they were.
-_MHA_OPTIONS = ("kv", "obias", "window", "scale", "qkeps", "softcap")
+_MHA_OPTIONS = ("kv", "obias", "window", "scale", "qkeps", "qkoffset", "softcap")
 _ROPE = ("rope", "theta", "rot")
 _ROPE_SCALE = ("rscale", "rfactor", "rlow", "rhigh", "rctx", "rattn")
 _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm"))
@@ -815,6 +828,8 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
         if hp.get("qknorm", "none") != "none":
             passed.append("qknorm")
             qk = "" if hp.get("qkeps") is not None else " qkeps=eps"
+            if hp.get("qkoffset") is None and float(hp.get("offset") or 0.0):
+                qk += f" qkoffset={float(hp['offset']):g}"  # the pre-norm's, as Gemma 3's
         if hp.get("rope"):
             passed += _ROPE
             if hp.get("rscale", "none") != "none":  # unscaled insides read as before
@@ -930,6 +945,12 @@ SELF_ATT = Layer(
         ("6×16", "self-att h=2 kv=1 rope=true theta=100.0 rscale=yarn rfactor=4.0 rctx=64"),
         ("6×8; B: 2×6×6; M: 6 bool", "self-att(B, M) h=2 scale=none norm=rmsnorm causal=true"),
         ("6×16", "self-att h=4 kv=2 causal=true rope=true norm=rmsnorm eps=1e-6 qknorm=rmsnorm"),
+        # Gemma 3's: the q/k norm's gains 1 + w as the pre-norm's
+        (
+            "6×16",
+            "self-att h=2 kv=1 dqk=8 dv=8 causal=true rope=true norm=rmsnorm offset=1.0 "
+            "qknorm=rmsnorm post=true",
+        ),  # fmt: skip
         ("6×16", "self-att h=2 dqk=6 dv=6 rope=true rot=0.5 qknorm=layernorm qkeps=1e-4"),
         # Gemma 2's: capped scores, a window, the sandwich's second norm, gains 1 + w
         (

@@ -6,10 +6,13 @@ parameters): the importer takes the variant whose parameter paths the spec has.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lbdl_dsl.interop.layout import FamilyMap
 from lbdl_dsl.interop.maps import (
     bert,
     gemma2,
+    gemma3,
     gpt2,
     llama,
     mixtral,
@@ -32,7 +35,13 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "qwen2": (qwen2.MAP,),
     "qwen3": qwen3.VARIANTS,
     "gemma2": gemma2.VARIANTS,
+    "gemma3": gemma3.build(),
     "qwen3_moe": qwen3.MOE,
     "phi": phi.VARIANTS,
     "phi3": (phi3.MAP,),
 }
+
+
+BUILT: dict[str, Callable[[int], tuple[FamilyMap, ...]]] = {"gemma3": gemma3.build}
+"""Maps made for one model, named ``FAMILY@K``: Gemma 3's ``gemma3@S``, whose layers from S on
+are left over from its groups of six (S depends on the layer count)."""

@@ -19,18 +19,18 @@ from lbdl_dsl.interop.maps.llama import IGNORE, T
 FFW = ("gate", "up", "down")
 
 
-def _layer(index: str, att: str, mlp: str) -> tuple[Rule, ...]:
-    x = f"layers.{{{index}}}."
+def layer(index: str, att: str, mlp: str, group: str = "repeat_0") -> tuple[Rule, ...]:
+    """The rules of reference layer ``index`` (a pattern's index: ``2i``, ``6i+5<30``) into
+    the attention box ``att`` and the feed-forward box ``mlp`` of ``group``: each half's two
+    norms, the projections transposed."""
+    x, at, ff = f"layers.{{{index}}}.", f"{group}/{att}/", f"{group}/{mlp}/"
     return (
-        Rule(x + "input_layernorm.weight", f"repeat_0/{att}/ln/scale"),
-        *(Rule(x + f"self_attn.{n}_proj.weight", f"repeat_0/{att}/att/w{n}", T) for n in "qkvo"),
-        Rule(x + "post_attention_layernorm.weight", f"repeat_0/{att}/pn/scale"),
-        Rule(x + "pre_feedforward_layernorm.weight", f"repeat_0/{mlp}/ln/scale"),
-        *(
-            Rule(x + f"mlp.{n}_proj.weight", f"repeat_0/{mlp}/{n}/w", T)
-            for n in ("gate", "up", "down")
-        ),
-        Rule(x + "post_feedforward_layernorm.weight", f"repeat_0/{mlp}/pn/scale"),
+        Rule(x + "input_layernorm.weight", at + "ln/scale"),
+        *(Rule(x + f"self_attn.{n}_proj.weight", at + f"att/w{n}", T) for n in "qkvo"),
+        Rule(x + "post_attention_layernorm.weight", at + "pn/scale"),
+        Rule(x + "pre_feedforward_layernorm.weight", ff + "ln/scale"),
+        *(Rule(x + f"mlp.{n}_proj.weight", ff + f"{n}/w", T) for n in FFW),
+        Rule(x + "post_feedforward_layernorm.weight", ff + "pn/scale"),
     )
 
 
@@ -43,8 +43,8 @@ MAP = FamilyMap(
     sizes="Gemma 2's layers come in pairs (a sliding window, then full attention): N is even",
     rules=(
         Rule("embed_tokens.weight", "embed_0/table"),
-        *_layer("2i", "local", "local_mlp"),
-        *_layer("2i+1", "attn", "mlp"),
+        *layer("2i", "local", "local_mlp"),
+        *layer("2i+1", "attn", "mlp"),
         Rule("norm.weight", "rmsnorm_0/scale"),
         Rule("lm_head.weight", "fc_0/w", T),
     ),

@@ -293,13 +293,15 @@ def rope(
 def head_norm(
     x: jax.Array, p: dict[str, jax.Array], name: str, qknorm: tuple[Any, ...]
 ) -> jax.Array:
-    """A q/k norm (``qknorm=(kind, eps)``) of queries or keys (…, d) over a head's d features,
-    with the gain ``p[name]`` (d,) that all heads share: Qwen3's RMSNorm, normalised in
-    float32 as `rms_norm` is, or a layer norm whose bias is ``p[name + "b"]``."""
-    kind, eps = qknorm
+    """A q/k norm (``qknorm=(kind, eps[, offset])``) of queries or keys (…, d) over a head's
+    d features, with the gain ``p[name]`` (d,) that all heads share (plus the offset, Gemma
+    3's 1 + w): Qwen3's RMSNorm, normalised in float32 as `rms_norm` is, or a layer norm
+    whose bias is ``p[name + "b"]``."""
+    kind, eps, *offset = qknorm
+    gain = p[name] + offset[0] if offset else p[name]  # Gemma 3's 1 + w
     if kind == "rmsnorm":
-        return rms_norm(x, p[name], eps=eps)
-    return layer_norm(x, p[name], p[name + "b"], eps=eps)
+        return rms_norm(x, gain, eps=eps)
+    return layer_norm(x, gain, p[name + "b"], eps=eps)
 
 
 def window_mask(tq: int, tk: int, window: int) -> jax.Array:

@@ -22,13 +22,16 @@ def _head_norms(e: Emit, q: str, k: str) -> tuple[str, str]:
     (B, T, heads, d), an ``RMSNormalization`` or ``LayerNormalization`` over the last axis
     with the gain the heads share, and reshaped back."""
     a = e.a
-    kind, eps = a.qknorm
+    kind, eps, *offset = a.qknorm
     d = known(a.dqk)
     out = []
     for x, heads, n in ((q, a.heads, "q"), (k, a.kv or a.heads, "k")):
         h = known(heads)
         split = e.node("Reshape", [x, e.ints([0, 0, h, d], f"{n}_heads")], sub=f"{n}_heads")
-        ins = [split, e.param(f"{n}n")]
+        gain = e.param(f"{n}n")
+        if offset:  # Gemma 3's 1 + w, an Add on the stored weight
+            gain = e.node("Add", [gain, e.const(float(offset[0]), f"{n}_offset")], sub=f"{n}_gain")
+        ins = [split, gain]
         op = "RMSNormalization" if kind == "rmsnorm" else "LayerNormalization"
         if kind != "rmsnorm":
             ins.append(e.param(f"{n}nb"))
