@@ -390,7 +390,12 @@ def gemma3(c: Config, shapes: Shapes) -> Draft:
     pattern = c.whole("sliding_window_pattern", default=PATTERN)
     kinds = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
     types = c.get("layer_types") or kinds
-    if pattern != PATTERN or types != kinds or n < PATTERN:
+    if n < PATTERN:
+        raise c.error(
+            f"{n} layers are fewer than one group of six (`num_hidden_layers`)",
+            "the spec's ×G group holds five sliding layers and a full one",
+        )
+    if pattern != PATTERN or types != kinds:
         raise c.error(
             f"the {n} layers' kinds (`layer_types`, `sliding_window_pattern`) are not groups of "
             "five sliding layers and a full one",
@@ -408,8 +413,8 @@ def gemma3(c: Config, shapes: Shapes) -> Draft:
     scalar = c.number("query_pre_attn_scalar", default=256)
     if scalar != hd:
         rest += f" scale={scalar**-0.5!r}"
-    if c.data.get("attn_logit_softcapping") is not None:
-        rest += f" softcap={c.number('attn_logit_softcapping')!r}"
+    # `attn_logit_softcapping` is left as transformers' Gemma 3 leaves it: its attention
+    # never reads it (the q/k norm took the cap's place); the final cap it applies
     norm = f"norm=rmsnorm eps={eps} offset=1 post=true"
     rest += f" qknorm=rmsnorm {norm}"
     rotary = {kind: _gemma3_rotary(c, kind) for kind in ("sliding_attention", "full_attention")}

@@ -264,6 +264,9 @@ def test_gemma3_groups_six_layers_and_names_the_map_by_the_first_left_over(
         capsys, str(_copy(tmp_path / "odd", "gemma3", layer_types=["full_attention"] * 8))
     )
     assert code == 1 and "are not groups of five sliding layers and a full one" in err
+    # transformers' Gemma 3 never reads attn_logit_softcapping: neither does its spec
+    capped = hf.spec_for(_copy(tmp_path / "cap", "gemma3", attn_logit_softcapping=3.0)).text
+    assert "softcap" not in capped
     assert main(["import", str(REPO / "specs" / "gemma3-4b.lbdl"), str(FIXTURES / "gemma3"),
                  "--map", "gemma3@x", "-o", str(tmp_path / "p.safetensors")]) == 1  # fmt: skip
     assert "`gemma3@` takes a whole number" in capsys.readouterr().err

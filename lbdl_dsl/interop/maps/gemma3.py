@@ -19,34 +19,35 @@ from lbdl_dsl.interop.maps.llama import IGNORE, T
 PATTERN = 6  # five sliding layers, then a full one (transformers' sliding_window_pattern)
 
 
-def _layer(index: str, att: str, mlp: str, group: str) -> tuple[Rule, ...]:
-    x = f"layers.{{{index}}}.self_attn."
-    norms = (
-        Rule(x + "q_norm.weight", f"{group}/{att}/att/qn"),
-        Rule(x + "k_norm.weight", f"{group}/{att}/att/kn"),
+def _layer(index: str, att: str, mlp: str, group: str, biased: bool) -> tuple[Rule, ...]:
+    x, at = f"layers.{{{index}}}.self_attn.", f"{group}/{att}/att/"
+    norms = (Rule(x + "q_norm.weight", at + "qn"), Rule(x + "k_norm.weight", at + "kn"))
+    biases = tuple(Rule(x + f"{n}_proj.bias", at + f"b{n}") for n in "qkvo") if biased else ()
+    return (*layer(index, att, mlp, group), *norms, *biases)
+
+
+def _map(left: int | None, biased: bool) -> FamilyMap:
+    end = f"<{left}" if left else ""
+    rules: list[Rule] = [Rule("embed_tokens.weight", "embed_0/table")]
+    for k in range(PATTERN):
+        rules += _layer(f"{PATTERN}i+{k}{end}", f"att{k}", f"mlp{k}", "repeat_0", biased)
+    if left:
+        rules += _layer(f"i+{left}", "att", "mlp", "repeat_1", biased)
+    rules += [Rule("norm.weight", "rmsnorm_0/scale"), Rule("lm_head.weight", "fc_0/w", T)]
+    return FamilyMap(
+        name="gemma3" + (f"@{left}" if left else ""),
+        doc="Gemma 3's text model (Hugging Face Gemma3ForCausalLM)"
+        + (", with attention_bias" if biased else ""),
+        spec="lbdl from-hf (a ×G group of five sliding layers and a full one)",
+        prefixes=("model.", "model.language_model.", "language_model.model."),
+        ignore=IGNORE,
+        sizes="Gemma 3's layers come in groups of six; name the first layer left over "
+        "after them: --map gemma3@S",
+        rules=tuple(rules),
     )
-    return (*layer(index, att, mlp, group), *norms)
 
 
 def build(left: int | None = None) -> tuple[FamilyMap, ...]:
     """The map of a model whose layers from ``left`` on are left over from the groups of
-    six (None: none are)."""
-    end = f"<{left}" if left else ""
-    rules: list[Rule] = [Rule("embed_tokens.weight", "embed_0/table")]
-    for k in range(PATTERN):
-        rules += _layer(f"{PATTERN}i+{k}{end}", f"att{k}", f"mlp{k}", "repeat_0")
-    if left:
-        rules += _layer(f"i+{left}", "att", "mlp", "repeat_1")
-    rules += [Rule("norm.weight", "rmsnorm_0/scale"), Rule("lm_head.weight", "fc_0/w", T)]
-    return (
-        FamilyMap(
-            name="gemma3" + (f"@{left}" if left else ""),
-            doc="Gemma 3's text model (Hugging Face Gemma3ForCausalLM)",
-            spec="lbdl from-hf (a ×G group of five sliding layers and a full one)",
-            prefixes=("model.", "model.language_model.", "language_model.model."),
-            ignore=IGNORE,
-            sizes="Gemma 3's layers come in groups of six; name the first layer left over "
-            "after them: --map gemma3@S",
-            rules=tuple(rules),
-        ),
-    )
+    six (None: none are), and its variant with biases on the four projections."""
+    return (_map(left, False), _map(left, True))
