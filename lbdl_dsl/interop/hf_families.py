@@ -456,8 +456,6 @@ def _gemma3_rotary(c: Config, kind: str) -> str:
     """The rotary of Gemma 3's layers of ``kind``: transformers 5's ``rope_parameters`` holds
     one per kind; 4's configs say ``rope_theta`` (global), ``rope_local_base_freq`` and a
     ``rope_scaling`` that only the global layers take."""
-    from lbdl_dsl.interop.hf import Config as Cfg
-
     params = c.data.get("rope_parameters")
     if isinstance(params, dict) and isinstance(params.get(kind), dict):
         own = params[kind]
@@ -467,7 +465,7 @@ def _gemma3_rotary(c: Config, kind: str) -> str:
     else:
         own = {"rope_type": "default"}
         own["rope_theta"] = c.number("rope_local_base_freq", default=10_000.0)
-    sub = Cfg({**c.data, "rope_parameters": own, "rope_scaling": None}, c.folder)
+    sub = type(c)({**c.data, "rope_parameters": own, "rope_scaling": None}, c.folder)
     return f" theta={_eps(sub.rope_theta(scalable=True))}{sub.rope_scaling()}"
 
 
