@@ -469,6 +469,57 @@ def _gemma3_rotary(c: Config, kind: str) -> str:
     return f" theta={_eps(sub.rope_theta(scalable=True))}{sub.rope_scaling()}"
 
 
+def starcoder2(c: Config, shapes: Shapes) -> Draft:
+    """StarCoder2: LLaMA's attention (grouped-query, rotary, a window on every layer when the
+    config sets one) with GPT-2's other parts: layernorms with biases, biases on every
+    projection (``use_bias``), a plain tanh-GELU feed-forward, the output tied."""
+    acts = {"gelu_pytorch_tanh": "gelu-tanh", "gelu_new": "gelu-tanh", "gelu": "gelu"}
+    acts["relu"] = "relu"
+    act = c.get("hidden_act", default="gelu_pytorch_tanh")
+    if act not in acts:
+        raise c.error(f"`hidden_act` {act!r} is not supported", f"one of {list(acts)}")
+    h = c.whole("num_attention_heads")
+    eps = _eps(c.number("norm_epsilon", default=1e-5))
+    tied = _tied(c, shapes, default=True)
+    bias = _bool(bool(c.get("use_bias", default=True)))
+    sizes = {
+        "N": c.whole("num_hidden_layers"),
+        "D": c.whole("hidden_size"),
+        "H": h,
+        "KV": c.whole("num_key_value_heads", default=h),
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+    }
+    att = f"self-att h=H kv=KV causal=true rope=true theta={_eps(c.rope_theta(scalable=True))}"
+    att += c.rope_scaling() + f" bias={bias}"
+    if c.get("sliding_window") is not None:  # transformers masks every layer with it
+        sizes["W"] = c.whole("sliding_window")
+        att += " window=W"
+    return Draft(
+        "StarCoder2 (Lozhkov et al. 2024)",
+        "starcoder2",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            *(["-> tokens"] if tied else []),
+            "×N:",
+            f"  {att} eps={eps} -> attn",
+            f"  ffw hidden=F act={acts[act]} bias={bias} p=0.0 eps={eps} -> mlp",
+            f"layernorm eps={eps}",
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            "output P",
+        ],
+        [
+            "# grouped-query attention with rotary positions"
+            + (" over a sliding window of W keys" if "W" in sizes else "")
+            + ", layernorms, a tanh-GELU feed-forward,",
+            f"# biases {'everywhere' if bias == 'true' else 'nowhere'}"
+            + ("; the output layer tied to the embedding." if tied else "."),
+        ],
+    )
+
+
 def _window(c: Config, kind: str) -> int:
     """The sliding window W, where the config turns one on for every layer (`_sliding`); 0
     where for none. Layers of both kinds are refused: one ×N group has one window."""
@@ -760,6 +811,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "gemma": gemma,
     "gemma2": gemma2,
     "gemma3_text": gemma3,
+    "starcoder2": starcoder2,
     "phi3": lambda c, s: llama(c, s, kind="phi3"),
 }
 

@@ -21,6 +21,7 @@ from lbdl_dsl.interop.maps import (
     qwen2,
     qwen3,
     resnet,
+    starcoder2,
     vit,
 )
 
@@ -36,6 +37,7 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "qwen3": qwen3.VARIANTS,
     "gemma2": gemma2.VARIANTS,
     "gemma3": gemma3.build(),
+    "starcoder2": starcoder2.VARIANTS,
     "qwen3_moe": qwen3.MOE,
     "phi": phi.VARIANTS,
     "phi3": (phi3.MAP,),
