@@ -520,6 +520,54 @@ def starcoder2(c: Config, shapes: Shapes) -> Draft:
     )
 
 
+def gpt_neox(c: Config, shapes: Shapes) -> Draft:
+    """GPT-NeoX and Pythia: ``neox ×N`` (blocks/gpt_neox.lbdl), attention and feed-forward
+    side by side off two layernorms (the parallel residual), rotary positions on a part of each
+    head (``rotary_pct``, transformers 5's ``partial_rotary_factor``), exact GELU, an untied
+    output layer. Its fused ``query_key_value`` holds each head's q, k and v in turn, so the
+    map is made for the head count (`maps.gpt_neox`: ``gpt_neox@H``)."""
+    act = c.get("hidden_act", default="gelu")
+    if act != "gelu":
+        raise c.error(f"`hidden_act` {act!r} is not supported", "the neox block's is exact gelu")
+    c.require("use_parallel_residual", True, "the neox block adds both branches to its input")
+    h = c.whole("num_attention_heads")
+    eps = _eps(c.number("layer_norm_eps", default=1e-5))
+    _, rope = c._rope()
+    rot = c.rotary_fraction(default=float(c.number("rotary_pct", default=0.25)))
+    if rope.get("rope_theta") is None and c.get("rope_theta") is None:
+        theta = c.number("rotary_emb_base", default=10_000.0)  # transformers 4's name
+    else:
+        theta = c.rope_theta()
+    tied = _tied(c, shapes, default=False)
+    bias = "" if c.get("attention_bias", default=True) else " bias=false"
+    sizes = {
+        "N": c.whole("num_hidden_layers"),
+        "D": c.whole("hidden_size"),
+        "H": h,
+        "F": c.whole("intermediate_size"),
+        "V": c.whole("vocab_size"),
+    }
+    return Draft(
+        "GPT-NeoX (Black et al. 2022)",
+        f"gpt_neox@{h}",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            *(["-> tokens"] if tied else []),
+            f"neox ×N H=H F=F rot={rot:g} theta={_eps(theta)} eps={eps}{bias}",
+            f"layernorm eps={eps}",
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            "output P",
+        ],
+        [
+            "# attention and feed-forward side by side, each off its own layernorm (the parallel",
+            "# residual), rotary positions on a part of each head, biases, exact GELU.",
+        ],
+        ["blocks/gpt_neox.lbdl"],
+    )
+
+
 def _window(c: Config, kind: str) -> int:
     """The sliding window W, where the config turns one on for every layer (`_sliding`); 0
     where for none. Layers of both kinds are refused: one ×N group has one window."""
@@ -812,6 +860,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "gemma2": gemma2,
     "gemma3_text": gemma3,
     "starcoder2": starcoder2,
+    "gpt_neox": gpt_neox,
     "phi3": lambda c, s: llama(c, s, kind="phi3"),
 }
 

@@ -160,6 +160,29 @@ def split_to(parts: int, axis: int = 0, widths: tuple[int, ...] = ()) -> Op:
     )
 
 
+def split_heads(parts: int, heads: int, axis: int = 0) -> Op:
+    """A fused tensor whose ``axis`` holds, head after head, that head's ``parts`` slices
+    (GPT-NeoX's ``query_key_value``: head 0's q, k, v, then head 1's...), cut into ``parts``
+    tensors each holding its slice of every head, heads in order."""
+
+    def shape(s: Shape) -> Shape:
+        ax = axis % len(s)
+        if s[ax] % (parts * heads):
+            raise ValueError(f"axis {axis} of size {s[ax]} is not {heads} heads of {parts} parts")
+        return (*s[:ax], s[ax] // parts, *s[ax + 1 :])
+
+    def apply(a: np.ndarray) -> list[np.ndarray]:
+        shape(a.shape)
+        ax = axis % a.ndim
+        grouped = a.reshape(*a.shape[:ax], heads, parts, -1, *a.shape[ax + 1 :])
+        return [
+            np.take(grouped, k, axis=ax + 1).reshape(*a.shape[:ax], -1, *a.shape[ax + 1 :])
+            for k in range(parts)
+        ]
+
+    return Op(f"split {heads} heads' {parts} parts along axis {axis}", shape, apply, parts)
+
+
 _INDEX = re.compile(r"\{(?P<step>\d+)?(?P<letter>[ij])(?:\+(?P<start>\d+))?(?:<(?P<end>\d+))?\}")
 _TOKEN = re.compile(r"(\{\d*[ij](?:\+\d+)?(?:<\d+)?\}|\{\*\})")
 LETTERS = ("i", "j")  # the indices a pattern may hold, outermost first

@@ -23,7 +23,21 @@ OPS = [
     (layout.split(3, 1), (32, 96)),
     (layout.split(3, 0), (96,)),
     (layout.split_to(3, 1, (16, 8, 8)), (32, 32)),  # Phi-3's q, k, v with 2 key/value heads of 4
+    (layout.split_heads(3, 4), (96, 32)),  # GPT-NeoX's query_key_value, 4 heads of 8
+    (layout.split_heads(3, 4), (96,)),
 ]
+
+
+def test_a_split_by_heads_takes_each_head_s_slices_in_turn() -> None:
+    """GPT-NeoX's rows are head 0's q, k, v, then head 1's...: q gathers every head's first
+    slice, in head order (an even split would give head 0's q, k, v and head 1's q as q)."""
+    rows = np.arange(2 * 3 * 4)  # 2 heads, 3 parts, 4 rows each
+    q, k, v = layout.split_heads(3, 2).apply(rows)
+    assert q.tolist() == [0, 1, 2, 3, 12, 13, 14, 15]
+    assert k.tolist() == [4, 5, 6, 7, 16, 17, 18, 19]
+    assert v.tolist() == [8, 9, 10, 11, 20, 21, 22, 23]
+    with pytest.raises(ValueError, match="is not 5 heads of 3 parts"):
+        layout.split_heads(3, 5).shape((24,))
 
 
 @pytest.mark.parametrize(("op", "shape"), OPS, ids=[f"{o.name} {s}" for o, s in OPS])

@@ -14,6 +14,7 @@ from lbdl_dsl.interop.maps import (
     gemma2,
     gemma3,
     gpt2,
+    gpt_neox,
     llama,
     mixtral,
     phi,
@@ -44,6 +45,10 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
 }
 
 
-BUILT: dict[str, Callable[[int], tuple[FamilyMap, ...]]] = {"gemma3": gemma3.build}
+BUILT: dict[str, Callable[[int], tuple[FamilyMap, ...]]] = {
+    "gemma3": gemma3.build,
+    "gpt_neox": gpt_neox.build,
+}
 """Maps made for one model, named ``FAMILY@K``: Gemma 3's ``gemma3@S``, whose layers from S on
-are left over from its groups of six (S depends on the layer count)."""
+are left over from its groups of six (S depends on the layer count); GPT-NeoX's
+``gpt_neox@H``, whose fused projection is cut by its H heads."""
