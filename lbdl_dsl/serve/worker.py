@@ -85,6 +85,7 @@ class Worker:
         self.proc.start()
         child.close()
         self.seq = 0
+        self.stopping = threading.Lock()  # a replacement and the server's shutdown may both stop it
 
     def call(self, name: str, args: dict[str, Any], timeout: float) -> Result:
         self.seq += 1
@@ -96,14 +97,19 @@ class Worker:
         raise TimeoutError(name)
 
     def stop(self) -> None:
-        """Kill the worker and what it started (a `dot` laying out a figure)."""
-        if self.proc.pid is not None:
-            with contextlib.suppress(OSError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError, ValueError):
-            self.proc.kill()
-        self.proc.join(5)
-        self.conn.close()
+        """Kill the worker and what it started (a `dot` laying out a figure). Once: a second
+        call, from another thread, finds the pipe closed and does nothing (two threads closing
+        one descriptor was an EBADF at shutdown, when a replacement was under way)."""
+        with self.stopping:
+            if self.conn.closed:
+                return
+            if self.proc.pid is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError, ValueError):
+                self.proc.kill()
+            self.proc.join(5)
+            self.conn.close()
 
 
 class Pool:
@@ -158,7 +164,7 @@ class Pool:
         """A new worker for one that overran or died; tried again a few times, so that a
         passing shortage (memory, processes) does not leave the pool one worker short."""
         self.restarts += 1
-        await asyncio.to_thread(worker.stop)
+        await asyncio.to_thread(worker.stop)  # once, if a shutdown stops it meanwhile too
         with self.lock:
             if worker in self.all:
                 self.all.remove(worker)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -220,12 +221,41 @@ def test_a_check_over_the_time_limit_is_stopped_and_the_server_goes_on(
         pool.timeout = 0.001  # resnet50 takes about 0.1 s: far over
         slow = c.post("/api/check", json={"path": "resnet50.lbdl", "text": text}).json()
         assert not slow["ok"] and "longer than" in slow["diagnostics"][0]["message"]
-        first.proc.join(10)
-        assert not first.proc.is_alive()
+        # the replacement's thread joins (and reaps) the worker: wait for its exit code rather
+        # than join from this thread too, which can find it reaped and still say alive
+        deadline = time.monotonic() + 10
+        while first.proc.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert first.proc.exitcode is not None
         pool.timeout = 60.0
         again = c.post("/api/check", json={"path": "resnet50.lbdl", "text": text}).json()
         assert again["ok"] and again["totals"]["params"] == 25_557_032
         assert pool.restarts == 1
+
+
+def test_a_worker_stopped_by_two_threads_at_once_stops_once(tmp_path: Path) -> None:
+    """A replacement (after a timeout) and the server's shutdown may stop one worker together:
+    both return, and the pipe is closed once (two closes of one descriptor raised EBADF)."""
+    import threading
+
+    from lbdl_dsl.serve.worker import Worker
+
+    worker = Worker(tmp_path)
+    errors: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            worker.stop()
+        except BaseException as exc:  # noqa: BLE001 - any error is the failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=stop) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and worker.conn.closed and not worker.proc.is_alive()
+    worker.stop()  # and once more, after
 
 
 def test_resolve_follows_links_inside_the_folder(tmp_path: Path) -> None:
