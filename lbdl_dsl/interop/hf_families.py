@@ -157,6 +157,18 @@ def _rot(c: Config, d: int, h: int) -> str:
     return "" if rot == 1 else f" rot={rot:g}"
 
 
+def _sizes(c: Config, *, kv: bool = True, hidden: str = "intermediate_size") -> dict[str, Any]:
+    """The sizes most decoders' specs start with, in their header's order: layers, width,
+    heads (and kv heads, as many as heads unless the config says), feed-forward width from
+    ``hidden``, vocabulary."""
+    h = c.whole("num_attention_heads")
+    sizes: dict[str, Any] = {"N": c.whole("num_hidden_layers"), "D": c.whole("hidden_size")}
+    sizes["H"] = h
+    if kv:
+        sizes["KV"] = c.whole("num_key_value_heads", default=h)
+    return sizes | {"F": c.whole(hidden), "V": c.whole("vocab_size")}
+
+
 def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     """LLaMA, Mistral, Qwen2, Qwen3, Phi-3: RMSNorm, grouped-query attention with rotary
     positions, SwiGLU. Qwen3's normalises each head's queries and keys (``qknorm=rmsnorm``).
@@ -176,14 +188,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     # transformers' Phi3Config takes no rotary scaling but LongRoPE (`linear` is its error)
     theta = c.rope_theta(scalable=kind != "phi3")
     tied = _tied(c, shapes, default=kind == "qwen2")
-    sizes = {
-        "N": c.whole("num_hidden_layers"),
-        "D": d,
-        "H": h,
-        "KV": c.whole("num_key_value_heads", default=h),
-        "F": c.whole("intermediate_size"),
-        "V": c.whole("vocab_size"),
-    }
+    sizes = _sizes(c)
     head = _head(c, d, h, default=128 if kind == "qwen3" else None)
     att = f"self-att h=H kv=KV{head} causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
@@ -478,18 +483,10 @@ def starcoder2(c: Config, shapes: Shapes) -> Draft:
     act = c.get("hidden_act", default="gelu_pytorch_tanh")
     if act not in acts:
         raise c.error(f"`hidden_act` {act!r} is not supported", f"one of {list(acts)}")
-    h = c.whole("num_attention_heads")
     eps = _eps(c.number("norm_epsilon", default=1e-5))
     tied = _tied(c, shapes, default=True)
     bias = _bool(bool(c.get("use_bias", default=True)))
-    sizes = {
-        "N": c.whole("num_hidden_layers"),
-        "D": c.whole("hidden_size"),
-        "H": h,
-        "KV": c.whole("num_key_value_heads", default=h),
-        "F": c.whole("intermediate_size"),
-        "V": c.whole("vocab_size"),
-    }
+    sizes = _sizes(c)
     att = f"self-att h=H kv=KV causal=true rope=true theta={_eps(c.rope_theta(scalable=True))}"
     att += c.rope_scaling() + f" bias={bias}"
     if c.get("sliding_window") is not None:  # transformers masks every layer with it
@@ -540,13 +537,7 @@ def gpt_neox(c: Config, shapes: Shapes) -> Draft:
         theta = c.rope_theta()
     tied = _tied(c, shapes, default=False)
     bias = "" if c.get("attention_bias", default=True) else " bias=false"
-    sizes = {
-        "N": c.whole("num_hidden_layers"),
-        "D": c.whole("hidden_size"),
-        "H": h,
-        "F": c.whole("intermediate_size"),
-        "V": c.whole("vocab_size"),
-    }
+    sizes = _sizes(c, kv=False)
     return Draft(
         "GPT-NeoX (Black et al. 2022)",
         f"gpt_neox@{h}",
@@ -632,17 +623,9 @@ def mixtral(c: Config, shapes: Shapes, *, kind: str = "mixtral") -> Draft:
                 f"{dense!r}, `decoder_sparse_step` {step!r})",
                 "the spec has one ×N group, so one kind of layer; write the two kinds by hand",
             )
-    sizes = {
-        "N": c.whole("num_hidden_layers"),
-        "D": d,
-        "H": h,
-        "KV": c.whole("num_key_value_heads", default=h),
-        "F": c.whole("moe_intermediate_size" if qwen else "intermediate_size"),
-        "E": e,
-        "K": k,
-        "V": c.whole("vocab_size"),
-        "C": e / k,
-    }
+    sizes = _sizes(c, hidden="moe_intermediate_size" if qwen else "intermediate_size")
+    sizes = {**{x: sizes[x] for x in ("N", "D", "H", "KV", "F")}, "E": e, "K": k}
+    sizes |= {"V": c.whole("vocab_size"), "C": e / k}
     head = _head(c, d, h, default=128 if qwen else None)
     att = f"self-att h=H kv=KV{head} causal=true rope=true theta={_eps(theta)}"
     att += c.rope_scaling()
@@ -694,15 +677,7 @@ def phi(c: Config, shapes: Shapes) -> Draft:
     if act not in ("gelu_new", "gelu_pytorch_tanh"):
         raise c.error(f"`hidden_act` {act!r} is not supported", "the parallel block's is tanh-gelu")
     c.require("tie_word_embeddings", False, "Phi's output layer is its own, with a bias")
-    h = c.whole("num_attention_heads")
-    sizes = {
-        "N": c.whole("num_hidden_layers"),
-        "D": c.whole("hidden_size"),
-        "H": h,
-        "KV": c.whole("num_key_value_heads", default=h),
-        "F": c.whole("intermediate_size"),
-        "V": c.whole("vocab_size"),
-    }
+    sizes = _sizes(c)
     eps = _eps(c.number("layer_norm_eps", default=1e-5))
     rot = c.rotary_fraction()
     # qk_layernorm: each head's q and k layer-normalised (bias too) before the rotary, ε the

@@ -24,6 +24,7 @@ import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -222,12 +223,24 @@ class Rule:
     def targets(self) -> tuple[str, ...]:
         return (self.target,) if isinstance(self.target, str) else self.target
 
+    @cached_property
+    def _axes(self) -> dict[str, tuple[int, int, int | None]]:
+        """Each index letter of the first source name with its start, step and end (``None``
+        for none), parsed once: `index` reads them for every name a checkpoint holds."""
+        return {
+            m["letter"]: (
+                int(m["start"] or 0),
+                int(m["step"] or 1),
+                None if m["end"] is None else int(m["end"]),
+            )
+            for m in _INDEX.finditer(self.sources[0])
+        }
+
     @property
     def letters(self) -> tuple[str, ...]:
         """The indices the rule's names hold, outermost first: one leading axis of the
         target each (``("i",)`` for a ×N group, ``("i", "j")`` for its experts)."""
-        found = {m["letter"] for m in _INDEX.finditer(self.sources[0])}
-        return tuple(x for x in LETTERS if x in found)
+        return tuple(x for x in LETTERS if x in self._axes)
 
     @property
     def indexed(self) -> bool:
@@ -236,29 +249,28 @@ class Rule:
     @property
     def starts(self) -> dict[str, int]:
         """The reference index of each axis's first copy (``{i+1}`` → 1)."""
-        return {m["letter"]: int(m["start"] or 0) for m in _INDEX.finditer(self.sources[0])}
+        return {x: start for x, (start, _, _) in self._axes.items()}
 
     @property
     def steps(self) -> dict[str, int]:
         """How far apart in the reference each axis's copies are (``{2i+1}`` → 2)."""
-        return {m["letter"]: int(m["step"] or 1) for m in _INDEX.finditer(self.sources[0])}
+        return {x: step for x, (_, step, _) in self._axes.items()}
 
     @property
     def ends(self) -> dict[str, int]:
         """The reference index each axis stops before, where one is given (``{6i+1<30}``)."""
-        found = _INDEX.finditer(self.sources[0])
-        return {m["letter"]: int(m["end"]) for m in found if m["end"] is not None}
+        return {x: end for x, (_, _, end) in self._axes.items() if end is not None}
 
     def index(self, match: re.Match[str]) -> Index | None:
         """The copy a matched name is (its indices counted from each start, in steps), or
         ``None`` for a name before a start, between steps or from an end on (another
         rule's)."""
-        starts, steps, ends = self.starts, self.steps, self.ends
         index = []
         for x in self.letters:
+            start, step, end = self._axes[x]
             at = int(match.group(x))
-            k, off = divmod(at - starts[x], steps[x])
-            if k < 0 or off or at >= ends.get(x, at + 1):
+            k, off = divmod(at - start, step)
+            if k < 0 or off or (end is not None and at >= end):
                 return None
             index.append(k)
         return tuple(index)
