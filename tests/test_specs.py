@@ -106,6 +106,7 @@ FIGURES: list[tuple[str, dict[str, Any], dict[str, tuple[int, ...]], int]] = [
     ("gemma2-9b", {"T": 8192}, {"P": (8192, 256_000)}, 9_241_705_984),  # google/gemma-2-9b
     ("gemma3-4b", {"T": 4096}, {"P": (4096, 262_208)}, 3_880_263_168),  # google/gemma-3-4b
     ("qwen3-30b-a3b", {"T": 4096}, {"P": (4096, 151_936)}, 30_532_122_624),  # Qwen3-30B-A3B
+    ("olmo2-13b", {"T": 4096}, {"P": (4096, 100_352)}, 13_716_198_400),  # OLMo-2-1124-13B
     ("phi3-mini", {"T": 4096}, {"P": (4096, 32_064)}, 3_821_079_552),  # microsoft/Phi-3-mini-4k
     ("mixtral-8x7b", {"T": 4096}, {"P": (4096, 32_000)}, 46_702_792_704),
     # Encoder-decoder with relative positions computed in the spec (issue 41): transformers'

@@ -177,14 +177,16 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     attention through ``sliding_window`` when the config sets one (transformers' Phi3Model
     masks them all with it, as Mistral's), and no scaled rotary but LongRoPE, which is
     refused. Its dropouts (``resid_pdrop`` after each half, ``embd_pdrop``) act in training
-    only, 0 in the released configs: written as LLaMA's."""
+    only, 0 in the released configs: written as LLaMA's. OLMo 2 (`olmo2`) moves each half's
+    norm to the half's output (``pre=false post=true``) and RMS-normalises the whole query and
+    key projections, all heads at once (``qkover=all``)."""
     _silu(c)
     # LLaMA's configs may put biases on its projections; Mistral's, Qwen2's and Phi-3's
     # modules have none on the feed-forward, nor Mistral's and Phi-3's on the attention,
     # whatever the config says
     mlp_bias = kind == "llama" and bool(c.get("mlp_bias", default=False))
     d, h = c.whole("hidden_size"), c.whole("num_attention_heads")
-    eps = _eps(c.number("rms_norm_eps", default=1e-5 if kind == "phi3" else 1e-6))
+    eps = _eps(c.number("rms_norm_eps", default=1e-5 if kind in ("phi3", "olmo2") else 1e-6))
     # transformers' Phi3Config takes no rotary scaling but LongRoPE (`linear` is its error)
     theta = c.rope_theta(scalable=kind != "phi3")
     tied = _tied(c, shapes, default=kind == "qwen2")
@@ -198,19 +200,22 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     if window:
         sizes["W"] = window
         att += " window=W"
-    if kind == "qwen3":  # one flag puts a bias on all four projections
+    if kind in ("qwen3", "olmo2"):  # one flag puts a bias on all four projections
         att += " bias=true" * bool(c.get("attention_bias", default=False)) + " qknorm=rmsnorm"
+        att += " qkover=all" * (kind == "olmo2")
     elif kind == "qwen2":
         att += " bias=true obias=false"
     elif kind == "llama" and c.get("attention_bias", default=False):
         att += " bias=true"  # Mistral's projections have none, whatever its config says
     ffw = f"ffw hidden=F act=swiglu bias={_bool(mlp_bias)} p=0.0"
+    norms = f"norm=rmsnorm eps={eps}" + " pre=false post=true" * (kind == "olmo2")
     title = {
         "llama": "LLaMA (Touvron et al. 2023)",
         "mistral": "Mistral (Jiang et al. 2023)",
         "qwen2": "Qwen2 (Yang et al. 2024)",
         "qwen3": "Qwen3 (Yang et al. 2025)",
         "phi3": "Phi-3 (Abdin et al. 2024)",
+        "olmo2": "OLMo 2 (Team OLMo 2024)",
     }[kind]
     notes = {
         "llama": "# RMSNorm, grouped-query attention with rotary positions, SwiGLU, no biases.",
@@ -219,18 +224,19 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         "qwen3": "# LLaMA's layers with each head's queries and keys RMS-normalised (q/k norm).",
         "phi3": "# LLaMA's layers, q, k, v and the SwiGLU's two inputs stored fused."
         + (" A sliding window of W keys." if window else ""),
+        "olmo2": "# LLaMA's layers, each half's RMSNorm on its output, q and k normalised whole.",
     }[kind]
     return Draft(
         title,
-        kind if kind in ("qwen2", "qwen3", "phi3") else "llama",
+        kind if kind in ("qwen2", "qwen3", "phi3", "olmo2") else "llama",
         sizes,
         [
             "input X: T int<V>",
             _pad("embed", "T×D"),
             *(["-> tokens"] if tied else []),
             "×N:",
-            f"  {att} norm=rmsnorm eps={eps} -> attn",
-            f"  {ffw} norm=rmsnorm eps={eps} -> mlp",
+            f"  {att} {norms} -> attn",
+            f"  {ffw} {norms} -> mlp",
             f"rmsnorm eps={eps}",
             _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",
@@ -582,7 +588,7 @@ def _sliding(c: Config, kind: str) -> list[bool]:
     ``layer_types`` or, without it, the layers from ``max_window_layers`` on (none in a model
     of fewer)."""
     n = c.whole("num_hidden_layers")
-    if kind == "llama" or c.get("sliding_window") is None:
+    if kind in ("llama", "olmo2") or c.get("sliding_window") is None:
         return [False] * n
     if kind not in ("qwen2", "qwen3"):
         return [True] * n
@@ -837,6 +843,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "starcoder2": starcoder2,
     "gpt_neox": gpt_neox,
     "phi3": lambda c, s: llama(c, s, kind="phi3"),
+    "olmo2": lambda c, s: llama(c, s, kind="olmo2"),
 }
 
 REFUSED: dict[str, str] = {}

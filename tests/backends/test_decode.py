@@ -35,6 +35,7 @@ CAUSAL = {
     "qwen3-8b": dict(N=2, D=32, H=4, KV=2, Dh=16, F=64, V=50),
     "qwen3-30b-a3b": dict(N=2, D=32, H=4, KV=2, Dh=16, F=16, E=4, K=2, V=50),
     "phi3-mini": dict(N=2, D=32, H=4, KV=2, F=64, V=50, W=4),
+    "olmo2-13b": dict(N=2, D=32, H=4, KV=2, F=64, V=50),
     "mistral-7b": dict(N=2, D=32, H=4, KV=2, F=64, V=50, W=4),
     "mixtral-8x7b": dict(N=2, D=32, H=4, KV=2, F=64, E=4, V=50),
     "lstm-lm": dict(V=50, D=16, Hd=16),

@@ -68,6 +68,7 @@ SMALL: dict[str, dict] = {
     "gemma3-4b": dict(G=1, R=1, D=64, H=4, KV=2, Dh=16, F=128, V=100, W=8, T=16),
     "qwen3-30b-a3b": dict(N=2, D=64, H=4, KV=2, Dh=16, F=32, E=8, K=2, V=100, T=16),
     "phi3-mini": dict(N=2, D=64, H=4, KV=2, F=128, V=100, W=8, T=16),
+    "olmo2-13b": dict(N=2, D=64, H=4, KV=2, F=128, V=100, T=16),
     "mixtral-8x7b": dict(N=2, D=64, H=4, KV=2, F=128, E=4, V=100, T=16),
     "t5-small": dict(N=2, D=32, H=4, F=64, V=100, T=12, S=10),
     "mamba-130m": dict(N=2, D=32, V=100, T=16),

@@ -72,6 +72,7 @@ def load(name: str) -> tuple[Any, Any, Any]:
         *["gpt2", "llama", "llama3", "mistral", "mixtral", "qwen2", "qwen3", "gemma"],
         *["qwen3-moe", "phi3", "llama-yarn", "gemma2", "gemma3"],
         *["starcoder2", "gpt-neox"],
+        "olmo2",  # each half's norm on its output; the whole q and k projections normalised
         *["llama-bias", "phi-rot1", "gpt2-unscaled"],  # biases; a whole rotary; scale=none
         "phi-qkln",  # each head's queries and keys layer-normalised (qk_layernorm)
     ],

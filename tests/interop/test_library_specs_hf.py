@@ -77,6 +77,12 @@ CASES = {
         {"theta=1e6": "theta=10000.0", **TIED},
         "qwen3",
     ),
+    "olmo2-13b": (
+        "olmo2",
+        dict(N=2, D=32, H=4, KV=2, F=64, V=96),
+        {"eps=1e-6": "eps=1e-5"},
+        "olmo2",
+    ),
     "qwen3-30b-a3b": (
         "qwen3-moe",
         dict(N=2, D=32, H=4, KV=2, Dh=16, F=16, E=4, K=2, V=96),

@@ -62,12 +62,13 @@ class HeadsAttrs(Attrs):
     scaling: tuple[Any, ...] = ()  # the rotary frequencies' rescaling (`rope_scaling`); (): none
     qknorm: tuple[Any, ...] = ()  # each head's queries and keys normalised: (kind, eps); (): not
     softcap: float = 0.0  # the scores squashed as c·tanh(s/c) before the mask (Gemma 2); 0: not
+    qkall: bool = False  # the q/k norm over all heads' features at once, a gain each (OLMo 2)
 
     def items(self) -> tuple[tuple[str, Any], ...]:
         """The record, less an offset of 0 (the pre-norm of every model but Gemma's), an empty
         rotary scaling (every model's but LLaMA 3's) and no q/k norm (every model's but
         Qwen3's), so that the records of the models before them read as they did."""
-        quiet = ("offset", "scaling", "qknorm", "softcap")
+        quiet = ("offset", "scaling", "qknorm", "softcap", "qkall")
         return tuple((k, v) for k, v in super().items() if k not in quiet or v)
 
 
@@ -130,13 +131,12 @@ def _mha_specs(c: Ctx, d: Expr, dz: Expr, out: Expr, prefix: str = "") -> dict[s
             del specs["bk"]
     if c.a.obias:
         specs["bo"] = PSpec((out,), ZEROS, ("embed",))
-    if c.a.qknorm:  # one gain (and bias) per feature of a head, shared by the heads
-        specs |= {"qn": PSpec((dqk,), ONES, ("norm",)), "kn": PSpec((dqk,), ONES, ("norm",))}
+    if c.a.qknorm:  # a gain (and bias) per feature of a head, which the heads share, or
+        # under qkover=all per feature of every head (OLMo 2)
+        q, k = ((h * dqk, "heads"), (kv * dqk, "kv")) if c.a.qkall else ((dqk, "norm"),) * 2
+        specs |= {"qn": PSpec(q[:1], ONES, q[1:]), "kn": PSpec(k[:1], ONES, k[1:])}
         if c.a.qknorm[0] == "layernorm":
-            specs |= {
-                "qnb": PSpec((dqk,), ZEROS, ("norm",)),
-                "knb": PSpec((dqk,), ZEROS, ("norm",)),
-            }
+            specs |= {"qnb": PSpec(q[:1], ZEROS, q[1:]), "knb": PSpec(k[:1], ZEROS, k[1:])}
     return {prefix + k: v for k, v in specs.items()}
 
 
@@ -228,7 +228,17 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         scaling=scaling,
         qknorm=_qknorm(c),
         softcap=_softcap(c),
+        qkall=_qkall(c),
     )
+
+
+def _qkall(c: Ctx) -> bool:
+    """``qkover=all``: the q/k norm over the whole projection, all heads at once."""
+    over = c.hp.get("qkover", "head")
+    if over == "all" and c.hp.get("qknorm", "none") == "none":
+        c.fail("qkover= says what a q/k norm runs over, and there is none",
+               "add qknorm=rmsnorm or layernorm", "qkover")  # fmt: skip
+    return bool(over == "all")
 
 
 def _softcap(c: Ctx) -> float:
@@ -452,12 +462,14 @@ def mha_ref(
         return dense_ref(v, p[prefix + "w" + name], p.get(prefix + "b" + name))
 
     q, k, v = proj(x, "q"), proj(z, "k"), proj(z, "v")
+    if a.qknorm and a.qkall:  # the whole projection, every head's features at once
+        q, k = (_head_norm_ref(t, p, prefix + n, a.qknorm) for t, n in ((q, "qn"), (k, "kn")))
 
     def heads(t: Any, n: int) -> Any:
         return t.reshape(*t.shape[:2], n, -1).transpose(0, 2, 1, 3)
 
     q, k, v = heads(q, a.heads), heads(k, a.kv), heads(v, a.kv)
-    if a.qknorm:  # each head's features, before the rotary
+    if a.qknorm and not a.qkall:  # each head's features, before the rotary
         q, k = (_head_norm_ref(t, p, prefix + n, a.qknorm) for t, n in ((q, "qn"), (k, "kn")))
     if a.theta:
         q, k = (rope_ref(t, a.theta, a.rot, a.scaling) for t in (q, k))
@@ -474,8 +486,8 @@ def mha_ref(
 
 
 def _head_norm_ref(x: Any, p: Weights, name: str, qknorm: tuple[Any, ...]) -> Any:
-    """A q/k norm: over the last axis, a head's features, with gain ``p[name]`` (plus the
-    record's offset, where it has one)."""
+    """A q/k norm: over the last axis (a head's features, or under ``qkover=all`` all of
+    them), with gain ``p[name]`` (plus the record's offset, where it has one)."""
     kind, eps, *offset = qknorm
     gain = p[name] + (offset[0] if offset else 0.0)
     if kind == "rmsnorm":
@@ -544,6 +556,14 @@ _ATT_HP = (
         "each head's queries and keys normalised over their dqk features before the rotary, "
         "one gain per feature shared by the heads (Qwen3: rmsnorm; Phi's qk_layernorm)",
         ("none", "rmsnorm", "layernorm"),
+    ),
+    HP(
+        "qkover",
+        "choice",
+        "head",
+        "what the q/k norm runs over: each head's features with gains the heads share (head), "
+        "or the whole projection at once with a gain per feature of every head (all: OLMo 2)",
+        ("head", "all"),
     ),
     HP(
         "qkeps",
@@ -694,6 +714,9 @@ MHA = Layer(
         ("6×16", "mha h=4 kv=2 causal=true rope=true theta=100.0 qknorm=rmsnorm"),
         ("5×8", "mha h=2 qknorm=layernorm qkeps=1e-3 bias=true"),
         ("5×8", "mha h=2 qknorm=rmsnorm qkoffset=0.5"),
+        # OLMo 2's: the whole projections normalised, a gain per feature of every head
+        ("6×16", "mha h=4 kv=2 causal=true rope=true theta=100.0 qknorm=rmsnorm qkover=all"),
+        ("5×8", "mha h=2 qknorm=layernorm qkover=all qkeps=1e-3 bias=true"),
         ("6×16", "mha h=4 kv=2 causal=true softcap=0.5 scale=0.4 window=3"),
     ),
     reference=lambda xs, p, s, a: _mha_call_ref(xs, p, a),
@@ -826,7 +849,7 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
         passed = _given(hp, _MHA_PASSED) + _given(hp, _MHA_OPTIONS)
         qk = ""  # the q/k norm, whose epsilon is the pre-norm's unless given
         if hp.get("qknorm", "none") != "none":
-            passed.append("qknorm")
+            passed += ["qknorm", *(["qkover"] if hp.get("qkover", "head") != "head" else [])]
             qk = "" if hp.get("qkeps") is not None else " qkeps=eps"
             if hp.get("qkoffset") is None and float(hp.get("offset") or 0.0):
                 qk += f" qkoffset={float(hp['offset']):g}"  # the pre-norm's, as Gemma 3's
@@ -847,7 +870,7 @@ def _att_inside(cross: bool) -> Callable[[Mapping[str, Any], tuple[int, ...]], s
             reads = [*reads, "M"]
         return (
             f"block inside({', '.join([*passed, 'eps'])}) on {on}:\n"
-            f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> ln\n"
+            f"{_pre_text(hp)}"
             f"  mha{'(' + ', '.join(reads) + ')' if reads else ''}{args}{qk} -> att\n"
             f"{_post_text(hp)}"
             "  +(X)\n"
@@ -878,6 +901,13 @@ def _norm_ref(x: Any, p: Weights, norm: str, eps: float, offset: float = 0.0) ->
     return layernorm_ref(x, p["scale"] + offset, p["bias"], eps, 1)
 
 
+def _pre_text(hp: Mapping[str, Any]) -> str:
+    """The inside's pre-norm line, unless ``pre=false``."""
+    if not hp.get("pre", True):
+        return ""
+    return f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> ln\n"
+
+
 def _post_text(hp: Mapping[str, Any]) -> str:
     """The inside's post-norm line, where ``post=true``: the pre-norm's kind, ε and offset."""
     if not hp.get("post"):
@@ -892,6 +922,13 @@ def _offset_text(hp: Mapping[str, Any]) -> str:
 
 
 _PRE_OFFSET = HP("offset", "float", 0.0, "the pre-norm's gain is offset + w (1: Gemma's 1 + w)")
+_PRE = HP(
+    "pre",
+    "bool",
+    True,
+    "the pre-norm; false: the branch reads the block's input as it is (OLMo 2's layers, "
+    "whose one norm is the branch's output's: pre=false post=true)",
+)
 _POST = HP(
     "post",
     "bool",
@@ -905,7 +942,7 @@ def _pre_norm_ref(xs: Arrays, p: Weights, a: HeadsAttrs) -> Any:
     mask = xs[-1] if a.masked else None
     bias = xs[a.bias_at] if a.bias_at else None
     assert a.eps is not None, "self-att and cross-att declare `eps`; only a bare mha has none"
-    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset)
+    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset) if "ln" in p else xs[0]
     z = xs[a.keys_at] if a.keys_at else h
     out = mha_ref(h, z, p["att"], a, key_mask=mask, bias=bias)
     if "pn" in p:  # post=true
@@ -928,6 +965,7 @@ SELF_ATT = Layer(
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
         _PRE_OFFSET,
+        _PRE,
         _POST,
     ),
     arity=(1, 3),
@@ -952,6 +990,12 @@ SELF_ATT = Layer(
             "qknorm=rmsnorm post=true",
         ),  # fmt: skip
         ("6×16", "self-att h=2 dqk=6 dv=6 rope=true rot=0.5 qknorm=layernorm qkeps=1e-4"),
+        # OLMo 2's: no pre-norm, the branch's output normalised, the q/k norm over all heads
+        (
+            "6×16",
+            "self-att h=4 kv=2 causal=true rope=true norm=rmsnorm eps=1e-6 pre=false post=true "
+            "qknorm=rmsnorm qkover=all",
+        ),  # fmt: skip
         # Gemma 2's: capped scores, a window, the sandwich's second norm, gains 1 + w
         (
             "7×16",
@@ -975,6 +1019,7 @@ CROSS_ATT = Layer(
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
         _PRE_OFFSET,
+        _PRE,
         _POST,
     ),
     arity=(2, 4),
@@ -1010,14 +1055,12 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
     pattern = "×".join(["A", "B"][: ranks[0] - 1] + ["D"])
     hidden = "hidden" if hp.get("hidden") is not None else "4D"
     params = ["hidden"] if hp.get("hidden") is not None else []
-    head = (
-        f"block inside({', '.join([*params, 'bias', 'p', 'eps'])}) on X: {pattern}:\n"
-        f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> ln\n"
-    )
+    head = f"block inside({', '.join([*params, 'bias', 'p', 'eps'])}) on X: {pattern}:\n"
+    head += _pre_text(hp)
     if hp["act"] in _GATED:  # Shazeer 2020: act(x·W_gate) ⊙ (x·W_up), then W_down
         return head + (
             f"  fc out={hidden} bias=bias -> up\n"
-            "  from ln\n"
+            f"  from {'ln' if hp.get('pre', True) else 'X'}\n"
             f"  fc out={hidden} bias=bias -> gate\n"
             f"  {_GATED[hp['act']]}\n"
             "  mul(up)\n"
@@ -1038,7 +1081,7 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
 
 def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
     np = numpy()
-    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset)
+    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset) if "ln" in p else xs[0]
     if a.act in _GATED:
         g = dense_ref(h, p["gate"]["w"], p["gate"].get("b"))
         g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, a.act == "geglu-tanh")
@@ -1077,6 +1120,7 @@ FFW = Layer(
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
         _PRE_OFFSET,
+        _PRE,
         _POST,
     ),
     resolve=_ffw_attrs,
@@ -1092,6 +1136,8 @@ FFW = Layer(
         ("6×8", "ffw act=geglu-tanh hidden=6"),
         ("6×8", "ffw act=geglu-tanh hidden=12 bias=false p=0.0 norm=rmsnorm offset=1.0 post=true"),
         ("6×8", "ffw act=relu hidden=5 post=true"),
+        ("6×8", "ffw act=swiglu hidden=12 bias=false p=0.0 norm=rmsnorm pre=false post=true"),
+        ("6×8", "ffw act=gelu hidden=6 pre=false"),
     ),
     reference=_ffw_ref,
 )

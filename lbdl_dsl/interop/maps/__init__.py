@@ -17,6 +17,7 @@ from lbdl_dsl.interop.maps import (
     gpt_neox,
     llama,
     mixtral,
+    olmo2,
     phi,
     phi3,
     qwen2,
@@ -42,6 +43,7 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "qwen3_moe": qwen3.MOE,
     "phi": phi.VARIANTS,
     "phi3": (phi3.MAP,),
+    "olmo2": olmo2.VARIANTS,
 }
 
 

@@ -8,17 +8,17 @@ embedding: their checkpoints hold no ``lm_head.weight`` and the spec has no ``fc
 (``fc bias=false tie=tokens``), so the head's rule finds nothing to fill and is left idle.
 """
 
-from lbdl_dsl.interop.layout import FamilyMap, Rule
-from lbdl_dsl.interop.maps.llama import IGNORE, MHA, X
-from lbdl_dsl.interop.maps.llama import MAP as LLAMA
+from dataclasses import replace
 
-MAP = FamilyMap(
+from lbdl_dsl.interop.layout import Rule
+from lbdl_dsl.interop.maps.llama import MAP as LLAMA
+from lbdl_dsl.interop.maps.llama import MHA, X
+
+MAP = replace(  # LLaMA's prefix, buffers and sizes
+    LLAMA,
     name="qwen2",
     doc="Qwen2 (Hugging Face Qwen2ForCausalLM)",
     spec="lbdl from-hf (a LLaMA-shaped spec with q/k/v biases)",
-    prefixes=("model.",),
-    ignore=IGNORE,
-    sizes=LLAMA.sizes,
     rules=(
         *LLAMA.rules,
         Rule(X + "self_attn.q_proj.bias", MHA + "bq"),

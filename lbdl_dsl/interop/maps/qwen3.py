@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from lbdl_dsl.interop.layout import FamilyMap, Rule, split
 from lbdl_dsl.interop.maps import mixtral
-from lbdl_dsl.interop.maps.llama import ATTENTION, HEAD, IGNORE, MHA, T, X
+from lbdl_dsl.interop.maps.llama import ATTENTION, HEAD, MHA, T, X
 from lbdl_dsl.interop.maps.llama import MAP as LLAMA
 
 NORMS = (
@@ -29,13 +29,11 @@ NORMS = (
     Rule(X + "self_attn.k_norm.weight", MHA + "kn"),
 )
 
-MAP = FamilyMap(
+MAP = replace(  # LLaMA's prefix, buffers and sizes
+    LLAMA,
     name="qwen3",
     doc="Qwen3 (Hugging Face Qwen3ForCausalLM)",
     spec="specs/qwen3-8b.lbdl",
-    prefixes=("model.",),
-    ignore=IGNORE,
-    sizes=LLAMA.sizes,
     rules=(*LLAMA.rules, *NORMS),
 )
 

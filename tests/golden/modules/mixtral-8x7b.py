@@ -310,7 +310,8 @@ def head_norm(
 ) -> jax.Array:
     """A q/k norm (``qknorm=(kind, eps[, offset])``) of queries or keys (…, d) over a head's
     d features, with the gain ``p[name]`` (d,) that all heads share (plus the offset, Gemma
-    3's 1 + w): Qwen3's RMSNorm, normalised in float32 as `rms_norm` is, or a layer norm
+    3's 1 + w), or of a whole projection (…, heads·d) with a gain of that size (OLMo 2's):
+    Qwen3's RMSNorm, normalised in float32 as `rms_norm` is, or a layer norm
     whose bias is ``p[name + "b"]``."""
     kind, eps, *offset = qknorm
     gain = p[name] + offset[0] if offset else p[name]  # Gemma 3's 1 + w
@@ -347,21 +348,25 @@ def mha_lm(
     scale: float | None = None,
     qknorm: tuple[Any, ...] = (),
     softcap: float = 0.0,
+    qkall: bool = False,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
     rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
     ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend;
-    ``qknorm`` normalises each head's queries and keys first (`head_norm`)."""
+    ``qknorm`` normalises each head's queries and keys first (`head_norm`), or with ``qkall``
+    the whole projections at once (OLMo 2)."""
     b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
     q = dense(x, p["wq"], p.get("bq"))
     k = dense(z, p["wk"], p.get("bk"))
     v = dense(z, p["wv"], p.get("bv"))
+    if qknorm and qkall:
+        q, k = head_norm(q, p, "qn", qknorm), head_norm(k, p, "kn", qknorm)
     dqk = q.shape[-1] // heads
     dv = v.shape[-1] // kv
     q = q.reshape(b, tq, heads, dqk).transpose(0, 2, 1, 3)
     k = k.reshape(b, tk, kv, dqk).transpose(0, 2, 1, 3)
     v = v.reshape(b, tk, kv, dv).transpose(0, 2, 1, 3)
-    if qknorm:
+    if qknorm and not qkall:
         q, k = head_norm(q, p, "qn", qknorm), head_norm(k, p, "kn", qknorm)
     if theta:
         q = rope(q, theta=theta, fraction=fraction, scaling=scaling)

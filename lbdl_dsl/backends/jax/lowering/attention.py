@@ -33,7 +33,8 @@ def _rotary(a: Any) -> dict[str, Any]:
     before."""
     options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
     options |= {"scaling": a.scaling} if a.scaling else {}
-    return options | ({"qknorm": a.qknorm} if a.qknorm else {})
+    options |= {"qknorm": a.qknorm} if a.qknorm else {}
+    return options | ({"qkall": True} if a.qkall else {})
 
 
 def _mha(e: Emit, q_in: str, kv_in: str) -> str:

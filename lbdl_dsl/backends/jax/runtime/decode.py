@@ -154,6 +154,7 @@ def mha_step(
     scale: float | None = None,
     qknorm: tuple[Any, ...] = (),
     softcap: float = 0.0,
+    qkall: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Causal self-attention (`mha`, `mha_lm`) of x (B, t, D) at positions pos.., with its
     cache of keys and values; returns (output (B, t, out), keys, values) with the cache
@@ -168,12 +169,14 @@ def mha_step(
         q = dense(x, p["wq"], p.get("bq"))
         k = dense(x, p["wk"], p.get("bk"))
         v = dense(x, p["wv"], p.get("bv"))
+    if qknorm and qkall:  # the whole projections (OLMo 2)
+        q, k = head_norm(q, p, "qn", qknorm), head_norm(k, p, "kn", qknorm)
     dk = q.shape[-1] // heads
     dv = v.shape[-1] // kv
     q = q.reshape(b, t, heads, dk).transpose(0, 2, 1, 3)
     k = k.reshape(b, t, kv, dk).transpose(0, 2, 1, 3)
     v = v.reshape(b, t, kv, dv).transpose(0, 2, 1, 3)
-    if qknorm:
+    if qknorm and not qkall:
         q, k = head_norm(q, p, "qn", qknorm), head_norm(k, p, "kn", qknorm)
     if theta:
         q = rope(q, theta=theta, fraction=fraction, scaling=scaling, pos=pos)

@@ -20,14 +20,18 @@ def _project(e: Emit, x: str, w: str, b: str, sub: str) -> str:
 def _head_norms(e: Emit, q: str, k: str) -> tuple[str, str]:
     """The q/k norm (``qknorm=``) of each head's features: (B, T, heads·d) reshaped to
     (B, T, heads, d), an ``RMSNormalization`` or ``LayerNormalization`` over the last axis
-    with the gain the heads share, and reshaped back."""
+    with the gain the heads share, and reshaped back; under ``qkover=all`` the norm of
+    (B, T, heads·d) as it is."""
     a = e.a
     kind, eps, *offset = a.qknorm
     d = known(a.dqk)
     out = []
     for x, heads, n in ((q, a.heads, "q"), (k, a.kv or a.heads, "k")):
         h = known(heads)
-        split = e.node("Reshape", [x, e.ints([0, 0, h, d], f"{n}_heads")], sub=f"{n}_heads")
+        if a.qkall:  # OLMo 2's: the whole projection, a gain per feature of every head
+            split = x
+        else:
+            split = e.node("Reshape", [x, e.ints([0, 0, h, d], f"{n}_heads")], sub=f"{n}_heads")
         gain = e.param(f"{n}n")
         if offset:  # Gemma 3's 1 + w, an Add on the stored weight
             gain = e.node("Add", [gain, e.const(float(offset[0]), f"{n}_offset")], sub=f"{n}_gain")
@@ -36,7 +40,10 @@ def _head_norms(e: Emit, q: str, k: str) -> tuple[str, str]:
         if kind != "rmsnorm":
             ins.append(e.param(f"{n}nb"))
         normed = e.node(op, ins, sub=f"{n}_norm", axis=-1, epsilon=float(eps))
-        out.append(e.node("Reshape", [normed, e.ints([0, 0, h * d], f"{n}_flat")], sub=f"{n}_flat"))
+        if not a.qkall:
+            flat = e.ints([0, 0, h * d], f"{n}_flat")
+            normed = e.node("Reshape", [normed, flat], sub=f"{n}_flat")
+        out.append(normed)
     return out[0], out[1]
 
 
