@@ -1,12 +1,13 @@
 """Runs in a process of its own for tests/backends/test_sharding_grads.py; prints one JSON line.
 
 ``python grad_matrix_worker.py DEVICES FAMILY[,FAMILY] STRATEGY[,STRATEGY] [STEPS]``: for each
-family (a CNN with batch norm, a GPT transformer, a gated-FFN LLaMA, a Mixtral MoE, at tiny
-sizes; ``resnet18`` is ResNet-18 at width 64 on 32×32 images, the issue's case), the gradient
-of one batch on one device against the same gradient under each strategy (dp, fsdp, tp,
-fsdp+tp; ep for the MoE) on ``DEVICES`` virtual CPU devices: at the initial parameters, and at
-the parameters ``STEPS`` one-device SGD steps later (each side computes the gradient at the
-very same parameters, so the comparison measures the sharded program alone). The figure per
+family (a CNN with batch norm, a GPT transformer, a gated-FFN LLaMA, an OLMo 2 whose q/k
+norms span the heads that tp splits, a Mixtral MoE, at tiny sizes; ``resnet18`` is ResNet-18
+at width 64 on 32×32 images, the issue's case), the gradient of one batch on one device
+against the same gradient under each strategy (dp, fsdp, tp, fsdp+tp; ep for the MoE) on
+``DEVICES`` virtual CPU devices: at the initial parameters, and at the parameters ``STEPS``
+one-device SGD steps later (each side computes the gradient at the very same parameters, so
+the comparison measures the sharded program alone). The figure per
 case is the largest, over the arrays, of ‖sharded − one‖ / ‖one‖.
 
 Why the same parameters on both sides, and not two runs side by side: the loss of a network
@@ -43,6 +44,9 @@ FAMILIES = {
     "resnet18": ("resnet18.lbdl", {"W": 64, "I": 32, "classes": 10}, "image"),
     "gpt": ("gpt.lbdl", {"N": 2, "D": 16, "H": 2, "V": 32}, "tokens"),
     "llama": ("llama2-7b.lbdl", {"N": 2, "D": 16, "H": 2, "F": 32, "V": 32}, "tokens"),
+    # norms after each half; q/k norms over the whole projections, their gains split with
+    # the heads under tp
+    "olmo2": ("olmo2-13b.lbdl", {"N": 2, "D": 16, "H": 2, "KV": 2, "F": 32, "V": 32}, "tokens"),
     "moe": (
         "mixtral-8x7b.lbdl",
         {"N": 1, "D": 16, "H": 2, "KV": 1, "F": 16, "E": 4, "V": 32},

@@ -1,7 +1,8 @@
 """The differential matrix: a sharded gradient against one device's, family by strategy.
 
 `grad_matrix_worker.py` (a process of its own: virtual devices are set before JAX starts)
-computes, for a CNN with batch norm, a GPT transformer, a gated-FFN LLaMA and a Mixtral MoE,
+computes, for a CNN with batch norm, a GPT transformer, a gated-FFN LLaMA, an OLMo 2 (its q/k
+norms over the whole projections, whose gains tp splits with the heads) and a Mixtral MoE,
 the gradient of one batch on one device and under dp, fsdp, tp and fsdp+tp (and ep for the
 MoE), at the initial parameters and two one-device SGD steps later, both sides at the very
 same parameters. Every array must agree within 1e-5 (‖sharded − one‖ / ‖one‖). CI runs each
@@ -47,7 +48,8 @@ def _failures(result: dict) -> list[str]:
 
 def test_each_family_under_one_strategy_on_four_devices() -> None:
     result = {}
-    pairs = (("cnn", "dp"), ("gpt", "fsdp+tp"), ("llama", "tp"), ("moe", "fsdp,ep"))
+    pairs = (("cnn", "dp"), ("gpt", "fsdp+tp"), ("llama", "tp"), ("olmo2", "tp"))
+    pairs += (("moe", "fsdp,ep"),)
     for family, strategies in pairs:
         result |= _matrix(4, family, strategies, steps=1)
     assert len(result["moe"]) == 2
@@ -58,9 +60,9 @@ def test_each_family_under_one_strategy_on_four_devices() -> None:
 @pytest.mark.full
 @pytest.mark.parametrize("devices", [2, 4, 8])
 def test_full_matrix(devices: int) -> None:
-    result = _matrix(devices, "cnn,gpt,llama,moe", STRATEGIES)
+    result = _matrix(devices, "cnn,gpt,llama,olmo2,moe", STRATEGIES)
     result["moe"] |= _matrix(devices, "moe", "ep")["moe"]
-    assert len(result) == 4 and all(len(rows) >= 4 for rows in result.values())
+    assert len(result) == 5 and all(len(rows) >= 4 for rows in result.values())
     assert not _failures(result)
 
 
