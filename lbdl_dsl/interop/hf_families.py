@@ -119,6 +119,56 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
     )
 
 
+def gpt_bigcode(c: Config, shapes: Shapes) -> Draft:
+    """GPTBigCode (SantaCoder, StarCoder): GPT-2's layer with one key/value head
+    (``multi_query``, or as many as the queries' without it, whose fused projection is then
+    cut head by head: ``--map gpt_bigcode@H``), written out in a ×N group of named boxes;
+    learned positions, the output layer tied unless the config unties it."""
+    act = {"gelu_pytorch_tanh": "gelu-tanh", "gelu_new": "gelu-tanh", "gelu": "gelu"}
+    act["relu"] = "relu"
+    fn = c.get("activation_function", default="gelu_pytorch_tanh")
+    if fn not in act:
+        raise c.error(f"`activation_function` {fn!r} is not supported", f"one of {list(act)}")
+    c.require("add_cross_attention", False, "a decoder alone: the spec has no encoder to attend")
+    d = c.whole("n_embd", "hidden_size")
+    h = c.whole("n_head", "num_attention_heads")
+    inner = c.get("n_inner")
+    sizes = {"N": c.whole("n_layer", "num_hidden_layers"), "D": d, "H": h}
+    f = "4D" if inner in (None, 4 * d) else "F"
+    if f == "F":
+        sizes["F"] = c.whole("n_inner")
+    sizes |= {"V": c.whole("vocab_size"), "L": c.whole("n_positions", "max_position_embeddings")}
+    mqa = bool(c.get("multi_query", default=True))
+    tied = _tied(c, shapes, default=True)
+    e = f" eps={_eps(c.number('layer_norm_epsilon', default=1e-5))}"
+    scale = "" if c.get("scale_attn_weights", default=True) else " scale=none"
+    p = c.number("resid_pdrop", default=0.1)
+    return Draft(
+        "GPTBigCode (Allal et al. 2023; Li et al. 2023)",
+        "gpt_bigcode" if mqa else f"gpt_bigcode@{h}",
+        sizes,
+        [
+            "input X: T int<V>",
+            _pad("embed", "T×D"),
+            *(["-> tokens"] if tied else []),
+            "pos-embed len=L",
+            f"dropout p={c.number('embd_pdrop', default=0.1):g}",
+            "×N:",
+            f"  self-att h=H{' kv=1' * mqa} causal=true bias=true{scale}{e} -> attn",
+            f"  ffw hidden={f} act={act[fn]} p={p:g}{e} -> mlp",
+            f"layernorm{e}",
+            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            "output P",
+        ],
+        [
+            "# GPT-2's layers"
+            + (" with multi-query attention (one key/value head)," if mqa else ",")
+            + " learned positions, biases,",
+            "# the output layer" + (" tied to the token embedding." if tied else " its own."),
+        ],
+    )
+
+
 def _silu(c: Config) -> None:
     act = c.get("hidden_act", "hidden_activation", default="silu")
     if act != "silu":
@@ -844,6 +894,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "gpt_neox": gpt_neox,
     "phi3": lambda c, s: llama(c, s, kind="phi3"),
     "olmo2": lambda c, s: llama(c, s, kind="olmo2"),
+    "gpt_bigcode": gpt_bigcode,
 }
 
 REFUSED: dict[str, str] = {}

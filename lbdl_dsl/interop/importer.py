@@ -209,13 +209,14 @@ def resolve_family(name: str) -> tuple[FamilyMap, ...]:
     """The variants of map ``name``; ``FAMILY@K`` builds a map made for one model (`BUILT`)."""
     base, at, arg = name.partition("@")
     if at and base in BUILT:
+        built = BUILT[base]
         if not arg.isdigit() or int(arg) < 1:
             raise LbdlError(
-                f"--map {name}: `{base}@` takes a whole number, the first layer left over",
+                f"--map {name}: `{base}@` takes a whole number, {built.number}",
                 None,
-                hint=f"e.g. --map {base}@30 for 34 layers (30 in groups of six, 4 left over)",
+                hint=f"e.g. {built.example}",
             )
-        return BUILT[base](int(arg))
+        return built.build(int(arg))
     if name not in MAPS:
         hint = did_you_mean(name, MAPS) or f"the maps are {', '.join(sorted(MAPS))}"
         raise LbdlError(f"--map: no map named `{name}`", None, hint=hint)
@@ -223,13 +224,15 @@ def resolve_family(name: str) -> tuple[FamilyMap, ...]:
 
 
 def suggest(names: Mapping[str, Shape], exclude: str) -> tuple[str, float] | None:
-    """The map that names most of a checkpoint's tensors, if another than ``exclude`` does."""
+    """The map that names most of a checkpoint's tensors, if another than ``exclude`` does.
+    Families that name their tensors alike (GPT-2's and GPTBigCode's) tie; the one listed
+    first in `MAPS`, the older, is named."""
     scored = [
         (max(coverage(v, names) for v in variants), family)
         for family, variants in MAPS.items()
         if family != exclude and variants != MAPS.get(exclude)
     ]
-    best = max(scored, default=None)
+    best = max(scored, key=lambda scored: scored[0], default=None)
     if best is None or best[0] < 0.5:
         return None
     return best[1], best[0]

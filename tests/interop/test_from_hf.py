@@ -44,10 +44,11 @@ CAUSAL = [
     "starcoder2",
     "gpt-neox",
     "olmo2",
+    "gpt-bigcode",
 ]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
 # configs from-hf once computed otherwise (phi-rot1, gpt2-unscaled) or could not import
-VARIANTS = ["phi-rot1", "gpt2-unscaled", "llama-bias", "phi-qkln"]
+VARIANTS = ["phi-rot1", "gpt2-unscaled", "llama-bias", "phi-qkln", "gpt-bigcode-mha"]
 ALL = [*CAUSAL, "bert", "vit", *STORED, *VARIANTS]
 
 
@@ -188,7 +189,7 @@ def test_an_unknown_model_type_lists_the_supported_ones(tmp_path: Path, capsys) 
     assert code == 1
     assert "model_type `t5` is not supported" in err
     listed = "gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi, bert, vit, gemma, gemma2"
-    assert listed + ", gemma3_text, starcoder2, gpt_neox, phi3, olmo2" in err
+    assert listed + ", gemma3_text, starcoder2, gpt_neox, phi3, olmo2, gpt_bigcode" in err
 
 
 def test_a_folder_without_config_json_says_so(tmp_path: Path, capsys) -> None:
@@ -272,7 +273,16 @@ def test_gemma3_groups_six_layers_and_names_the_map_by_the_first_left_over(
     assert "softcap" not in capped
     assert main(["import", str(REPO / "specs" / "gemma3-4b.lbdl"), str(FIXTURES / "gemma3"),
                  "--map", "gemma3@x", "-o", str(tmp_path / "p.safetensors")]) == 1  # fmt: skip
-    assert "`gemma3@` takes a whole number" in capsys.readouterr().err
+    assert "`gemma3@` takes a whole number, the first layer left over" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family", ["gpt_neox", "gpt_bigcode"])
+def test_a_map_made_for_a_head_count_says_so(tmp_path: Path, capsys, family: str) -> None:
+    """``FAMILY@K``'s refusal names what K is for that family: a head count here."""
+    assert main(["import", str(REPO / "specs" / "gpt2.lbdl"), str(FIXTURES / "gpt2"),
+                 "--map", f"{family}@x", "-o", str(tmp_path / "p.safetensors")]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"`{family}@` takes a whole number, the head count" in err and "Traceback" not in err
 
 
 def test_a_scaled_rotary_is_written_as_the_config_says(tmp_path: Path) -> None:

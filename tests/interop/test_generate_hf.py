@@ -73,6 +73,7 @@ def load(name: str) -> tuple[Any, Any, Any]:
         *["qwen3-moe", "phi3", "llama-yarn", "gemma2", "gemma3"],
         *["starcoder2", "gpt-neox"],
         "olmo2",  # each half's norm on its output; the whole q and k projections normalised
+        *["gpt-bigcode", "gpt-bigcode-mha"],  # one key/value head; c_attn cut by heads
         *["llama-bias", "phi-rot1", "gpt2-unscaled"],  # biases; a whole rotary; scale=none
         "phi-qkln",  # each head's queries and keys layer-normalised (qk_layernorm)
     ],

@@ -7,6 +7,7 @@ parameters): the importer takes the variant whose parameter paths the spec has.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from lbdl_dsl.interop.layout import FamilyMap
 from lbdl_dsl.interop.maps import (
@@ -14,6 +15,7 @@ from lbdl_dsl.interop.maps import (
     gemma2,
     gemma3,
     gpt2,
+    gpt_bigcode,
     gpt_neox,
     llama,
     mixtral,
@@ -44,13 +46,29 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "phi": phi.VARIANTS,
     "phi3": (phi3.MAP,),
     "olmo2": olmo2.VARIANTS,
+    "gpt_bigcode": gpt_bigcode.VARIANTS,
 }
 
 
-BUILT: dict[str, Callable[[int], tuple[FamilyMap, ...]]] = {
-    "gemma3": gemma3.build,
-    "gpt_neox": gpt_neox.build,
+@dataclass(frozen=True)
+class Built:
+    """A family whose map is made for one model: what its number is, and an example."""
+
+    build: Callable[[int], tuple[FamilyMap, ...]]
+    number: str  # what K in FAMILY@K says, as errors name it
+    example: str  # a --map value and the model it is for
+
+
+BUILT: dict[str, Built] = {
+    "gemma3": Built(
+        gemma3.build,
+        "the first layer left over",
+        "--map gemma3@30 for 34 layers (30 in groups of six, 4 left over)",
+    ),
+    "gpt_neox": Built(gpt_neox.build, "the head count", "--map gpt_neox@8 for Pythia-70M"),
+    "gpt_bigcode": Built(gpt_bigcode.build, "the head count", "--map gpt_bigcode@16 for 16 heads"),
 }
 """Maps made for one model, named ``FAMILY@K``: Gemma 3's ``gemma3@S``, whose layers from S on
 are left over from its groups of six (S depends on the layer count); GPT-NeoX's
-``gpt_neox@H``, whose fused projection is cut by its H heads."""
+``gpt_neox@H`` and GPTBigCode's without multi-query attention ``gpt_bigcode@H``, whose fused
+projections are cut by their H heads."""
