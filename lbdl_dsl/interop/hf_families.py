@@ -229,7 +229,9 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     refused. Its dropouts (``resid_pdrop`` after each half, ``embd_pdrop``) act in training
     only, 0 in the released configs: written as LLaMA's. OLMo 2 (`olmo2`) moves each half's
     norm to the half's output (``pre=false post=true``) and RMS-normalises the whole query and
-    key projections, all heads at once (``qkover=all``)."""
+    key projections, all heads at once (``qkover=all``). OLMo (`olmo`) has LayerNorms without
+    parameters (``affine=false``, ε 1e-5 as transformers' OlmoLayerNorm fixes it) and may clamp
+    q, k and v (``clip_qkv``: ``clip=``)."""
     _silu(c)
     # LLaMA's configs may put biases on its projections; Mistral's, Qwen2's and Phi-3's
     # modules have none on the feed-forward, nor Mistral's and Phi-3's on the attention,
@@ -250,15 +252,20 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
     if window:
         sizes["W"] = window
         att += " window=W"
-    if kind in ("qwen3", "olmo2"):  # one flag puts a bias on all four projections
-        att += " bias=true" * bool(c.get("attention_bias", default=False)) + " qknorm=rmsnorm"
-        att += " qkover=all" * (kind == "olmo2")
+    if kind == "olmo" and c.get("clip_qkv") is not None:
+        att += f" clip={c.number('clip_qkv'):g}"
+    if kind in ("qwen3", "olmo2", "olmo"):  # one flag puts a bias on all four projections
+        att += " bias=true" * bool(c.get("attention_bias", default=False))
+        att += {"qwen3": " qknorm=rmsnorm", "olmo2": " qknorm=rmsnorm qkover=all"}.get(kind, "")
     elif kind == "qwen2":
         att += " bias=true obias=false"
     elif kind == "llama" and c.get("attention_bias", default=False):
         att += " bias=true"  # Mistral's projections have none, whatever its config says
     ffw = f"ffw hidden=F act=swiglu bias={_bool(mlp_bias)} p=0.0"
     norms = f"norm=rmsnorm eps={eps}" + " pre=false post=true" * (kind == "olmo2")
+    final = f"rmsnorm eps={eps}"
+    if kind == "olmo":  # OlmoLayerNorm: no gain, no bias, an ε of 1e-5 whatever the config
+        norms, final = "norm=layernorm eps=1e-5 affine=false", "layernorm eps=1e-5 affine=false"
     title = {
         "llama": "LLaMA (Touvron et al. 2023)",
         "mistral": "Mistral (Jiang et al. 2023)",
@@ -266,6 +273,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         "qwen3": "Qwen3 (Yang et al. 2025)",
         "phi3": "Phi-3 (Abdin et al. 2024)",
         "olmo2": "OLMo 2 (Team OLMo 2024)",
+        "olmo": "OLMo (Groeneveld et al. 2024)",
     }[kind]
     notes = {
         "llama": "# RMSNorm, grouped-query attention with rotary positions, SwiGLU, no biases.",
@@ -275,10 +283,12 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         "phi3": "# LLaMA's layers, q, k, v and the SwiGLU's two inputs stored fused."
         + (" A sliding window of W keys." if window else ""),
         "olmo2": "# LLaMA's layers, each half's RMSNorm on its output, q and k normalised whole.",
+        "olmo": "# LLaMA's layers with layernorms that have no parameters"
+        + (", q, k and v clamped." if "clip=" in att else "."),
     }[kind]
     return Draft(
         title,
-        kind if kind in ("qwen2", "qwen3", "phi3", "olmo2") else "llama",
+        kind if kind in ("qwen2", "qwen3", "phi3", "olmo2", "olmo") else "llama",
         sizes,
         [
             "input X: T int<V>",
@@ -287,7 +297,7 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
             "×N:",
             f"  {att} {norms} -> attn",
             f"  {ffw} {norms} -> mlp",
-            f"rmsnorm eps={eps}",
+            final,
             _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
             "output P",
         ],
@@ -638,7 +648,7 @@ def _sliding(c: Config, kind: str) -> list[bool]:
     ``layer_types`` or, without it, the layers from ``max_window_layers`` on (none in a model
     of fewer)."""
     n = c.whole("num_hidden_layers")
-    if kind in ("llama", "olmo2") or c.get("sliding_window") is None:
+    if kind in ("llama", "olmo2", "olmo") or c.get("sliding_window") is None:
         return [False] * n
     if kind not in ("qwen2", "qwen3"):
         return [True] * n
@@ -894,6 +904,7 @@ FAMILIES: dict[str, Callable[..., Draft]] = {
     "gpt_neox": gpt_neox,
     "phi3": lambda c, s: llama(c, s, kind="phi3"),
     "olmo2": lambda c, s: llama(c, s, kind="olmo2"),
+    "olmo": lambda c, s: llama(c, s, kind="olmo"),
     "gpt_bigcode": gpt_bigcode,
 }
 

@@ -45,6 +45,7 @@ CAUSAL = [
     "gpt-neox",
     "olmo2",
     "gpt-bigcode",
+    "olmo",
 ]
 STORED = ["llama-sharded", "gpt2-fp16", "qwen2-bf16"]  # shards, half and bfloat16 storage
 # configs from-hf once computed otherwise (phi-rot1, gpt2-unscaled) or could not import
@@ -189,7 +190,7 @@ def test_an_unknown_model_type_lists_the_supported_ones(tmp_path: Path, capsys) 
     assert code == 1
     assert "model_type `t5` is not supported" in err
     listed = "gpt2, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, phi, bert, vit, gemma, gemma2"
-    assert listed + ", gemma3_text, starcoder2, gpt_neox, phi3, olmo2, gpt_bigcode" in err
+    assert listed + ", gemma3_text, starcoder2, gpt_neox, phi3, olmo2, olmo, gpt_bigcode" in err
 
 
 def test_a_folder_without_config_json_says_so(tmp_path: Path, capsys) -> None:

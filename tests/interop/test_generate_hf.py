@@ -74,6 +74,7 @@ def load(name: str) -> tuple[Any, Any, Any]:
         *["starcoder2", "gpt-neox"],
         "olmo2",  # each half's norm on its output; the whole q and k projections normalised
         *["gpt-bigcode", "gpt-bigcode-mha"],  # one key/value head; c_attn cut by heads
+        "olmo",  # layernorms without parameters; q, k and v clamped (clip_qkv)
         *["llama-bias", "phi-rot1", "gpt2-unscaled"],  # biases; a whole rotary; scale=none
         "phi-qkln",  # each head's queries and keys layer-normalised (qk_layernorm)
     ],

@@ -63,13 +63,18 @@ class HeadsAttrs(Attrs):
     qknorm: tuple[Any, ...] = ()  # each head's queries and keys normalised: (kind, eps); (): not
     softcap: float = 0.0  # the scores squashed as c·tanh(s/c) before the mask (Gemma 2); 0: not
     qkall: bool = False  # the q/k norm over all heads' features at once, a gain each (OLMo 2)
+    clip: float = 0.0  # q, k and v clamped to [-clip, clip] after their projections (OLMo)
+    pre: bool = True  # the pre-norm, for self-att and cross-att (OLMo 2: none)
+    post: bool = False  # a norm of the branch's output (Gemma 2's sandwich, OLMo 2's)
+    affine: bool = True  # the norms' gain and bias (OLMo's have none)
 
     def items(self) -> tuple[tuple[str, Any], ...]:
         """The record, less an offset of 0 (the pre-norm of every model but Gemma's), an empty
         rotary scaling (every model's but LLaMA 3's) and no q/k norm (every model's but
         Qwen3's), so that the records of the models before them read as they did."""
-        quiet = ("offset", "scaling", "qknorm", "softcap", "qkall")
-        return tuple((k, v) for k, v in super().items() if k not in quiet or v)
+        quiet = ("offset", "scaling", "qknorm", "softcap", "qkall", "clip", "post")
+        shown = [(k, v) for k, v in super().items() if k not in quiet or v]
+        return tuple((k, v) for k, v in shown if k not in ("pre", "affine") or not v)
 
 
 @dataclass(frozen=True)
@@ -81,9 +86,15 @@ class FfwAttrs(Attrs):
     eps: float
     norm: str = "layernorm"
     offset: float = 0.0  # the pre-norm's gain is offset + its scale (Gemma's 1 + w)
+    pre: bool = True  # the pre-norm (OLMo 2: none)
+    post: bool = False  # a norm of the branch's output (Gemma 2's sandwich, OLMo 2's)
+    affine: bool = True  # the norms' gain and bias (OLMo's have none)
 
     def items(self) -> tuple[tuple[str, Any], ...]:
-        return tuple((k, v) for k, v in super().items() if k != "offset" or v)
+        """The record, less the defaults of the options later models added, so that the
+        records of the models before them read as they did."""
+        shown = [(k, v) for k, v in super().items() if k not in ("offset", "post") or v]
+        return tuple((k, v) for k, v in shown if k not in ("pre", "affine") or not v)
 
 
 def _kv(c: Ctx, h: int) -> int:
@@ -229,7 +240,23 @@ def _heads_attrs(c: Ctx, out: Expr | None = None) -> HeadsAttrs:
         qknorm=_qknorm(c),
         softcap=_softcap(c),
         qkall=_qkall(c),
+        clip=_clip(c),
+        pre=bool(c.hp.get("pre", True)),
+        post=bool(c.hp.get("post", False)),
+        affine=bool(c.hp.get("affine", True)),
     )
+
+
+def _clip(c: Ctx) -> float:
+    """``clip=``: the bound c of the projections' clamp to [-c, c], or 0 for none."""
+    clip = c.hp.get("clip")
+    if clip is None:
+        return 0.0
+    if not clip > 0:
+        c.fail(f"the projections' clamp must be positive, got {clip}",
+               "a bound c clamps q, k and v to [-c, c] (OLMo's clip_qkv); leave clip= out for none",
+               "clip")  # fmt: skip
+    return float(clip)
 
 
 def _qkall(c: Ctx) -> bool:
@@ -462,6 +489,8 @@ def mha_ref(
         return dense_ref(v, p[prefix + "w" + name], p.get(prefix + "b" + name))
 
     q, k, v = proj(x, "q"), proj(z, "k"), proj(z, "v")
+    if a.clip:  # OLMo's clip_qkv
+        q, k, v = (np.clip(t, -a.clip, a.clip) for t in (q, k, v))
     if a.qknorm and a.qkall:  # the whole projection, every head's features at once
         q, k = (_head_norm_ref(t, p, prefix + n, a.qknorm) for t, n in ((q, "qn"), (k, "kn")))
 
@@ -556,6 +585,12 @@ _ATT_HP = (
         "each head's queries and keys normalised over their dqk features before the rotary, "
         "one gain per feature shared by the heads (Qwen3: rmsnorm; Phi's qk_layernorm)",
         ("none", "rmsnorm", "layernorm"),
+    ),
+    HP(
+        "clip",
+        "float",
+        None,
+        "the query, key and value projections clamped to [-clip, clip] (OLMo's clip_qkv)",
     ),
     HP(
         "qkover",
@@ -717,6 +752,8 @@ MHA = Layer(
         # OLMo 2's: the whole projections normalised, a gain per feature of every head
         ("6×16", "mha h=4 kv=2 causal=true rope=true theta=100.0 qknorm=rmsnorm qkover=all"),
         ("5×8", "mha h=2 qknorm=layernorm qkover=all qkeps=1e-3 bias=true"),
+        # OLMo's: the three projections clamped
+        ("6×16", "mha h=4 kv=2 causal=true rope=true theta=100.0 clip=0.3"),
         ("6×16", "mha h=4 kv=2 causal=true softcap=0.5 scale=0.4 window=3"),
     ),
     reference=lambda xs, p, s, a: _mha_call_ref(xs, p, a),
@@ -836,7 +873,7 @@ def _given(hp: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
 
 _MHA_PASSED = ("h", "dqk", "dv", "bias", "kbias", "p", "causal")
 # Passed on only when set: the classic models' insides stay as they were.
-_MHA_OPTIONS = ("kv", "obias", "window", "scale", "qkeps", "qkoffset", "softcap")
+_MHA_OPTIONS = ("kv", "obias", "window", "scale", "qkeps", "qkoffset", "softcap", "clip")
 _ROPE = ("rope", "theta", "rot")
 _ROPE_SCALE = ("rscale", "rfactor", "rlow", "rhigh", "rctx", "rattn")
 _NORM = ("norm", "choice", "layernorm", "the pre-norm", ("layernorm", "rmsnorm"))
@@ -896,32 +933,41 @@ def _cross_attrs(c: Ctx) -> HeadsAttrs:
 
 
 def _norm_ref(x: Any, p: Weights, norm: str, eps: float, offset: float = 0.0) -> Any:
+    """A composite's norm; ``p`` is empty under ``affine=false``."""
+    gain = p["scale"] + offset if "scale" in p else None
     if norm == "rmsnorm":
-        return rmsnorm_ref(x, p["scale"] + offset, eps)
-    return layernorm_ref(x, p["scale"] + offset, p["bias"], eps, 1)
+        return rmsnorm_ref(x, gain, eps)
+    return layernorm_ref(x, gain, p.get("bias"), eps, 1)
 
 
 def _pre_text(hp: Mapping[str, Any]) -> str:
     """The inside's pre-norm line, unless ``pre=false``."""
     if not hp.get("pre", True):
         return ""
-    return f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> ln\n"
+    return f"  {hp.get('norm', 'layernorm')} eps=eps{_norm_options(hp)} -> ln\n"
 
 
 def _post_text(hp: Mapping[str, Any]) -> str:
     """The inside's post-norm line, where ``post=true``: the pre-norm's kind, ε and offset."""
     if not hp.get("post"):
         return ""
-    return f"  {hp.get('norm', 'layernorm')} eps=eps{_offset_text(hp)} -> pn\n"
+    return f"  {hp.get('norm', 'layernorm')} eps=eps{_norm_options(hp)} -> pn\n"
 
 
-def _offset_text(hp: Mapping[str, Any]) -> str:
-    """The pre-norm's ``offset=`` in a composite's inside, where one is given."""
+def _norm_options(hp: Mapping[str, Any]) -> str:
+    """The norms' ``offset=`` and ``affine=false`` in a composite's inside, where given."""
     offset = float(hp.get("offset") or 0.0)
-    return f" offset={offset:g}" if offset else ""
+    text = f" offset={offset:g}" if offset else ""
+    return text + ("" if hp.get("affine", True) else " affine=false")
 
 
 _PRE_OFFSET = HP("offset", "float", 0.0, "the pre-norm's gain is offset + w (1: Gemma's 1 + w)")
+_AFFINE = HP(
+    "affine",
+    "bool",
+    True,
+    "the norms' trainable gain (and a layernorm's bias); false: OLMo's norms, which have none",
+)
 _PRE = HP(
     "pre",
     "bool",
@@ -942,11 +988,11 @@ def _pre_norm_ref(xs: Arrays, p: Weights, a: HeadsAttrs) -> Any:
     mask = xs[-1] if a.masked else None
     bias = xs[a.bias_at] if a.bias_at else None
     assert a.eps is not None, "self-att and cross-att declare `eps`; only a bare mha has none"
-    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset) if "ln" in p else xs[0]
+    h = _norm_ref(xs[0], p.get("ln", {}), a.norm, a.eps, a.offset) if a.pre else xs[0]
     z = xs[a.keys_at] if a.keys_at else h
     out = mha_ref(h, z, p["att"], a, key_mask=mask, bias=bias)
-    if "pn" in p:  # post=true
-        out = _norm_ref(out, p["pn"], a.norm, a.eps, a.offset)
+    if a.post:
+        out = _norm_ref(out, p.get("pn", {}), a.norm, a.eps, a.offset)
     return xs[0] + out
 
 
@@ -965,6 +1011,7 @@ SELF_ATT = Layer(
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
         _PRE_OFFSET,
+        _AFFINE,
         _PRE,
         _POST,
     ),
@@ -996,6 +1043,9 @@ SELF_ATT = Layer(
             "self-att h=4 kv=2 causal=true rope=true norm=rmsnorm eps=1e-6 pre=false post=true "
             "qknorm=rmsnorm qkover=all",
         ),  # fmt: skip
+        # OLMo's: parameter-free layernorms, the projections clamped
+        ("6×16", "self-att h=4 causal=true rope=true affine=false clip=0.3"),
+        ("5×8", "self-att h=2 norm=rmsnorm affine=false pre=false post=true"),
         # Gemma 2's: capped scores, a window, the sandwich's second norm, gains 1 + w
         (
             "7×16",
@@ -1019,6 +1069,7 @@ CROSS_ATT = Layer(
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
         _PRE_OFFSET,
+        _AFFINE,
         _PRE,
         _POST,
     ),
@@ -1043,6 +1094,9 @@ def _ffw_attrs(c: Ctx) -> FfwAttrs:
         c.hp["eps"],
         c.hp["norm"],
         float(c.hp.get("offset", 0.0)),
+        pre=bool(c.hp.get("pre", True)),
+        post=bool(c.hp.get("post", False)),
+        affine=bool(c.hp.get("affine", True)),
     )
 
 
@@ -1081,7 +1135,7 @@ def _ffw_inside(hp: Mapping[str, Any], ranks: tuple[int, ...]) -> str:
 
 def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
     np = numpy()
-    h = _norm_ref(xs[0], p["ln"], a.norm, a.eps, a.offset) if "ln" in p else xs[0]
+    h = _norm_ref(xs[0], p.get("ln", {}), a.norm, a.eps, a.offset) if a.pre else xs[0]
     if a.act in _GATED:
         g = dense_ref(h, p["gate"]["w"], p["gate"].get("b"))
         g = g / (1.0 + np.exp(-g)) if a.act == "swiglu" else gelu_ref(g, a.act == "geglu-tanh")
@@ -1091,8 +1145,8 @@ def _ffw_ref(xs: Arrays, p: Weights, s: Weights, a: FfwAttrs) -> Any:
         h = dense_ref(h, p["fc1"]["w"], p["fc1"].get("b"))
         h = np.maximum(h, 0.0) if a.act == "relu" else gelu_ref(h, a.act == "gelu-tanh")
         out = dense_ref(h, p["fc2"]["w"], p["fc2"].get("b"))
-    if "pn" in p:  # post=true
-        out = _norm_ref(out, p["pn"], a.norm, a.eps, a.offset)
+    if a.post:
+        out = _norm_ref(out, p.get("pn", {}), a.norm, a.eps, a.offset)
     return xs[0] + out
 
 
@@ -1120,6 +1174,7 @@ FFW = Layer(
         HP(*_NORM),
         HP("eps", "float", 1e-5, "the pre-norm's epsilon"),
         _PRE_OFFSET,
+        _AFFINE,
         _PRE,
         _POST,
     ),
@@ -1138,6 +1193,8 @@ FFW = Layer(
         ("6×8", "ffw act=relu hidden=5 post=true"),
         ("6×8", "ffw act=swiglu hidden=12 bias=false p=0.0 norm=rmsnorm pre=false post=true"),
         ("6×8", "ffw act=gelu hidden=6 pre=false"),
+        ("6×8", "ffw act=swiglu hidden=12 bias=false p=0.0 affine=false"),
+        ("6×8", "ffw act=gelu hidden=6 affine=false post=true"),
     ),
     reference=_ffw_ref,
 )

@@ -46,6 +46,7 @@ MAPS: dict[str, tuple[FamilyMap, ...]] = {
     "phi": phi.VARIANTS,
     "phi3": (phi3.MAP,),
     "olmo2": olmo2.VARIANTS,
+    "olmo": (olmo2.OLMO, olmo2.OLMO_BIASED),
     "gpt_bigcode": gpt_bigcode.VARIANTS,
 }
 

@@ -14,6 +14,9 @@ LLaMA's (`maps.llama`). What differs is where the norms are:
   gain per feature of every head (Qwen3's are one head's dh, shared): the box's ``qn`` and
   ``kn``, whose lengths say ``qkover=all``.
 - ``attention_bias`` puts a bias on each of the four projections (`BIASED`).
+
+OLMo (``OlmoForCausalLM``, `OLMO`) is LLaMA's layer whose LayerNorms have no parameters
+(``norm=layernorm affine=false``): its map reads the projections alone.
 """
 
 from dataclasses import replace
@@ -47,3 +50,23 @@ BIASED = replace(
 )
 
 VARIANTS = (MAP, BIASED)
+
+# OLMo (Hugging Face's ``OlmoForCausalLM``): LLaMA's projections, and norms with no parameters
+# at all (``affine=false``), so nothing of theirs to read.
+OLMO = replace(
+    LLAMA,
+    name="olmo",
+    doc="OLMo (Hugging Face OlmoForCausalLM)",
+    spec="lbdl from-hf (self-att ... norm=layernorm affine=false, ffw ... affine=false)",
+    rules=(
+        Rule("embed_tokens.weight", "embed_0/table"),
+        *(Rule(X + f"self_attn.{n}_proj.weight", MHA + f"w{n}", T) for n in "qkvo"),
+        *(Rule(X + f"mlp.{n}_proj.weight", FFW + f"{n}/w", T) for n in ("gate", "up", "down")),
+        Rule("lm_head.weight", "fc_0/w", T),
+    ),
+)
+OLMO_BIASED = replace(
+    OLMO,
+    doc="OLMo with attention_bias (on q_proj, k_proj, v_proj, o_proj)",
+    rules=(*OLMO.rules, *(Rule(X + f"self_attn.{n}_proj.bias", MHA + f"b{n}") for n in "qkvo")),
+)

@@ -340,16 +340,20 @@ def mha_lm(
     qknorm: tuple[Any, ...] = (),
     softcap: float = 0.0,
     qkall: bool = False,
+    clip: float = 0.0,
 ) -> jax.Array:
     """Multi-head attention with ``kv`` key/value heads (grouped-query; kv = 1: multi-query),
     rotary positions on queries and keys when ``theta`` > 0, and a sliding ``window`` when > 0;
     ``mask`` (optional) is a boolean broadcastable to (B, H, Tq, Tk), True = attend;
     ``qknorm`` normalises each head's queries and keys first (`head_norm`), or with ``qkall``
-    the whole projections at once (OLMo 2)."""
+    the whole projections at once (OLMo 2); ``clip`` clamps the three projections to
+    [-clip, clip] (OLMo's clip_qkv)."""
     b, tq, tk = x.shape[0], x.shape[1], z.shape[1]
     q = dense(x, p["wq"], p.get("bq"))
     k = dense(z, p["wk"], p.get("bk"))
     v = dense(z, p["wv"], p.get("bv"))
+    if clip:
+        q, k, v = (jnp.clip(t, -clip, clip) for t in (q, k, v))
     if qknorm and qkall:
         q, k = head_norm(q, p, "qn", qknorm), head_norm(k, p, "kn", qknorm)
     dqk = q.shape[-1] // heads

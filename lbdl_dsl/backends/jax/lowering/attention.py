@@ -34,13 +34,14 @@ def _rotary(a: Any) -> dict[str, Any]:
     options: dict[str, Any] = {"window": a.window, "theta": a.theta, "fraction": a.rot}
     options |= {"scaling": a.scaling} if a.scaling else {}
     options |= {"qknorm": a.qknorm} if a.qknorm else {}
+    options |= {"clip": a.clip} if a.clip else {}
     return options | ({"qkall": True} if a.qkall else {})
 
 
 def _mha(e: Emit, q_in: str, kv_in: str) -> str:
     weights = "{" + ", ".join(f'"{n}": {e.param(n)}' for n in _WEIGHTS if e.has_param(n)) + "}"
     a = e.a
-    if a.kv == a.heads and not a.theta and not a.window and not a.qknorm:
+    if a.kv == a.heads and not a.theta and not a.window and not a.qknorm and not a.clip:
         return e.call("mha", q_in, kv_in, weights, heads=a.heads, **_switches(e))
     options = _rotary(a)
     return e.call("mha_lm", q_in, kv_in, weights, heads=a.heads, kv=a.kv, **options, **_switches(e))

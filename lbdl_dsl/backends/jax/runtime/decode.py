@@ -155,6 +155,7 @@ def mha_step(
     qknorm: tuple[Any, ...] = (),
     softcap: float = 0.0,
     qkall: bool = False,
+    clip: float = 0.0,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Causal self-attention (`mha`, `mha_lm`) of x (B, t, D) at positions pos.., with its
     cache of keys and values; returns (output (B, t, out), keys, values) with the cache
@@ -169,6 +170,8 @@ def mha_step(
         q = dense(x, p["wq"], p.get("bq"))
         k = dense(x, p["wk"], p.get("bk"))
         v = dense(x, p["wv"], p.get("bv"))
+    if clip:  # OLMo's clip_qkv
+        q, k, v = (jnp.clip(t, -clip, clip) for t in (q, k, v))
     if qknorm and qkall:  # the whole projections (OLMo 2)
         q, k = head_norm(q, p, "qn", qknorm), head_norm(k, p, "kn", qknorm)
     dk = q.shape[-1] // heads

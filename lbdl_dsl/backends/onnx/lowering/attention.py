@@ -98,6 +98,14 @@ def mha(e: Emit) -> str:
     q = _project(e, x, "wq", "bq", "q")
     k = _project(e, z, "wk", "bk", "k")
     v = _project(e, z, "wv", "bv", "v")
+    if a.clip:  # OLMo's clip_qkv
+        bounds = [
+            e.const(np.float32(-a.clip), "clip_low"),
+            e.const(np.float32(a.clip), "clip_high"),
+        ]
+        q, k, v = (
+            e.node("Clip", [t, *bounds], sub=f"{n}_clip") for t, n in ((q, "q"), (k, "k"), (v, "v"))
+        )
     if a.qknorm:
         q, k = _head_norms(e, q, k)
     if a.theta:
