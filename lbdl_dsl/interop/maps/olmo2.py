@@ -25,18 +25,24 @@ from lbdl_dsl.interop.layout import Rule
 from lbdl_dsl.interop.maps.llama import ATT, FFW, HEAD, MHA, T, X
 from lbdl_dsl.interop.maps.llama import MAP as LLAMA
 
+# what both OLMos read as LLaMA's: the embedding, the seven projections, their biases
+PROJECTIONS = (
+    Rule("embed_tokens.weight", "embed_0/table"),
+    *(Rule(X + f"self_attn.{n}_proj.weight", MHA + f"w{n}", T) for n in "qkvo"),
+    *(Rule(X + f"mlp.{n}_proj.weight", FFW + f"{n}/w", T) for n in ("gate", "up", "down")),
+)
+BIASES = tuple(Rule(X + f"self_attn.{n}_proj.bias", MHA + f"b{n}") for n in "qkvo")
+
 MAP = replace(  # LLaMA's prefix, buffers and sizes
     LLAMA,
     name="olmo2",
     doc="OLMo 2 (Hugging Face Olmo2ForCausalLM)",
     spec="specs/olmo2-13b.lbdl",
     rules=(
-        Rule("embed_tokens.weight", "embed_0/table"),
-        *(Rule(X + f"self_attn.{n}_proj.weight", MHA + f"w{n}", T) for n in "qkvo"),
+        *PROJECTIONS,
         Rule(X + "self_attn.q_norm.weight", MHA + "qn"),
         Rule(X + "self_attn.k_norm.weight", MHA + "kn"),
         Rule(X + "post_attention_layernorm.weight", ATT + "pn/scale"),
-        *(Rule(X + f"mlp.{n}_proj.weight", FFW + f"{n}/w", T) for n in ("gate", "up", "down")),
         Rule(X + "post_feedforward_layernorm.weight", FFW + "pn/scale"),
         *HEAD,
     ),
@@ -46,7 +52,7 @@ BIASED = replace(
     MAP,
     doc="OLMo 2 with attention_bias (on q_proj, k_proj, v_proj, o_proj)",
     spec="lbdl from-hf (self-att ... bias=true pre=false post=true qknorm=rmsnorm qkover=all)",
-    rules=(*MAP.rules, *(Rule(X + f"self_attn.{n}_proj.bias", MHA + f"b{n}") for n in "qkvo")),
+    rules=(*MAP.rules, *BIASES),
 )
 
 VARIANTS = (MAP, BIASED)
@@ -58,15 +64,10 @@ OLMO = replace(
     name="olmo",
     doc="OLMo (Hugging Face OlmoForCausalLM)",
     spec="lbdl from-hf (self-att ... norm=layernorm affine=false, ffw ... affine=false)",
-    rules=(
-        Rule("embed_tokens.weight", "embed_0/table"),
-        *(Rule(X + f"self_attn.{n}_proj.weight", MHA + f"w{n}", T) for n in "qkvo"),
-        *(Rule(X + f"mlp.{n}_proj.weight", FFW + f"{n}/w", T) for n in ("gate", "up", "down")),
-        Rule("lm_head.weight", "fc_0/w", T),
-    ),
+    rules=(*PROJECTIONS, Rule("lm_head.weight", "fc_0/w", T)),
 )
 OLMO_BIASED = replace(
     OLMO,
     doc="OLMo with attention_bias (on q_proj, k_proj, v_proj, o_proj)",
-    rules=(*OLMO.rules, *(Rule(X + f"self_attn.{n}_proj.bias", MHA + f"b{n}") for n in "qkvo")),
+    rules=(*OLMO.rules, *BIASES),
 )
