@@ -50,28 +50,23 @@ def _eps(e: float) -> str:
     return mantissa + (f"e{int(exponent)}" if exponent else "")
 
 
-def gpt2(c: Config, shapes: Shapes) -> Draft:
-    """GPT-2 as specs/gpt2.lbdl writes it (``tlayer ×N``); a config whose layers the tlayer
-    block cannot say (attention scores not scaled by 1/√d, another layernorm ε) has the
-    block's two boxes written out in a ×N group, which can (map `gpt2.INLINE`)."""
-    act = {
-        "gelu_new": "gelu-tanh",
-        "gelu_pytorch_tanh": "gelu-tanh",
-        "gelu": "gelu",
-        "relu": "relu",
-    }
-    fn = c.get("activation_function", default="gelu_new")
-    if fn not in act:
-        raise c.error(f"`activation_function` {fn!r} is not supported", f"one of {list(act)}")
-    c.require("tie_word_embeddings", True, "specs/gpt2.lbdl ties the output layer")
-    c.require(
-        "scale_attn_by_inverse_layer_idx",
-        False,
-        "each layer's scores would have a scale of their own, and a ×N group has one",
-    )
-    c.require("reorder_and_upcast_attn", False, "no such variant in the spec")
+_ACTS = {"gelu_new": "gelu-tanh", "gelu_pytorch_tanh": "gelu-tanh", "gelu": "gelu", "relu": "relu"}
+"""transformers' activation names the `ffw` box's `act=` says, by GPT-2's family and
+StarCoder2."""
+
+
+def _act(c: Config, key: str, default: str) -> str:
+    """The `ffw` activation of the config's ``key``; another one is refused with its name."""
+    fn = c.get(key, default=default)
+    if fn not in _ACTS:
+        raise c.error(f"`{key}` {fn!r} is not supported", f"one of {list(_ACTS)}")
+    return _ACTS[fn]
+
+
+def _gpt2_sizes(c: Config) -> tuple[dict[str, Any], str]:
+    """GPT-2's sizes (N, D, H, V, L, then F where ``n_inner`` is not 4D) under its names or
+    the common ones, and the feed-forward width as the spec writes it (4D or F)."""
     d = c.whole("n_embd", "hidden_size")
-    inner = c.get("n_inner")
     sizes = {
         "N": c.whole("n_layer", "num_hidden_layers"),
         "D": d,
@@ -79,21 +74,48 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
         "V": c.whole("vocab_size"),
         "L": c.whole("n_positions", "max_position_embeddings"),
     }
-    f = "4D" if inner in (None, 4 * d) else "F"
+    f = "4D" if c.get("n_inner") in (None, 4 * d) else "F"
     if f == "F":
         sizes["F"] = c.whole("n_inner")
+    return sizes, f
+
+
+def _embedding(tied: bool) -> list[str]:
+    """A language model's first lines: its tokens, and the embedding (named when the output
+    layer is tied to it)."""
+    return ["input X: T int<V>", _pad("embed", "T×D"), *(["-> tokens"] if tied else [])]
+
+
+def _output(tied: bool) -> str:
+    """A language model's output layer, tied to the embedding or its own."""
+    return _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V")
+
+
+def gpt2(c: Config, shapes: Shapes) -> Draft:
+    """GPT-2 as specs/gpt2.lbdl writes it (``tlayer ×N``); a config whose layers the tlayer
+    block cannot say (attention scores not scaled by 1/√d, another layernorm ε) has the
+    block's two boxes written out in a ×N group, which can (map `gpt2.INLINE`)."""
+    act = _act(c, "activation_function", "gelu_new")
+    c.require("tie_word_embeddings", True, "specs/gpt2.lbdl ties the output layer")
+    c.require(
+        "scale_attn_by_inverse_layer_idx",
+        False,
+        "each layer's scores would have a scale of their own, and a ×N group has one",
+    )
+    c.require("reorder_and_upcast_attn", False, "no such variant in the spec")
+    sizes, f = _gpt2_sizes(c)
     p = c.number("resid_pdrop", default=0.1)
     eps = c.number("layer_norm_epsilon", default=1e-5)
     scaled = c.get("scale_attn_weights", default=True)
     block = eps == 1e-5 and scaled
     if block:  # the library's block, as specs/gpt2.lbdl
-        layers = [f"tlayer ×N H=H F={f} causal=true bias=true act={act[fn]} p={p:g}", "layernorm"]
+        layers = [f"tlayer ×N H=H F={f} causal=true bias=true act={act} p={p:g}", "layernorm"]
     else:  # tlayer's two boxes, with what it cannot pass on
         e = f" eps={_eps(eps)}"
         layers = [
             "×N:",
             f"  self-att h=H causal=true bias=true{'' if scaled else ' scale=none'}{e}",
-            f"  ffw hidden={f} act={act[fn]} p={p:g}{e}",
+            f"  ffw hidden={f} act={act} p={p:g}{e}",
             f"layernorm{e}",
         ]
     return Draft(
@@ -101,13 +123,11 @@ def gpt2(c: Config, shapes: Shapes) -> Draft:
         "gpt2",
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            "-> tokens",
+            *_embedding(tied=True),
             "pos-embed len=L",
             f"dropout p={c.number('embd_pdrop', default=0.1):g}",
             *layers,
-            _pad("fc bias=false tie=tokens", "T×V"),
+            _output(tied=True),
             "output P",
         ],
         [
@@ -124,20 +144,10 @@ def gpt_bigcode(c: Config, shapes: Shapes) -> Draft:
     (``multi_query``, or as many as the queries' without it, whose fused projection is then
     cut head by head: ``--map gpt_bigcode@H``), written out in a ×N group of named boxes;
     learned positions, the output layer tied unless the config unties it."""
-    act = {"gelu_pytorch_tanh": "gelu-tanh", "gelu_new": "gelu-tanh", "gelu": "gelu"}
-    act["relu"] = "relu"
-    fn = c.get("activation_function", default="gelu_pytorch_tanh")
-    if fn not in act:
-        raise c.error(f"`activation_function` {fn!r} is not supported", f"one of {list(act)}")
+    act = _act(c, "activation_function", "gelu_pytorch_tanh")
     c.require("add_cross_attention", False, "a decoder alone: the spec has no encoder to attend")
-    d = c.whole("n_embd", "hidden_size")
-    h = c.whole("n_head", "num_attention_heads")
-    inner = c.get("n_inner")
-    sizes = {"N": c.whole("n_layer", "num_hidden_layers"), "D": d, "H": h}
-    f = "4D" if inner in (None, 4 * d) else "F"
-    if f == "F":
-        sizes["F"] = c.whole("n_inner")
-    sizes |= {"V": c.whole("vocab_size"), "L": c.whole("n_positions", "max_position_embeddings")}
+    sizes, f = _gpt2_sizes(c)
+    h = sizes["H"]
     mqa = bool(c.get("multi_query", default=True))
     tied = _tied(c, shapes, default=True)
     e = f" eps={_eps(c.number('layer_norm_epsilon', default=1e-5))}"
@@ -148,16 +158,14 @@ def gpt_bigcode(c: Config, shapes: Shapes) -> Draft:
         "gpt_bigcode" if mqa else f"gpt_bigcode@{h}",
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            *(["-> tokens"] if tied else []),
+            *_embedding(tied),
             "pos-embed len=L",
             f"dropout p={c.number('embd_pdrop', default=0.1):g}",
             "×N:",
             f"  self-att h=H{' kv=1' * mqa} causal=true bias=true{scale}{e} -> attn",
-            f"  ffw hidden={f} act={act[fn]} p={p:g}{e} -> mlp",
+            f"  ffw hidden={f} act={act} p={p:g}{e} -> mlp",
             f"layernorm{e}",
-            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            _output(tied),
             "output P",
         ],
         [
@@ -291,14 +299,12 @@ def llama(c: Config, shapes: Shapes, *, kind: str = "llama") -> Draft:
         kind if kind in ("qwen2", "qwen3", "phi3", "olmo2", "olmo") else "llama",
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            *(["-> tokens"] if tied else []),
+            *_embedding(tied),
             "×N:",
             f"  {att} {norms} -> attn",
             f"  {ffw} {norms} -> mlp",
             final,
-            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            _output(tied),
             "output P",
         ],
         [notes + (" The output layer is tied to the embedding." if tied else "")],
@@ -336,15 +342,13 @@ def gemma(c: Config, shapes: Shapes) -> Draft:
         "llama",
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            *(["-> tokens"] if tied else []),
+            *_embedding(tied),
             _pad("times sqrt=D", "T×D"),
             "×N:",
             f"  {att} {norm} -> attn",
             f"  ffw hidden=F act=geglu-tanh bias=false p=0.0 {norm} -> mlp",
             f"rmsnorm eps={eps} offset=1",
-            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            _output(tied),
             "output P",
         ],
         [
@@ -417,9 +421,7 @@ def gemma2(c: Config, shapes: Shapes) -> Draft:
         "gemma2",
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            *(["-> tokens"] if tied else []),
+            *_embedding(tied),
             _pad("times sqrt=D", "T×D"),
             "×N/2:",
             f"  {att} window=W {norm} -> local",
@@ -427,7 +429,7 @@ def gemma2(c: Config, shapes: Shapes) -> Draft:
             f"  {att} {norm} -> attn",
             f"  {ffw} -> mlp",
             f"rmsnorm eps={eps} offset=1",
-            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            _output(tied),
             *(
                 [f"softcap c={c.number('final_logit_softcapping', default=30.0)!r}"]
                 if final is not None
@@ -503,13 +505,11 @@ def gemma3(c: Config, shapes: Shapes) -> Draft:
         "gemma3" + (f"@{groups * PATTERN}" if left else ""),
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            *(["-> tokens"] if tied else []),
+            *_embedding(tied),
             _pad("times sqrt=D", "T×D"),
             *body,
             f"rmsnorm eps={eps} offset=1",
-            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            _output(tied),
             *([f"softcap c={c.number('final_logit_softcapping')!r}"] if final is not None else []),
             "output P",
         ],
@@ -544,11 +544,7 @@ def starcoder2(c: Config, shapes: Shapes) -> Draft:
     """StarCoder2: LLaMA's attention (grouped-query, rotary, a window on every layer when the
     config sets one) with GPT-2's other parts: layernorms with biases, biases on every
     projection (``use_bias``), a plain tanh-GELU feed-forward, the output tied."""
-    acts = {"gelu_pytorch_tanh": "gelu-tanh", "gelu_new": "gelu-tanh", "gelu": "gelu"}
-    acts["relu"] = "relu"
-    act = c.get("hidden_act", default="gelu_pytorch_tanh")
-    if act not in acts:
-        raise c.error(f"`hidden_act` {act!r} is not supported", f"one of {list(acts)}")
+    act = _act(c, "hidden_act", "gelu_pytorch_tanh")
     eps = _eps(c.number("norm_epsilon", default=1e-5))
     tied = _tied(c, shapes, default=True)
     bias = _bool(bool(c.get("use_bias", default=True)))
@@ -563,14 +559,12 @@ def starcoder2(c: Config, shapes: Shapes) -> Draft:
         "starcoder2",
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            *(["-> tokens"] if tied else []),
+            *_embedding(tied),
             "×N:",
             f"  {att} eps={eps} -> attn",
-            f"  ffw hidden=F act={acts[act]} bias={bias} p=0.0 eps={eps} -> mlp",
+            f"  ffw hidden=F act={act} bias={bias} p=0.0 eps={eps} -> mlp",
             f"layernorm eps={eps}",
-            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            _output(tied),
             "output P",
         ],
         [
@@ -609,12 +603,10 @@ def gpt_neox(c: Config, shapes: Shapes) -> Draft:
         f"gpt_neox@{h}",
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            *(["-> tokens"] if tied else []),
+            *_embedding(tied),
             f"neox ×N H=H F=F rot={rot:g} theta={_eps(theta)} eps={eps}{bias}",
             f"layernorm eps={eps}",
-            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            _output(tied),
             "output P",
         ],
         [
@@ -722,16 +714,14 @@ def mixtral(c: Config, shapes: Shapes, *, kind: str = "mixtral") -> Draft:
         kind,
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
-            *(["-> tokens"] if tied else []),
+            *_embedding(tied),
             "×N:",
             f"  {att} norm=rmsnorm eps={eps} -> attn",
             "  residual:",
             f"    rmsnorm eps={eps} -> norm",
             f"    {moe} -> moe",
             f"rmsnorm eps={eps}",
-            _pad("fc bias=false" + (" tie=tokens" if tied else ""), "T×V"),
+            _output(tied),
             "output P",
         ],
         notes,
@@ -760,8 +750,7 @@ def phi(c: Config, shapes: Shapes) -> Draft:
         "phi",
         sizes,
         [
-            "input X: T int<V>",
-            _pad("embed", "T×D"),
+            *_embedding(tied=False),
             f"parallel ×N H=H KV=KV F=F rot={rot:g} theta={_eps(c.rope_theta())} eps={eps}{qk}",
             f"layernorm eps={eps}",
             _pad("fc", "T×V"),
