@@ -940,18 +940,20 @@ def _norm_ref(x: Any, p: Weights, norm: str, eps: float, offset: float = 0.0) ->
     return layernorm_ref(x, gain, p.get("bias"), eps, 1)
 
 
-def _pre_text(hp: Mapping[str, Any]) -> str:
-    """The inside's pre-norm line, unless ``pre=false``."""
-    if not hp.get("pre", True):
+def _norm_line(hp: Mapping[str, Any], name: str, present: bool) -> str:
+    """An inside's norm line named ``name`` (the pre-norm ``ln``, the post-norm ``pn``), where
+    ``present``: the composite's kind, ε, offset and affinity."""
+    if not present:
         return ""
-    return f"  {hp.get('norm', 'layernorm')} eps=eps{_norm_options(hp)} -> ln\n"
+    return f"  {hp.get('norm', 'layernorm')} eps=eps{_norm_options(hp)} -> {name}\n"
+
+
+def _pre_text(hp: Mapping[str, Any]) -> str:
+    return _norm_line(hp, "ln", bool(hp.get("pre", True)))
 
 
 def _post_text(hp: Mapping[str, Any]) -> str:
-    """The inside's post-norm line, where ``post=true``: the pre-norm's kind, ε and offset."""
-    if not hp.get("post"):
-        return ""
-    return f"  {hp.get('norm', 'layernorm')} eps=eps{_norm_options(hp)} -> pn\n"
+    return _norm_line(hp, "pn", bool(hp.get("post")))
 
 
 def _norm_options(hp: Mapping[str, Any]) -> str:
